@@ -1,0 +1,310 @@
+"""Model profiles: each model's context window, output limit, tokenizer, chat format and image prices.
+
+Windows come from a model map (litellm's bundled `model_prices_and_context_window` JSON, read
+by the shell and handed in as a plain dict), overridden by the operator's config. Everything
+else comes from the model's family, matched by name. An unknown model gets a configurable
+conservative window and is flagged, never silently trusted.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from proxy.core.images import AreaCost, FixedTileCost, ImageCostScheme, PatchCost, TileCost
+
+TokenizerKind = Literal["tiktoken", "huggingface", "estimate"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerSpec:
+    """Which tokenizer counts a model's text: `kind`, an encoding name or file path, a multiplier."""
+
+    kind: TokenizerKind
+    source: str = ""
+    multiplier: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str) -> TokenizerSpec:
+        """`tiktoken:o200k_base`, `tiktoken:o200k_base*1.45`, `huggingface:/path/tokenizer.json*1.1`,
+        `estimate:3.0` (ASCII characters per token; other characters one token each) or
+        `estimate:3.0:bytes` (other characters one token per UTF-8 byte)."""
+        kind, _, rest = text.partition(":")
+        source, star, mult = rest.rpartition("*") if "*" in rest else (rest, "", "")
+        if kind not in ("tiktoken", "huggingface", "estimate"):
+            raise ValueError(f"unknown tokenizer kind {kind!r}; known: tiktoken, huggingface, estimate")
+        if not source:
+            raise ValueError(f"tokenizer {text!r} names no encoding, file or ratio")
+        try:
+            multiplier = float(mult) if star else 1.0
+            if kind == "estimate":
+                ratio, _, mode = source.partition(":")
+                if float(ratio) <= 0 or mode not in ("", "bytes"):
+                    raise ValueError
+
+        except ValueError:
+            raise ValueError(f"tokenizer {text!r} has a number that does not parse") from None
+        if multiplier < 1.0:
+            raise ValueError(f"tokenizer {text!r}: a multiplier below 1 would undercount")
+        return cls(kind, source, multiplier)  # type: ignore[arg-type]  # kind checked above
+
+    def __str__(self) -> str:
+        suffix = f"*{self.multiplier:g}" if self.multiplier != 1.0 else ""
+        return f"{self.kind}:{self.source}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFormat:
+    """Token overheads of a chat template.
+
+    OpenAI's values are the ones the OpenAI cookbook measured against `usage.prompt_tokens`;
+    the tool-definition constants are the cookbook's too. Other families use an upper bound of
+    their templates' framing (role header, separators, end-of-turn), since their providers
+    publish no such constants.
+    """
+
+    per_message: int = 3
+    per_name: int = 1
+    reply_priming: int = 3
+    per_tool_call: int = 8  # the call's framing around its name and JSON arguments
+    func_init: int = 7
+    prop_init: int = 3
+    prop_key: int = 3
+    enum_init: int = -3
+    enum_item: int = 3
+    func_end: int = 12
+
+
+O200K_FORMAT = ChatFormat()
+CL100K_FORMAT = ChatFormat(func_init=10)
+LEGACY_0301_FORMAT = ChatFormat(per_message=4, per_name=-1, func_init=10)
+TEMPLATE_FORMAT = ChatFormat(per_message=6, per_name=2, reply_priming=6, per_tool_call=10, func_init=10)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    tokenizer: TokenizerSpec
+    chat_format: ChatFormat
+    images: ImageCostScheme
+    exact: bool  # the tokenizer is the model's own
+
+
+def _tiktoken(name: str, multiplier: float = 1.0) -> TokenizerSpec:
+    return TokenizerSpec("tiktoken", name, multiplier)
+
+
+_OPENAI_TILES = TileCost(85, 170)
+# Name patterns, first match wins. OpenAI image prices are the published per-model values.
+# Other families scale cl100k_base, not o200k_base: o200k is far more efficient on CJK than
+# most vocabularies (Claude's tokenizer runs 1.9x o200k on Korean, but 1.1x cl100k). Measured
+# worst cases over English, code, JSON, Chinese, Japanese and Korean samples, against the real
+# tokenizers (tests/core/test_family_tokenizers.py): Claude (legacy) 1.12, DeepSeek 1.10,
+# Qwen 1.16. Claude's current tokenizer is reported at 1.2-1.45x on English, hence 1.45.
+# Gemini's and Mistral's tokenizers are not available offline: their multipliers are not measured.
+FAMILIES: tuple[tuple[str, Family], ...] = (
+    ("gpt-3.5-turbo-0301*", Family(_tiktoken("cl100k_base"), LEGACY_0301_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-4o-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(2833, 5667), True)),
+    ("gpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
+    ("chatgpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-4.1-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(1.62), True)),
+    ("gpt-4.1-nano*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(2.46), True)),
+    ("gpt-4.1*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-4.5*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-5-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(1.62), True)),
+    ("gpt-5-nano*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(2.46), True)),
+    ("gpt-5*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(70, 140), True)),
+    ("o4-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(1.72), True)),
+    ("o1*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(75, 150), True)),
+    ("o3*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(75, 150), True)),
+    ("gpt-oss*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-4*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-3.5*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
+    ("*claude*", Family(_tiktoken("cl100k_base", 1.45), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*gemini*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, FixedTileCost(), False)),
+    ("*gemma*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, FixedTileCost(), False)),
+    ("*llama-2*", Family(TokenizerSpec("estimate", "3.0:bytes"), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*llama*", Family(_tiktoken("cl100k_base", 1.2), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*mistral-7b*", Family(TokenizerSpec("estimate", "3.0:bytes"), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*mixtral*", Family(TokenizerSpec("estimate", "3.0:bytes"), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*istral*", Family(_tiktoken("cl100k_base", 1.35), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*codestral*", Family(_tiktoken("cl100k_base", 1.35), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*qwen*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*qwq*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, AreaCost(), False)),
+    ("*deepseek*", Family(_tiktoken("cl100k_base", 1.2), TEMPLATE_FORMAT, AreaCost(), False)),
+)
+UNKNOWN_FAMILY = Family(_tiktoken("cl100k_base", 1.6), TEMPLATE_FORMAT, AreaCost(), False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    """Everything the core needs to know about one model."""
+
+    name: str  # as requested
+    matched: str | None  # the model-map key or config entry it resolved to; None when unknown
+    context_window: int
+    max_output_tokens: int | None
+    tokenizer: TokenizerSpec
+    chat_format: ChatFormat
+    images: ImageCostScheme
+    window_source: Literal["config", "model_map", "fallback"]
+    tokenizer_exact: bool
+
+    @property
+    def known(self) -> bool:
+        return self.window_source != "fallback"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOverride:
+    """An operator's entry for a model name or glob: any field left None keeps the looked-up value."""
+
+    pattern: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    tokenizer: TokenizerSpec | None = None
+    alias_of: str | None = None  # count and budget this model as if it were that one
+
+
+_DATE_SUFFIXES = (
+    re.compile(r"-\d{4}-\d{2}-\d{2}$"),  # gpt-4o-2024-08-06
+    re.compile(r"[-@]\d{8}$"),  # claude-3-5-sonnet-20240620, claude-3-opus@20240229
+    re.compile(r"-\d{4}$"),  # gpt-4-0613
+    re.compile(r"-\d{3}$"),  # gemini-1.5-pro-002
+    re.compile(r"-v\d+(:\d+)?$"),  # bedrock style -v1:0
+)
+
+
+def name_candidates(name: str) -> list[str]:
+    """The names to try, most specific first: as given, lower-cased, without provider prefixes
+    (`openai/`, `vertex_ai/`, `google/`, `models/`), then without a date or version suffix."""
+    seen: dict[str, None] = {}
+    lowered = name.strip().lower()
+    bases = [name.strip(), lowered]
+    if "/" in lowered:
+        bases += [lowered.split("/", 1)[1], lowered.rsplit("/", 1)[1]]
+    for base in bases:
+        seen.setdefault(base, None)
+    for base in list(seen):
+        for pattern in _DATE_SUFFIXES:
+            stripped = pattern.sub("", base)
+            if stripped != base and stripped:
+                seen.setdefault(stripped, None)
+    return list(seen)
+
+
+def family_for(name: str) -> Family:
+    for candidate in name_candidates(name):
+        for pattern, family in FAMILIES:
+            if fnmatch.fnmatchcase(candidate, pattern):
+                return family
+    return UNKNOWN_FAMILY
+
+
+@dataclass(frozen=True)
+class ModelRegistry:
+    """Resolves a requested model name to its profile. Built once; lookups are pure."""
+
+    model_map: Mapping[str, Mapping[str, Any]]
+    overrides: tuple[ModelOverride, ...] = ()
+    fallback_window: int = 8192
+    _cache: dict[str, ModelProfile] = field(default_factory=dict, compare=False, repr=False)
+    _by_bare_name: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Providers list the same model under their own prefixes (`vertex_ai/claude-...@2024...`,
+        # `groq/llama-...`). Index every chat entry by its bare, lower-cased name as well; where
+        # several entries share one, the smallest window wins, so a guess never overshoots.
+        for key, entry in self.model_map.items():
+            if not _is_chat(entry) or not _window_of(entry):
+                continue
+            bare = key.lower().rsplit("/", 1)[-1]
+            for name in {bare, bare.replace("@", "-")}:
+                current = self._by_bare_name.get(name)
+                if current is None or _window_of(entry) < _window_of(self.model_map[current]):
+                    self._by_bare_name[name] = key
+
+    def profile(self, name: str) -> ModelProfile:
+        cached = self._cache.get(name)
+        if cached is None:
+            cached = self._resolve(name, depth=0)
+            if len(self._cache) < 4096:  # model names come from clients; bound what we remember
+                self._cache[name] = cached
+        return cached
+
+    def _resolve(self, name: str, depth: int) -> ModelProfile:
+        override = self.override_for(name)
+        if override is not None and override.alias_of and depth < 4:
+            target = self._resolve(override.alias_of, depth + 1)
+            return self._apply(replace(target, name=name), override)
+        family = family_for(name)
+        profile = ModelProfile(
+            name=name,
+            matched=None,
+            context_window=self.fallback_window,
+            max_output_tokens=None,
+            tokenizer=family.tokenizer,
+            chat_format=family.chat_format,
+            images=family.images,
+            window_source="fallback",
+            tokenizer_exact=family.exact,
+        )
+        entry_key = self._map_key(name)
+        if entry_key is not None:
+            entry = self.model_map[entry_key]
+            window = _window_of(entry)
+            if window:
+                profile = replace(
+                    profile,
+                    matched=entry_key,
+                    context_window=window,
+                    max_output_tokens=_positive_int(entry.get("max_output_tokens")),
+                    window_source="model_map",
+                )
+        return self._apply(profile, override) if override is not None else profile
+
+    def override_for(self, name: str) -> ModelOverride | None:
+        lowered = name.lower()
+        for override in self.overrides:
+            if override.pattern == name or fnmatch.fnmatchcase(lowered, override.pattern.lower()):
+                return override
+        return None
+
+    @staticmethod
+    def _apply(profile: ModelProfile, override: ModelOverride) -> ModelProfile:
+        if override.context_window is not None:
+            profile = replace(
+                profile, context_window=override.context_window, window_source="config", matched=override.pattern
+            )
+        if override.max_output_tokens is not None:
+            profile = replace(profile, max_output_tokens=override.max_output_tokens)
+        if override.tokenizer is not None:
+            exact = override.tokenizer.multiplier == 1.0 and override.tokenizer.kind != "estimate"
+            profile = replace(profile, tokenizer=override.tokenizer, tokenizer_exact=exact)
+        return profile
+
+    def _map_key(self, name: str) -> str | None:
+        candidates = name_candidates(name)
+        for candidate in candidates:
+            entry = self.model_map.get(candidate)
+            if _is_chat(entry) and _window_of(entry):  # type: ignore[arg-type]  # _is_chat checked the type
+                return candidate
+        for candidate in candidates:
+            for bare in (candidate.rsplit("/", 1)[-1], candidate.rsplit("/", 1)[-1].replace("@", "-")):
+                if bare in self._by_bare_name:
+                    return self._by_bare_name[bare]
+        return None
+
+
+def _is_chat(entry: object) -> bool:
+    return isinstance(entry, Mapping) and entry.get("mode", "chat") in ("chat", "responses", "completion")
+
+
+def _window_of(entry: Mapping[str, Any]) -> int:
+    return _positive_int(entry.get("max_input_tokens")) or _positive_int(entry.get("max_tokens")) or 0
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -1,0 +1,188 @@
+"""Text tokenizers as the core sees them, and the bounded cache of their counts.
+
+The core never loads a vocabulary: the shell (`proxy.encodings`) builds the encoders and
+hands them in. A tokenizer here is anything with a `name` and `count(text) -> int`.
+
+Three kinds exist:
+- an exact encoder (tiktoken's `Encoding`, a Hugging Face `Tokenizer`) wrapped in `EncoderTokenizer`;
+- the same encoder scaled by a safety multiplier (`EncoderTokenizer(multiplier=1.45)`), for model
+  families whose own tokenizer is not available but whose ratio to it is known and measured;
+- `CharEstimateTokenizer`, a character-based estimate that never reads a vocabulary.
+
+`CountCache` remembers counts of long texts keyed by (tokenizer name, content digest), so a
+conversation that is re-sent every turn costs only its new messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Tokenizer(Protocol):
+    """Counts the tokens of a text. `name` identifies the vocabulary and any scaling."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exact(self) -> bool: ...
+
+    def count(self, text: str) -> int: ...
+
+    def count_many(self, texts: list[str]) -> list[int]: ...
+
+
+class EncodeOrdinary(Protocol):
+    """The one method the core needs from a tiktoken `Encoding`."""
+
+    def encode_ordinary(self, text: str) -> list[int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderTokenizer:
+    """Counts with a real encoder, optionally scaled up by a safety multiplier.
+
+    `encode` returns token ids for a text with no special-token handling: user content that
+    happens to contain `<|endoftext|>` is text, which is how the providers treat it.
+    """
+
+    base_name: str
+    encode: Callable[[str], list[int]] | Callable[[str], object]
+    multiplier: float = 1.0
+    # Encodes many texts at once, in parallel where the encoder can (tiktoken's batch API
+    # releases the GIL across threads); None to encode them one by one.
+    encode_batch: Callable[[list[str]], list[list[int]]] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.base_name if self.multiplier == 1.0 else f"{self.base_name}x{self.multiplier:g}"
+
+    @property
+    def exact(self) -> bool:
+        return self.multiplier == 1.0
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        n = len(self.encode(text))  # type: ignore[arg-type]  # both encoders return sized sequences
+        return n if self.multiplier == 1.0 else math.ceil(n * self.multiplier)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        if self.encode_batch is None or len(texts) < 2:
+            return [self.count(t) for t in texts]
+        lengths = [len(ids) for ids in self.encode_batch(texts)]
+        if self.multiplier == 1.0:
+            return lengths
+        return [math.ceil(n * self.multiplier) for n in lengths]
+
+
+@dataclass(frozen=True, slots=True)
+class CharEstimateTokenizer:
+    """An estimate with no vocabulary: one token per `chars_per_token` ASCII characters, and each
+    other character counted as one token (`non_ascii="char"`: CJK and emoji run near one token
+    each in large vocabularies) or as one token per UTF-8 byte (`non_ascii="byte"`: the upper
+    bound of a small vocabulary that falls back to bytes)."""
+
+    chars_per_token: float = 3.0
+    non_ascii: str = "char"
+
+    @property
+    def name(self) -> str:
+        suffix = ":bytes" if self.non_ascii == "byte" else ""
+        return f"estimate:{self.chars_per_token:g}{suffix}"
+
+    @property
+    def exact(self) -> bool:
+        return False
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        if text.isascii():
+            return math.ceil(len(text) / self.chars_per_token)
+        ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+        if self.non_ascii == "byte":
+            other = len(text.encode("utf-8", "surrogatepass")) - ascii_chars
+        else:
+            other = len(text) - ascii_chars
+        return math.ceil(ascii_chars / self.chars_per_token) + other
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+
+class CountCache:
+    """A bounded LRU map of counts: texts by (tokenizer name, text digest), and whole messages by
+    (counting scope, message fingerprint), so a re-sent conversation costs only its new messages.
+
+    Only texts of at least `min_chars` characters are cached: shorter ones cost less to encode
+    than to hash. Text keys are 16-byte BLAKE2b digests and message keys are hashes, so the
+    cache never holds message content and its memory is bounded by `max_entries` alone.
+
+    Shared between threads without a lock: each dict operation is atomic under the GIL, and
+    the worst a race can do is forget one entry or evict slightly out of order.
+    """
+
+    def __init__(self, max_entries: int = 100_000, min_chars: int = 256) -> None:
+        if max_entries < 0:
+            raise ValueError("max_entries must be >= 0")
+        self.max_entries = max_entries
+        self.min_chars = min_chars
+        self.hits = 0
+        self.misses = 0
+        self._entries: dict[Hashable, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(tokenizer: Tokenizer, text: str) -> tuple[str, bytes]:
+        return (tokenizer.name, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+
+    def get(self, key: Hashable) -> Any:
+        value = self._entries.pop(key, None)
+        if value is None:
+            return None
+        self._entries[key] = value  # most recently used goes last
+        self.hits += 1
+        return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        self.misses += 1
+        self._entries[key] = value
+        while len(self._entries) > self.max_entries:
+            try:
+                del self._entries[next(iter(self._entries))]
+            except (StopIteration, KeyError, RuntimeError):  # another thread got there first
+                break
+
+    def count(self, tokenizer: Tokenizer, text: str) -> int:
+        if self.max_entries == 0 or len(text) < self.min_chars:
+            return tokenizer.count(text)
+        key = self.key(tokenizer, text)
+        cached = self.get(key)
+        if cached is None:
+            cached = tokenizer.count(text)
+            self.put(key, cached)
+        return cached
+
+    def count_many(self, tokenizer: Tokenizer, texts: list[str]) -> list[int]:
+        """Counts of `texts`, the ones the cache lacks encoded together in one batch."""
+        if self.max_entries == 0:
+            return tokenizer.count_many(texts)
+        keys = [self.key(tokenizer, t) for t in texts]
+        counts: list[int | None] = [self.get(k) for k in keys]
+        missing = [i for i, c in enumerate(counts) if c is None]
+        for i, value in zip(missing, tokenizer.count_many([texts[i] for i in missing]), strict=True):
+            counts[i] = value
+            self.put(keys[i], value)
+        return [c or 0 for c in counts]  # every None was filled above
+
+
+def count_text(tokenizer: Tokenizer, text: str, cache: CountCache | None) -> int:
+    """Count one text, through the cache when there is one."""
+    return cache.count(tokenizer, text) if cache is not None else tokenizer.count(text)

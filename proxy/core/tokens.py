@@ -1,0 +1,398 @@
+"""Counts a chat-completions body the way the provider will: `usage.prompt_tokens`, exactly where
+the format is published, and never below it where it is not.
+
+Every message costs its template framing (`ChatFormat.per_message`), its role, its content (text
+parts, images, audio, files), its `name`, its tool calls and any other text field it carries; the
+request adds its tool definitions, `tool_choice`, `response_format` and the reply priming.
+
+The total is split into components that add up to it exactly:
+
+    system          system and developer messages
+    history         every other message before the latest user message, less the parts below
+    latest_user     the latest user message, less its images
+    tool_calls      assistant tool calls and legacy function calls
+    tool_results    `tool` and legacy `function` messages
+    images          image, audio and file parts, wherever they are
+    tool_definitions, response_format, reply_priming
+
+`RequestCounter.message()` counts one message on its own, so that trimming can recount only what
+it changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import struct
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from proxy.core.images import image_cost
+from proxy.core.models import ModelProfile
+from proxy.core.tokenizer import CountCache, Tokenizer, count_text
+from proxy.core.tools import response_format_tokens, tool_definitions_tokens
+
+COMPONENTS = (
+    "system",
+    "history",
+    "latest_user",
+    "tool_calls",
+    "tool_results",
+    "images",
+    "tool_definitions",
+    "response_format",
+    "reply_priming",
+)
+PINNED_ROLES = frozenset({"system", "developer"})
+TOOL_RESULT_ROLES = frozenset({"tool", "function"})
+
+# Gemini documents 32 tokens per second of audio, the highest published rate; audio of unknown
+# bitrate is assumed to be 16 kbit/s, a lower rate than any common codec, so its length is overestimated.
+AUDIO_TOKENS_PER_SECOND = 32
+AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
+# Fields of a message that are not shown to the model as text, or are counted elsewhere.
+_STRUCTURAL_FIELDS = frozenset({"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "audio"})
+
+
+@dataclass(frozen=True, slots=True)
+class MessageCount:
+    """One message's tokens, framing included, with the parts that belong to other components."""
+
+    index: int
+    role: str
+    tokens: int
+    media_tokens: int = 0  # images, audio, files
+    tool_call_tokens: int = 0
+    media_parts: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def text_tokens(self) -> int:
+        return self.tokens - self.media_tokens - self.tool_call_tokens
+
+
+@dataclass(frozen=True)
+class RequestCount:
+    model: str
+    tokenizer: str
+    exact: bool  # the model's own tokenizer and a published format; False for any estimate
+    total: int
+    components: Mapping[str, int]
+    messages: tuple[MessageCount, ...]
+    fixed_tokens: int  # tool definitions + response format + reply priming
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.total,
+            "tokenizer": self.tokenizer,
+            "exact": self.exact,
+            "components": dict(self.components),
+            "messages": [
+                {"index": m.index, "role": m.role, "tokens": m.tokens, **({"notes": list(m.notes)} if m.notes else {})}
+                for m in self.messages
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def latest_user_index(messages: Sequence[Any]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return i
+    return None
+
+
+class RequestCounter:
+    """Counts bodies for one model profile with one tokenizer; cheap to build per request."""
+
+    def __init__(self, profile: ModelProfile, tokenizer: Tokenizer, cache: CountCache | None = None) -> None:
+        self.profile = profile
+        self.tokenizer = tokenizer
+        self.cache = cache
+        self.fmt = profile.chat_format
+        self._small: dict[str, int] = {}
+        # Counts of this request's large texts, encoded in one batch before the walk; keyed by
+        # object identity, holding the text so that the identity stays valid.
+        self._prefetched: dict[int, tuple[str, int]] = {}
+        self._scope = hash((tokenizer.name, profile.chat_format, profile.images))
+
+    def text(self, text: str) -> int:
+        hit = self._prefetched.get(id(text))
+        if hit is not None and hit[0] is text:
+            return hit[1]
+        return count_text(self.tokenizer, text, self.cache)
+
+    def _short(self, text: str) -> int:
+        """Roles, names and similar short, repeating strings."""
+        n = self._small.get(text)
+        if n is None:
+            n = self._small[text] = self.tokenizer.count(text)
+        return n
+
+    def _message_key(self, message: object) -> Hashable | None:
+        """A cache key for a message: its JSON frozen into tuples and hashed with Python's string
+        hash (SipHash with a per-process key, computed once per string), scoped to this
+        tokenizer, chat format and image pricing. None without a cache."""
+        if self.cache is None:
+            return None
+        try:
+            return (self._scope, hash(_freeze(message, 0)))
+        except _TooDeep:
+            return None
+
+    def _prefetch(self, messages: Sequence[Any]) -> None:
+        """Count the large texts of the messages given in one batch (cache misses only), so that
+        the encoder sees one large job it can spread over threads instead of thousands of calls."""
+        floor = self.cache.min_chars if self.cache is not None else 256
+        texts: list[str] = []
+        for message in messages:
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
+            if isinstance(content, str):
+                if len(content) >= floor:
+                    texts.append(content)
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str) and len(part["text"]) >= floor:
+                        texts.append(part["text"])
+        if len(texts) < 2:
+            return
+        counts = self.cache.count_many(self.tokenizer, texts) if self.cache is not None else self.tokenizer.count_many(texts)
+        self._prefetched = {id(t): (t, n) for t, n in zip(texts, counts, strict=True)}
+
+    def request(self, body: Mapping[str, Any]) -> RequestCount:
+        messages = body.get("messages")
+        messages = messages if isinstance(messages, list) else []
+        counts = self._count_messages(messages)
+        tools = tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+        response_format = response_format_tokens(body, self.tokenizer, self.fmt)
+        components = dict.fromkeys(COMPONENTS, 0)
+        components["tool_definitions"] = tools
+        components["response_format"] = response_format
+        components["reply_priming"] = self.fmt.reply_priming
+        latest = latest_user_index(messages)
+        notes: list[str] = []
+        for count in counts:
+            components["images"] += count.media_tokens
+            components["tool_calls"] += count.tool_call_tokens
+            components[component_of(count.role, count.index == latest)] += count.text_tokens
+            notes += (f"messages[{count.index}]: {note}" for note in count.notes)
+        if not self.profile.known:
+            window = self.profile.context_window
+            notes.append(f"model {self.profile.name!r} is not in the model map: assumed a {window}-token window")
+        if not self.tokenizer.exact or not self.profile.tokenizer_exact:
+            notes.append(f"counted with {self.tokenizer.name}, an estimate for this model that errs high")
+        fixed = tools + response_format + self.fmt.reply_priming
+        return RequestCount(
+            model=self.profile.name,
+            tokenizer=self.tokenizer.name,
+            exact=self.tokenizer.exact and self.profile.tokenizer_exact and not notes,
+            total=sum(c.tokens for c in counts) + fixed,
+            components=components,
+            messages=counts,
+            fixed_tokens=fixed,
+            notes=tuple(notes),
+        )
+
+    def _count_messages(self, messages: list[Any]) -> tuple[MessageCount, ...]:
+        """Every message's count: whole messages from the cache where it has them, the rest
+        counted with their large texts encoded together first."""
+        counts: list[MessageCount | None] = [None] * len(messages)
+        keys = [self._message_key(m) for m in messages]
+        if self.cache is not None:
+            for i, key in enumerate(keys):
+                if key is not None:
+                    hit = self.cache.get(key)
+                    if hit is not None:
+                        counts[i] = hit if hit.index == i else replace(hit, index=i)
+        missing = [i for i, c in enumerate(counts) if c is None]
+        self._prefetch([messages[i] for i in missing])
+        try:
+            for i in missing:
+                count = counts[i] = self.message(messages[i], i)
+                key = keys[i]
+                if key is not None and self.cache is not None:
+                    self.cache.put(key, count)
+        finally:
+            self._prefetched = {}
+        return tuple(c for c in counts if c is not None)
+
+    def message(self, message: object, index: int) -> MessageCount:
+        fmt = self.fmt
+        if not isinstance(message, Mapping):
+            text = json.dumps(message, ensure_ascii=False, default=str)
+            return MessageCount(
+                index, "unknown", fmt.per_message + self.text(text), notes=("not an object; counted as JSON",)
+            )
+        role = message.get("role")
+        role = role if isinstance(role, str) else "unknown"
+        tokens = fmt.per_message + self._short(role)
+        notes: list[str] = []
+        name = message.get("name")
+        if isinstance(name, str) and name:
+            tokens += self._short(name) + fmt.per_name
+        media_tokens, media_parts = 0, 0
+        content = message.get("content")
+        if isinstance(content, str):
+            tokens += self.text(content)
+        elif isinstance(content, list):
+            for j, part in enumerate(content):
+                text_tokens, part_media, part_notes = self._part(part)
+                tokens += text_tokens + part_media
+                media_tokens += part_media
+                media_parts += 1 if part_media else 0
+                notes += (f"content[{j}]: {n}" for n in part_notes)
+        elif content is not None:
+            tokens += self.text(json.dumps(content, ensure_ascii=False, default=str))
+        call_tokens = self._tool_calls(message) if "tool_calls" in message or "function_call" in message else 0
+        tokens += call_tokens
+        if len(message) > 2:
+            for key, value in message.items():
+                # Reasoning text, refusals and provider extensions: shown to some models, so counted.
+                if key not in _STRUCTURAL_FIELDS and isinstance(value, str) and value:
+                    tokens += self.text(value)
+        return MessageCount(index, role, tokens, media_tokens, call_tokens, media_parts, tuple(notes))
+
+    def _tool_calls(self, message: Mapping[str, Any]) -> int:
+        calls: list[Any] = list(message.get("tool_calls") or ()) if isinstance(message.get("tool_calls"), list) else []
+        if isinstance(message.get("function_call"), Mapping):
+            calls.append({"function": message["function_call"]})
+        total = 0
+        for call in calls:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                total += self.fmt.per_tool_call + self._short(str(function.get("name", "")))
+                arguments = function.get("arguments", "")
+                total += self.text(
+                    arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                )
+            else:
+                total += self.fmt.per_tool_call + self.text(json.dumps(call, ensure_ascii=False, default=str))
+        return total
+
+    def _part(self, part: object) -> tuple[int, int, list[str]]:
+        """(text tokens, media tokens, notes) of one content part."""
+        if not isinstance(part, Mapping):
+            return self.text(json.dumps(part, ensure_ascii=False, default=str)), 0, ["not an object; counted as JSON"]
+        kind = part.get("type")
+        if kind == "text":
+            text = part.get("text")
+            return self.text(text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)), 0, []
+        if kind == "refusal" and isinstance(part.get("refusal"), str):
+            return self.text(part["refusal"]), 0, []
+        if kind == "image_url":
+            return self._image(part)
+        if kind == "input_audio":
+            return self._audio(part)
+        if kind == "file":
+            return self._file(part)
+        return (
+            self.text(json.dumps(part, ensure_ascii=False, default=str)),
+            0,
+            [f"unknown part type {kind!r}; counted as JSON"],
+        )
+
+    def _image(self, part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
+        spec = part.get("image_url")
+        url: str = ""
+        detail: str = "auto"
+        if isinstance(spec, str):
+            url = spec
+        elif isinstance(spec, Mapping):
+            url = spec["url"] if isinstance(spec.get("url"), str) else ""
+            detail = spec["detail"] if spec.get("detail") in ("low", "high", "auto") else "auto"
+        # `auto` lets the provider choose; the count assumes it chooses `high`.
+        cost = image_cost(url, "low" if detail == "low" else "high", self.profile.images)
+        notes = []
+        if cost.estimated:
+            where = "a remote URL" if not url.startswith("data:") else "an unreadable data URL"
+            notes.append(f"image is {where}; assumed the largest cost for detail={detail} ({cost.tokens} tokens)")
+        return 0, cost.tokens, notes
+
+    def _audio(self, part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
+        spec = part.get("input_audio")
+        data = spec.get("data") if isinstance(spec, Mapping) else None
+        if not isinstance(data, str):
+            return 0, 0, ["audio part without data; not counted"]
+        seconds = _wav_seconds(data) if isinstance(spec, Mapping) and spec.get("format") == "wav" else None
+        estimated = seconds is None
+        if seconds is None:
+            seconds = len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND
+        tokens = math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
+        note = [f"audio length estimated from its size ({seconds:.1f} s)"] if estimated else []
+        return 0, tokens, note
+
+    def _file(self, part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
+        spec = part.get("file")
+        if not isinstance(spec, Mapping):
+            return 0, 0, ["file part without a file; not counted"]
+        data = spec.get("file_data")
+        if not isinstance(data, str):
+            return 0, 0, ["file referenced by id; its content is not visible here and is not counted"]
+        raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
+        pages = max(
+            1,
+            raw.count(b"/Type /Page")
+            - raw.count(b"/Type /Pages")
+            + raw.count(b"/Type/Page")
+            - raw.count(b"/Type/Pages"),
+        )
+        # Providers show each page as extracted text and as an image: both are bounded from above.
+        tokens = pages * self.profile.images.max_cost("high") + math.ceil(len(raw) / 3)
+        return 0, tokens, [f"file of {pages} page(s) estimated at {tokens} tokens"]
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _freeze(value: object, depth: int) -> Hashable:
+    """JSON as nested tuples. Scalars other than strings carry their type, so `1`, `1.0` and
+    `true` never share a key."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value  # type: ignore[return-value]  # a str or None
+    if depth > 16:
+        raise _TooDeep
+    if kind is dict:
+        items = tuple(value.items())  # type: ignore[attr-defined]
+        for _, v in items:
+            if v is not None and type(v) is not str:
+                return tuple((k, _freeze(v, depth + 1)) for k, v in items)
+        return items  # the common case: every field a string
+    if kind is list:
+        return ("[", *(_freeze(v, depth + 1) for v in value))  # type: ignore[attr-defined]
+    if kind in (int, float, bool):
+        return (kind.__name__, value)
+    raise _TooDeep
+
+
+def component_of(role: str, is_latest_user: bool) -> str:
+    if role in PINNED_ROLES:
+        return "system"
+    if role in TOOL_RESULT_ROLES:
+        return "tool_results"
+    return "latest_user" if is_latest_user else "history"
+
+
+def _b64_decode(data: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=False)
+    except (binascii.Error, ValueError):
+        return data.encode("utf-8", "replace")
+
+
+def _wav_seconds(data: str) -> float | None:
+    head = _b64_decode(data[:64])
+    if len(head) < 44 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    byte_rate = int(struct.unpack("<I", head[28:32])[0])
+    if byte_rate <= 0:
+        return None
+    return max(0.0, len(data) * 3 / 4 - 44) / byte_rate

@@ -1,0 +1,85 @@
+"""One exception tree for context-guard; each error knows its HTTP status and OpenAI error shape.
+
+    ConfigError                       bad settings or missing local files: fails at start
+    GuardError                        anything a client is answered with
+    ├── BadRequest              400   invalid JSON, a body that is not an object, no `messages`
+    ├── ContextLengthExceeded   400   nothing more may be cut and the policy is `reject`
+    ├── Unauthorized            401   a client key was required and not given
+    ├── ModelNotRouted          404   no upstream serves this model
+    ├── PayloadTooLarge         413   body over `server.max_body_bytes`
+    ├── UpstreamUnavailable     502   refused, reset or unreachable upstream
+    └── UpstreamTimeout         504   upstream did not answer in time
+
+`GuardError.to_openai()` renders `{"error": {"message", "type", "param", "code"}}`, the shape
+OpenAI's SDKs parse; the server's one error middleware is the only place that does so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ConfigError(Exception):
+    """A setting or a local file the proxy needs is wrong; `source` and `key` say where."""
+
+    def __init__(self, message: str, *, source: str | None = None, key: str | None = None) -> None:
+        self.source = source
+        self.key = key
+        where = ": ".join(part for part in (source, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class GuardError(Exception):
+    status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+
+
+class BadRequest(GuardError):
+    status = 400
+    error_type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class ContextLengthExceeded(GuardError):
+    status = 400
+    error_type = "invalid_request_error"
+    code = "context_length_exceeded"
+
+
+class Unauthorized(GuardError):
+    status = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class ModelNotRouted(GuardError):
+    status = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class PayloadTooLarge(GuardError):
+    status = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamUnavailable(GuardError):
+    status = 502
+    error_type = "upstream_error"
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(GuardError):
+    status = 504
+    error_type = "upstream_error"
+    code = "upstream_timeout"

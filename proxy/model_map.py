@@ -1,0 +1,39 @@
+"""Reads the model map: litellm's bundled JSON of context windows, without importing litellm.
+
+`import litellm` costs seconds and a hundred-odd megabytes and first tries a remote fetch of this
+same file; its packaged copy is all we need, read once at start.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.errors import ConfigError
+
+_FILE_NAME = "model_prices_and_context_window_backup.json"
+
+
+def bundled_model_map_path() -> Path | None:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / _FILE_NAME
+    return path if path.is_file() else None
+
+
+def load_model_map(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The model map at `path`, or litellm's bundled one. Entries that are not objects are dropped."""
+    source = path or bundled_model_map_path()
+    if source is None:
+        raise ConfigError("no model map: litellm's bundled map is not installed and models.map_file is not set")
+    try:
+        data = orjson.loads(source.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"model map {source} cannot be read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"model map {source} is not a JSON object")
+    return {k: v for k, v in data.items() if isinstance(v, dict) and k != "sample_spec"}
