@@ -1,0 +1,83 @@
+"""The one entry point of the core: validate a body, count it, budget it, trim it.
+
+`plan_request()` is pure and synchronous, and safe to call from a worker thread (tiktoken
+releases the GIL while it encodes; the count cache takes a lock), so that the server can move
+the counting of a very large body off its event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from proxy.core.budget import BudgetPolicy
+from proxy.core.models import ModelProfile
+from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
+from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokens import RequestCount, RequestCounter
+from proxy.core.trim import Strategy, TrimResult, trim
+
+
+class InvalidBody(ValueError):
+    """The body is not a chat-completions request; `param` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class TrimPolicy:
+    budget: BudgetPolicy = field(default_factory=BudgetPolicy)
+    pipeline: tuple[Strategy, ...] = field(default_factory=lambda: build_pipeline(DEFAULT_PIPELINE))
+    overflow: Literal["reject", "forward"] = "reject"
+
+
+@dataclass(frozen=True)
+class Plan:
+    count: RequestCount
+    result: TrimResult
+
+
+def validate_body(body: object) -> Mapping[str, Any]:
+    """The body as a mapping, or InvalidBody saying what is wrong with it."""
+    if not isinstance(body, Mapping):
+        raise InvalidBody(f"the request body must be a JSON object, not {type(body).__name__}")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidBody("'messages' is required and must be an array", param="messages")
+    if not messages:
+        raise InvalidBody("'messages' must not be empty", param="messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise InvalidBody(f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidBody("'model' must be a string", param="model")
+    return body
+
+
+def plan_request(
+    body: Mapping[str, Any],
+    profile: ModelProfile,
+    tokenizer: Tokenizer,
+    policy: TrimPolicy,
+    cache: CountCache | None = None,
+    pipeline: Sequence[Strategy] | None = None,
+    context_window: int | None = None,
+) -> Plan:
+    """Count `body` for `profile` and fit it to its budget. `context_window` overrides the
+    profile's (the self-correction of a model whose provider counts more than we do)."""
+    counter = RequestCounter(profile, tokenizer, cache)
+    count = counter.request(body)
+    result = trim(
+        body,
+        count,
+        counter,
+        policy.pipeline if pipeline is None else pipeline,
+        policy.budget,
+        profile.context_window if context_window is None else context_window,
+        policy.overflow,
+    )
+    return Plan(count, result)

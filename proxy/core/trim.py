@@ -1,0 +1,221 @@
+"""Fits a counted request to its budget: runs the strategies in order and says what each removed.
+
+`trim()` takes the body, its `RequestCount` and the configured pipeline, and returns a
+`TrimResult`: the body to forward, the tokens before and after, the budget, and one `Removal` per
+message dropped or shortened. A request that already fits comes back as the very same object.
+
+The pipeline works on a `TrimState` that keeps a running total: a strategy that drops a message
+subtracts its known count, one that shortens a message recounts that message alone. Nothing
+recounts the whole request per step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_output
+from proxy.core.tokens import RequestCount, RequestCounter
+from proxy.core.turns import Conversation, split_conversation
+
+RemovalKind = Literal["dropped", "truncated", "image_dropped", "max_tokens_clamped"]
+Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    index: int | None  # position in the original `messages`; None for a request field
+    role: str | None
+    kind: RemovalKind
+    tokens: int
+    hash: str  # short content hash of what was removed, to match log lines without logging content
+    strategy: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "role": self.role,
+            "kind": self.kind,
+            "tokens": self.tokens,
+            "hash": self.hash,
+            "strategy": self.strategy,
+        }
+
+
+@dataclass(frozen=True)
+class TrimResult:
+    body: Mapping[str, Any]
+    outcome: Outcome
+    tokens_before: int
+    tokens_after: int
+    budget: Budget  # as it stands for the body returned (after any max_tokens clamp)
+    removals: tuple[Removal, ...] = ()
+    strategies: tuple[str, ...] = ()  # the strategies that changed something, in order
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome == "trimmed"
+
+    @property
+    def fits(self) -> bool:
+        return self.tokens_after <= self.budget.input_budget
+
+    def rejection_message(self) -> str:
+        b = self.budget
+        return (
+            f"This request needs {self.tokens_before:,} input tokens after every permitted cut "
+            f"{self.tokens_after:,}, but the model's input budget is {b.input_budget:,} tokens "
+            f"(context window {b.context_window:,} - output reserve {b.output_reserve:,} "
+            f"- safety margin {b.safety_margin:,}). Shorten the system prompt or the latest message, "
+            f"or lower max_tokens."
+        )
+
+    def report(self, policy: BudgetPolicy) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "budget": self.budget.to_dict(policy),
+            "removed": [r.to_dict() for r in self.removals],
+            "strategies": list(self.strategies),
+        }
+
+
+class Strategy(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, state: TrimState) -> None: ...
+
+
+def content_hash(value: object) -> str:
+    data = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+@dataclass
+class TrimState:
+    """The request as the pipeline is cutting it. Strategies read and change it through the
+    methods below, which keep the running total and the list of removals right."""
+
+    body: Mapping[str, Any]
+    counter: RequestCounter
+    policy: BudgetPolicy
+    context_window: int
+    conversation: Conversation
+    messages: list[Any]
+    counts: list[int]
+    fixed_tokens: int
+    total: int
+    dropped: set[int] = field(default_factory=set)
+    removals: list[Removal] = field(default_factory=list)
+    output_override: tuple[str, int] | None = None
+    _input_budget: int | None = None
+
+    @classmethod
+    def start(
+        cls, body: Mapping[str, Any], count: RequestCount, counter: RequestCounter, policy: BudgetPolicy, window: int
+    ) -> TrimState:
+        messages = list(body.get("messages") or ())
+        return cls(
+            body=body,
+            counter=counter,
+            policy=policy,
+            context_window=window,
+            conversation=split_conversation(messages),
+            messages=messages,
+            counts=[m.tokens for m in count.messages],
+            fixed_tokens=count.fixed_tokens,
+            total=count.total,
+        )
+
+    def budget(self) -> Budget:
+        body: Mapping[str, Any] = self.body
+        if self.output_override is not None:
+            key, value = self.output_override
+            body = {**self.body, key: value}
+        pinned = self.fixed_tokens + sum(
+            self.counts[i] for i in (*self.conversation.pinned, *self.conversation.protected) if i not in self.dropped
+        )
+        return input_budget(self.context_window, body, self.total, pinned, self.policy)
+
+    def over(self) -> int:
+        """Tokens still to remove; zero or less once the request fits. O(1): strategies call it
+        after every cut."""
+        if self._input_budget is None:
+            self._input_budget = self.budget().input_budget
+        return self.total - self._input_budget
+
+    def drop(self, index: int, strategy: str) -> None:
+        message = self.messages[index]
+        self.dropped.add(index)
+        self.total -= self.counts[index]
+        self.removals.append(
+            Removal(index, _role(message), "dropped", self.counts[index], content_hash(message), strategy)
+        )
+        self.counts[index] = 0
+
+    def replace(self, index: int, message: Mapping[str, Any], kind: RemovalKind, strategy: str, removed: object) -> int:
+        """Put a shortened `message` at `index`; returns the tokens saved."""
+        before = self.counts[index]
+        after = self.counter.message(message, index).tokens
+        self.messages[index] = message
+        self.counts[index] = after
+        self.total += after - before
+        self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
+        return before - after
+
+    def clamp_output(self, key: str, value: int, strategy: str) -> None:
+        requested, _ = requested_output(self.body)
+        self.output_override = (key, value)
+        self._input_budget = None
+        self.removals.append(
+            Removal(None, None, "max_tokens_clamped", (requested or 0) - value, content_hash(requested), strategy)
+        )
+
+    def kept_body(self) -> dict[str, Any]:
+        body = dict(self.body)
+        body["messages"] = [m for i, m in enumerate(self.messages) if i not in self.dropped]
+        if self.output_override is not None:
+            key, value = self.output_override
+            body[key] = value
+        return body
+
+
+def trim(
+    body: Mapping[str, Any],
+    count: RequestCount,
+    counter: RequestCounter,
+    strategies: Sequence[Strategy],
+    policy: BudgetPolicy,
+    context_window: int,
+    overflow: Literal["reject", "forward"] = "reject",
+) -> TrimResult:
+    """Cut `body` down to its budget with `strategies`, in order; see the module docstring."""
+    state = TrimState.start(body, count, counter, policy, context_window)
+    before = state.budget()
+    if before.fits:
+        return TrimResult(body, "unchanged", count.total, count.total, before)
+    applied: list[str] = []
+    for strategy in strategies:
+        if state.over() <= 0:
+            break
+        seen = len(state.removals)
+        strategy(state)
+        if len(state.removals) > seen:
+            applied.append(strategy.name)
+    after = state.budget()
+    removals = tuple(sorted(state.removals, key=lambda r: (r.index is None, r.index if r.index is not None else 0)))
+    if after.fits:
+        return TrimResult(state.kept_body(), "trimmed", count.total, state.total, after, removals, tuple(applied))
+    # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
+    outcome: Outcome = "rejected" if overflow == "reject" else "forwarded_over_budget"
+    return TrimResult(body, outcome, count.total, state.total, after, removals, tuple(applied))
+
+
+def _role(message: object) -> str | None:
+    role = message.get("role") if isinstance(message, Mapping) else None
+    return role if isinstance(role, str) else None
