@@ -1,0 +1,89 @@
+"""The count cache: a re-sent conversation costs only its new messages; memory stays bounded."""
+
+from __future__ import annotations
+
+from proxy.core.tokenizer import CountCache, EncoderTokenizer
+from proxy.core.tokens import RequestCounter
+
+
+class CountingTokenizer:
+    """A tokenizer that records how many characters it was asked to encode."""
+
+    def __init__(self) -> None:
+        self.encoded_chars = 0
+        self.inner = EncoderTokenizer("words", str.split)
+
+    name = "words"
+    exact = True
+
+    def count(self, text: str) -> int:
+        self.encoded_chars += len(text)
+        return self.inner.count(text)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+
+def _conversation(turns: int) -> list[dict[str, str]]:
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 200}
+        for i in range(turns)
+    ]
+
+
+class TestCountCache:
+    def test_a_resent_conversation_encodes_only_its_new_message(self, registry):
+        tokenizer, cache = CountingTokenizer(), CountCache()
+        counter = RequestCounter(registry.profile("gpt-4o"), tokenizer, cache)
+        first = counter.request({"messages": _conversation(20)}).total
+        tokenizer.encoded_chars = 0
+        messages = _conversation(21)
+        second = counter.request({"messages": messages}).total
+        assert second > first
+        assert tokenizer.encoded_chars < 2 * len(messages[-1]["content"])
+        assert cache.hits >= 20
+
+    def test_an_edited_message_is_recounted_not_served_stale(self, registry, tokenizers):
+        profile = registry.profile("gpt-4o")
+        cache = CountCache()
+        counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), cache)
+        messages = _conversation(4)
+        before = counter.request({"messages": messages}).total
+        messages[1] = {**messages[1], "content": messages[1]["content"] + " and several more words here"}
+        assert counter.request({"messages": messages}).total == before + 5
+
+    def test_types_are_part_of_the_key(self, registry, tokenizers):
+        profile = registry.profile("gpt-4o")
+        counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), CountCache())
+        as_int = counter.request({"messages": [{"role": "user", "content": "x", "weight": 1}]})
+        as_text = counter.request({"messages": [{"role": "user", "content": "x", "weight": "1 1 1 1 1"}]})
+        assert as_int.total != as_text.total
+
+    def test_cached_and_uncached_counts_agree(self, registry, tokenizers):
+        profile = registry.profile("gpt-4o")
+        tokenizer = tokenizers.get(profile.tokenizer)
+        body = {"messages": _conversation(10)}
+        cached = RequestCounter(profile, tokenizer, CountCache())
+        assert (
+            cached.request(body).total
+            == cached.request(body).total
+            == RequestCounter(profile, tokenizer).request(body).total
+        )
+
+    def test_memory_is_bounded_by_the_entry_limit(self):
+        cache = CountCache(max_entries=5, min_chars=1)
+        tokenizer = EncoderTokenizer("words", str.split)
+        for i in range(50):
+            cache.count(tokenizer, f"text number {i}")
+        assert len(cache) == 5
+
+    def test_keys_do_not_hold_message_content(self):
+        cache = CountCache(min_chars=1)
+        cache.count(EncoderTokenizer("words", str.split), "a secret the cache must not keep")
+        assert all(isinstance(digest, bytes) and len(digest) == 16 for _, digest in cache._entries)
+
+    def test_entries_are_per_tokenizer(self):
+        cache = CountCache(min_chars=1)
+        a, b = EncoderTokenizer("words", str.split), EncoderTokenizer("chars", list)
+        assert cache.count(a, "two words") == 2
+        assert cache.count(b, "two words") == 9

@@ -1,0 +1,344 @@
+"""Counting a chat-completions body: pinned to the counts OpenAI's API reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import png_data_url
+
+# The OpenAI cookbook's "How to count tokens with tiktoken" examples, with the API's own counts.
+COOKBOOK_MESSAGES = [
+    {
+        "role": "system",
+        "content": "You are a helpful, pattern-following assistant that translates corporate jargon into plain English.",
+    },
+    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
+    {"role": "system", "name": "example_assistant", "content": "Things working well together will increase revenue."},
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "Let's circle back when we have more bandwidth to touch base on opportunities for increased leverage.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Let's talk later when we're less busy about how to do better.",
+    },
+    {
+        "role": "user",
+        "content": "This late pivot means we don't have time to boil the ocean for the client deliverable.",
+    },
+]
+COOKBOOK_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+                    "unit": {
+                        "type": "string",
+                        "description": "The unit of temperature to return",
+                        "enum": ["celsius", "fahrenheit"],
+                    },
+                },
+                "required": ["location"],
+            },
+        },
+    }
+]
+COOKBOOK_TOOL_MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant that can answer to questions about the weather."},
+    {"role": "user", "content": "What's the weather like in San Francisco?"},
+]
+
+
+class TestCookbookCounts:
+    @pytest.mark.parametrize(
+        ("model", "expected"), [("gpt-3.5-turbo", 129), ("gpt-4", 129), ("gpt-4o", 124), ("gpt-4o-mini", 124)]
+    )
+    def test_messages_match_the_api_reported_prompt_tokens(self, counter_for, model, expected):
+        assert counter_for(model).request({"messages": COOKBOOK_MESSAGES}).total == expected
+
+    @pytest.mark.parametrize(
+        ("model", "expected"), [("gpt-3.5-turbo", 105), ("gpt-4", 105), ("gpt-4o", 101), ("gpt-4o-mini", 101)]
+    )
+    def test_tools_match_the_api_reported_prompt_tokens(self, counter_for, model, expected):
+        body = {"messages": COOKBOOK_TOOL_MESSAGES, "tools": COOKBOOK_TOOLS}
+        assert counter_for(model).request(body).total == expected
+
+    def test_legacy_functions_count_like_tools(self, counter_for):
+        legacy = {"messages": COOKBOOK_TOOL_MESSAGES, "functions": [t["function"] for t in COOKBOOK_TOOLS]}
+        assert counter_for("gpt-4o").request(legacy).total == 101
+
+
+class TestBreakdown:
+    def test_components_add_up_to_the_total(self, counter_for):
+        body = {
+            "messages": [
+                {"role": "system", "content": "Be terse."},
+                {"role": "user", "content": "Look at this", "name": "ana"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": "weather"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21C"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "and this?"},
+                        {"type": "image_url", "image_url": {"url": png_data_url(512, 512)}},
+                    ],
+                },
+            ],
+            "tools": COOKBOOK_TOOLS,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}},
+        }
+        count = counter_for("gpt-4o").request(body)
+        assert sum(count.components.values()) == count.total
+        assert sum(m.tokens for m in count.messages) + count.fixed_tokens == count.total
+        for component in (
+            "system",
+            "history",
+            "latest_user",
+            "tool_calls",
+            "tool_results",
+            "images",
+            "tool_definitions",
+            "response_format",
+        ):
+            assert count.components[component] > 0, component
+        assert count.components["images"] == 85 + 170  # one 512x512 tile
+
+    def test_latest_user_is_the_last_user_message(self, counter_for):
+        body = {
+            "messages": [
+                {"role": "user", "content": "old question"},
+                {"role": "assistant", "content": "old answer"},
+                {"role": "user", "content": "new question"},
+            ]
+        }
+        count = counter_for("gpt-4o").request(body)
+        last = count.messages[2].tokens
+        assert count.components["latest_user"] == last
+        assert count.components["history"] == count.messages[0].tokens + count.messages[1].tokens
+
+    def test_a_text_part_array_counts_like_the_same_text_as_a_string(self, counter_for):
+        counter = counter_for("gpt-4o")
+        as_string = counter.message({"role": "user", "content": "hello world"}, 0).tokens
+        as_parts = counter.message({"role": "user", "content": [{"type": "text", "text": "hello world"}]}, 0).tokens
+        assert as_parts == as_string
+
+    def test_a_name_costs_its_tokens_and_one_more(self, counter_for):
+        counter = counter_for("gpt-4o")
+        plain = counter.message({"role": "user", "content": "hi"}, 0).tokens
+        named = counter.message({"role": "user", "content": "hi", "name": "bob"}, 0).tokens
+        assert named == plain + counter.text("bob") + 1
+
+
+class TestToolCallsAndResults:
+    def test_tool_calls_count_name_and_arguments(self, counter_for):
+        counter = counter_for("gpt-4o")
+        short = {
+            "role": "assistant",
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        }
+        long_args = json.dumps({"query": "a much longer argument " * 20})
+        long = {
+            "role": "assistant",
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": long_args}}],
+        }
+        diff = counter.message(long, 0).tokens - counter.message(short, 0).tokens
+        assert diff == counter.text(long_args) - counter.text("{}")
+
+    def test_parallel_calls_each_cost_their_framing(self, counter_for):
+        counter = counter_for("gpt-4o")
+        call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        one = counter.message({"role": "assistant", "tool_calls": [call]}, 0)
+        two = counter.message({"role": "assistant", "tool_calls": [call, {**call, "id": "b"}]}, 0)
+        assert two.tool_call_tokens == 2 * one.tool_call_tokens
+
+    def test_legacy_function_call_counts_like_a_tool_call(self, counter_for):
+        counter = counter_for("gpt-4o")
+        tool = counter.message(
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            0,
+        )
+        legacy = counter.message({"role": "assistant", "function_call": {"name": "f", "arguments": "{}"}}, 0)
+        assert legacy.tokens == tool.tokens
+
+    def test_tool_results_land_in_their_component(self, counter_for):
+        body = {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "tool", "tool_call_id": "x", "content": "result text"},
+            ]
+        }
+        count = counter_for("gpt-4o").request(body)
+        assert count.components["tool_results"] == count.messages[1].tokens
+
+    def test_reasoning_content_and_refusals_are_counted(self, counter_for):
+        counter = counter_for("gpt-4o")
+        plain = counter.message({"role": "assistant", "content": "ok"}, 0).tokens
+        with_reasoning = counter.message(
+            {"role": "assistant", "content": "ok", "reasoning_content": "let me think " * 10}, 0
+        ).tokens
+        assert with_reasoning == plain + counter.text("let me think " * 10)
+
+
+class TestToolDefinitions:
+    def _count(self, counter, parameters):
+        tools = [{"type": "function", "function": {"name": "f", "description": "Does f.", "parameters": parameters}}]
+        return counter.request({"messages": [{"role": "user", "content": "x"}], "tools": tools}).components[
+            "tool_definitions"
+        ]
+
+    def test_nested_objects_arrays_and_enums_all_add_tokens(self, counter_for):
+        counter = counter_for("gpt-4o")
+        flat = {"type": "object", "properties": {"a": {"type": "string"}}}
+        nested = {
+            "type": "object",
+            "properties": {
+                "a": {"type": "string"},
+                "filter": {
+                    "type": "object",
+                    "properties": {
+                        "tags": {"type": "array", "items": {"type": "string", "enum": ["red", "green", "blue"]}},
+                        "since": {"type": "string", "format": "date-time"},
+                    },
+                    "required": ["tags"],
+                },
+            },
+        }
+        assert self._count(counter, nested) > self._count(counter, flat) + counter.text(
+            "red green blue since tags filter"
+        )
+
+    def test_a_nested_schema_is_never_counted_below_its_rendered_namespace(self, counter_for):
+        from proxy.core.tools import render_function
+
+        counter = counter_for("gpt-4o")
+        parameters = {
+            "type": "object",
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "sku": {"type": "string", "description": "Stock keeping unit"},
+                            "qty": {"type": "integer", "minimum": 1},
+                        },
+                        "required": ["sku", "qty"],
+                    },
+                }
+            },
+            "required": ["items"],
+        }
+        rendered = render_function({"name": "f", "description": "Does f.", "parameters": parameters})
+        assert "Array<{" in rendered and "sku: string" in rendered and "qty: number" in rendered
+        assert self._count(counter, parameters) >= counter.text(rendered)
+
+    def test_required_changes_the_rendering(self):
+        from proxy.core.tools import render_function
+
+        schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+        assert "a?: string" in render_function({"name": "f", "parameters": schema})
+        assert "a: string" in render_function({"name": "f", "parameters": {**schema, "required": ["a"]}})
+
+    def test_a_forced_tool_choice_costs_tokens(self, counter_for):
+        counter = counter_for("gpt-4o")
+        base = {"messages": COOKBOOK_TOOL_MESSAGES, "tools": COOKBOOK_TOOLS}
+        forced = {**base, "tool_choice": {"type": "function", "function": {"name": "get_current_weather"}}}
+        assert counter.request(forced).total > counter.request(base).total
+
+    def test_hosted_tools_without_a_schema_are_counted_from_their_json(self, counter_for):
+        counter = counter_for("gpt-4o")
+        body = {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "web_search_preview", "search_context_size": "high"}],
+        }
+        assert counter.request(body).components["tool_definitions"] > 0
+
+
+class TestResponseFormat:
+    def test_a_json_schema_is_counted_and_grows_with_the_schema(self, counter_for):
+        counter = counter_for("gpt-4o")
+        small = {
+            "type": "json_schema",
+            "json_schema": {"name": "r", "schema": {"type": "object", "properties": {"a": {"type": "string"}}}},
+        }
+        big_props = {f"field_{i}": {"type": "string", "description": f"The value of field {i}"} for i in range(20)}
+        big = {
+            "type": "json_schema",
+            "json_schema": {"name": "r", "schema": {"type": "object", "properties": big_props}},
+        }
+        body = {"messages": [{"role": "user", "content": "x"}]}
+        small_n = counter.request({**body, "response_format": small}).components["response_format"]
+        big_n = counter.request({**body, "response_format": big}).components["response_format"]
+        assert small_n > 0
+        assert big_n - small_n >= counter.text(json.dumps(big_props, separators=(",", ":"))) // 2
+
+
+class TestEstimatesAreFlagged:
+    def test_an_unknown_model_says_its_window_was_assumed(self, counter_for):
+        count = counter_for("totally-unknown-model").request({"messages": [{"role": "user", "content": "hi"}]})
+        assert not count.exact
+        assert any("not in the model map" in note for note in count.notes)
+
+    def test_a_scaled_tokenizer_says_it_is_an_estimate(self, counter_for):
+        count = counter_for("claude-sonnet-4-5").request({"messages": [{"role": "user", "content": "hi"}]})
+        assert not count.exact
+        assert any("estimate" in note for note in count.notes)
+
+    def test_non_object_parts_and_unknown_part_types_are_counted_not_ignored(self, counter_for):
+        counter = counter_for("gpt-4o")
+        m = counter.message({"role": "user", "content": [{"type": "mystery", "payload": "x" * 100}]}, 0)
+        assert m.tokens > counter.text("x" * 100) // 2
+        assert m.notes
+
+
+class TestAudioAndFiles:
+    def test_wav_audio_is_priced_by_its_duration(self, counter_for):
+        import base64
+        import struct
+
+        rate = 16000 * 2  # 16 kHz mono 16-bit
+        header = (
+            b"RIFF"
+            + struct.pack("<I", 36 + rate * 2)
+            + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, 16000, rate, 2, 16)
+        )
+        header += b"data" + struct.pack("<I", rate * 2)
+        wav = base64.b64encode(header + b"\0" * (rate * 2)).decode()  # two seconds
+        part = {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}}
+        m = counter_for("gpt-4o").message({"role": "user", "content": [part]}, 0)
+        assert m.media_tokens == 64  # 2 s at 32 tokens/s
+
+    def test_a_pdf_is_priced_per_page_and_flagged(self, counter_for):
+        import base64
+
+        pdf = b"%PDF-1.4\n1 0 obj << /Type /Pages >>\n2 0 obj << /Type /Page >>\n3 0 obj << /Type /Page >>\n%%EOF"
+        part = {
+            "type": "file",
+            "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode()},
+        }
+        m = counter_for("gpt-4o").message({"role": "user", "content": [part]}, 0)
+        assert m.media_tokens >= 2 * 85
+        assert any("2 page" in n for n in m.notes)

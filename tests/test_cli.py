@@ -1,0 +1,97 @@
+"""The `context-guard count` and `trim` commands."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from proxy.cli import main
+
+
+def _run(capsys, monkeypatch, argv, stdin: str | None = None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _long_conversation(turns: int = 60) -> dict:
+    messages = [{"role": "system", "content": "You are helpful."}]
+    for i in range(turns):
+        messages += [
+            {"role": "user", "content": f"Question {i}: " + "tell me more about the history of rivers " * 20},
+            {"role": "assistant", "content": f"Answer {i}: " + "rivers shaped the valleys over time " * 20},
+        ]
+    messages.append({"role": "user", "content": "Summarise."})
+    return {"model": "gpt-4", "messages": messages}
+
+
+class TestCount:
+    def test_prints_the_report_with_the_budget(self, capsys, monkeypatch, tmp_path):
+        path = tmp_path / "body.json"
+        path.write_text(json.dumps({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}))
+        code, out, _ = _run(capsys, monkeypatch, ["count", str(path)])
+        report = json.loads(out)
+        assert code == 0
+        assert report["prompt_tokens"] == 8 and report["context_window"] == 8192 and report["fits"] is True
+        assert report["input_budget"] == 8192 - 1228 - 410
+        assert set(report["components"]) >= {"system", "history", "latest_user", "images"}
+        assert report["messages"] == [{"index": 0, "role": "user", "tokens": 5}]
+
+    def test_reads_standard_input_and_takes_the_model_flag(self, capsys, monkeypatch):
+        code, out, _ = _run(
+            capsys,
+            monkeypatch,
+            ["count", "--model", "gpt-4o", "-"],
+            json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        assert code == 0 and json.loads(out)["context_window"] == 128000
+
+    @pytest.mark.parametrize(
+        ("stdin", "message"),
+        [
+            ("not json", "not valid JSON"),
+            ("[1, 2]", "JSON object"),
+            ('{"model": "gpt-4"}', "'messages' is required"),
+            ('{"messages": [{"role": "user", "content": "x"}]}', "no model"),
+        ],
+    )
+    def test_bad_input_is_one_line_and_exit_2(self, capsys, monkeypatch, stdin, message):
+        code, out, err = _run(capsys, monkeypatch, ["count", "-"], stdin)
+        assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+    def test_a_missing_file_is_exit_2(self, capsys, monkeypatch, tmp_path):
+        code, _, err = _run(capsys, monkeypatch, ["count", str(tmp_path / "nope.json")])
+        assert code == 2 and "cannot read" in err
+
+
+class TestTrim:
+    def test_a_long_conversation_is_cut_to_fit_with_exit_0(self, capsys, monkeypatch):
+        code, out, _ = _run(capsys, monkeypatch, ["trim", "-"], json.dumps(_long_conversation()))
+        result = json.loads(out)
+        assert code == 0
+        assert result["report"]["outcome"] == "trimmed"
+        assert result["report"]["tokens_after"] <= result["report"]["budget"]["input_budget"]
+        assert result["body"]["messages"][0]["role"] == "system"
+        assert result["body"]["messages"][-1]["content"] == "Summarise."
+        assert all(r["kind"] == "dropped" for r in result["report"]["removed"])
+
+    def test_the_context_window_flag_overrides_the_model(self, capsys, monkeypatch):
+        body = {"model": "gpt-4o", "messages": _long_conversation(10)["messages"]}
+        code, out, _ = _run(capsys, monkeypatch, ["trim", "--context-window", "4000", "-"], json.dumps(body))
+        assert code == 0 and json.loads(out)["report"]["budget"]["context_window"] == 4000
+
+    def test_a_request_that_cannot_fit_is_rejected_with_exit_3(self, capsys, monkeypatch):
+        body = {
+            "model": "gpt-4",
+            "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}],
+        }
+        code, out, _ = _run(capsys, monkeypatch, ["trim", "-"], json.dumps(body))
+        result = json.loads(out)
+        assert code == 3 and result["report"]["outcome"] == "rejected"
+        assert "input budget is 6,554 tokens" in result["report"]["error"]
+        assert result["body"] == body
