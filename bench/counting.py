@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from bench.conversations import agent_conversation, all_text  # noqa: E402
-from proxy.core.models import ModelRegistry  # noqa: E402
-from proxy.core.tokenizer import CountCache  # noqa: E402
-from proxy.core.tokens import RequestCounter  # noqa: E402
-from proxy.encodings import Tokenizers  # noqa: E402
-from proxy.model_map import load_model_map  # noqa: E402
+from bench.conversations import agent_conversation, all_text
+from proxy.core.models import ModelRegistry
+from proxy.core.tokenizer import CountCache
+from proxy.core.tokens import RequestCounter
+from proxy.encodings import Tokenizers
+from proxy.model_map import load_model_map
 
 
 def best_of(repeat: int, fn) -> float:  # type: ignore[no-untyped-def]
@@ -66,17 +66,26 @@ def main() -> None:
     cache = CountCache()
     RequestCounter(profile, tokenizer, cache).request(body)
     grown = copy.copy(body)
-    grown["messages"] = [*body["messages"], {"role": "assistant", "content": "Here is the summary."},
-                         {"role": "user", "content": "Thanks. Now list the open risks."}]
+    grown["messages"] = [
+        *body["messages"],
+        {"role": "assistant", "content": "Here is the summary."},
+        {"role": "user", "content": "Thanks. Now list the open risks."},
+    ]
     warm_counter = RequestCounter(profile, tokenizer, cache)
     warm_s = best_of(args.repeat, lambda: warm_counter.request(grown))
 
-    print(f"conversation: {len(body['messages'])} messages, {total:,} prompt tokens ({raw_tokens:,} in the raw text), "
-          f"{len(text.encode()) / 1e6:.1f} MB of text, model {body['model']} ({tokenizer.name})")
+    print(
+        f"conversation: {len(body['messages'])} messages, {total:,} prompt tokens ({raw_tokens:,} in the raw text), "
+        f"{len(text.encode()) / 1e6:.1f} MB of text, model {body['model']} ({tokenizer.name})"
+    )
     print(f"{'measure':44} {'seconds':>9} {'ratio':>10}")
     print(f"{'baseline: raw tiktoken encode_ordinary':44} {raw_s:9.3f} {'1.00x':>10}")
-    print(f"{'context-guard cold (empty cache)':44} {cold_s:9.3f} {raw_s / cold_s:9.2f}x  throughput vs raw (target >= 0.8x)")
-    print(f"{'context-guard warm (one new turn)':44} {warm_s:9.4f} {cold_s / warm_s:9.1f}x  faster than cold (target >= 20x)")
+    print(
+        f"{'context-guard cold (empty cache)':44} {cold_s:9.3f} {raw_s / cold_s:9.2f}x  throughput vs raw (target >= 0.8x)"
+    )
+    print(
+        f"{'context-guard warm (one new turn)':44} {warm_s:9.4f} {cold_s / warm_s:9.1f}x  faster than cold (target >= 20x)"
+    )
 
     if not args.no_litellm:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -84,10 +93,14 @@ def main() -> None:
         import litellm
 
         import_s = time.perf_counter() - start
-        ll_s = best_of(1, lambda: litellm.token_counter(model=body["model"], messages=body["messages"], tools=body["tools"]))
+        ll_s = best_of(
+            1, lambda: litellm.token_counter(model=body["model"], messages=body["messages"], tools=body["tools"])
+        )
         ll_tokens = litellm.token_counter(model=body["model"], messages=body["messages"], tools=body["tools"])
-        print(f"{'litellm.token_counter':44} {ll_s:9.3f} {raw_s / ll_s:9.2f}x  throughput vs raw; "
-              f"counts {ll_tokens:,} vs our {total:,} (import took {import_s:.1f} s)")
+        print(
+            f"{'litellm.token_counter':44} {ll_s:9.3f} {raw_s / ll_s:9.2f}x  throughput vs raw; "
+            f"counts {ll_tokens:,} vs our {total:,} (import took {import_s:.1f} s)"
+        )
     print(f"(best of {args.repeat} runs each; the machine has {os.cpu_count()} cores)")
 
 

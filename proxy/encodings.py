@@ -76,7 +76,9 @@ class Tokenizers:
         if spec.kind == "huggingface":
             return EncoderTokenizer(f"hf:{Path(spec.source).name}", _hf_encoder(spec.source), spec.multiplier)
         encoding = self._tiktoken_encoding(spec.source)
-        return EncoderTokenizer(spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary))
+        return EncoderTokenizer(
+            spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary)
+        )
 
     def _tiktoken_encoding(self, name: str) -> tiktoken.Encoding:
         import tiktoken

@@ -163,7 +163,9 @@ class RequestCounter:
                         texts.append(part["text"])
         if len(texts) < 2:
             return
-        counts = self.cache.count_many(self.tokenizer, texts) if self.cache is not None else self.tokenizer.count_many(texts)
+        counts = (
+            self.cache.count_many(self.tokenizer, texts) if self.cache is not None else self.tokenizer.count_many(texts)
+        )
         self._prefetched = {id(t): (t, n) for t, n in zip(texts, counts, strict=True)}
 
     def request(self, body: Mapping[str, Any]) -> RequestCount:

@@ -1,0 +1,167 @@
+"""Properties of trimming over generated conversations (hypothesis).
+
+Conversations have system prompts, named users, content-part arrays, images, parallel tool calls
+with results in any order, very long tool results, and sometimes a tool exchange still in
+progress after the latest user message. Whatever the window and pipeline:
+
+- the result fits its budget, or is an explicit rejection of the untouched body;
+- it is a valid request: no orphaned results, no calls missing results, history opens on a user;
+- pinned messages and the latest user message are kept; messages stay in order;
+- every field outside `messages` is kept; the reported tokens match a fresh recount;
+- trimming the result again changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from proxy.core.tokens import RequestCounter
+from proxy.core.turns import validity_problems
+from tests.conftest import png_data_url
+from tests.core.trimming import fit, profile, tokenizer
+
+WORDS = ["alpha", "beta", "gamma", "delta", "río", "数据", "東京", "{", "}", "\n", "def", "return", "42"]
+text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=60).map(" ".join)
+long_text = st.integers(min_value=500, max_value=4000).map(lambda n: " ".join(WORDS[i % len(WORDS)] for i in range(n)))
+image = st.sampled_from(
+    [
+        {"type": "image_url", "image_url": {"url": png_data_url(1024, 768)}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}},
+    ]
+)
+
+
+@st.composite
+def user_message(draw: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "user"}
+    if draw(st.booleans()):
+        message["content"] = draw(text)
+    else:
+        parts = [{"type": "text", "text": draw(text)}]
+        parts += draw(st.lists(image, max_size=2))
+        message["content"] = parts
+    if draw(st.integers(0, 4)) == 0:
+        message["name"] = draw(st.sampled_from(["ana", "bo"]))
+    return message
+
+
+@st.composite
+def tool_exchange(draw: Any, prefix: str) -> list[dict[str, Any]]:
+    n = draw(st.integers(1, 3))
+    ids = [f"{prefix}_{i}" for i in range(n)]
+    calls = [{"id": i, "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}} for i in ids]
+    results = [{"role": "tool", "tool_call_id": i, "content": draw(st.one_of(text, long_text))} for i in ids]
+    order = draw(st.permutations(results))
+    return [{"role": "assistant", "content": None, "tool_calls": calls}, *order]
+
+
+@st.composite
+def conversation(draw: Any) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": draw(text)})
+    if draw(st.integers(0, 5)) == 0:
+        messages.append({"role": "developer", "content": draw(text)})
+    for t in range(draw(st.integers(0, 8))):
+        messages.append(draw(user_message()))
+        for k in range(draw(st.integers(0, 2))):
+            messages += draw(tool_exchange(f"c{t}_{k}"))
+        if draw(st.booleans()):
+            assistant: dict[str, Any] = {"role": "assistant", "content": draw(st.one_of(text, long_text))}
+            if draw(st.integers(0, 4)) == 0:
+                assistant["reasoning_content"] = draw(text)
+            messages.append(assistant)
+    messages.append(draw(user_message()))
+    if draw(st.integers(0, 3)) == 0:
+        messages += draw(tool_exchange("live"))
+    body: dict[str, Any] = {"model": "gpt-4o", "messages": messages, "temperature": 0.3, "x-extra": {"k": [1]}}
+    if draw(st.booleans()):
+        body["max_tokens"] = draw(st.integers(100, 3000))
+    return body
+
+
+pipelines = st.sampled_from(
+    [
+        ("drop_oldest_turns", "shrink_tool_results", "shrink_messages", "drop_recent_turns", "shrink_latest_user"),
+        (
+            "drop_images",
+            "clamp_max_tokens",
+            "drop_oldest_turns",
+            "shrink_tool_results",
+            "shrink_messages",
+            "drop_recent_turns",
+            "shrink_latest_user",
+        ),
+        ("shrink_tool_results", "drop_oldest_turns"),
+        ("drop_oldest_turns",),
+    ]
+)
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+
+def _is_pinned(message: dict[str, Any]) -> bool:
+    return message.get("role") in ("system", "developer")
+
+
+def _latest_user(messages: list[dict[str, Any]]) -> int:
+    return max(i for i, m in enumerate(messages) if m["role"] == "user")
+
+
+@SETTINGS
+@given(body=conversation(), window=st.integers(1500, 30000), pipeline=pipelines)
+def test_trimming_always_yields_a_valid_fitting_request_or_an_explicit_rejection(body, window, pipeline):
+    result = fit(body, window, pipeline=pipeline).result
+    original = body["messages"]
+    event(result.outcome)
+
+    if result.outcome == "rejected":
+        assert result.body is body
+        return
+    assert result.outcome in ("unchanged", "trimmed")
+    assert result.fits
+
+    kept = result.body["messages"]
+    assert validity_problems(kept) == validity_problems(original) == []
+
+    # The reported count is the count of the body actually returned.
+    counter = RequestCounter(profile(window), tokenizer())
+    assert counter.request(result.body).total == result.tokens_after
+
+    # Order kept; dropped messages are exactly those reported as dropped.
+    dropped = {r.index for r in result.removals if r.kind == "dropped"}
+    survivors = [i for i in range(len(original)) if i not in dropped]
+    assert len(survivors) == len(kept)
+    for i, message in zip(survivors, kept, strict=True):
+        assert message["role"] == original[i]["role"]
+        changed = {r.index for r in result.removals if r.kind != "dropped"}
+        if i not in changed:
+            assert message is original[i]
+
+    # Pinned messages and the latest user message survive.
+    assert [m for m in kept if _is_pinned(m)] == [m for m in original if _is_pinned(m)]
+    assert _latest_user(original) in survivors
+
+    # Every field outside messages survives (max_tokens only lowered, by the clamp).
+    for key, value in body.items():
+        if key == "messages":
+            continue
+        if key == "max_tokens" and "clamp_max_tokens" in result.strategies:
+            assert result.body[key] <= value
+        else:
+            assert result.body[key] == value
+
+
+@SETTINGS
+@given(body=conversation(), window=st.integers(1500, 30000), pipeline=pipelines)
+def test_trimming_is_idempotent(body, window, pipeline):
+    first = fit(body, window, pipeline=pipeline).result
+    second = fit(dict(first.body), window, pipeline=pipeline).result
+    if first.outcome == "rejected":
+        assert second.outcome == "rejected"
+    else:
+        assert second.outcome == "unchanged" and second.body["messages"] == first.body["messages"]
