@@ -9,13 +9,13 @@ message on standard error.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, TextIO
 
-import orjson
-
+from proxy.codec import loads as parse_json
 from proxy.core.models import ModelOverride
 from proxy.core.plan import InvalidBody, validate_body
 from proxy.errors import ConfigError
@@ -129,13 +129,13 @@ def _read_json(name: str, stdin: TextIO) -> object:
     except OSError as exc:
         raise _InputError(f"cannot read {name}: {exc.strerror or exc}") from None
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        return parse_json(data)
+    except ValueError as exc:
         raise _InputError(f"{'standard input' if name == '-' else name} is not valid JSON: {exc}") from None
 
 
 def _print(value: object) -> None:
-    sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()
 
 

@@ -34,10 +34,11 @@ class GuardError(Exception):
     error_type: ClassVar[str] = "server_error"
     code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers = headers or {}  # added to the error response (e.g. the guard's token report)
 
     def to_openai(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}

@@ -8,6 +8,7 @@ clear message instead of on its first request.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,5 +55,11 @@ class Guard:
     def plan(self, body: Mapping[str, Any], model: str, context_window: int | None = None) -> Plan:
         profile = self.profile(model)
         return plan_request(
-            body, profile, self.tokenizer(profile), self.settings.trim, self.cache, context_window=context_window
+            body,
+            profile,
+            self.tokenizer(profile),
+            self.settings.trim,
+            self.cache,
+            context_window=context_window,
+            clock=time.perf_counter,
         )

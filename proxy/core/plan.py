@@ -7,7 +7,7 @@ the counting of a very large body off its event loop.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,6 +38,8 @@ class TrimPolicy:
 class Plan:
     count: RequestCount
     result: TrimResult
+    count_seconds: float = 0.0  # measured only when a clock is given
+    trim_seconds: float = 0.0
 
 
 def validate_body(body: object) -> Mapping[str, Any]:
@@ -66,11 +68,16 @@ def plan_request(
     cache: CountCache | None = None,
     pipeline: Sequence[Strategy] | None = None,
     context_window: int | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Plan:
     """Count `body` for `profile` and fit it to its budget. `context_window` overrides the
-    profile's (the self-correction of a model whose provider counts more than we do)."""
+    profile's (the self-correction of a model whose provider counts more than we do); `clock`
+    (e.g. `time.perf_counter`) times the two phases."""
+    tick = clock or (lambda: 0.0)
     counter = RequestCounter(profile, tokenizer, cache)
+    started = tick()
     count = counter.request(body)
+    counted = tick()
     result = trim(
         body,
         count,
@@ -80,4 +87,4 @@ def plan_request(
         profile.context_window if context_window is None else context_window,
         policy.overflow,
     )
-    return Plan(count, result)
+    return Plan(count, result, counted - started, tick() - counted)

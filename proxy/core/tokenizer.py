@@ -164,7 +164,7 @@ class CountCache:
         if self.max_entries == 0 or len(text) < self.min_chars:
             return tokenizer.count(text)
         key = self.key(tokenizer, text)
-        cached = self.get(key)
+        cached: int | None = self.get(key)
         if cached is None:
             cached = tokenizer.count(text)
             self.put(key, cached)

@@ -359,7 +359,7 @@ def _freeze(value: object, depth: int) -> Hashable:
     `true` never share a key."""
     kind = type(value)
     if kind is str or value is None:
-        return value  # type: ignore[return-value]  # a str or None
+        return value
     if depth > 16:
         raise _TooDeep
     if kind is dict:

@@ -1,0 +1,179 @@
+"""Talking to upstreams: routing, headers, forwarding, streaming, and error mapping.
+
+Every upstream comes from the config; a client can name a model, never a host, so the proxy is
+never an open relay. aiohttp's errors are translated in one place, `upstream_errors()`:
+refused or reset connections become `UpstreamUnavailable` (502), timeouts `UpstreamTimeout` (504).
+Responses are relayed chunk by chunk as they arrive, compressed bytes and all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.errors import ModelNotRouted, UpstreamTimeout, UpstreamUnavailable
+from proxy.settings import Route, Settings, UpstreamSettings
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+OWN_HEADER_PREFIX = "x-context-guard-"
+MAX_ERROR_BODY = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Target:
+    upstream: UpstreamSettings
+    model: str | None  # the name to send upstream (renamed by the route, if it says so)
+
+
+class Router:
+    def __init__(self, settings: Settings) -> None:
+        self.upstreams = settings.upstreams
+        self.routes: tuple[Route, ...] = settings.routes
+
+    def route(self, model: str | None) -> Target:
+        """The upstream for `model`: the first route whose name or glob matches it."""
+        if model is not None:
+            for route in self.routes:
+                if route.match == model or fnmatch.fnmatchcase(model, route.match):
+                    return Target(self.upstreams[route.upstream], route.rename or model)
+            raise ModelNotRouted(f"no upstream is configured for model {model!r}", param="model")
+        return self.default()
+
+    def default(self) -> Target:
+        """For requests that name no model: the catch-all route's upstream, else the first route's."""
+        route = next((r for r in self.routes if r.match == "*"), self.routes[0])
+        return Target(self.upstreams[route.upstream], None)
+
+
+def upstream_url(upstream: UpstreamSettings, path: str, query: str) -> str:
+    """The upstream's base URL (which ends in its API version, e.g. `/v1`) plus the client's path
+    after its own `/v1`, plus the query string untouched."""
+    if path == "/v1" or path.startswith("/v1/"):
+        path = path[3:]
+    return upstream.base_url + path + (f"?{query}" if query else "")
+
+
+def request_headers(
+    client: Mapping[str, str], upstream: UpstreamSettings, authorization: str | None
+) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in client.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower == "authorization" or lower.startswith(OWN_HEADER_PREFIX):
+            continue
+        headers.add(name, value)
+    for name, value in upstream.headers.items():
+        headers[name] = value
+    if authorization:
+        headers["Authorization"] = authorization
+    return headers
+
+
+def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
+    return CIMultiDict((k, v) for k, v in upstream.items() if k.lower() not in HOP_BY_HOP)
+
+
+@contextlib.contextmanager
+def upstream_errors(upstream: UpstreamSettings) -> Iterator[None]:
+    """aiohttp's failures as the proxy's own errors; every other exception passes through."""
+    try:
+        yield
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        raise UpstreamTimeout(f"upstream {upstream.name!r} did not answer in time") from exc
+    except aiohttp.ClientResponseError as exc:
+        raise UpstreamUnavailable(f"upstream {upstream.name!r} sent a malformed response: {exc.message}") from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        reason = type(exc).__name__
+        raise UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable ({reason})") from exc
+
+
+@contextlib.asynccontextmanager
+async def send(
+    session: aiohttp.ClientSession,
+    upstream: UpstreamSettings,
+    method: str,
+    url: str,
+    headers: CIMultiDict[str],
+    body: bytes,
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    timeout = aiohttp.ClientTimeout(total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout)
+    with upstream_errors(upstream):
+        async with session.request(
+            method,
+            url,
+            headers=headers,
+            data=body or None,
+            timeout=timeout,
+            allow_redirects=False,
+            auto_decompress=False,
+        ) as response:
+            yield response
+
+
+async def read_error_body(upstream: UpstreamSettings, response: aiohttp.ClientResponse) -> bytes:
+    with upstream_errors(upstream):
+        return await response.content.read(MAX_ERROR_BODY)
+
+
+@dataclass
+class Relayed:
+    response: web.StreamResponse
+    broken: str | None = None  # why the upstream stream ended early, if it did
+    client_gone: bool = False
+
+
+async def relay(
+    request: web.Request,
+    upstream: UpstreamSettings,
+    response: aiohttp.ClientResponse,
+    extra_headers: Mapping[str, str],
+) -> Relayed:
+    """Stream `response` to the client as it arrives. A client that goes away ends the relay
+    (and, by leaving `send()`, closes the upstream connection). An upstream that breaks
+    mid-stream ends the client's stream cleanly: an SSE error event for event streams, then EOF."""
+    out = web.StreamResponse(status=response.status, reason=response.reason)
+    out.headers.update(response_headers(response.headers))
+    out.headers.update(extra_headers)
+    await out.prepare(request)
+    relayed = Relayed(out)
+    try:
+        async for chunk in response.content.iter_any():
+            await out.write(chunk)
+    except ConnectionResetError:
+        relayed.client_gone = True
+        return relayed
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        relayed.broken = f"upstream {upstream.name!r} ended the stream early ({type(exc).__name__})"
+        if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+            error = {
+                "message": relayed.broken,
+                "type": "upstream_error",
+                "param": None,
+                "code": "upstream_stream_broken",
+            }
+            with contextlib.suppress(ConnectionResetError):
+                await out.write(b"data: " + json.dumps({"error": error}).encode() + b"\n\n")
+    with contextlib.suppress(ConnectionResetError):
+        await out.write_eof()
+    return relayed

@@ -1,0 +1,85 @@
+"""Fixtures for the gateway: a real fake upstream, a real proxy in front of it, captured logs.
+
+Both are aiohttp servers on port 0 of 127.0.0.1, in the test's event loop. Clients are the
+official `openai` SDK (async, or sync in a worker thread) and plain aiohttp.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from proxy.guard import Guard
+from proxy.logging import configure_logging
+from proxy.server.app import create_app
+from proxy.settings import Settings, settings_from_dict
+from tests.server.fake_upstream import FakeUpstream
+
+
+@pytest.fixture
+async def upstream(aiohttp_server: Any) -> FakeUpstream:
+    fake = FakeUpstream()
+    server = await aiohttp_server(fake.app())  # TestServer cancels handlers of clients that leave
+    fake.url = str(server.make_url("/v1"))  # type: ignore[attr-defined]
+    return fake
+
+
+class Logs:
+    def __init__(self) -> None:
+        self.stream = io.StringIO()
+        configure_logging("json", "debug", stream=self.stream)
+
+    @property
+    def text(self) -> str:
+        return self.stream.getvalue()
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        events = [json.loads(line) for line in self.text.splitlines() if line.strip()]
+        return [e for e in events if name is None or e.get("event") == name]
+
+
+@pytest.fixture
+def logs() -> Logs:
+    return Logs()
+
+
+def gateway_settings(upstream_url: str, env: dict[str, str] | None = None, **sections: Any) -> Settings:
+    """Settings as a YAML file would give them: one upstream `fake` unless `upstreams` is given."""
+    data: dict[str, Any] = {"upstreams": {"fake": {"base_url": upstream_url, "read_timeout": 5, "connect_timeout": 2}}}
+    data.update(sections)
+    return settings_from_dict(data, "test.yaml", env or {})
+
+
+Proxy = Callable[..., Awaitable[TestServer]]
+
+
+@pytest.fixture
+def start_proxy(aiohttp_server: Any, model_map: Any, logs: Logs) -> Proxy:
+    async def start(settings: Settings) -> TestServer:
+        app = create_app(settings, Guard(settings, model_map))
+        return await aiohttp_server(app)  # type: ignore[no-any-return]
+
+    return start
+
+
+@pytest.fixture
+async def proxy(start_proxy: Proxy, upstream: FakeUpstream) -> TestServer:
+    return await start_proxy(gateway_settings(upstream.url))  # type: ignore[attr-defined]
+
+
+def long_conversation(turns: int = 80, words: int = 60) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": "You are a patient tutor."}]
+    for i in range(turns):
+        messages.append(
+            {"role": "user", "content": f"Question {i}: " + "explain the water cycle in detail " * (words // 6)}
+        )
+        messages.append(
+            {"role": "assistant", "content": f"Answer {i}: " + "water evaporates condenses and falls " * (words // 6)}
+        )
+    messages.append({"role": "user", "content": "Thanks! One last question: why is the sky blue?"})
+    return messages

@@ -1,0 +1,83 @@
+"""The runnable examples and the `serve` command, against a real proxy and a fake upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+EXAMPLES = Path(__file__).parent.parent.parent / "examples"
+
+
+async def run(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("script", ["sdk_chat.py", "sdk_stream.py", "sdk_tools.py", "langchain_chat.py"])
+async def test_example_runs_against_the_proxy(proxy, upstream, script):
+    if script == "langchain_chat.py" and importlib.util.find_spec("langchain_openai") is None:
+        pytest.skip("langchain-openai is not installed (the example says so)")
+    env = {**os.environ, "OPENAI_BASE_URL": str(proxy.make_url("/v1")), "OPENAI_API_KEY": "sk-example"}
+    code, out, err = await run(sys.executable, str(EXAMPLES / script), env=env)
+    assert code == 0, err
+    assert "upstream" in out or "part0" in out
+    assert upstream.received
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_the_serve_command_starts_forwards_and_stops(upstream):
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--port",
+        str(port),
+        "--upstream",
+        upstream.url,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(200):  # up to 20 s for the process to start
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}/healthz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.1)
+            body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+            async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                assert r.status == 200 and r.headers["x-context-guard-tokens-before"] == "8"
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == 0, err.decode()
+    assert b'"event": "listening"' in err and b'"event": "request"' in err
+
+
+async def test_serve_with_a_bad_config_exits_2_naming_file_and_key(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("server:\n  port: lots\n")
+    code, _, err = await run(sys.executable, "-m", "proxy", "serve", "--config", str(config), env=dict(os.environ))
+    assert code == 2 and f"{config}: server.port: must be a whole number" in err

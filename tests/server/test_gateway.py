@@ -1,0 +1,168 @@
+"""The gateway end to end: the official openai SDK -> context-guard -> a real upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import openai
+import pytest
+
+from tests.server.conftest import long_conversation
+
+
+def sdk(proxy, **kwargs) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=str(proxy.make_url("/v1")), api_key="sk-client", max_retries=0, **kwargs)
+
+
+class TestTrimmingThroughTheSDK:
+    async def test_a_long_gpt4_conversation_arrives_fitting_its_budget_with_removals_reported(
+        self, proxy, upstream, logs
+    ):
+        messages = long_conversation()
+        raw = await sdk(proxy).chat.completions.with_raw_response.create(model="gpt-4", messages=messages)
+        completion = raw.parse()
+        assert completion.choices[0].message.content == "Hello from upstream."
+
+        sent = upstream.received[-1].json()
+        before, after = (
+            int(raw.headers["x-context-guard-tokens-before"]),
+            int(raw.headers["x-context-guard-tokens-after"]),
+        )
+        budget = int(raw.headers["x-context-guard-budget"])
+        assert before > 8192 and after <= budget == 8192 - 1228 - 410
+        assert int(raw.headers["x-context-guard-removed"]) > 0 and raw.headers["x-request-id"]
+        assert sent["messages"][0] == messages[0] and sent["messages"][-1] == messages[-1]
+        assert len(sent["messages"]) < len(messages)
+
+        (event,) = logs.events("request")
+        assert event["outcome"] == "trimmed" and event["tokens_before"] == before and event["tokens_after"] == after
+        assert len(event["removed"]) == int(raw.headers["x-context-guard-removed"])
+        assert {"index", "role", "kind", "tokens", "hash", "strategy"} <= set(event["removed"][0])
+        assert event["request_id"] == raw.headers["x-request-id"] and event["upstream"] == "fake"
+        assert {"count_ms", "trim_ms", "upstream_ms", "total_ms"} <= set(event)
+
+    async def test_streaming_relays_every_chunk(self, proxy, upstream):
+        stream = await sdk(proxy).chat.completions.create(model="gpt-4", messages=long_conversation(), stream=True)
+        parts = [chunk.choices[0].delta.content async for chunk in stream]
+        assert parts == [f"part{i} " for i in range(5)]
+        assert upstream.received[-1].json()["stream"] is True
+
+    async def test_tool_calls_and_results_survive_trimming_together(self, proxy, upstream):
+        messages = long_conversation(40)
+        messages[3:3] = [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "rain"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "rain is water"},
+        ]
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "lookup",
+                    "description": "Look something up.",
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+                },
+            }
+        ]
+        await sdk(proxy).chat.completions.create(model="gpt-4", messages=messages, tools=tools, tool_choice="auto")
+        sent = upstream.received[-1].json()
+        ids = [m.get("tool_call_id") for m in sent["messages"] if m["role"] == "tool"]
+        calls = [c["id"] for m in sent["messages"] for c in m.get("tool_calls") or []]
+        assert ids == calls and sent["tools"] == tools and sent["tool_choice"] == "auto"
+
+    async def test_the_sync_sdk_works_too(self, proxy, upstream):
+        client = openai.OpenAI(base_url=str(proxy.make_url("/v1")), api_key="sk-client", max_retries=0)
+
+        def call() -> str:
+            return (
+                client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+                .choices[0]
+                .message.content
+            )
+
+        assert await asyncio.to_thread(call) == "Hello from upstream."
+
+
+class TestUntouchedRequests:
+    async def test_a_request_that_fits_arrives_byte_for_byte(self, proxy, upstream):
+        raw = b'{"model": "gpt-4o",   "messages": [{"role": "user", "content": "hi \\u00e9"}], "x_unknown": {"keep": [1, 2.50]}}'
+        async with aiohttp.ClientSession() as session, session.post(
+            proxy.make_url("/v1/chat/completions"), data=raw, headers={"Content-Type": "application/json"}
+        ) as r:
+            assert r.status == 200
+            assert r.headers["x-context-guard-removed"] == "0"
+        assert upstream.received[-1].body == raw
+
+    async def test_fields_we_do_not_know_survive_trimming(self, proxy, upstream):
+        body = {
+            "model": "gpt-4",
+            "messages": long_conversation(),
+            "logit_bias": {"50256": -100},
+            "vendor": {"x": [1]},
+            "seed": 7,
+            "big": 123456789012345678901234567890,
+        }
+        async with aiohttp.ClientSession() as session:
+            async with session.post(proxy.make_url("/v1/chat/completions"), data=json.dumps(body)) as r:
+                assert r.status == 200 and int(r.headers["x-context-guard-removed"]) > 0
+        sent = upstream.received[-1].json()
+        assert {k: v for k, v in sent.items() if k != "messages"} == {k: v for k, v in body.items() if k != "messages"}
+
+
+class TestPassThrough:
+    @pytest.mark.parametrize(
+        ("method", "path", "body", "content_type"),
+        [
+            ("GET", "/v1/models?limit=5&order=desc", b"", None),
+            ("POST", "/v1/embeddings", b'{"model": "text-embedding-3-small", "input": "hello"}', "application/json"),
+            ("POST", "/v1/responses", b'{"model": "gpt-4o", "input": "hi"}', "application/json"),
+            ("POST", "/v1/audio/transcriptions", bytes(range(256)) * 64, "application/octet-stream"),
+            ("DELETE", "/v1/files/file-123", b"", None),
+        ],
+    )
+    async def test_arrives_unchanged_with_method_query_and_body(
+        self, proxy, upstream, method, path, body, content_type
+    ):
+        headers = {"Content-Type": content_type} if content_type else {}
+        async with aiohttp.ClientSession() as session:
+            async with session.request(method, proxy.make_url(path), data=body or None, headers=headers) as r:
+                assert r.status == 200 and await r.read() == (body or b"{}")
+        received = upstream.received[-1]
+        assert (received.method, received.body) == (method, body)
+        assert received.path + (f"?{received.query}" if received.query else "") == path
+
+    async def test_multipart_uploads_arrive_unchanged(self, proxy, upstream):
+        form = aiohttp.FormData()
+        form.add_field("purpose", "batch")
+        form.add_field("file", b'{"custom_id": "1"}\n', filename="batch.jsonl", content_type="application/jsonl")
+        async with aiohttp.ClientSession() as session:
+            async with session.post(proxy.make_url("/v1/files"), data=form) as r:
+                assert r.status == 200
+                sent_body = await r.read()
+        received = upstream.received[-1]
+        assert received.body == sent_body and b'filename="batch.jsonl"' in received.body
+        assert received.headers["Content-Type"].startswith("multipart/form-data; boundary=")
+
+
+class TestHealthAndMetrics:
+    async def test_healthz(self, proxy):
+        async with aiohttp.ClientSession() as session, session.get(proxy.make_url("/healthz")) as r:
+            assert r.status == 200 and await r.json() == {"status": "ok"}
+
+    async def test_metrics_count_requests_trims_and_tokens(self, proxy, upstream):
+        await sdk(proxy).chat.completions.create(model="gpt-4", messages=long_conversation())
+        async with aiohttp.ClientSession() as session, session.get(proxy.make_url("/metrics")) as r:
+            text = await r.text()
+        assert 'context_guard_requests_total{kind="chat",outcome="trimmed",status="200"} 1.0' in text
+        assert 'context_guard_trims_total{model="gpt-4"} 1.0' in text
+        assert (
+            "context_guard_tokens_removed_total" in text
+            and 'context_guard_duration_seconds_bucket{le="0.001",phase="count"}' in text
+        )

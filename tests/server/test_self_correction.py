@@ -1,0 +1,106 @@
+"""When an upstream still says the context is too long, the proxy learns its count and retries once."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import pytest
+
+from proxy.core.corrections import Correction, CorrectionMemory, Overflow, parse_overflow
+from tests.server.conftest import gateway_settings, long_conversation
+from tests.server.fake_upstream import overflow_error
+
+
+async def chat(proxy, body: dict) -> tuple[int, dict, dict]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(proxy.make_url("/v1/chat/completions"), data=json.dumps(body)) as r:
+            return r.status, await r.json(), dict(r.headers)
+
+
+class TestParseOverflow:
+    @pytest.mark.parametrize(
+        ("style", "provider"),
+        [("openai", "openai"), ("vllm", "openai"), ("vertex", "vertex"), ("llamacpp", "llama.cpp")],
+    )
+    def test_reads_each_providers_limit_and_count(self, style, provider):
+        status, error = overflow_error(style, 4096, 5000)
+        overflow = parse_overflow(status, json.dumps(error).encode())
+        assert overflow == Overflow(provider, 4096, 5000)
+
+    def test_reads_vllms_newer_wording(self):
+        message = (
+            "'max_tokens' or 'max_completion_tokens' is too large: 1000. This model's maximum context length is "
+            "4096 tokens and your request has 3500 input tokens (1000 > 4096 - 3500)."
+        )
+        overflow = parse_overflow(400, json.dumps({"object": "error", "message": message}).encode())
+        assert (overflow.limit, overflow.prompt_tokens) == (4096, 3500)
+
+    def test_other_errors_are_not_overflows(self):
+        assert parse_overflow(429, b'{"error": {"message": "maximum context length is 10 tokens"}}') is None
+        assert parse_overflow(400, b'{"error": {"message": "invalid temperature"}}') is None
+
+
+class TestCorrection:
+    def test_scales_the_window_by_how_far_our_count_fell_short(self):
+        correction = Correction.measure(
+            Overflow("vertex", 10000, 12500), our_prompt_tokens=10000, our_window=10000, output_reserve=0
+        )
+        assert correction.factor == 1.25 and correction.window == int(10000 / (1.25 * 1.02))
+
+    def test_takes_the_providers_smaller_limit(self):
+        correction = Correction.measure(
+            Overflow("vllm", 4096, 3000), our_prompt_tokens=3000, our_window=128000, output_reserve=500
+        )
+        assert correction.window == int(4096 / 1.02)
+
+    def test_memory_keeps_the_tightest_and_is_bounded(self):
+        memory = CorrectionMemory(max_models=2)
+        memory.remember("a", Correction(1000, 1.1, "x"))
+        memory.remember("a", Correction(2000, 1.0, "x"))
+        assert memory.get("a").window == 1000
+        memory.remember("b", Correction(1, 1, "x"))
+        memory.remember("c", Correction(1, 1, "x"))
+        assert memory.get("a") is None
+
+
+class TestRetry:
+    @pytest.mark.parametrize("style", ["openai", "vllm", "vertex", "llamacpp"])
+    async def test_a_rejected_request_is_cut_further_and_retried_once(self, proxy, upstream, logs, style):
+        # The provider counts 25% more than we do and its window is 6,000 tokens.
+        upstream.limit, upstream.error_style, upstream.provider_factor = 6000, style, 1.25
+        status, payload, headers = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert status == 200 and payload["choices"][0]["message"]["content"] == "Hello from upstream."
+        first, second = upstream.received
+        assert len(second.json()["messages"]) < len(first.json()["messages"])
+        assert upstream.provider_count(second.json()) <= 6000
+        (event,) = logs.events("request")
+        correction = event["self_correction"]
+        assert correction["provider_limit"] == 6000 and correction["corrected_window"] < 6000
+        assert int(headers["x-context-guard-tokens-after"]) == event["tokens_after"]
+
+    async def test_the_correction_is_remembered_for_the_next_request(self, proxy, upstream):
+        upstream.limit, upstream.provider_factor = 6000, 1.25
+        await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        await chat(proxy, {"model": "gpt-4", "messages": long_conversation(90)})
+        assert len(upstream.received) == 3  # the second request fitted the first time
+
+    async def test_retries_at_most_once_and_relays_the_second_answer(self, proxy, upstream):
+        upstream.fail_with = overflow_error("openai", 6000, 7000)  # says "too long" whatever it is sent
+        status, payload, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert len(upstream.received) == 2 and status == 400
+        assert payload["error"]["code"] == "context_length_exceeded"
+
+    async def test_can_be_switched_off(self, start_proxy, upstream):
+        proxy = await start_proxy(gateway_settings(upstream.url, self_correction={"enabled": False}))
+        upstream.limit = 6000
+        status, _, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert status == 400 and len(upstream.received) == 1
+
+    async def test_streaming_requests_are_corrected_before_any_byte_is_sent(self, proxy, upstream):
+        upstream.limit, upstream.provider_factor = 6000, 1.25
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "gpt-4", "messages": long_conversation(), "stream": True}
+            async with session.post(proxy.make_url("/v1/chat/completions"), data=json.dumps(body)) as r:
+                text = await r.text()
+        assert r.status == 200 and "part4" in text and len(upstream.received) == 2
