@@ -11,6 +11,7 @@ import logging
 import sys
 from typing import Any
 
+import orjson
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -19,7 +20,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 def configure_logging(fmt: str = "auto", level: str = "info", stream: Any = None) -> None:
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and hasattr(stream, "isatty") and stream.isatty())
-    renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+    renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer(_json)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -32,6 +33,11 @@ def configure_logging(fmt: str = "auto", level: str = "info", stream: Any = None
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+
+
+def _json(event: Any, **_: Any) -> str:
+    # A trimmed request's event lists every removal; orjson renders it in a fraction of the time.
+    return orjson.dumps(event, default=str).decode()
 
 
 def get_logger(name: str = "context-guard") -> Any:

@@ -30,6 +30,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 from proxy.core.images import image_cost
 from proxy.core.models import ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
@@ -135,14 +137,14 @@ class RequestCounter:
         return n
 
     def _message_key(self, message: object) -> Hashable | None:
-        """A cache key for a message: its JSON frozen into tuples and hashed with Python's string
-        hash (SipHash with a per-process key, computed once per string), scoped to this
-        tokenizer, chat format and image pricing. None without a cache."""
+        """A cache key for a message: the hash of its compact JSON (which tells `1`, `1.0` and
+        `true` apart), scoped to this tokenizer, chat format and image pricing. None without a
+        cache, or for a message orjson cannot render (integers beyond 64 bits)."""
         if self.cache is None:
             return None
         try:
-            return (self._scope, hash(_freeze(message, 0)))
-        except _TooDeep:
+            return (self._scope, hash(orjson.dumps(message)))
+        except TypeError:
             return None
 
     def _prefetch(self, messages: Sequence[Any]) -> None:
@@ -180,11 +182,17 @@ class RequestCounter:
         components["reply_priming"] = self.fmt.reply_priming
         latest = latest_user_index(messages)
         notes: list[str] = []
+        media = calls = 0
         for count in counts:
-            components["images"] += count.media_tokens
-            components["tool_calls"] += count.tool_call_tokens
-            components[component_of(count.role, count.index == latest)] += count.text_tokens
-            notes += (f"messages[{count.index}]: {note}" for note in count.notes)
+            media += count.media_tokens
+            calls += count.tool_call_tokens
+            components[component_of(count.role, count.index == latest)] += (
+                count.tokens - count.media_tokens - count.tool_call_tokens
+            )
+            if count.notes:
+                notes += (f"messages[{count.index}]: {note}" for note in count.notes)
+        components["images"] += media
+        components["tool_calls"] += calls
         if not self.profile.known:
             window = self.profile.context_window
             notes.append(f"model {self.profile.name!r} is not in the model map: assumed a {window}-token window")
@@ -348,31 +356,6 @@ class RequestCounter:
         # Providers show each page as extracted text and as an image: both are bounded from above.
         tokens = pages * self.profile.images.max_cost("high") + math.ceil(len(raw) / 3)
         return 0, tokens, [f"file of {pages} page(s) estimated at {tokens} tokens"]
-
-
-class _TooDeep(Exception):
-    pass
-
-
-def _freeze(value: object, depth: int) -> Hashable:
-    """JSON as nested tuples. Scalars other than strings carry their type, so `1`, `1.0` and
-    `true` never share a key."""
-    kind = type(value)
-    if kind is str or value is None:
-        return value
-    if depth > 16:
-        raise _TooDeep
-    if kind is dict:
-        items = tuple(value.items())  # type: ignore[attr-defined]
-        for _, v in items:
-            if v is not None and type(v) is not str:
-                return tuple((k, _freeze(v, depth + 1)) for k, v in items)
-        return items  # the common case: every field a string
-    if kind is list:
-        return ("[", *(_freeze(v, depth + 1) for v in value))  # type: ignore[attr-defined]
-    if kind in (int, float, bool):
-        return (kind.__name__, value)
-    raise _TooDeep
 
 
 def component_of(role: str, is_latest_user: bool) -> str:

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_output
 from proxy.core.tokens import RequestCount, RequestCounter
 from proxy.core.turns import Conversation, split_conversation
@@ -92,7 +94,14 @@ class Strategy(Protocol):
 
 
 def content_hash(value: object) -> str:
-    data = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+    """The first 12 hex digits of the SHA-256 of `value` as compact JSON with sorted keys: the
+    same message always gives the same hash, so log lines can be matched without content."""
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:  # integers beyond 64 bits
+        data = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode(
+            "utf-8", "surrogatepass"
+        )
     return hashlib.sha256(data).hexdigest()[:12]
 
 

@@ -20,7 +20,7 @@ from aiohttp import web
 from proxy.codec import dumps, loads
 from proxy.core.corrections import Correction, CorrectionMemory, Overflow, parse_overflow
 from proxy.core.plan import InvalidBody, Plan, validate_body
-from proxy.errors import BadRequest, ContextLengthExceeded, ModelNotRouted, PayloadTooLarge
+from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, ModelNotRouted, PayloadTooLarge
 from proxy.guard import Guard
 from proxy.server.credentials import UpstreamAuth
 from proxy.server.metrics import Metrics
@@ -72,13 +72,27 @@ class Exchange:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
-    raw = await read_body(request, gw.settings.max_body_bytes)
-    large = len(raw) > gw.settings.offload_bytes
-    body = await asyncio.to_thread(parse_chat, raw) if large else parse_chat(raw)
-    model: str = body["model"]
-    exchange = Exchange(
-        request.get(REQUEST_ID, ""), model, select_mode(request, gw, model), gw.router.route(model), body
-    )
+    started = time.perf_counter()
+    try:
+        raw = await read_body(request, gw.settings.max_body_bytes)
+        large = len(raw) > gw.settings.offload_bytes
+        body = await asyncio.to_thread(parse_chat, raw) if large else parse_chat(raw)
+        model: str = body["model"]
+        mode, target = select_mode(request, gw, model), gw.router.route(model)
+    except GuardError as exc:  # refused before it could be routed: still one log event
+        gw.metrics.requests.labels("chat", "invalid", str(exc.status)).inc()
+        elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
+        gw.log.info(
+            "request",
+            request_id=request.get(REQUEST_ID, ""),
+            status=exc.status,
+            outcome="invalid",
+            error=exc.code,
+            param=exc.param,
+            total_ms=elapsed_ms,
+        )
+        raise
+    exchange = Exchange(request.get(REQUEST_ID, ""), model, mode, target, body, started)
     status = 500
     try:
         response = await _handle_chat(request, gw, exchange, raw, body)
@@ -258,6 +272,7 @@ def _log_chat(gw: Gateway, exchange: Exchange, status: int) -> None:
             context_window=result.budget.context_window,
             window_source=profile.window_source,
             budget=result.budget.input_budget,
+            is_constrained=result.budget.is_constrained(gw.settings.trim.budget),
             tokens_before=result.tokens_before,
             tokens_after=result.tokens_after,
             tokenizer=plan.count.tokenizer,

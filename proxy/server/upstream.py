@@ -91,7 +91,16 @@ def request_headers(
 
 
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
-    return CIMultiDict((k, v) for k, v in upstream.items() if k.lower() not in HOP_BY_HOP)
+    """The upstream's headers less hop-by-hop ones. Its own request id (OpenAI's, for support
+    tickets) is kept as `x-upstream-request-id`: `x-request-id` is the proxy's."""
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in upstream.items():
+        lower = name.lower()
+        if lower == "x-request-id":
+            headers["x-upstream-request-id"] = value
+        elif lower not in HOP_BY_HOP:
+            headers.add(name, value)
+    return headers
 
 
 @contextlib.contextmanager
@@ -155,6 +164,8 @@ async def relay(
     out = web.StreamResponse(status=response.status, reason=response.reason)
     out.headers.update(response_headers(response.headers))
     out.headers.update(extra_headers)
+    if response.content_length is not None:  # a whole body of known size keeps its length; streams stay chunked
+        out.content_length = response.content_length
     await out.prepare(request)
     relayed = Relayed(out)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -73,7 +74,8 @@ async def test_the_serve_command_starts_forwards_and_stops(upstream):
         process.send_signal(signal.SIGINT)
         _, err = await asyncio.wait_for(process.communicate(), 20)
     assert process.returncode == 0, err.decode()
-    assert b'"event": "listening"' in err and b'"event": "request"' in err
+    events = [json.loads(line)["event"] for line in err.decode().splitlines() if line.startswith("{")]
+    assert events[0] == "listening" and "request" in events
 
 
 async def test_serve_with_a_bad_config_exits_2_naming_file_and_key(tmp_path):

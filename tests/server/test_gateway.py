@@ -77,6 +77,19 @@ class TestTrimmingThroughTheSDK:
         calls = [c["id"] for m in sent["messages"] for c in m.get("tool_calls") or []]
         assert ids == calls and sent["tools"] == tools and sent["tool_choice"] == "auto"
 
+    async def test_a_refused_request_is_logged_too(self, proxy, logs):
+        async with aiohttp.ClientSession() as session:
+            async with session.post(proxy.make_url("/v1/chat/completions"), data=b"{oops") as r:
+                assert r.status == 400
+        (event,) = logs.events("request")
+        assert (event["outcome"], event["status"], event["error"]) == ("invalid", 400, "invalid_request")
+
+    async def test_whole_responses_keep_their_length_and_the_upstream_request_id(self, proxy, upstream):
+        async with aiohttp.ClientSession() as session:
+            headers = {"x-request-id": "client-chosen-id"}
+            async with session.post(proxy.make_url("/v1/models"), data=b"{}", headers=headers) as r:
+                assert r.headers["Content-Length"] == "2" and r.headers["x-request-id"] == "client-chosen-id"
+
     async def test_the_sync_sdk_works_too(self, proxy, upstream):
         client = openai.OpenAI(base_url=str(proxy.make_url("/v1")), api_key="sk-client", max_retries=0)
 
@@ -93,9 +106,12 @@ class TestTrimmingThroughTheSDK:
 class TestUntouchedRequests:
     async def test_a_request_that_fits_arrives_byte_for_byte(self, proxy, upstream):
         raw = b'{"model": "gpt-4o",   "messages": [{"role": "user", "content": "hi \\u00e9"}], "x_unknown": {"keep": [1, 2.50]}}'
-        async with aiohttp.ClientSession() as session, session.post(
-            proxy.make_url("/v1/chat/completions"), data=raw, headers={"Content-Type": "application/json"}
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                proxy.make_url("/v1/chat/completions"), data=raw, headers={"Content-Type": "application/json"}
+            ) as r,
+        ):
             assert r.status == 200
             assert r.headers["x-context-guard-removed"] == "0"
         assert upstream.received[-1].body == raw

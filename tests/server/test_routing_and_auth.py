@@ -48,11 +48,14 @@ class TestRouting:
         assert [r.json()["model"] for r in upstream.received] == ["gpt-4o"]
 
     async def test_the_client_cannot_choose_the_host(self, proxy, upstream):
-        async with aiohttp.ClientSession() as session, session.post(
-            proxy.make_url("/v1/chat/completions"),
-            data=json.dumps(HI),
-            headers={"Host": "evil.example.com", "X-Forwarded-Host": "evil.example.com"},
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                proxy.make_url("/v1/chat/completions"),
+                data=json.dumps(HI),
+                headers={"Host": "evil.example.com", "X-Forwarded-Host": "evil.example.com"},
+            ) as r,
+        ):
             assert r.status == 200
         assert upstream.received[-1].headers["Host"].startswith("127.0.0.1:")
 

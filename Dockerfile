@@ -1,0 +1,25 @@
+# context-guard: a slim image that needs no network at start.
+# The tiktoken encodings (cl100k_base, o200k_base) and the model map ship inside litellm's wheel;
+# the build loads both once, so an image that lacks them fails to build rather than to start.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+COPY config ./config
+RUN pip install . \
+ && python -c "from proxy.guard import Guard; from proxy.settings import Settings; Guard(Settings())" \
+ && useradd --create-home --uid 10001 guard
+
+USER guard
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+  CMD python -c "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"
+
+ENTRYPOINT ["context-guard", "serve"]
+CMD ["--config", "/app/config/context-guard.yaml", "--host", "0.0.0.0"]
