@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from proxy.core.tokens import COMPONENTS
 from tests.conftest import png_data_url
 
 # The OpenAI cookbook's "How to count tokens with tiktoken" examples, with the API's own counts.
@@ -109,16 +110,8 @@ class TestBreakdown:
         count = counter_for("gpt-4o").request(body)
         assert sum(count.components.values()) == count.total
         assert sum(m.tokens for m in count.messages) + count.fixed_tokens == count.total
-        for component in (
-            "system",
-            "history",
-            "latest_user",
-            "tool_calls",
-            "tool_results",
-            "images",
-            "tool_definitions",
-            "response_format",
-        ):
+        assert set(count.components) == set(COMPONENTS)
+        for component in COMPONENTS:  # this body has something of every kind
             assert count.components[component] > 0, component
         assert count.components["images"] == 85 + 170  # one 512x512 tile
 
