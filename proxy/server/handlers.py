@@ -27,6 +27,7 @@ from proxy.server.metrics import Metrics
 from proxy.server.upstream import (
     Router,
     Target,
+    decoded,
     read_error_body,
     relay,
     request_headers,
@@ -146,7 +147,7 @@ async def _forward(
         if response.status < 400 or plan is None or not gw.settings.self_correction:
             return await _relay(request, gw, exchange, response, extra)
         error_body = await read_error_body(upstream, response)
-        overflow = parse_overflow(response.status, error_body)
+        overflow = parse_overflow(response.status, decoded(error_body, response.headers.get("Content-Encoding")))
         if overflow is None:
             return _buffered(response, error_body, extra)
     # The upstream counted more than we did: learn by how much, cut again, try once more.

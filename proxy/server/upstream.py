@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
+import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -143,6 +144,21 @@ async def send(
 async def read_error_body(upstream: UpstreamSettings, response: aiohttp.ClientResponse) -> bytes:
     with upstream_errors(upstream):
         return await response.content.read(MAX_ERROR_BODY)
+
+
+def decoded(body: bytes, content_encoding: str | None) -> bytes:
+    """`body` without its gzip or deflate encoding, for reading an error, not for relaying it:
+    clients (the openai SDK among them) ask for compressed responses, and the proxy relays bytes
+    as they come. Anything it cannot decode comes back as it was."""
+    encoding = (content_encoding or "").strip().lower()
+    try:
+        if encoding == "gzip":
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+    except zlib.error:
+        pass
+    return body
 
 
 @dataclass

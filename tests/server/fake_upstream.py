@@ -8,6 +8,7 @@ words of OpenAI, vLLM, Vertex AI or llama.cpp, counting them higher than the pro
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import math
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class FakeUpstream:
     provider_factor: float = 1.25
     error_style: str = "openai"
     fail_with: tuple[int, dict[str, Any]] | None = None  # answer every chat request with this error
+    gzip_errors: bool = False  # compress error bodies when the client accepts gzip, as OpenAI does
     stream_cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     stream_started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -111,6 +113,13 @@ class FakeUpstream:
             prompt = self.provider_count(body)
             if prompt > self.limit:
                 status, error = overflow_error(self.error_style, self.limit, prompt)
+                if self.gzip_errors and "gzip" in request.headers.get("Accept-Encoding", ""):
+                    body = gzip.compress(json.dumps(error).encode())
+                    return web.Response(
+                        body=body,
+                        status=status,
+                        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+                    )
                 return web.json_response(error, status=status)
         if body.get("stream"):
             return await self._stream(request, body)

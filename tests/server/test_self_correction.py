@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import aiohttp
+import openai
 import pytest
 
 from proxy.core.corrections import Correction, CorrectionMemory, Overflow, parse_overflow
@@ -78,6 +79,13 @@ class TestRetry:
         correction = event["self_correction"]
         assert correction["provider_limit"] == 6000 and correction["corrected_window"] < 6000
         assert int(headers["x-context-guard-tokens-after"]) == event["tokens_after"]
+
+    async def test_a_gzipped_overflow_error_is_read_and_relayed_compressed(self, proxy, upstream):
+        # The openai SDK asks for gzip; OpenAI then compresses its errors.
+        upstream.limit, upstream.provider_factor, upstream.gzip_errors = 6000, 1.25, True
+        client = openai.AsyncOpenAI(base_url=str(proxy.make_url("/v1")), api_key="k", max_retries=0)
+        completion = await client.chat.completions.create(model="gpt-4", messages=long_conversation())
+        assert completion.choices[0].message.content == "Hello from upstream." and len(upstream.received) == 2
 
     async def test_the_correction_is_remembered_for_the_next_request(self, proxy, upstream):
         upstream.limit, upstream.provider_factor = 6000, 1.25
