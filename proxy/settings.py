@@ -72,7 +72,6 @@ class Settings:
     log_level: str = "info"
     content_preview_chars: int = 0
     trim: TrimPolicy = field(default_factory=TrimPolicy)
-    pipeline_names: tuple[str, ...] = DEFAULT_PIPELINE
     encodings_dir: str | None = None
     cache_entries: int = 100_000
     model_map_file: str | None = None
@@ -166,7 +165,6 @@ def settings_from_dict(data: object, source: str, env: Mapping[str, str]) -> Set
         log_level=log.choice("level", ("debug", "info", "warning", "error"), d.log_level),
         content_preview_chars=log.integer("content_preview_chars", 0, lo=0),
         trim=TrimPolicy(budget=policy, pipeline=pipeline, overflow=overflow),
-        pipeline_names=names,
         encodings_dir=tokenizers.optional_string("encodings_dir"),
         cache_entries=tokenizers.integer("cache_entries", d.cache_entries, lo=0),
         model_map_file=models.optional_string("map_file"),

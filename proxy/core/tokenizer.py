@@ -36,12 +36,6 @@ class Tokenizer(Protocol):
     def count_many(self, texts: list[str]) -> list[int]: ...
 
 
-class EncodeOrdinary(Protocol):
-    """The one method the core needs from a tiktoken `Encoding`."""
-
-    def encode_ordinary(self, text: str) -> list[int]: ...
-
-
 @dataclass(frozen=True, slots=True)
 class EncoderTokenizer:
     """Counts with a real encoder, optionally scaled up by a safety multiplier.

@@ -21,7 +21,7 @@ where the cookbook is, and never below the rendered text where it is not.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.core.models import ChatFormat
@@ -225,9 +225,3 @@ def _text(value: object) -> str:
 
 def _compact_json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str)
-
-
-def sequence_of_mappings(value: object) -> Sequence[Mapping[str, Any]]:
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, Mapping)]
-    return ()

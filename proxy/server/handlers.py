@@ -10,7 +10,9 @@ Each request ends in one log event saying what was removed, never what it said.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +70,8 @@ class Exchange:
     target: Target
     body: dict[str, Any] = field(default_factory=dict)  # as received, for opt-in removal previews
     started: float = field(default_factory=time.perf_counter)
-    fields: dict[str, Any] = field(default_factory=dict)
+    plan: Plan | None = None  # the latest plan (a self-correction replaces the first)
+    fields: dict[str, Any] = field(default_factory=dict)  # what else the log line will say
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -175,37 +178,28 @@ async def _forward(
         return await _relay(request, gw, exchange, response, retry_headers)
 
 
-class _upstream_call:  # used as `async with`, like the send() it wraps
-    """`send()` with auth, URL and headers resolved, timing and error metrics recorded."""
-
-    def __init__(self, request: web.Request, gw: Gateway, exchange: Exchange, payload: bytes) -> None:
-        self.request, self.gw, self.exchange, self.payload = request, gw, exchange, payload
-
-    async def __aenter__(self) -> aiohttp.ClientResponse:
-        upstream = self.exchange.target.upstream
-        auth = await self.gw.auths[upstream.name].header(
-            self.request.headers.get("Authorization"), bool(self.gw.settings.client_keys)
-        )
-        url = upstream_url(upstream, self.request.path, self.request.query_string)
-        headers = request_headers(self.request.headers, upstream, auth)
-        self.started = time.perf_counter()
-        assert self.gw.session is not None, "the app's upstream session is opened at startup"
-        self._cm = send(self.gw.session, upstream, self.request.method, url, headers, self.payload)
-        try:
-            response = await self._cm.__aenter__()
-        except Exception as exc:
-            self.gw.metrics.upstream_errors.labels(upstream.name, type(exc).__name__).inc()
-            raise
-        self.exchange.fields["upstream_status"] = response.status
-        return response
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        try:
-            return await self._cm.__aexit__(*exc_info)
-        finally:
-            elapsed = time.perf_counter() - self.started
-            self.exchange.fields["upstream_ms"] = round(self.exchange.fields.get("upstream_ms", 0) + elapsed * 1000, 2)
-            self.gw.metrics.duration.labels("upstream").observe(elapsed)
+@contextlib.asynccontextmanager
+async def _upstream_call(
+    request: web.Request, gw: Gateway, exchange: Exchange, payload: bytes
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """`send()` with auth, URL and headers resolved, and its time and failures recorded."""
+    upstream = exchange.target.upstream
+    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(gw.settings.client_keys))
+    url = upstream_url(upstream, request.path, request.query_string)
+    headers = request_headers(request.headers, upstream, auth)
+    assert gw.session is not None, "the app's upstream session is opened at startup"
+    started = time.perf_counter()
+    try:
+        async with send(gw.session, upstream, request.method, url, headers, payload) as response:
+            exchange.fields["upstream_status"] = response.status
+            yield response
+    except GuardError as exc:  # the upstream's failures, as upstream_errors() mapped them
+        gw.metrics.upstream_errors.labels(upstream.name, type(exc).__name__).inc()
+        raise
+    finally:
+        elapsed = time.perf_counter() - started
+        exchange.fields["upstream_ms"] = round(exchange.fields.get("upstream_ms", 0) + elapsed * 1000, 2)
+        gw.metrics.duration.labels("upstream").observe(elapsed)
 
 
 async def _relay(
@@ -238,7 +232,7 @@ async def _plan(gw: Gateway, exchange: Exchange, body: dict[str, Any], size: int
         plan = gw.guard.plan(body, exchange.model, window)
     gw.metrics.duration.labels("count").observe(plan.count_seconds)
     gw.metrics.duration.labels("trim").observe(plan.trim_seconds)
-    exchange.fields["plan"] = plan
+    exchange.plan = plan
     return plan
 
 
@@ -256,8 +250,8 @@ def _report_headers(plan: Plan, exchange: Exchange) -> dict[str, str]:
 def _log_chat(gw: Gateway, exchange: Exchange, status: int) -> None:
     total = time.perf_counter() - exchange.started
     gw.metrics.duration.labels("total").observe(total)
-    fields = dict(exchange.fields)
-    plan: Plan | None = fields.pop("plan", None)
+    fields = exchange.fields
+    plan = exchange.plan
     event: dict[str, Any] = {
         "request_id": exchange.request_id,
         "model": exchange.model,
@@ -331,7 +325,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             path=request.path,
             upstream=target.upstream.name,
             status=status,
-            **{k: v for k, v in exchange.fields.items() if k != "plan"},
+            **exchange.fields,
             total_ms=round((time.perf_counter() - exchange.started) * 1000, 2),
         )
 

@@ -23,7 +23,7 @@ def serve(settings: Settings) -> None:
         config=settings.source,
         mode=settings.mode,
         upstreams=upstreams,
-        pipeline=list(settings.pipeline_names),
+        pipeline=[strategy.name for strategy in settings.trim.pipeline],
     )
     # handler_cancellation: a client that disconnects cancels its handler, which closes the upstream call.
     web.run_app(app, host=settings.host, port=settings.port, handler_cancellation=True, access_log=None, print=None)
