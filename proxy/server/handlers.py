@@ -151,8 +151,9 @@ async def _forward(
             return await _relay(request, gw, exchange, response, extra)
         error_body = await read_error_body(upstream, response)
         overflow = parse_overflow(response.status, decoded(error_body, response.headers.get("Content-Encoding")))
+        upstream_answer = _buffered(response, error_body, extra)
         if overflow is None:
-            return _buffered(response, error_body, extra)
+            return upstream_answer
     # The upstream counted more than we did: learn by how much, cut again, try once more.
     budget = plan.result.budget
     correction = gw.corrections.remember(
@@ -171,6 +172,9 @@ async def _forward(
     if retry.result.outcome == "rejected":
         gw.metrics.corrections.labels(exchange.model, "rejected").inc()
         raise ContextLengthExceeded(retry.result.rejection_message(), param="messages", headers=retry_headers)
+    if retry.result.outcome != "trimmed":  # `overflow: forward` and still too long: sending it again cannot help
+        gw.metrics.corrections.labels(exchange.model, "not_retried").inc()
+        return upstream_answer
     gw.metrics.corrections.labels(exchange.model, "retried").inc()
     rename = exchange.target.model != exchange.model
     retry_payload = dumps({**retry.result.body, "model": exchange.target.model} if rename else retry.result.body)
@@ -279,7 +283,9 @@ def _log_chat(gw: Gateway, exchange: Exchange, status: int) -> None:
         )
     event.update(outcome=outcome, **fields, total_ms=round(total * 1000, 2))
     gw.metrics.requests.labels("chat", outcome, str(status)).inc()
-    (gw.log.warning if status >= 500 else gw.log.info)("request", **event)
+    # A request sent on over budget (`overflow: forward`) or a server-side failure is worth a warning.
+    warn = status >= 500 or outcome.endswith("forwarded_over_budget")
+    (gw.log.warning if warn else gw.log.info)("request", **event)
 
 
 def _removal(removal: Any, body: dict[str, Any], preview_chars: int) -> dict[str, Any]:

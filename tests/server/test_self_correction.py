@@ -99,6 +99,21 @@ class TestRetry:
         assert len(upstream.received) == 2 and status == 400
         assert payload["error"]["code"] == "context_length_exceeded"
 
+    async def test_with_overflow_forward_an_uncuttable_request_gets_the_upstreams_own_answer(
+        self, start_proxy, upstream, logs
+    ):
+        proxy = await start_proxy(gateway_settings(upstream.url, trim={"overflow": "forward"}))
+        upstream.limit, upstream.provider_factor = 3000, 1.25
+        body = {
+            "model": "gpt-4",
+            "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}],
+        }
+        status, payload, _ = await chat(proxy, body)
+        assert status == 400 and "maximum context length is 3000" in payload["error"]["message"]
+        assert len(upstream.received) == 1  # not sent twice
+        (event,) = logs.events("request")
+        assert event["outcome"] == "forwarded_over_budget" and event["level"] == "warning"
+
     async def test_can_be_switched_off(self, start_proxy, upstream):
         proxy = await start_proxy(gateway_settings(upstream.url, self_correction={"enabled": False}))
         upstream.limit = 6000
