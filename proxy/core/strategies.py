@@ -6,6 +6,7 @@ latest user message only as a last resort:
 
     drop_images          replace the oldest images with a short marker (opt-in: list it first)
     clamp_max_tokens     lower the request's own max_tokens, never below a floor (opt-in)
+    drop_old_tool_exchanges  drop old tool calls with their results before whole turns (opt-in)
     drop_oldest_turns    drop whole turns, oldest first, keeping the history guarantee
     shrink_tool_results  cut oversized tool results to their cap, middle-out, oldest first
     shrink_messages      the same for long older user and assistant messages
@@ -44,6 +45,31 @@ class DropOldestTurns:
         turns = state.conversation.turns
         guaranteed = _guaranteed(turns, state, self.min_history_turns, self.min_history_tokens)
         _drop_turns(state, turns[: len(turns) - guaranteed], self.name)
+
+
+@dataclass(frozen=True)
+class DropOldToolExchanges:
+    """Drop old tool exchanges (a call with all its results) before whole turns, oldest first,
+    outside the history guarantee: an agent's old tool output usually weighs most and matters
+    least, while the user's questions and the assistant's answers around it stay. List it before
+    `drop_oldest_turns` to give tool exchanges the lower priority."""
+
+    min_history_turns: int = 1
+    min_history_tokens: int = 0
+    name: str = "drop_old_tool_exchanges"
+
+    def __call__(self, state: TrimState) -> None:
+        turns = state.conversation.turns
+        guaranteed = _guaranteed(turns, state, self.min_history_turns, self.min_history_tokens)
+        for turn in turns[: len(turns) - guaranteed]:
+            for unit in turn.units:
+                if not unit.is_tool_exchange:
+                    continue
+                if state.over() <= 0:
+                    return
+                for index in unit.indices:
+                    if index not in state.dropped:
+                        state.drop(index, self.name)
 
 
 @dataclass(frozen=True)
@@ -231,6 +257,7 @@ def _shrink_messages(**options: Any) -> Strategy:
 STRATEGIES: Mapping[str, Callable[..., Strategy]] = {
     "drop_images": DropImages,
     "clamp_max_tokens": ClampMaxTokens,
+    "drop_old_tool_exchanges": DropOldToolExchanges,
     "drop_oldest_turns": DropOldestTurns,
     "shrink_tool_results": _shrink_tool_results,
     "shrink_messages": _shrink_messages,

@@ -73,6 +73,24 @@ class TestDropOldestTurns:
         assert result.tokens_before - result.tokens_after == sum(r.tokens for r in result.removals)
 
 
+class TestDropOldToolExchanges:
+    def test_drops_old_tool_exchanges_before_any_question_or_answer(self):
+        messages = [{"role": "system", "content": "s"}]
+        for i in range(6):
+            messages += [
+                {"role": "user", "content": f"question {i}"},
+                call(f"c{i}"),
+                {"role": "tool", "tool_call_id": f"c{i}", "content": words(900)},
+                {"role": "assistant", "content": f"answer {i}"},
+            ]
+        messages.append({"role": "user", "content": "and now?"})
+        result = fit({"messages": messages}, 5000, pipeline=("drop_old_tool_exchanges", "drop_oldest_turns")).result
+        assert result.fits and validity_problems(result.body["messages"]) == []
+        assert {r.role for r in result.removals} == {"assistant", "tool"}  # only calls and their results
+        kept = [m.get("content") for m in result.body["messages"]]
+        assert all(f"question {i}" in kept and f"answer {i}" in kept for i in range(6))
+
+
 class TestShrinkToolResults:
     def test_cuts_oversized_results_middle_out_with_a_factual_marker(self):
         messages = [

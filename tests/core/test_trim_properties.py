@@ -96,6 +96,7 @@ pipelines = st.sampled_from(
             "shrink_latest_user",
         ),
         ("shrink_tool_results", "drop_oldest_turns"),
+        ("drop_old_tool_exchanges", "drop_oldest_turns", "shrink_tool_results", "drop_recent_turns"),
         ("drop_oldest_turns",),
     ]
 )
