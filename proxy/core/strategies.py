@@ -27,7 +27,7 @@ from typing import Any
 from proxy.core.budget import requested_output
 from proxy.core.shrink import shorten_middle
 from proxy.core.trim import Strategy, TrimState
-from proxy.core.turns import Turn
+from proxy.core.turns import Turn, Unit
 
 IMAGE_MARKER = "[image removed]"
 
@@ -42,9 +42,7 @@ class DropOldestTurns:
     name: str = "drop_oldest_turns"
 
     def __call__(self, state: TrimState) -> None:
-        turns = state.conversation.turns
-        guaranteed = _guaranteed(turns, state, self.min_history_turns, self.min_history_tokens)
-        _drop_turns(state, turns[: len(turns) - guaranteed], self.name)
+        _drop_groups(state, _unguaranteed(state, self.min_history_turns, self.min_history_tokens), self.name)
 
 
 @dataclass(frozen=True)
@@ -59,17 +57,9 @@ class DropOldToolExchanges:
     name: str = "drop_old_tool_exchanges"
 
     def __call__(self, state: TrimState) -> None:
-        turns = state.conversation.turns
-        guaranteed = _guaranteed(turns, state, self.min_history_turns, self.min_history_tokens)
-        for turn in turns[: len(turns) - guaranteed]:
-            for unit in turn.units:
-                if not unit.is_tool_exchange:
-                    continue
-                if state.over() <= 0:
-                    return
-                for index in unit.indices:
-                    if index not in state.dropped:
-                        state.drop(index, self.name)
+        turns = _unguaranteed(state, self.min_history_turns, self.min_history_tokens)
+        exchanges = (unit for turn in turns for unit in turn.units if unit.is_tool_exchange)
+        _drop_groups(state, exchanges, self.name)
 
 
 @dataclass(frozen=True)
@@ -80,26 +70,29 @@ class DropRecentTurns:
     name: str = "drop_recent_turns"
 
     def __call__(self, state: TrimState) -> None:
-        _drop_turns(state, state.conversation.turns, self.name)
+        _drop_groups(state, state.conversation.turns, self.name)
 
 
-def _guaranteed(turns: tuple[Turn, ...], state: TrimState, min_turns: int, min_tokens: int) -> int:
+def _unguaranteed(state: TrimState, min_turns: int, min_tokens: int) -> tuple[Turn, ...]:
+    """The history turns outside the history guarantee, oldest first: the guarantee keeps the most
+    recent `min_turns` turns, and as many more as it takes to keep `min_tokens` of history."""
+    turns = state.conversation.turns
     kept, tokens = 0, 0
     for turn in reversed(turns):
         if kept >= min_turns and tokens >= min_tokens:
             break
         kept += 1
         tokens += sum(state.counts[i] for i in turn.indices)
-    return kept
+    return turns[: len(turns) - kept]
 
 
-def _drop_turns(state: TrimState, turns: Iterable[Turn], strategy: str) -> None:
-    for turn in turns:
+def _drop_groups(state: TrimState, groups: Iterable[Turn | Unit], strategy: str) -> None:
+    """Drop whole turns or units, in order, until the request fits."""
+    for group in groups:
         if state.over() <= 0:
             return
-        for index in turn.indices:
-            if index not in state.dropped:
-                state.drop(index, strategy)
+        for index in group.indices:
+            state.drop(index, strategy)
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,6 @@ class MessageCount:
     tokens: int
     media_tokens: int = 0  # images, audio, files
     tool_call_tokens: int = 0
-    media_parts: int = 0
     notes: tuple[str, ...] = ()
 
     @property
@@ -186,9 +185,7 @@ class RequestCounter:
         for count in counts:
             media += count.media_tokens
             calls += count.tool_call_tokens
-            components[component_of(count.role, count.index == latest)] += (
-                count.tokens - count.media_tokens - count.tool_call_tokens
-            )
+            components[component_of(count.role, count.index == latest)] += count.text_tokens
             if count.notes:
                 notes += (f"messages[{count.index}]: {note}" for note in count.notes)
         components["images"] += media
@@ -247,7 +244,7 @@ class RequestCounter:
         name = message.get("name")
         if isinstance(name, str) and name:
             tokens += self._short(name) + fmt.per_name
-        media_tokens, media_parts = 0, 0
+        media_tokens = 0
         content = message.get("content")
         if isinstance(content, str):
             tokens += self.text(content)
@@ -256,7 +253,6 @@ class RequestCounter:
                 text_tokens, part_media, part_notes = self._part(part)
                 tokens += text_tokens + part_media
                 media_tokens += part_media
-                media_parts += 1 if part_media else 0
                 notes += (f"content[{j}]: {n}" for n in part_notes)
         elif content is not None:
             tokens += self.text(json.dumps(content, ensure_ascii=False, default=str))
@@ -267,7 +263,7 @@ class RequestCounter:
                 # Reasoning text, refusals and provider extensions: shown to some models, so counted.
                 if key not in _STRUCTURAL_FIELDS and isinstance(value, str) and value:
                     tokens += self.text(value)
-        return MessageCount(index, role, tokens, media_tokens, call_tokens, media_parts, tuple(notes))
+        return MessageCount(index, role, tokens, media_tokens, call_tokens, tuple(notes))
 
     def _tool_calls(self, message: Mapping[str, Any]) -> int:
         calls: list[Any] = list(message.get("tool_calls") or ()) if isinstance(message.get("tool_calls"), list) else []

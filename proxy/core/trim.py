@@ -159,6 +159,9 @@ class TrimState:
         return self.total - self._input_budget
 
     def drop(self, index: int, strategy: str) -> None:
+        """Drop message `index`; a message already dropped stays dropped, and is reported once."""
+        if index in self.dropped:
+            return
         message = self.messages[index]
         self.dropped.add(index)
         self.total -= self.counts[index]

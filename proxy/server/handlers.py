@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.codec import dumps, loads
-from proxy.core.corrections import Correction, CorrectionMemory, Overflow, parse_overflow
+from proxy.core.corrections import Correction, CorrectionMemory, parse_overflow
 from proxy.core.plan import InvalidBody, Plan, validate_body
 from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, ModelNotRouted, PayloadTooLarge
 from proxy.guard import Guard
@@ -113,10 +113,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def _handle_chat(
     request: web.Request, gw: Gateway, exchange: Exchange, raw: bytes, body: dict[str, Any]
 ) -> web.StreamResponse:
-    rename = exchange.target.model != exchange.model
     if exchange.mode == "off":
-        payload = dumps({**body, "model": exchange.target.model}) if rename else raw
-        return await _forward(request, gw, exchange, payload, {}, None, body)
+        return await _forward(request, gw, exchange, _outgoing(exchange, body, raw), {}, None, body)
 
     plan = await _plan(gw, exchange, body, len(raw))
     headers = _report_headers(plan, exchange)
@@ -127,9 +125,9 @@ async def _handle_chat(
     if exchange.mode == "enforce" and result.changed:
         gw.metrics.trims.labels(exchange.model).inc()
         gw.metrics.tokens_removed.labels(exchange.model).inc(result.tokens_before - result.tokens_after)
-        payload = dumps({**result.body, "model": exchange.target.model} if rename else result.body)
+        payload = _outgoing(exchange, result.body)
     else:
-        payload = dumps({**body, "model": exchange.target.model}) if rename else raw
+        payload = _outgoing(exchange, body, raw)
     return await _forward(request, gw, exchange, payload, headers, plan if exchange.mode == "enforce" else None, body)
 
 
@@ -144,7 +142,6 @@ async def _forward(
 ) -> web.StreamResponse:
     """Send `payload`; on a context-length error from upstream, correct, re-plan and retry once."""
     upstream = exchange.target.upstream
-    overflow: Overflow | None = None
     extra = {"x-request-id": exchange.request_id, **headers}
     async with _upstream_call(request, gw, exchange, payload) as response:
         if response.status < 400 or plan is None or not gw.settings.self_correction:
@@ -176,10 +173,17 @@ async def _forward(
         gw.metrics.corrections.labels(exchange.model, "not_retried").inc()
         return upstream_answer
     gw.metrics.corrections.labels(exchange.model, "retried").inc()
-    rename = exchange.target.model != exchange.model
-    retry_payload = dumps({**retry.result.body, "model": exchange.target.model} if rename else retry.result.body)
-    async with _upstream_call(request, gw, exchange, retry_payload) as response:
+    async with _upstream_call(request, gw, exchange, _outgoing(exchange, retry.result.body)) as response:
         return await _relay(request, gw, exchange, response, retry_headers)
+
+
+def _outgoing(exchange: Exchange, body: Mapping[str, Any], raw: bytes | None = None) -> bytes:
+    """The bytes to send upstream: `raw`, as received, when nothing changes; otherwise `body`
+    serialised, with the model renamed when the route says so."""
+    renamed = exchange.target.model != exchange.model
+    if raw is not None and not renamed:
+        return raw
+    return dumps({**body, "model": exchange.target.model} if renamed else body)
 
 
 @contextlib.asynccontextmanager
