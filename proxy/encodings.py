@@ -10,7 +10,6 @@ there *before* asking tiktoken: a missing encoding is a startup error, never a d
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -18,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from proxy.bundled import litellm_file
 from proxy.core.models import TokenizerSpec
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
 from proxy.errors import ConfigError
@@ -30,11 +30,7 @@ _ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tik
 
 def bundled_encodings_dir() -> Path | None:
     """litellm's folder of tiktoken files, located without importing litellm."""
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-    return folder if folder.is_dir() else None
+    return litellm_file("litellm_core_utils", "tokenizers")
 
 
 def encoding_file_name(name: str) -> str:

@@ -6,23 +6,19 @@ same file; its packaged copy is all we need, read once at start.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from proxy.bundled import litellm_file
 from proxy.errors import ConfigError
 
 _FILE_NAME = "model_prices_and_context_window_backup.json"
 
 
 def bundled_model_map_path() -> Path | None:
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / _FILE_NAME
-    return path if path.is_file() else None
+    return litellm_file(_FILE_NAME)
 
 
 def load_model_map(path: Path | None = None) -> dict[str, dict[str, Any]]:
