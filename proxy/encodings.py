@@ -61,6 +61,11 @@ class Tokenizers:
                     self._loaded[spec] = tokenizer
         return tokenizer
 
+    def available_encodings(self) -> list[str]:
+        """The tiktoken encodings whose files are on disk in the folders searched."""
+        names = ("o200k_base", "cl100k_base", "p50k_base", "p50k_edit", "r50k_base", "gpt2")
+        return [n for n in names if any((d / encoding_file_name(n)).is_file() for d in self.encodings_dirs)]
+
     def preload(self, specs: Iterable[TokenizerSpec]) -> None:
         for spec in specs:
             self.get(spec)

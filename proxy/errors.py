@@ -4,6 +4,7 @@
     GuardError                        anything a client is answered with
     ├── BadRequest              400   invalid JSON, a body that is not an object, no `messages`
     ├── ContextLengthExceeded   400   nothing more may be cut and the policy is `reject`
+    ├── HTTPRefusal             4xx   a status of its own: 404 path not served, 405 method, 408 ...
     ├── Unauthorized            401   a client key was required and not given
     ├── ModelNotRouted          404   no upstream serves this model
     ├── PayloadTooLarge         413   body over `server.max_body_bytes`
@@ -16,7 +17,7 @@ OpenAI's SDKs parse; the server's one error middleware is the only place that do
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 
 class ConfigError(Exception):
@@ -30,9 +31,9 @@ class ConfigError(Exception):
 
 
 class GuardError(Exception):
-    status: ClassVar[int] = 500
-    error_type: ClassVar[str] = "server_error"
-    code: ClassVar[str | None] = None
+    status: int = 500
+    error_type: str = "server_error"
+    code: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -48,6 +49,16 @@ class BadRequest(GuardError):
     status = 400
     error_type = "invalid_request_error"
     code = "invalid_request"
+
+
+class HTTPRefusal(GuardError):
+    """A refusal with a status of its own (405 for a wrong method, 404 for a path not served, ...)."""
+
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, status: int, *, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.status, self.code = status, code
 
 
 class ContextLengthExceeded(GuardError):

@@ -17,6 +17,7 @@ from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.plan import Plan, plan_request
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.encodings import Tokenizers
+from proxy.errors import ConfigError
 from proxy.model_map import load_model_map
 from proxy.settings import Mode, Settings
 
@@ -26,19 +27,29 @@ DEFAULT_ENCODINGS = (TokenizerSpec("tiktoken", "o200k_base"), TokenizerSpec("tik
 class Guard:
     def __init__(self, settings: Settings, model_map: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.settings = settings
+        models, tokenizers = settings.models, settings.tokenizers
         if model_map is None:
-            model_map = load_model_map(Path(settings.model_map_file) if settings.model_map_file else None)
+            model_map = load_model_map(Path(models.map_file) if models.map_file else None)
         self.registry = ModelRegistry(
             model_map,
-            overrides=tuple(m.override for m in settings.models),
-            fallback_window=settings.fallback_context_window,
+            overrides=tuple(m.override for m in models.overrides),
+            fallback_window=models.fallback_context_window,
         )
-        self.tokenizers = Tokenizers([Path(settings.encodings_dir)] if settings.encodings_dir else [])
+        self.tokenizers = Tokenizers([Path(tokenizers.encodings_dir)] if tokenizers.encodings_dir else [])
         self.tokenizers.preload(DEFAULT_ENCODINGS)
-        for model in settings.models:  # an operator's tokenizer file that is missing fails at start too
+        for i, model in enumerate(models.overrides):  # an operator's tokenizer that cannot load fails at start
             if model.override.tokenizer is not None:
-                self.tokenizers.get(model.override.tokenizer)
-        self.cache = CountCache(max_entries=settings.cache_entries)
+                try:
+                    self.tokenizers.get(model.override.tokenizer)
+                except ConfigError as exc:
+                    known = ", ".join(self.tokenizers.available_encodings()) or "none"
+                    raise ConfigError(
+                        f"{exc.args[0]} (tiktoken encodings on disk: {known})",
+                        source=settings.source,
+                        key=f"models.overrides[{i}].tokenizer",
+                    ) from None
+        self.cache = CountCache(max_entries=tokenizers.cache_entries)
+        self.policy = settings.trim_policy
 
     def profile(self, model: str) -> ModelProfile:
         return self.registry.profile(model)
@@ -47,10 +58,14 @@ class Guard:
         return self.tokenizers.get(profile.tokenizer)
 
     def mode_for(self, model: str) -> Mode:
-        for entry in self.settings.models:
-            if entry.mode is not None and self.registry.override_for(model) is entry.override:
-                return entry.mode
-        return self.settings.mode
+        return self.settings.mode_for_override(self.registry.override_for(model))
+
+    def model_label(self, model: str | None) -> str:
+        """A bounded name for metrics: the override pattern or model-map key `model` resolved to,
+        else `other`. Never the client's raw string."""
+        if not model:
+            return "none"
+        return self.profile(model).matched or "other"
 
     def plan(self, body: Mapping[str, Any], model: str, context_window: int | None = None) -> Plan:
         profile = self.profile(model)
@@ -58,7 +73,7 @@ class Guard:
             body,
             profile,
             self.tokenizer(profile),
-            self.settings.trim,
+            self.policy,
             self.cache,
             context_window=context_window,
             clock=time.perf_counter,

@@ -1,8 +1,16 @@
 """structlog, configured once: JSON lines by default, a readable console when run in a terminal.
 
-Every request produces one `request` event (see proxy.server.handlers). Message content and
-credentials are never logged; `log.content_preview_chars` opts in to short previews of what
-was removed.
+Every request produces one `request` event (see proxy.server.record), whatever bytes it held:
+a value the renderer cannot encode (a lone surrogate from a client's header or model name) is
+replaced, never lost with the line. Message content and credentials are never logged;
+`log.content_preview_chars` opts in to short previews of what was removed.
+
+The console form puts the summary on the first line, in reading order, and what was removed in
+an aligned, indented block below it:
+
+    2026-11-22T10:00:00Z warning request  outcome=trimmed model=gpt-4 tokens_before=21505 ...
+        messages 1-138   138 dropped    14,021 tokens  drop_oldest_turns
+        message 139      tool truncated  2,310 tokens  shrink_tool_results
 """
 
 from __future__ import annotations
@@ -17,27 +25,94 @@ import structlog
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def configure_logging(fmt: str = "auto", level: str = "info", stream: Any = None) -> None:
+def configure_logging(fmt: str = "auto", level: str = "info", stream: Any = None, **bound: Any) -> None:
+    """Configure structlog once; `bound` values (e.g. `worker=2`) go on every line."""
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and hasattr(stream, "isatty") and stream.isatty())
-    renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer(_json)
+    renderer: Any = ConsoleRenderer() if console else structlog.processors.JSONRenderer(render_json)
+    processors: list[Any] = [structlog.contextvars.merge_contextvars]
+    if bound:
+        processors.append(_Bind(bound))
+    processors += [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        renderer,
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
 
 
-def _json(event: Any, **_: Any) -> str:
-    # A trimmed request's event lists every removal; orjson renders it in a fraction of the time.
-    return orjson.dumps(event, default=str).decode()
+class _Bind:
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+        for key, value in self.values.items():
+            event.setdefault(key, value)
+        return event
+
+
+def render_json(event: Any, **_: Any) -> str:
+    try:
+        return orjson.dumps(event, default=str).decode()
+    except TypeError:  # a lone surrogate, or an integer beyond 64 bits: replace, keep the line
+        return orjson.dumps(_printable(event), default=str).decode()
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_printable(str(k)): _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        return str(value)
+    return value
+
+
+_LEAD = ("timestamp", "level", "event")
+
+
+class ConsoleRenderer:
+    """Summary first, in the order the event gives it; removals as an aligned block."""
+
+    def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> str:
+        event = _printable(dict(event))
+        removed = event.pop("removed", None)
+        exc = event.pop("exception", None)
+        head = " ".join(str(event.pop(k)) for k in _LEAD if k in event)
+        fields = " ".join(f"{k}={_short(v)}" for k, v in event.items())
+        lines = [f"{head}  {fields}"]
+        if isinstance(removed, list) and removed:
+            rows = [_removal_row(r) for r in removed if isinstance(r, dict)]
+            widths = [max(len(row[i]) for row in rows) for i in range(4)]
+            for row in rows:
+                lines.append("    " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        if exc:
+            lines.append(str(exc))
+        return "\n".join(lines)
+
+
+def _removal_row(entry: dict[str, Any]) -> list[str]:
+    what = str(entry.get("what", ""))
+    count = entry.get("count")
+    how = f"{count} {entry.get('kind', '')}" if count else f"{entry.get('role') or ''} {entry.get('kind', '')}".strip()
+    tokens = entry.get("tokens")
+    return [what, how, f"{tokens:,} tokens" if isinstance(tokens, int) else "", str(entry.get("strategy", ""))]
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_short(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_short(v) for v in value) + "]"
+    return str(value)
 
 
 def get_logger(name: str = "context-guard") -> Any:

@@ -1,27 +1,35 @@
-"""YAML -> one frozen `Settings`, built once at start.
+"""YAML -> one frozen `Settings`, built once at start (and again, whole, on a reload).
 
-Every value is checked here, and a bad one is a `ConfigError` naming the file and the dotted
-key (`context-guard.yaml: upstreams.vertex.base_url: must start with http:// or https://`).
-Unknown keys are errors too, so a typo never silently falls back to a default. `${VAR}` and
-`${VAR:-default}` in string values are replaced from the environment.
+The schema is written once, here, as pydantic models: every section is frozen and forbids unknown
+keys, so a typo is an error instead of a silent default, and the defaults, the validation and
+`config/context-guard.yaml` (a test keeps it equal to the defaults) cannot drift apart.
 
-With no file, the defaults below apply: listen on 127.0.0.1:8080, forward everything to
-OpenAI, enforce budgets. `config/context-guard.yaml` spells out every setting with its default.
+`${VAR}` and `${VAR:-default}` are replaced from the environment *before* validation, so
+`port: ${PORT:-9000}` is a number and `allow_mode_header: ${DEBUG:-false}` a boolean. Every
+error names the file, the dotted key and the reason (`cg.yaml: server.port: must be ...`); the
+loader turns pydantic's errors into one `ConfigError` in `proxy.config_errors`.
+
+With no file, the defaults apply: listen on 127.0.0.1:8080, forward the OpenAI API surface to
+OpenAI with the key in OPENAI_API_KEY, enforce budgets.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from functools import partial
+import typing
+from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from proxy.config_errors import config_error, expand_environment
 from proxy.core.budget import BudgetPolicy
+from proxy.core.corrections import CorrectionPolicy
 from proxy.core.models import ModelOverride, TokenizerSpec
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
@@ -29,72 +37,333 @@ from proxy.errors import ConfigError
 
 Mode = Literal["enforce", "dry_run", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "dry_run", "off")
-T = TypeVar("T")
+UpstreamKind = Literal["openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"]
+ApiName = Literal["chat", "responses", "completions", "messages"]
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+Port = Annotated[int, Field(ge=0, le=65535)]
 
 
-@dataclass(frozen=True)
-class UpstreamSettings:
-    name: str
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class ServerSettings(Section):
+    host: str = "127.0.0.1"
+    port: Port = 8080
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
+    offload_bytes: Annotated[int, Field(ge=0)] = 256 * 1024  # count bodies larger than this in a worker thread
+    client_keys: tuple[str, ...] = ()
+    allow_mode_header: bool = False
+    # Listening beyond loopback while injecting an upstream credential with no client keys is refused
+    # unless this says the operator means it.
+    allow_unauthenticated: bool = False
+    metrics_public: bool = False  # /metrics without a client key even when keys are configured
+    body_timeout_seconds: PositiveFloat = 60.0  # a request body that takes longer to arrive gets 408
+    max_json_depth: Annotated[int, Field(ge=8, le=10_000)] = 128
+    # Which other paths are forwarded: all, none, or these prefixes (the OpenAI API surface by default).
+    passthrough: Literal["all", "none"] | tuple[str, ...] = ("/v1/",)
+    upstream_connections: Annotated[int, Field(ge=1)] = 512
+    connection_wait_seconds: PositiveFloat = 5.0  # a full pool answers 503 overloaded after this
+    workers: Annotated[int, Field(ge=0, le=256)] = 1  # 0: one per available core
+    drain_delay_seconds: Annotated[float, Field(ge=0)] = 0.0
+    shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+
+    @field_validator("client_keys")
+    @classmethod
+    def _no_empty_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not key.strip() for key in keys):
+            raise ValueError("a client key is empty (is its environment variable set?); remove it or set it")
+        return keys
+
+    @field_validator("passthrough")
+    @classmethod
+    def _prefixes(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        if isinstance(value, tuple) and any(not p.startswith("/") for p in value):
+            raise ValueError("every passthrough prefix must start with /")
+        return value
+
+
+class LogSettings(Section):
+    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    content_preview_chars: Annotated[int, Field(ge=0)] = 0
+    max_line_bytes: Annotated[int, Field(ge=1024)] = 8192  # the removals list is folded to fit
+
+
+class BudgetSettings(Section):
+    output_reserve_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.15
+    output_reserve_min: Annotated[int, Field(ge=0)] = 500
+    output_reserve_max: Annotated[int, Field(ge=0)] = 4096
+    safety_margin_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    safety_margin_min: Annotated[int, Field(ge=0)] = 0
+    constrained_below: Annotated[int, Field(ge=0)] = 1000
+
+    @cached_property
+    def policy(self) -> BudgetPolicy:
+        return BudgetPolicy(
+            reserve_ratio=self.output_reserve_ratio,
+            reserve_min=self.output_reserve_min,
+            reserve_max=self.output_reserve_max,
+            safety_ratio=self.safety_margin_ratio,
+            safety_min=self.safety_margin_min,
+            constrained_below=self.constrained_below,
+        )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BudgetSettings:
+        if self.output_reserve_max < self.output_reserve_min:
+            raise ValueError("need output_reserve_min <= output_reserve_max")
+        return self
+
+
+class TrimSettings(Section):
+    mode: Mode = "enforce"
+    overflow: Literal["reject", "forward"] = "reject"
+    pipeline: tuple[str, ...] = DEFAULT_PIPELINE
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _builds(self) -> TrimSettings:
+        for name in self.options:
+            if name not in STRATEGIES:
+                raise ValueError(f"trim.options.{name}: unknown strategy; known: {', '.join(STRATEGIES)}")
+        for name, options in self.options.items():
+            check_strategy_options(name, build_pipeline([name])[0], options)
+        try:
+            build_pipeline(self.pipeline, self.options)
+        except ValueError as exc:
+            raise ValueError(f"trim.pipeline: {exc}") from None
+        return self
+
+
+def check_strategy_options(name: str, strategy: object, options: Mapping[str, Any]) -> None:
+    """Each option of a strategy has the type its field declares, and no count is negative."""
+    hints = typing.get_type_hints(type(strategy))
+    for key, value in options.items():
+        where = f"trim.options.{name}.{key}"
+        if key not in hints:
+            raise ValueError(f"{where}: unknown option; known: {', '.join(sorted(set(hints) - {'name', 'which'}))}")
+        try:
+            TypeAdapter(hints[key]).validate_python(value, strict=not isinstance(value, list))
+        except ValidationError:
+            raise ValueError(f"{where}: must be {_type_name(hints[key])}, not {value!r}") from None
+        numbers = value.values() if isinstance(value, Mapping) else [value]
+        if any(isinstance(n, int | float) and not isinstance(n, bool) and n < 0 for n in numbers):
+            raise ValueError(f"{where}: must be at least 0, not {value!r}")
+
+
+def _type_name(hint: Any) -> str:
+    names = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
+    if hint in names:
+        return names[hint]
+    origin = typing.get_origin(hint)
+    if origin in (tuple, list):
+        return "a list"
+    return "a mapping" if origin is not None else str(hint)
+
+
+class TokenizerSettings(Section):
+    encodings_dir: str | None = None
+    cache_entries: Annotated[int, Field(ge=0)] = 100_000
+
+
+class ModelOverrideSettings(Section):
+    match: Annotated[str, Field(min_length=1)]
+    context_window: Annotated[int, Field(ge=256)] | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    tokenizer: str | None = None
+    alias_of: str | None = None
+    mode: Mode | None = None
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, value: str | None) -> str | None:
+        if value is not None:
+            TokenizerSpec.parse(value)
+        return value
+
+    @cached_property
+    def override(self) -> ModelOverride:
+        spec = TokenizerSpec.parse(self.tokenizer) if self.tokenizer else None
+        return ModelOverride(self.match, self.context_window, self.max_output_tokens, spec, self.alias_of)
+
+
+class ModelsSettings(Section):
+    map_file: str | None = None
+    fallback_context_window: Annotated[int, Field(ge=256)] = 8192
+    overrides: tuple[ModelOverrideSettings, ...] = ()
+
+
+class UpstreamSettings(Section):
+    name: str = ""  # filled from the key under `upstreams`
     base_url: str
-    api_key_env: str | None = None  # injected as `Authorization: Bearer`; else the client's passes through
+    kind: UpstreamKind = "openai"
+    apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
+    api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
     token_file: str | None = None
-    token_refresh_seconds: float = 3000.0
-    headers: Mapping[str, str] = field(default_factory=dict)
-    connect_timeout: float = 10.0
-    read_timeout: float = 600.0
+    token_refresh_seconds: Annotated[float, Field(ge=1)] = 3000.0
+    headers: dict[str, str] = Field(default_factory=dict)
+    connect_timeout: PositiveFloat = 10.0
+    read_timeout: PositiveFloat = 600.0
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        check_url(url)
+        return url.rstrip("/")
+
+    def serves(self, api: str) -> bool:
+        return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])
 
 
-@dataclass(frozen=True)
-class Route:
-    match: str  # exact model name or glob
+KIND_APIS: Mapping[str, tuple[str, ...]] = {
+    "openai": ("chat", "responses", "completions"),
+    "azure": ("chat", "responses", "completions"),
+    "vertex": ("chat",),
+    "vllm": ("chat", "responses", "completions"),
+    "llamacpp": ("chat", "completions"),
+    "ollama": ("chat", "completions"),
+    "anthropic": ("messages",),
+    "generic": ("chat", "responses", "completions", "messages"),
+    "echo": ("chat", "responses", "completions", "messages"),
+}
+
+
+class Route(Section):
+    match: str = "*"  # exact model name or glob
     upstream: str
     rename: str | None = None
 
-
-@dataclass(frozen=True)
-class ModelSettings:
-    override: ModelOverride
-    mode: Mode | None = None
+    def matches(self, model: str) -> bool:
+        return self.match == model or fnmatch.fnmatchcase(model, self.match)
 
 
-@dataclass(frozen=True)
-class Settings:
-    source: str = "<defaults>"
-    host: str = "127.0.0.1"
-    port: int = 8080
-    max_body_bytes: int = 32 * 1024 * 1024
-    offload_bytes: int = 256 * 1024  # count bodies larger than this in a worker thread
-    client_keys: tuple[str, ...] = ()
-    allow_mode_header: bool = False
-    mode: Mode = "enforce"
-    log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: str = "info"
-    content_preview_chars: int = 0
-    trim: TrimPolicy = field(default_factory=TrimPolicy)
-    encodings_dir: str | None = None
-    cache_entries: int = 100_000
-    model_map_file: str | None = None
-    fallback_context_window: int = 8192
-    models: tuple[ModelSettings, ...] = ()
-    upstreams: Mapping[str, UpstreamSettings] = field(
-        default_factory=lambda: {
-            "openai": UpstreamSettings("openai", "https://api.openai.com/v1", api_key_env="OPENAI_API_KEY")
-        }
-    )
-    routes: tuple[Route, ...] = (Route("*", "openai"),)
-    self_correction: bool = True
+class SelfCorrectionSettings(Section):
+    enabled: bool = True
+    # A provider's stated limit is believed only within this share of the window we know for the model.
+    plausible_min_ratio: Annotated[float, Field(gt=0, le=1)] = 0.25
+    plausible_min_tokens: Annotated[int, Field(ge=1)] = 1024
+    max_factor: Annotated[float, Field(ge=1)] = 4.0  # provider count / our count above this is not believed
+    ttl_seconds: PositiveFloat = 24 * 3600.0
+
+    @property
+    def policy(self) -> CorrectionPolicy | None:
+        """None when switched off."""
+        if not self.enabled:
+            return None
+        return CorrectionPolicy(self.plausible_min_ratio, self.plausible_min_tokens, self.max_factor)
+
+
+class StateSettings(Section):
+    url: str | None = None  # redis://host:6379/0 shares learned state across replicas; None: this process
+    deadline_ms: Annotated[float, Field(gt=0)] = 50.0
+    local_cache_seconds: Annotated[float, Field(ge=0)] = 5.0
+
+
+class PageSettings(Section):
+    enabled: bool = True  # GET /context-guard/recent: the last decisions, no content ever
+    size: Annotated[int, Field(ge=1, le=100_000)] = 500
+    admin_key_env: str | None = None  # else the client keys guard it (and it is loopback-only without keys)
+
+
+def _default_upstreams() -> dict[str, UpstreamSettings]:
+    openai = UpstreamSettings(name="openai", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY")
+    return {"openai": openai}
+
+
+class Settings(Section):
+    source: str = Field(default="<defaults>", exclude=True)
+    server: ServerSettings = ServerSettings()
+    log: LogSettings = LogSettings()
+    budget: BudgetSettings = BudgetSettings()
+    trim: TrimSettings = TrimSettings()
+    tokenizers: TokenizerSettings = TokenizerSettings()
+    models: ModelsSettings = ModelsSettings()
+    upstreams: dict[str, UpstreamSettings] = Field(default_factory=_default_upstreams, min_length=1)
+    routes: tuple[Route, ...] = ()
+    self_correction: SelfCorrectionSettings = SelfCorrectionSettings()
+    state: StateSettings = StateSettings()
+    page: PageSettings = PageSettings()
+
+    @field_validator("upstreams", mode="before")
+    @classmethod
+    def _named(cls, value: object) -> object:
+        if isinstance(value, Mapping):
+            return {k: {**v, "name": k} if isinstance(v, Mapping) else v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _routes_name_upstreams(self) -> Settings:
+        if not self.routes:
+            object.__setattr__(self, "routes", (Route(match="*", upstream=next(iter(self.upstreams))),))
+        for i, route in enumerate(self.routes):
+            if route.upstream not in self.upstreams:
+                known = ", ".join(self.upstreams)
+                raise ValueError(f"routes[{i}].upstream: {route.upstream!r} is not one of the upstreams: {known}")
+        return self
+
+    @cached_property
+    def trim_policy(self) -> TrimPolicy:
+        pipeline = build_pipeline(self.trim.pipeline, self.trim.options)
+        return TrimPolicy(budget=self.budget.policy, pipeline=pipeline, overflow=self.trim.overflow)
+
+    def mode_for_override(self, override: ModelOverride | None) -> Mode:
+        for entry in self.models.overrides:
+            if entry.mode is not None and override is entry.override:
+                return entry.mode
+        return self.trim.mode
 
     def with_upstream_url(self, url: str) -> Settings:
-        """The `--upstream` flag: every route goes to one upstream at `url`."""
-        _check_url(url)
-        upstream = UpstreamSettings("cli", url.rstrip("/"), api_key_env=None)
-        return replace(self, upstreams={"cli": upstream}, routes=(Route("*", "cli"),))
+        """The `--upstream` flag: every route goes to one upstream at `url`, whose kind is unknown."""
+        upstream = UpstreamSettings(name="cli", base_url=url, kind="generic")
+        return self.model_copy(update={"upstreams": {"cli": upstream}, "routes": (Route(match="*", upstream="cli"),)})
+
+    def with_server(self, **changes: Any) -> Settings:
+        """Command-line flags (`--host`, `--port`, ...) over the file's server section, validated."""
+        server = ServerSettings.model_validate({**self.server.model_dump(), **changes})
+        return self.model_copy(update={"server": server})
+
+    def exposure_problem(self, env: Mapping[str, str]) -> str | None:
+        """Why this config must not start: listening beyond loopback, injecting an upstream
+        credential, with no client keys. None when it may start (or the operator opted out, which
+        `unauthenticated_warning` then reports)."""
+        server = self.server
+        if server.host in LOOPBACK_HOSTS or server.client_keys or server.allow_unauthenticated:
+            return None
+        return self._exposed(env)
+
+    def unauthenticated_warning(self, env: Mapping[str, str]) -> str | None:
+        if self.server.host in LOOPBACK_HOSTS or self.server.client_keys:
+            return None
+        return self._exposed(env)
+
+    def _exposed(self, env: Mapping[str, str]) -> str | None:
+        injecting = [
+            u.name
+            for u in self.upstreams.values()
+            if u.token_command or u.token_file or (u.api_key_env and env.get(u.api_key_env))
+        ]
+        if not injecting:
+            return None
+        return (
+            f"listening on {self.server.host} and injecting the credential of upstream(s) {', '.join(injecting)} "
+            "with no client keys: anyone who reaches the port spends that credential. Set server.client_keys, "
+            "listen on 127.0.0.1, or set server.allow_unauthenticated: true to accept this"
+        )
+
+
+def check_url(url: str) -> None:
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"{url!r} must start with http:// or https:// and name a host")
 
 
 def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Settings:
+    environ = os.environ if env is None else env
     if path is None:
-        return Settings()
+        return settings_from_dict({}, "<defaults>", environ)
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -104,266 +373,33 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", source=source) from None
-    return settings_from_dict(data or {}, source, os.environ if env is None else env)
+    return settings_from_dict(data or {}, source, environ)
 
 
 def settings_from_dict(data: object, source: str, env: Mapping[str, str]) -> Settings:
-    root = _Section(_expand(data, env, source, ""), source, "")
-    server, log, budget, trim = (
-        root.section("server"),
-        root.section("log"),
-        root.section("budget"),
-        root.section("trim"),
-    )
-    tokenizers, models, correction = root.section("tokenizers"), root.section("models"), root.section("self_correction")
-    root.done({"server", "log", "budget", "trim", "tokenizers", "models", "upstreams", "routes", "self_correction"})
-    d = Settings()
-
-    policy = root.build(
-        "budget",
-        lambda: BudgetPolicy(
-            reserve_ratio=budget.number("output_reserve_ratio", 0.15),
-            reserve_min=budget.integer("output_reserve_min", 500),
-            reserve_max=budget.integer("output_reserve_max", 4096),
-            safety_ratio=budget.number("safety_margin_ratio", 0.05),
-            safety_min=budget.integer("safety_margin_min", 0),
-            constrained_below=budget.integer("constrained_below", 1000),
-        ),
-    )
-    budget.done(
-        {
-            "output_reserve_ratio",
-            "output_reserve_min",
-            "output_reserve_max",
-            "safety_margin_ratio",
-            "safety_margin_min",
-            "constrained_below",
-        }
-    )
-    names = tuple(trim.strings("pipeline", list(DEFAULT_PIPELINE)))
-    options = trim.section("options")
-    for name in options:
-        if name not in STRATEGIES:
-            raise options.error(name, f"unknown strategy; known: {', '.join(STRATEGIES)}")
-    pipeline = trim.build("pipeline", lambda: build_pipeline(names, options.raw))
-    overflow = trim.choice("overflow", ("reject", "forward"), "reject")
-    mode = trim.choice("mode", MODES, d.mode)
-    trim.done({"pipeline", "options", "overflow", "mode"})
-
-    upstreams = _upstreams(root)
-    routes = _routes(root, upstreams)
-    settings = Settings(
-        source=source,
-        host=server.string("host", d.host),
-        port=server.integer("port", d.port, lo=0, hi=65535),
-        max_body_bytes=server.integer("max_body_bytes", d.max_body_bytes, lo=1024),
-        offload_bytes=server.integer("offload_bytes", d.offload_bytes, lo=0),
-        client_keys=tuple(k for k in server.strings("client_keys", []) if k),
-        allow_mode_header=server.boolean("allow_mode_header", d.allow_mode_header),
-        mode=mode,
-        log_format=log.choice("format", ("auto", "json", "console"), d.log_format),
-        log_level=log.choice("level", ("debug", "info", "warning", "error"), d.log_level),
-        content_preview_chars=log.integer("content_preview_chars", 0, lo=0),
-        trim=TrimPolicy(budget=policy, pipeline=pipeline, overflow=overflow),
-        encodings_dir=tokenizers.optional_string("encodings_dir"),
-        cache_entries=tokenizers.integer("cache_entries", d.cache_entries, lo=0),
-        model_map_file=models.optional_string("map_file"),
-        fallback_context_window=models.integer("fallback_context_window", d.fallback_context_window, lo=256),
-        models=_model_overrides(models),
-        upstreams=upstreams,
-        routes=routes,
-        self_correction=correction.boolean("enabled", True),
-    )
-    server.done({"host", "port", "max_body_bytes", "offload_bytes", "client_keys", "allow_mode_header"})
-    log.done({"format", "level", "content_preview_chars"})
-    tokenizers.done({"encodings_dir", "cache_entries"})
-    models.done({"map_file", "fallback_context_window", "overrides"})
-    correction.done({"enabled"})
-    return settings
+    if not isinstance(data, Mapping):
+        raise ConfigError("the file must hold a mapping of sections", source=source)
+    if "source" in data:
+        raise ConfigError("unknown setting", source=source, key="source")
+    expanded = expand_environment(data, env, source)
+    # HOST and PORT (as platforms set them) apply when the file does not say.
+    server = dict(expanded.get("server") or {}) if isinstance(expanded.get("server") or {}, Mapping) else None
+    if server is not None:
+        for name in ("host", "port"):
+            if name not in server and env.get(name.upper()):
+                server[name] = env[name.upper()]
+        expanded = {**expanded, "server": server}
+    try:
+        return Settings.model_validate({**expanded, "source": source})
+    except ValidationError as exc:
+        raise config_error(exc, source, Settings) from None
 
 
-def _upstreams(root: _Section) -> dict[str, UpstreamSettings]:
-    section = root.section("upstreams")
-    if not section.raw:
-        return dict(Settings().upstreams)
-    upstreams = {}
-    for name in section:
-        u = section.section(name)
-        base_url = u.string("base_url", "")
-        u.build("base_url", partial(_check_url, base_url))
-        headers = u.section("headers")
-        upstreams[name] = UpstreamSettings(
-            name=name,
-            base_url=base_url.rstrip("/"),
-            api_key_env=u.optional_string("api_key_env"),
-            token_command=u.optional_string("token_command"),
-            token_file=u.optional_string("token_file"),
-            token_refresh_seconds=u.number("token_refresh_seconds", 3000.0, lo=1.0),
-            headers={k: headers.string(k, "") for k in headers},
-            connect_timeout=u.number("connect_timeout", 10.0, lo=0.001),
-            read_timeout=u.number("read_timeout", 600.0, lo=0.001),
-        )
-        u.done(
-            {
-                "base_url",
-                "api_key_env",
-                "token_command",
-                "token_file",
-                "token_refresh_seconds",
-                "headers",
-                "connect_timeout",
-                "read_timeout",
-            }
-        )
-    return upstreams
-
-
-def _routes(root: _Section, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Route, ...]:
-    items = root.items("routes")
-    if not items:
-        return (Route("*", next(iter(upstreams))),)
-    routes = []
-    for i, item in enumerate(items):
-        r = root.item("routes", i, item)
-        upstream = r.string("upstream", "")
-        if upstream not in upstreams:
-            raise r.error("upstream", f"{upstream!r} is not one of the upstreams: {', '.join(upstreams)}")
-        routes.append(Route(r.string("match", "*"), upstream, r.optional_string("rename")))
-        r.done({"match", "upstream", "rename"})
-    return tuple(routes)
-
-
-def _model_overrides(models: _Section) -> tuple[ModelSettings, ...]:
-    out = []
-    for i, item in enumerate(models.items("overrides")):
-        m = models.item("overrides", i, item)
-        tokenizer = m.optional_string("tokenizer")
-        spec = m.build("tokenizer", partial(TokenizerSpec.parse, tokenizer)) if tokenizer else None
-        window = m.optional_integer("context_window", lo=256)
-        output = m.optional_integer("max_output_tokens", lo=1)
-        mode = m.choice("mode", MODES, None) if "mode" in m.raw else None
-        override = ModelOverride(m.string("match", ""), window, output, spec, m.optional_string("alias_of"))
-        if not override.pattern:
-            raise m.error("match", "is required")
-        out.append(ModelSettings(override, mode))
-        m.done({"match", "context_window", "max_output_tokens", "tokenizer", "alias_of", "mode"})
-    return tuple(out)
-
-
-def _check_url(url: str) -> None:
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise ValueError(f"{url!r} must start with http:// or https:// and name a host")
-
-
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def _expand(value: object, env: Mapping[str, str], source: str, key: str) -> Any:
-    if isinstance(value, str):
-
-        def substitute(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            raise ConfigError(f"environment variable {name} is not set", source=source, key=key)
-
-        return _ENV_REF.sub(substitute, value)
-    if isinstance(value, dict):
-        return {k: _expand(v, env, source, f"{key}.{k}".lstrip(".")) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_expand(v, env, source, f"{key}[{i}]") for i, v in enumerate(value)]
-    return value
-
-
-class _Section:
-    """One mapping of the YAML document, read with type checks that name the dotted key."""
-
-    def __init__(self, raw: object, source: str, path: str) -> None:
-        self.source, self.path = source, path
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise ConfigError("must be a mapping", source=source, key=path or None)
-        self.raw: dict[str, Any] = raw
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else str(name)
-
-    def error(self, name: str, message: str) -> ConfigError:
-        return ConfigError(message, source=self.source, key=self.key(name))
-
-    def keys(self) -> list[str]:
-        return [str(k) for k in self.raw]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
-
-    def section(self, name: str) -> _Section:
-        return _Section(self.raw.get(name), self.source, self.key(name))
-
-    def items(self, name: str) -> list[Any]:
-        value = self.raw.get(name) or []
-        if not isinstance(value, list):
-            raise self.error(name, "must be a list")
-        return value
-
-    def item(self, name: str, index: int, value: object) -> _Section:
-        return _Section(value, self.source, f"{self.key(name)}[{index}]")
-
-    def done(self, known: set[str]) -> None:
-        unknown = sorted(set(map(str, self.raw)) - known)
-        if unknown:
-            raise self.error(unknown[0], f"unknown setting; known here: {', '.join(sorted(known))}")
-
-    def build(self, name: str, make: Callable[[], T]) -> T:
-        try:
-            return make()
-        except ValueError as exc:
-            raise self.error(name, str(exc)) from None
-
-    def _get(self, name: str, default: Any, kinds: tuple[type, ...], what: str) -> Any:
-        value = self.raw.get(name, default)
-        if value is None and default is None:
-            return None
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise self.error(name, f"must be {what}, not {value!r}")
-        return value
-
-    def string(self, name: str, default: str) -> str:
-        return str(self._get(name, default, (str,), "a string"))
-
-    def optional_string(self, name: str) -> str | None:
-        value = self._get(name, None, (str,), "a string")
-        return value or None
-
-    def integer(self, name: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
-        value = int(self._get(name, default, (int,), "a whole number"))
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise self.error(name, f"must be between {lo} and {hi if hi is not None else 'any'}, not {value}")
-        return value
-
-    def optional_integer(self, name: str, lo: int) -> int | None:
-        return self.integer(name, 0, lo=lo) if self.raw.get(name) is not None else None
-
-    def number(self, name: str, default: float, lo: float | None = None) -> float:
-        value = float(self._get(name, default, (int, float), "a number"))
-        if lo is not None and value < lo:
-            raise self.error(name, f"must be at least {lo}, not {value}")
-        return value
-
-    def boolean(self, name: str, default: bool) -> bool:
-        return bool(self._get(name, default, (bool,), "true or false"))
-
-    def strings(self, name: str, default: list[str]) -> list[str]:
-        value = self._get(name, default, (list,), "a list of strings")
-        if not all(isinstance(v, str) for v in value):
-            raise self.error(name, "must be a list of strings")
-        return list(value)
-
-    def choice(self, name: str, choices: tuple[Any, ...], default: Any) -> Any:
-        value = self.raw.get(name, default)
-        if value not in choices:
-            raise self.error(name, f"must be one of {', '.join(map(str, choices))}, not {value!r}")
-        return value
+def masked(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data, with every secret value masked (for `check-config`)."""
+    data = settings.model_dump(mode="json")
+    data["server"]["client_keys"] = ["***" for _ in settings.server.client_keys]
+    for upstream in data["upstreams"].values():
+        upstream.pop("name", None)
+        upstream["headers"] = {k: "***" for k in upstream["headers"]}
+    return data

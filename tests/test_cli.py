@@ -5,10 +5,13 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from proxy.cli import main
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def _run(capsys, monkeypatch, argv, stdin: str | None = None):
@@ -55,7 +58,8 @@ class TestCount:
         ("stdin", "message"),
         [
             ("not json", "not valid JSON"),
-            ("[1, 2]", "JSON object"),
+            ('"text"', "JSON object"),
+            ("[1, 2]", "messages[0] must be an object"),
             ('{"model": "gpt-4"}', "'messages' is required"),
             ('{"messages": [{"role": "user", "content": "x"}]}', "no model"),
         ],
@@ -64,9 +68,61 @@ class TestCount:
         code, out, err = _run(capsys, monkeypatch, ["count", "-"], stdin)
         assert code == 2 and out == "" and message in err and err.count("\n") == 1
 
+    def test_a_request_over_budget_is_reported_as_given_with_what_trimming_would_do(self, capsys, monkeypatch):
+        code, out, _ = _run(capsys, monkeypatch, ["count", "-"], json.dumps(_long_conversation()))
+        report = json.loads(out)
+        assert code == 0 and report["fits"] is False and report["overflow"] > 0
+        assert report["prompt_tokens"] - report["input_budget"] == report["overflow"]
+        assert report["after_trim"]["outcome"] == "trimmed" and report["after_trim"]["fits"] is True
+
+    def test_a_bare_list_of_messages_is_read_as_a_body_with_a_note(self, capsys, monkeypatch):
+        stdin = json.dumps([{"role": "user", "content": "hi"}])
+        code, out, _ = _run(capsys, monkeypatch, ["count", "--model", "gpt-4", "-"], stdin)
+        report = json.loads(out)
+        assert code == 0 and report["prompt_tokens"] == 8 and "list of messages" in report["warnings"][0]
+
+    def test_an_unknown_role_is_a_warning_in_the_report(self, capsys, monkeypatch):
+        stdin = json.dumps({"model": "gpt-4", "messages": [{"role": "usr", "content": "hi"}]})
+        code, out, _ = _run(capsys, monkeypatch, ["count", "-"], stdin)
+        assert code == 0 and "'usr'" in json.loads(out)["warnings"][0]
+
     def test_a_missing_file_is_exit_2(self, capsys, monkeypatch, tmp_path):
         code, _, err = _run(capsys, monkeypatch, ["count", str(tmp_path / "nope.json")])
         assert code == 2 and "cannot read" in err
+
+
+class TestCommandLine:
+    def test_prints_its_version(self, capsys):
+        with pytest.raises(SystemExit) as done:
+            main(["--version"])
+        assert done.value.code == 0 and capsys.readouterr().out.startswith("context-guard ")
+
+    def test_trim_help_lists_the_exit_codes(self, capsys):
+        with pytest.raises(SystemExit):
+            main(["trim", "--help"])
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert "0 fits (or was cut to fit), 3 rejected by the overflow policy, 2 bad input or config" in help_text
+
+
+class TestCheckConfig:
+    @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+    def test_every_example_config_is_valid_and_printed_with_secrets_masked(self, capsys, monkeypatch, path):
+        for name, value in {"OPENAI_API_KEY": "sk-secret", "VERTEX_PROJECT": "p", "VERTEX_LOCATION": "l", "CONTEXT_GUARD_KEY": "cg-secret"}.items():
+            monkeypatch.setenv(name, value)
+        code, out, _ = _run(capsys, monkeypatch, ["check-config", str(path)])
+        assert code == 0 and json.loads(out)["valid"] is True
+        assert "cg-secret" not in out and "sk-secret" not in out
+
+    def test_a_bad_config_is_one_line_naming_file_and_key_and_exit_2(self, capsys, monkeypatch, tmp_path):
+        (tmp_path / "bad.yaml").write_text("trim:\n  options:\n    shrink_messages: {cap: big}\n")
+        code, out, err = _run(capsys, monkeypatch, ["check-config", str(tmp_path / "bad.yaml")])
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert "bad.yaml: trim.options.shrink_messages.cap: must be a whole number" in err
+
+    def test_a_tokenizer_that_cannot_load_names_the_key_and_the_encodings_on_disk(self, capsys, monkeypatch, tmp_path):
+        (tmp_path / "t.yaml").write_text('models:\n  overrides:\n    - {match: m, tokenizer: "tiktoken:p50k*1.1"}\n')
+        code, _, err = _run(capsys, monkeypatch, ["check-config", str(tmp_path / "t.yaml")])
+        assert code == 2 and "t.yaml: models.overrides[0].tokenizer:" in err and "o200k_base" in err
 
 
 class TestTrim:

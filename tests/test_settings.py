@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings, settings_from_dict
@@ -18,13 +19,7 @@ def load(data: dict, env: dict | None = None) -> Settings:
 
 class TestDocumentedConfig:
     def test_loads_to_exactly_the_built_in_defaults(self):
-        loaded, defaults = load_settings(DOCUMENTED), Settings()
-        for name in Settings.__dataclass_fields__:
-            if name in ("source", "trim"):
-                continue
-            assert getattr(loaded, name) == getattr(defaults, name), name
-        assert loaded.trim.budget == defaults.trim.budget and loaded.trim.overflow == defaults.trim.overflow
-        assert [s.name for s in loaded.trim.pipeline] == [s.name for s in defaults.trim.pipeline]
+        assert load_settings(DOCUMENTED, env={}).model_dump() == Settings().model_dump()
 
     @pytest.mark.parametrize(
         "path", sorted((Path(__file__).parent.parent / "examples").glob("*.yaml")), ids=lambda p: p.name
@@ -35,15 +30,15 @@ class TestDocumentedConfig:
 
     def test_an_empty_file_is_the_defaults(self, tmp_path):
         (tmp_path / "empty.yaml").write_text("")
-        assert load_settings(tmp_path / "empty.yaml").port == 8080
+        assert load_settings(tmp_path / "empty.yaml", env={}).server.port == 8080
 
 
 class TestErrorsNameFileAndKey:
     @pytest.mark.parametrize(
         ("data", "key", "fragment"),
         [
-            ({"server": {"port": "eighty"}}, "server.port", "must be a whole number"),
-            ({"server": {"port": 70000}}, "server.port", "between 0 and 65535"),
+            ({"server": {"port": "eighty"}}, "server.port", "must be a whole number, not 'eighty'"),
+            ({"server": {"port": 70000}}, "server.port", "must be at most 65535"),
             ({"server": {"prot": 1}}, "server.prot", "unknown setting; known here: allow_mode_header"),
             ({"trim": {"mode": "aggressive"}}, "trim.mode", "must be one of enforce, dry_run, off"),
             (
@@ -54,10 +49,14 @@ class TestErrorsNameFileAndKey:
             ({"trim": {"options": {"nope": {}}}}, "trim.options.nope", "unknown strategy"),
             (
                 {"trim": {"options": {"drop_oldest_turns": {"bogus": 1}}}},
-                "trim.pipeline",
-                "strategy 'drop_oldest_turns'",
+                "trim.options.drop_oldest_turns.bogus",
+                "unknown option; known: min_history_tokens, min_history_turns",
             ),
-            ({"budget": {"output_reserve_min": 10, "output_reserve_max": 5}}, "budget", "reserve_min <= reserve_max"),
+            ({"trim": {"options": {"shrink_messages": {"cap": "big"}}}}, "trim.options.shrink_messages.cap", "must be a whole number"),
+            ({"trim": {"options": {"shrink_messages": {"roles": "assistant"}}}}, "trim.options.shrink_messages.roles", "must be a list"),
+            ({"trim": {"options": {"drop_oldest_turns": {"min_history_turns": -5}}}}, "trim.options.drop_oldest_turns.min_history_turns", "at least 0"),
+            ({"server": {"client_keys": [""]}}, "server.client_keys", "a client key is empty"),
+            ({"budget": {"output_reserve_min": 10, "output_reserve_max": 5}}, "budget", "reserve_min <= output_reserve_max"),
             ({"upstreams": {"x": {"base_url": "ftp://nope"}}}, "upstreams.x.base_url", "must start with http"),
             (
                 {"routes": [{"match": "*", "upstream": "missing"}]},
@@ -69,7 +68,8 @@ class TestErrorsNameFileAndKey:
                 "models.overrides[0].tokenizer",
                 "unknown tokenizer kind",
             ),
-            ({"models": {"overrides": [{"context_window": 100}]}}, "models.overrides[0].context_window", "between 256"),
+            ({"models": {"overrides": [{"match": "m", "context_window": 100}]}}, "models.overrides[0].context_window", "at least 256"),
+            ({"models": {"overrides": [{"context_window": 1000}]}}, "models.overrides[0].match", "is required"),
             ({"upstreams": {"x": {"base_url": "${MISSING_URL}"}}}, "upstreams.x.base_url", "MISSING_URL is not set"),
             ({"bogus_section": {}}, "bogus_section", "unknown setting"),
         ],
@@ -99,9 +99,22 @@ class TestValues:
         )
         assert settings.upstreams["v"].base_url == "https://us-central1-aiplatform.googleapis.com/v1/p1"
 
+    def test_a_whole_value_reference_keeps_its_number_or_boolean_type(self):
+        settings = load({"server": {"port": "${PORT:-9000}", "allow_mode_header": "${DEBUG}"}}, {"DEBUG": "true"})
+        assert settings.server.port == 9000 and settings.server.allow_mode_header is True
+
+    def test_a_reference_inside_a_string_stays_text(self):
+        settings = load({"upstreams": {"v": {"base_url": "http://h:${P}/v1"}}}, {"P": "8000"})
+        assert settings.upstreams["v"].base_url == "http://h:8000/v1"
+
+    def test_host_and_port_come_from_the_environment_when_the_file_is_silent(self):
+        settings = load({}, {"HOST": "0.0.0.0", "PORT": "18907"})
+        assert (settings.server.host, settings.server.port) == ("0.0.0.0", 18907)
+        assert load({"server": {"port": 1}}, {"PORT": "18907"}).server.port == 1
+
     def test_settings_are_frozen(self):
-        with pytest.raises(AttributeError):
-            Settings().port = 1  # type: ignore[misc]
+        with pytest.raises(ValidationError):
+            Settings().server.port = 1  # type: ignore[misc]
 
     def test_the_upstream_flag_sends_everything_to_one_url(self):
         settings = Settings().with_upstream_url("http://localhost:8000/v1/")

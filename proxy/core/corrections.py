@@ -1,10 +1,19 @@
-"""Learning from a provider that still says the context was exceeded.
+"""Learning from a provider that still says the context was exceeded, without being fooled.
 
 When an upstream rejects a request we counted as fitting, its error usually says what *it*
-counted and what its limit is. `parse_overflow()` reads the formats of OpenAI, vLLM, Vertex AI
-and llama.cpp; `Correction` turns one into a tighter window for that model (its limit, divided
-by how far our count fell short of the provider's), and `CorrectionMemory` remembers it per
-model so later requests are cut right the first time.
+counted and what its limit is. `parse_overflow()` reads the templates of OpenAI, vLLM, Vertex
+AI, Anthropic and llama.cpp; `Correction.measure()` turns one into a tighter window for that
+model (its limit, divided by how far our count fell short of the provider's).
+
+Upstreams echo client text in their errors ("invalid value: <what you sent>"), so a client could
+write "maximum context length is 300 tokens" into a field and shrink a model's window for every
+client. Three rules stop that:
+- the numbers are read only from the provider's own template at the *start* of its error
+  message (or from llama.cpp's structured fields), and never when the request we sent contains
+  that same sentence;
+- a measured limit or factor outside a plausible range of the known window is not believed;
+- a correction is remembered only after the retry it produced succeeded (the caller commits it),
+  per upstream and model, with an expiry.
 """
 
 from __future__ import annotations
@@ -12,40 +21,59 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Extra headroom on top of a measured correction, so the retry is not cut to the exact edge.
 CORRECTION_HEADROOM = 0.02
 
+# Each template is anchored at the start of the provider's error message.
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    # OpenAI and vLLM: "maximum context length is 8192 tokens. However, your messages resulted in
-    # 9000 tokens" / "However, you requested 5000 tokens (4000 in the messages, 1000 in the completion)"
-    ("openai", re.compile(r"maximum context length is (?P<limit>\d+) tokens.*?(?P<prompt>\d+) in the messages", re.S)),
+    # OpenAI: "This model's maximum context length is 8192 tokens. However, your messages resulted in
+    # 9000 tokens. Please reduce ..." / "... However, you requested 5000 tokens (4000 in the messages, ...)"
     (
         "openai",
         re.compile(
-            r"maximum context length is (?P<limit>\d+) tokens.*?messages resulted in (?P<prompt>\d+) tokens", re.S
+            r"(?:This model's )?maximum context length is (?P<limit>\d+) tokens\. However, you requested "
+            r"\d+ tokens \((?P<prompt>\d+) in the messages"
         ),
     ),
-    # vLLM (newer): "maximum context length is 4096 tokens and your request has 3500 input tokens"
+    (
+        "openai",
+        re.compile(
+            r"(?:This model's )?maximum context length is (?P<limit>\d+) tokens\. However, your messages "
+            r"resulted in (?P<prompt>\d+) tokens"
+        ),
+    ),
+    # vLLM: "'max_tokens' ... is too large: 1000. This model's maximum context length is 4096 tokens and your
+    # request has 3500 input tokens (1000 > 4096 - 3500)."
     (
         "vllm",
-        re.compile(r"maximum context length is (?P<limit>\d+) tokens and your request has (?P<prompt>\d+) input", re.S),
+        re.compile(
+            r"(?:'max_(?:completion_)?tokens' or 'max_(?:completion_)?tokens' is too large: \d+\. )?"
+            r"This model's maximum context length is (?P<limit>\d+) tokens and your request has "
+            r"(?P<prompt>\d+) input tokens"
+        ),
     ),
-    # vLLM (prompt alone too long): "... maximum context length is 4096 tokens. However, you requested 5000 tokens"
-    ("vllm", re.compile(r"maximum context length is (?P<limit>\d+) tokens.*?requested (?P<total>\d+) tokens", re.S)),
-    # Vertex AI / Gemini: "The input token count (2769478) exceeds the maximum number of tokens allowed (1048575)"
+    # vLLM: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens ..."
+    (
+        "vllm",
+        re.compile(
+            r"This model's maximum context length is (?P<limit>\d+) tokens\. "
+            r"However, you requested (?P<total>\d+) tokens"
+        ),
+    ),
+    # Vertex AI / Gemini: "The input token count (2769478) exceeds the maximum number of tokens allowed (1048575)."
     (
         "vertex",
         re.compile(
-            r"input token count \((?P<prompt>\d+)\) exceeds the maximum number of tokens allowed \((?P<limit>\d+)\)"
+            r"The input token count \((?P<prompt>\d+)\) exceeds the maximum number of tokens allowed \((?P<limit>\d+)\)"
         ),
     ),
-    # Anthropic through an OpenAI-compatible layer: "prompt is too long: 210000 tokens > 200000 maximum"
+    # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum"
     ("anthropic", re.compile(r"prompt is too long: (?P<prompt>\d+) tokens > (?P<limit>\d+) maximum")),
-    # Bare forms: "maximum context length is 4096 tokens"
-    ("generic", re.compile(r"(?:maximum context length|context window) (?:is|of) (?P<limit>\d+) tokens")),
 )
 
 
@@ -59,76 +87,149 @@ class Overflow:
     total_tokens: int | None = None  # prompt + requested completion, when that is all it gave
 
 
-def parse_overflow(status: int, body: bytes) -> Overflow | None:
-    """The overflow an error response describes, or None if it is some other error."""
+def parse_overflow(status: int, body: bytes, sent: bytes = b"") -> Overflow | None:
+    """The overflow an upstream error response describes, or None if it is some other error or
+    its wording could have come from `sent` (the request body we forwarded)."""
     if status not in (400, 413, 422, 500):
         return None
-    text = body[:65536].decode("utf-8", "replace")
     try:
-        data = json.loads(text)
+        data = json.loads(body[:65536].decode("utf-8", "replace"))
     except ValueError:
-        data = None
+        return None
+    if isinstance(data, list) and data and isinstance(data[0], dict):  # Vertex wraps its errors in a list
+        data = data[0]
     error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":  # llama.cpp
-        return Overflow("llama.cpp", _int(error.get("n_ctx")), _int(error.get("n_prompt_tokens")))
-    if isinstance(error, list) and error:  # Vertex sometimes wraps errors in a list
-        error = error[0].get("error") if isinstance(error[0], dict) else None
+    if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":  # llama.cpp, structured
+        return Overflow("llamacpp", _int(error.get("n_ctx")), _int(error.get("n_prompt_tokens")))
     message = error.get("message") if isinstance(error, dict) else None
-    haystack = message if isinstance(message, str) else text
+    if not isinstance(message, str) and isinstance(data, dict):
+        message = data.get("message")  # vLLM's {"object": "error", "message": ...}
+    if not isinstance(message, str):
+        return None
     for provider, pattern in _PATTERNS:
-        match = pattern.search(haystack)
-        if match:
-            groups = match.groupdict()
-            return Overflow(provider, _int(groups.get("limit")), _int(groups.get("prompt")), _int(groups.get("total")))
+        match = pattern.match(message.lstrip())
+        if match is None:
+            continue
+        if match.group(0).encode() in sent or _json_escaped(match.group(0)) in sent:
+            return None  # the sentence was in what the client sent: an echo, not the provider's word
+        groups = match.groupdict()
+        return Overflow(provider, _int(groups.get("limit")), _int(groups.get("prompt")), _int(groups.get("total")))
     if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
         return Overflow("openai", None, None)
     return None
 
 
+def _json_escaped(text: str) -> bytes:
+    return json.dumps(text)[1:-1].encode()
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionPolicy:
+    """What a provider's overflow error must look like to be believed (see the module docstring)."""
+
+    plausible_min_ratio: float = 0.25
+    plausible_min_tokens: int = 1024
+    max_factor: float = 4.0
+
+
 @dataclass(frozen=True, slots=True)
 class Correction:
-    """A tighter window for one model: `window` replaces the profile's."""
+    """A tighter window for one model on one upstream: `window` replaces the profile's."""
 
     window: int
     factor: float  # provider count / our count (1.0 when the provider gave no count)
     provider: str
+    limit: int | None = None  # the provider's stated window
+    provider_prompt_tokens: int | None = None
+    our_prompt_tokens: int = 0
 
     @classmethod
-    def measure(cls, overflow: Overflow, our_prompt_tokens: int, our_window: int, output_reserve: int) -> Correction:
+    def measure(
+        cls,
+        overflow: Overflow,
+        our_prompt_tokens: int,
+        our_window: int,
+        output_reserve: int,
+        policy: CorrectionPolicy | None = None,
+    ) -> Correction | None:
+        """The correction `overflow` implies, or None when it is not plausible: a limit below both
+        `plausible_min_ratio` of the window we know and `plausible_min_tokens` (local servers often
+        run a model with a window far below its published one, but never a tiny one), or a count
+        more than `max_factor` times ours."""
+        policy = policy or CorrectionPolicy()
         limit = overflow.limit or our_window
+        if limit < min(our_window * policy.plausible_min_ratio, policy.plausible_min_tokens):
+            return None
         factor = 1.0
         provider_prompt = overflow.prompt_tokens
         if provider_prompt is None and overflow.total_tokens is not None:
             provider_prompt = overflow.total_tokens - output_reserve
         if provider_prompt is not None and our_prompt_tokens > 0 and provider_prompt > our_prompt_tokens:
             factor = provider_prompt / our_prompt_tokens
+        if factor > policy.max_factor:
+            return None
         window = math.floor(min(limit, our_window) / (factor * (1 + CORRECTION_HEADROOM)))
-        return cls(window=max(1, window), factor=factor, provider=overflow.provider)
+        return cls(max(1, window), factor, overflow.provider, overflow.limit, provider_prompt, our_prompt_tokens)
 
-    def tighter(self, other: Correction | None) -> Correction:
-        return self if other is None or self.window <= other.window else other
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "provider": self.provider,
+            "provider_limit": self.limit,
+            "provider_prompt_tokens": self.provider_prompt_tokens,
+            "our_prompt_tokens": self.our_prompt_tokens,
+            "factor": round(self.factor, 4),
+            "corrected_window": self.window,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Correction | None:
+        window, factor = data.get("corrected_window"), data.get("factor")
+        if not isinstance(window, int) or window < 1 or not isinstance(factor, int | float):
+            return None
+        return cls(
+            window,
+            float(factor),
+            str(data.get("provider") or "unknown"),
+            _int(data.get("provider_limit")),
+            _int(data.get("provider_prompt_tokens")),
+            _int(data.get("our_prompt_tokens")) or 0,
+        )
 
 
 class CorrectionMemory:
-    """The latest correction per model, for at most `max_models` models (least recent forgotten)."""
+    """The tightest committed correction per (upstream, model), each kept for `ttl` seconds, for
+    at most `max_entries` pairs (least recently used forgotten). Not thread-safe: the event loop
+    owns it."""
 
-    def __init__(self, max_models: int = 1024) -> None:
-        self.max_models = max_models
-        self._entries: OrderedDict[str, Correction] = OrderedDict()
+    def __init__(
+        self, max_entries: int = 1024, ttl: float = 24 * 3600.0, clock: Callable[[], float] | None = None
+    ) -> None:
+        self.max_entries, self.ttl = max_entries, ttl
+        self._clock = clock or time.monotonic
+        self._entries: OrderedDict[tuple[str, str], tuple[Correction, float]] = OrderedDict()
 
-    def get(self, model: str) -> Correction | None:
-        correction = self._entries.get(model)
-        if correction is not None:
-            self._entries.move_to_end(model)
-        return correction
+    def get(self, upstream: str, model: str) -> Correction | None:
+        entry = self._entries.get((upstream, model))
+        if entry is None:
+            return None
+        if self._clock() >= entry[1]:
+            del self._entries[(upstream, model)]
+            return None
+        self._entries.move_to_end((upstream, model))
+        return entry[0]
 
-    def remember(self, model: str, correction: Correction) -> Correction:
-        kept = correction.tighter(self._entries.get(model))
-        self._entries[model] = kept
-        self._entries.move_to_end(model)
-        while len(self._entries) > self.max_models:
+    def remember(self, upstream: str, model: str, correction: Correction) -> Correction:
+        current = self.get(upstream, model)
+        kept = correction if current is None or correction.window <= current.window else current
+        self._entries[(upstream, model)] = (kept, self._clock() + self.ttl)
+        self._entries.move_to_end((upstream, model))
+        while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return kept
+
+    def items(self) -> list[tuple[str, str, Correction]]:
+        now = self._clock()
+        return [(u, m, c) for (u, m), (c, expires) in self._entries.items() if expires > now]
 
 
 def _int(value: object) -> int | None:

@@ -178,11 +178,16 @@ _DATE_SUFFIXES = (
 
 
 def name_candidates(name: str) -> list[str]:
-    """The names to try, most specific first: as given, lower-cased, without provider prefixes
-    (`openai/`, `vertex_ai/`, `google/`, `models/`), then without a date or version suffix."""
+    """The names to try, most specific first: as given, lower-cased, a fine-tune's base model,
+    without provider prefixes (`openai/`, `vertex_ai/`, `google/`, `models/`), then without a date
+    or version suffix."""
     seen: dict[str, None] = {}
     lowered = name.strip().lower()
     bases = [name.strip(), lowered]
+    if lowered.startswith("ft:"):  # OpenAI fine-tunes: ft:gpt-4o-mini-2024-07-18:org::id
+        base = lowered[3:].split(":", 1)[0]
+        if base:
+            bases.append(base)
     if "/" in lowered:
         bases += [lowered.split("/", 1)[1], lowered.rsplit("/", 1)[1]]
     for base in bases:

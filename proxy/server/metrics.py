@@ -1,28 +1,43 @@
-"""Prometheus metrics for one app, in a registry of its own (so tests can run many apps)."""
+"""Prometheus metrics for one app, in a registry of its own (so tests can run many apps).
+
+Every series is bounded: the `model` label is a configured or known model name (the model map's
+key it resolved to), or `other`, never the raw name a client sent; upstreams come from the
+config. `_created` series are off, and the standard `process_*` metrics are on.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from collections.abc import Callable
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+
+from proxy.server.record import RequestRecord
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the library's own API, untyped
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, model_label: Callable[[str | None], str]) -> None:
+        self.model_label = model_label
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)
         self.requests = Counter(
             "context_guard_requests",
-            "Requests handled, by route kind, outcome and status.",
+            "Requests handled, by kind (API, passthrough, local), outcome and status.",
             ["kind", "outcome", "status"],
             registry=r,
         )
-        self.trims = Counter("context_guard_trims", "Chat requests that were cut to fit.", ["model"], registry=r)
+        self.trims = Counter("context_guard_trims", "Requests that were cut to fit.", ["model"], registry=r)
         self.tokens_removed = Counter(
             "context_guard_tokens_removed", "Prompt tokens removed by trimming.", ["model"], registry=r
         )
         self.rejections = Counter(
-            "context_guard_rejections", "Chat requests rejected as too long to fit.", ["model"], registry=r
+            "context_guard_rejections", "Requests rejected as too long to fit.", ["model"], registry=r
         )
         self.upstream_errors = Counter(
             "context_guard_upstream_errors",
@@ -32,8 +47,20 @@ class Metrics:
         )
         self.corrections = Counter(
             "context_guard_self_corrections",
-            "Retries after an upstream still found the context too long.",
+            "Upstream context-length errors, by what the guard did (retried, remembered, implausible, ...).",
             ["model", "result"],
+            registry=r,
+        )
+        self.corrected_window = Gauge(
+            "context_guard_corrected_window_tokens",
+            "The window a remembered self-correction gives a model on an upstream.",
+            ["upstream", "model"],
+            registry=r,
+        )
+        self.state_fallbacks = Counter(
+            "context_guard_state_fallbacks",
+            "Reads or writes of shared learned state that fell back to local state.",
+            ["operation"],
             registry=r,
         )
         self.duration = Histogram(
@@ -43,6 +70,30 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+
+    def observe(self, record: RequestRecord) -> None:
+        """Everything one finished request adds, read from its record."""
+        status = _STATUS_CLASSES.get(record.status // 100, "other") if record.status != 499 else "499"
+        self.requests.labels(record.kind, record.outcome or "unknown", status).inc()
+        self.duration.labels("total").observe(record.total_ms / 1000)
+        if record.upstream is not None and record.upstream_status is not None:
+            self.duration.labels("upstream").observe(record.upstream_ms / 1000)
+        plan = record.plan
+        if plan is None:
+            return
+        self.duration.labels("count").observe(plan.count_seconds)
+        self.duration.labels("trim").observe(plan.trim_seconds)
+        model = self.model_label(record.served_model or record.model)
+        result = plan.result
+        if record.outcome == "trimmed":
+            self.trims.labels(model).inc()
+            self.tokens_removed.labels(model).inc(result.tokens_before - result.tokens_after)
+        elif record.outcome == "rejected":
+            self.rejections.labels(model).inc()
+        if record.learned_correction is not None:
+            self.corrections.labels(model, "remembered" if record.status < 400 else "retried").inc()
+        if record.correction_note:
+            self.corrections.labels(model, record.correction_note).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -94,7 +94,7 @@ class TestUpstreamCredentials:
         now = [0.0]
         auth = UpstreamAuth(
             UpstreamSettings(
-                "vertex", "https://x/v1", token_command=f"{sys.executable} {script}", token_refresh_seconds=3000
+                name="vertex", base_url="https://x/v1", token_command=f"{sys.executable} {script}", token_refresh_seconds=3000
             ),
             clock=lambda: now[0],
         )
@@ -105,14 +105,14 @@ class TestUpstreamCredentials:
 
     async def test_a_token_file_is_read(self, tmp_path):
         (tmp_path / "token").write_text("ya29.from-file\n")
-        auth = UpstreamAuth(UpstreamSettings("vertex", "https://x/v1", token_file=str(tmp_path / "token")))
+        auth = UpstreamAuth(UpstreamSettings(name="vertex", base_url="https://x/v1", token_file=str(tmp_path / "token")))
         assert await auth.header(None, False) == "Bearer ya29.from-file"
 
     async def test_a_failing_token_command_is_a_502_that_leaks_no_output(self, tmp_path):
         auth = UpstreamAuth(
             UpstreamSettings(
-                "vertex",
-                "https://x/v1",
+                name="vertex",
+                base_url="https://x/v1",
                 token_command=f"{sys.executable} -c 'import sys; print(\"secret\"); sys.exit(3)'",
             )
         )

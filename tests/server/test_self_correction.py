@@ -22,7 +22,7 @@ async def chat(proxy, body: dict) -> tuple[int, dict, dict]:
 class TestParseOverflow:
     @pytest.mark.parametrize(
         ("style", "provider"),
-        [("openai", "openai"), ("vllm", "openai"), ("vertex", "vertex"), ("llamacpp", "llama.cpp")],
+        [("openai", "openai"), ("vllm", "openai"), ("vertex", "vertex"), ("llamacpp", "llamacpp")],
     )
     def test_reads_each_providers_limit_and_count(self, style, provider):
         status, error = overflow_error(style, 4096, 5000)
@@ -55,14 +55,33 @@ class TestCorrection:
         )
         assert correction.window == int(4096 / 1.02)
 
-    def test_memory_keeps_the_tightest_and_is_bounded(self):
-        memory = CorrectionMemory(max_models=2)
-        memory.remember("a", Correction(1000, 1.1, "x"))
-        memory.remember("a", Correction(2000, 1.0, "x"))
-        assert memory.get("a").window == 1000
-        memory.remember("b", Correction(1, 1, "x"))
-        memory.remember("c", Correction(1, 1, "x"))
-        assert memory.get("a") is None
+    def test_memory_keeps_the_tightest_per_upstream_and_model_and_is_bounded(self):
+        memory = CorrectionMemory(max_entries=2)
+        memory.remember("up", "a", Correction(1000, 1.1, "x"))
+        memory.remember("up", "a", Correction(2000, 1.0, "x"))
+        assert memory.get("up", "a").window == 1000 and memory.get("other", "a") is None
+        memory.remember("up", "b", Correction(1, 1, "x"))
+        memory.remember("up", "c", Correction(1, 1, "x"))
+        assert memory.get("up", "a") is None
+
+    def test_memory_forgets_a_correction_when_it_expires(self):
+        now = [0.0]
+        memory = CorrectionMemory(ttl=60, clock=lambda: now[0])
+        memory.remember("up", "a", Correction(1000, 1.1, "x"))
+        now[0] = 59.0
+        assert memory.get("up", "a") is not None
+        now[0] = 60.0
+        assert memory.get("up", "a") is None
+
+    @pytest.mark.parametrize(
+        ("overflow", "why"),
+        [
+            (Overflow("openai", 300, 999999), "a limit far below the known window"),
+            (Overflow("openai", 8192, 80000), "a count ten times ours"),
+        ],
+    )
+    def test_an_implausible_overflow_teaches_nothing(self, overflow, why):
+        assert Correction.measure(overflow, our_prompt_tokens=7000, our_window=8192, output_reserve=500) is None, why
 
 
 class TestRetry:

@@ -1,0 +1,228 @@
+"""One typed record per request, and the renderers that all read from it.
+
+The error middleware opens a `RequestRecord` for every request that reaches the app and closes
+it in one place, whatever happened (a 401, a path refused, a client that went away, a trimmed
+stream), so every request yields exactly one log line and one metrics update. The handlers only
+fill fields in. The log line (`log_event`), the `x-context-guard-*` headers (`report_headers`),
+the metrics (`Metrics.observe`) and the recent-decisions page are each rendered from it, in one
+place each.
+
+A log line starts with the summary an operator scans for: outcome, model, tokens before/after
+against the budget, how many messages and tokens went, by which strategy. What was removed
+follows, folded into runs ("messages 1-138: 138 dropped, 14,021 tokens, drop_oldest_turns") and
+bounded in size. Content is never logged; `log.content_preview_chars` opts in to previews.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.corrections import Correction
+from proxy.core.plan import Plan
+from proxy.core.trim import Removal
+
+REPORT_PREFIX = "x-context-guard-"
+
+
+@dataclass
+class RequestRecord:
+    request_id: str
+    method: str
+    path: str
+    started: float = field(default_factory=time.perf_counter)
+    at: float = field(default_factory=time.time)
+    kind: str = "local"  # an API name (chat, responses, completions, messages), passthrough or local
+    model: str | None = None  # as the client named it
+    served_model: str | None = None  # as the route sends it upstream (after a rename)
+    upstream: str | None = None
+    mode: str | None = None
+    status: int = 0
+    outcome: str | None = None
+    error: str | None = None  # the error code the client got, if any
+    plan: Plan | None = None
+    window_source: str | None = None
+    applied_correction: Correction | None = None
+    learned_correction: Correction | None = None
+    correction_note: str | None = None  # why an overflow error taught nothing ("implausible", ...)
+    attempts: int = 0
+    upstream_status: int | None = None
+    upstream_ms: float = 0.0
+    stream: bool = False
+    stream_broken: str | None = None
+    client_disconnected: bool = False
+    notes: list[str] = field(default_factory=list)  # e.g. fallback_window, estimate, server_state
+    previews: dict[int, str] = field(default_factory=dict)  # opt-in removal previews by message index
+    total_ms: float = 0.0
+
+    def finish(self, status: int) -> None:
+        self.status = status
+        self.total_ms = round((time.perf_counter() - self.started) * 1000, 2)
+        if self.outcome is None:
+            self.outcome = _outcome_for_status(status, self.kind)
+
+    @property
+    def removals(self) -> tuple[Removal, ...]:
+        return self.plan.result.removals if self.plan is not None else ()
+
+    @property
+    def is_warning(self) -> bool:
+        """Worth an operator's attention: a rejection, a server-side failure, a request sent on
+        over budget, a model counted against a guessed window or with an estimate."""
+        return (
+            self.status >= 500
+            or self.outcome in ("rejected", "forwarded_over_budget", "dry_run_rejected")
+            or bool({"fallback_window", "implausible_overflow"} & set(self.notes))
+        )
+
+
+def _outcome_for_status(status: int, kind: str) -> str:
+    if status == 499:
+        return "client_disconnected"
+    if status >= 400:
+        return "refused" if status < 500 else "failed"
+    return "forwarded" if kind != "local" else "answered"
+
+
+def report_headers(record: RequestRecord) -> dict[str, str]:
+    """The `x-context-guard-*` headers a guarded response carries."""
+    if record.plan is None:
+        return {f"{REPORT_PREFIX}mode": record.mode} if record.mode else {}
+    result = record.plan.result
+    return {
+        f"{REPORT_PREFIX}tokens-before": str(result.tokens_before),
+        f"{REPORT_PREFIX}tokens-after": str(result.tokens_after),
+        f"{REPORT_PREFIX}budget": str(result.budget.input_budget),
+        f"{REPORT_PREFIX}removed": str(len(result.removals)),
+        f"{REPORT_PREFIX}mode": record.mode or "enforce",
+    }
+
+
+def summary(record: RequestRecord) -> dict[str, Any]:
+    """The fields an operator reads first, in reading order."""
+    out: dict[str, Any] = {"outcome": record.outcome, "status": record.status}
+    if record.model is not None:
+        out["model"] = record.model
+        if record.served_model and record.served_model != record.model:
+            out["served_model"] = record.served_model
+    if record.plan is not None:
+        result = record.plan.result
+        removed_tokens = sum(r.tokens for r in result.removals)
+        out.update(
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            budget=result.budget.input_budget,
+            removed_count=len(result.removals),
+            removed_tokens=removed_tokens,
+        )
+        if result.removals:
+            out["by_strategy"] = by_strategy(result.removals)
+    return out
+
+
+def by_strategy(removals: Sequence[Removal]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for removal in removals:
+        entry = out.setdefault(removal.strategy, {"count": 0, "tokens": 0})
+        entry["count"] += 1
+        entry["tokens"] += removal.tokens
+    return out
+
+
+def folded_removals(removals: Sequence[Removal], previews: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
+    """Removals as runs: consecutive messages removed the same way by the same strategy are one
+    entry with a range; a run of one keeps its role and content hash."""
+    runs: list[list[Removal]] = []
+    for removal in removals:
+        last = runs[-1][-1] if runs else None
+        if (
+            not previews  # with previews on, each removal keeps its own entry and preview
+            and last is not None
+            and removal.index is not None
+            and last.index is not None
+            and removal.index == last.index + 1
+            and (removal.kind, removal.strategy) == (last.kind, last.strategy)
+        ):
+            runs[-1].append(removal)
+        else:
+            runs.append([removal])
+    out = []
+    for run in runs:
+        first, last = run[0], run[-1]
+        entry: dict[str, Any]
+        if len(run) == 1:
+            where = "request" if first.index is None else f"message {first.index}"
+            entry = {"what": where, "role": first.role, "kind": first.kind, "tokens": first.tokens}
+            entry.update(strategy=first.strategy, hash=first.hash)
+            if previews and first.index is not None and first.index in previews:
+                entry["preview"] = previews[first.index]
+        else:
+            entry = {"what": f"messages {first.index}-{last.index}", "count": len(run), "kind": first.kind}
+            entry.update(tokens=sum(r.tokens for r in run), strategy=first.strategy)
+        out.append(entry)
+    return out
+
+
+def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, Any]:
+    """The one log event of a request: the summary first, then the details, then what was removed."""
+    event: dict[str, Any] = {"request_id": record.request_id, **summary(record)}
+    details: dict[str, Any] = {
+        "kind": record.kind,
+        "method": record.method,
+        "path": record.path,
+        "upstream": record.upstream,
+        "mode": record.mode,
+        "error": record.error,
+        "upstream_status": record.upstream_status,
+    }
+    if record.plan is not None:
+        plan = record.plan
+        budget = plan.result.budget
+        details.update(
+            context_window=budget.context_window,
+            window_source=record.window_source,
+            output_reserve=budget.output_reserve,
+            tokenizer=plan.count.tokenizer,
+            exact=plan.count.exact,
+            count_ms=round(plan.count_seconds * 1000, 2),
+            trim_ms=round(plan.trim_seconds * 1000, 2),
+        )
+    if record.applied_correction is not None:
+        details["applied_correction"] = record.applied_correction.to_dict()
+    if record.learned_correction is not None:
+        details["self_correction"] = record.learned_correction.to_dict()
+    if record.correction_note:
+        details["self_correction_ignored"] = record.correction_note
+    if record.attempts > 1:
+        details["attempts"] = record.attempts
+    if record.stream:
+        details["stream"] = True
+    if record.stream_broken:
+        details["stream_broken"] = record.stream_broken
+    if record.client_disconnected:
+        details["client_disconnected"] = True
+    if record.notes:
+        details["notes"] = list(record.notes)
+    event.update({k: v for k, v in details.items() if v is not None})
+    if record.upstream is not None:
+        event["upstream_ms"] = round(record.upstream_ms, 2)
+    event["total_ms"] = record.total_ms
+    if record.removals:
+        event["removed"] = _bounded(folded_removals(record.removals, record.previews), max_line_bytes)
+    return event
+
+
+def _bounded(entries: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
+    """At most as many entries as fit in about `max_bytes / 2` of JSON, then a note of the rest."""
+    budget, used, kept = max_bytes // 2, 0, []
+    for i, entry in enumerate(entries):
+        size = sum(len(str(k)) + len(str(v)) + 6 for k, v in entry.items()) + 2
+        if used + size > budget:
+            rest = entries[i:]
+            kept.append({"what": f"{len(rest)} more runs", "tokens": sum(int(e.get("tokens", 0)) for e in rest)})
+            break
+        kept.append(entry)
+        used += size
+    return kept
