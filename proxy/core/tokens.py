@@ -260,11 +260,11 @@ class RequestCounter:
         if context is not None:
             # A tool result is shown as a `function` message named after the call it answers.
             call_id = message.get("tool_call_id")
-            name = context.name if context.name is not None else (call_id if isinstance(call_id, str) else "")
+            called = context.name if context.name is not None else (call_id if isinstance(call_id, str) else "")
             if context.name is None:
                 notes.append("tool result answers no earlier call; its tool_call_id counted as the name")
             tokens = fmt.per_message + self._short("function") + fmt.function_message_adjust
-            tokens += self._short(name) + fmt.per_name
+            tokens += self._short(called) + fmt.per_name
         else:
             tokens = fmt.per_message + self._short(role)
             if role == "function":
@@ -399,7 +399,9 @@ class RequestCounter:
         if seconds is None:
             seconds = len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND
         tokens = math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
+        # No OpenAI audio rate is published: even a measured duration gives an estimate.
         note = [f"audio length estimated from its size ({seconds:.1f} s)"] if estimated else []
+        note.append(f"audio priced at {AUDIO_TOKENS_PER_SECOND} tokens/s, the highest published rate")
         return 0, tokens, note
 
     def _file(self, part: Mapping[str, Any]) -> tuple[int, int, list[str]]:

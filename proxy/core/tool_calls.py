@@ -54,7 +54,8 @@ def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
             continue
         if message.get("role") == "tool":
             call_id = message.get("tool_call_id")
-            contexts[index] = calls.get(call_id, ResultContext(None)) if isinstance(call_id, str) else ResultContext(None)
+            known = calls.get(call_id) if isinstance(call_id, str) else None
+            contexts[index] = known if known is not None else ResultContext(None)
             continue
         entries = function_calls(message)
         group = index if len(entries) > 1 else None
