@@ -36,14 +36,7 @@ import orjson
 from proxy.core.images import image_cost
 from proxy.core.models import ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
-from proxy.core.tool_calls import (
-    ResultContext,
-    function_calls,
-    parallel_result_piece,
-    parallel_uses_text,
-    result_contexts,
-    single_call_parts,
-)
+from proxy.core.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_contexts, result_framing
 from proxy.core.tools import response_format_tokens, tool_definitions_tokens
 
 COMPONENTS = (
@@ -258,13 +251,7 @@ class RequestCounter:
         if context is not None and context.group is not None and fmt.namespace_tools:
             return self._parallel_result(message, index, context)
         if context is not None:
-            # A tool result is shown as a `function` message named after the call it answers.
-            call_id = message.get("tool_call_id")
-            called = context.name if context.name is not None else (call_id if isinstance(call_id, str) else "")
-            if context.name is None:
-                notes.append("tool result answers no earlier call; its tool_call_id counted as the name")
-            tokens = fmt.per_message + self._short("function") + fmt.function_message_adjust
-            tokens += self._short(called) + fmt.per_name
+            tokens = result_framing(message, context, fmt, self._short, notes)
         else:
             tokens = fmt.per_message + self._short(role)
             if role == "function":
@@ -286,7 +273,7 @@ class RequestCounter:
             tokens += self.text(json.dumps(content, ensure_ascii=False, default=str))
         call_tokens = 0
         if "tool_calls" in message or "function_call" in message:
-            call_tokens, call_notes = self._tool_calls(message)
+            call_tokens, call_notes = calls_tokens(message, fmt, self.text, self._short)
             notes += call_notes
         tokens += call_tokens
         if len(message) > 2:
@@ -295,33 +282,6 @@ class RequestCounter:
                 if key not in _STRUCTURAL_FIELDS and isinstance(value, str) and value:
                     tokens += self.text(value)
         return MessageCount(index, role, tokens, media_tokens, call_tokens, tuple(notes))
-
-    def _tool_calls(self, message: Mapping[str, Any]) -> tuple[int, list[str]]:
-        """The calls an assistant message makes, framed as in `proxy.core.tool_calls`."""
-        fmt = self.fmt
-        total = 0
-        notes: list[str] = []
-        legacy = message.get("function_call")
-        if isinstance(legacy, Mapping):
-            name, arguments = single_call_parts({"function": legacy}) or ("", "")
-            total += fmt.function_call_overhead + self._short(name) + self.text(arguments)
-        calls = function_calls(message)
-        if len(calls) > 1 and fmt.namespace_tools and all(single_call_parts(c) for c in calls):
-            uses, parsed = parallel_uses_text(calls)
-            total += fmt.function_call_overhead + self.text(uses)
-            if not parsed:
-                notes.append("parallel tool call arguments that are not JSON: counted as strings")
-            return total, notes
-        for call in calls:
-            parts = single_call_parts(call)
-            if parts is None:
-                total += fmt.function_call_overhead + self.text(json.dumps(call, ensure_ascii=False, default=str))
-                notes.append(f"tool call of type {call.get('type')!r}: no published rendering; counted as its JSON")
-                continue
-            total += fmt.function_call_overhead + self._short(parts[0]) + self.text(parts[1]) + fmt.tool_call_margin
-        if calls and len(notes) < len(calls):
-            notes.append(f"tool call framing: {fmt.tool_call_margin} token(s) of margin per call (sources differ)")
-        return total, notes
 
     def _parallel_result(self, message: Mapping[str, Any], index: int, context: ResultContext) -> MessageCount:
         """One result of a parallel call: its piece of the joined JSON list, and the group's

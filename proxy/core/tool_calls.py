@@ -26,9 +26,11 @@ answers: `result_contexts()` reads that once per request.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from proxy.core.models import ChatFormat
 
 PARALLEL_RECIPIENT = "multi_tool_use.parallel"
 
@@ -72,6 +74,47 @@ def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
         contexts[first] = replace(contexts[first], first=True)
         contexts[last] = replace(contexts[last], last=True)
     return contexts
+
+
+def calls_tokens(
+    message: Mapping[str, Any], fmt: ChatFormat, text: Callable[[str], int], short: Callable[[str], int]
+) -> tuple[int, list[str]]:
+    """Tokens of the calls an assistant message makes (`text` counts long texts, `short` names),
+    and why they are an estimate, if they are."""
+    total = 0
+    notes: list[str] = []
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        name, arguments = single_call_parts({"function": legacy}) or ("", "")
+        total += fmt.function_call_overhead + short(name) + text(arguments)
+    calls = function_calls(message)
+    if len(calls) > 1 and fmt.namespace_tools and all(single_call_parts(c) for c in calls):
+        uses, parsed = parallel_uses_text(calls)
+        if not parsed:
+            notes.append("parallel tool call arguments that are not JSON: counted as strings")
+        return total + fmt.function_call_overhead + text(uses), notes
+    for call in calls:
+        parts = single_call_parts(call)
+        if parts is None:
+            total += fmt.function_call_overhead + text(json.dumps(call, ensure_ascii=False, default=str))
+            notes.append(f"tool call of type {call.get('type')!r}: no published rendering; counted as its JSON")
+            continue
+        total += fmt.function_call_overhead + short(parts[0]) + text(parts[1]) + fmt.tool_call_margin
+    if calls and len(notes) < len(calls):
+        notes.append(f"tool call framing: {fmt.tool_call_margin} token(s) of margin per call (sources differ)")
+    return total, notes
+
+
+def result_framing(
+    message: Mapping[str, Any], context: ResultContext, fmt: ChatFormat, short: Callable[[str], int], notes: list[str]
+) -> int:
+    """Tokens of a single call's `tool` result besides its content: it is shown as a `function`
+    message named after the call it answers (its `tool_call_id` stands in for an unknown name)."""
+    call_id = message.get("tool_call_id")
+    name = context.name if context.name is not None else (call_id if isinstance(call_id, str) else "")
+    if context.name is None:
+        notes.append("tool result answers no earlier call; its tool_call_id counted as the name")
+    return fmt.per_message + short("function") + fmt.function_message_adjust + short(name) + fmt.per_name
 
 
 def function_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
