@@ -104,7 +104,7 @@ def functions_tokens(
     if system is not None:
         # The namespace joins the system message, which gains a newline (that may merge with its
         # last characters, as in "Hello:" + "\n").
-        tokens += fmt.system_join + tokenizer.count(system + "\n") - tokenizer.count(system)
+        tokens += fmt.system_join + count_text(tokenizer, system + "\n", cache) - count_text(tokenizer, system, cache)
     return ToolsCount(tokens, tuple(f"tool definitions: {reason}" for reason in rendering.estimates))
 
 
