@@ -60,28 +60,48 @@ class TokenizerSpec:
 class ChatFormat:
     """Token overheads of a chat template.
 
-    OpenAI's values are the ones the OpenAI cookbook measured against `usage.prompt_tokens`;
-    the tool-definition constants are the cookbook's too. Other families use an upper bound of
-    their templates' framing (role header, separators, end-of-turn), since their providers
-    publish no such constants.
+    OpenAI's message values are the ones the OpenAI cookbook measured against
+    `usage.prompt_tokens`; its tool values were measured against the API by open-source counters
+    (the sources and the cases each one covers are pinned in tests/core/test_tools_api_counts.py).
+    Other families use an upper bound of their templates' framing (role header, separators,
+    end-of-turn, tool tags), since their providers publish no such constants.
     """
 
     per_message: int = 3
     per_name: int = 1
     reply_priming: int = 3
-    per_tool_call: int = 8  # the call's framing around its name and JSON arguments
-    func_init: int = 7
-    prop_init: int = 3
-    prop_key: int = 3
-    enum_init: int = -3
-    enum_item: int = 3
-    func_end: int = 12
+    # True: tools are shown as OpenAI's `namespace functions` (proxy.core.tool_schema); False: as
+    # the JSON a chat template dumps, counted as an upper bound (proxy.core.tools).
+    namespace_tools: bool = True
+    functions_overhead: int = 9  # the namespace's own message, added once when functions are given
+    system_join: int = -4  # the namespace joins the first system message instead of making its own
+    function_call_overhead: int = 3  # an assistant `function_call` (or single tool call) around name and arguments
+    function_message_adjust: int = -2  # a `function` result message, relative to a named message
+    forced_call_overhead: int = 4  # `function_call` / `tool_choice` naming a function, besides the name
+    choice_none: int = 1  # `function_call: "none"`
+    parallel_results_overhead: int = 10  # the joined results of one multi_tool_use.parallel call
+    tool_call_margin: int = 1  # unpublished tool_calls framing: the largest gap seen between sources
 
 
 O200K_FORMAT = ChatFormat()
-CL100K_FORMAT = ChatFormat(func_init=10)
-LEGACY_0301_FORMAT = ChatFormat(per_message=4, per_name=-1, func_init=10)
-TEMPLATE_FORMAT = ChatFormat(per_message=6, per_name=2, reply_priming=6, per_tool_call=10, func_init=10)
+CL100K_FORMAT = O200K_FORMAT  # the same framing; only the tokenizer differs
+LEGACY_0301_FORMAT = ChatFormat(per_message=4, per_name=-1)
+# Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
+# calls are JSON inside tags, results are wrapped in tags. Bounds from those templates' text.
+TEMPLATE_FORMAT = ChatFormat(
+    per_message=6,
+    per_name=2,
+    reply_priming=6,
+    namespace_tools=False,
+    functions_overhead=160,
+    system_join=0,
+    function_call_overhead=16,
+    function_message_adjust=8,
+    forced_call_overhead=16,
+    choice_none=16,
+    parallel_results_overhead=16,
+    tool_call_margin=4,
+)
 
 
 @dataclass(frozen=True, slots=True)

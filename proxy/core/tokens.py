@@ -16,7 +16,8 @@ The total is split into components that add up to it exactly:
     tool_definitions, response_format, reply_priming
 
 `RequestCounter.message()` counts one message on its own, so that trimming can recount only what
-it changed.
+it changed. A `tool` result is the one message whose cost depends on another: the call it answers
+(`proxy.core.tool_calls`), which `request()` reads first.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import orjson
 from proxy.core.images import image_cost
 from proxy.core.models import ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
+from proxy.core.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_contexts, result_framing
 from proxy.core.tools import response_format_tokens, tool_definitions_tokens
 
 COMPONENTS = (
@@ -79,7 +81,7 @@ class MessageCount:
 class RequestCount:
     model: str
     tokenizer: str
-    exact: bool  # the model's own tokenizer and a published format; False for any estimate
+    exact: bool  # the model's own tokenizer and measured framing throughout; False if any part is estimated
     total: int
     components: Mapping[str, int]
     messages: tuple[MessageCount, ...]
@@ -121,6 +123,8 @@ class RequestCounter:
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
         self._scope = hash((tokenizer.name, profile.chat_format, profile.images))
+        # What each `tool` message of the request being counted answers, by index.
+        self._results: dict[int, ResultContext] = {}
 
     def text(self, text: str) -> int:
         hit = self._prefetched.get(id(text))
@@ -135,14 +139,15 @@ class RequestCounter:
             n = self._small[text] = self.tokenizer.count(text)
         return n
 
-    def _message_key(self, message: object) -> Hashable | None:
+    def _message_key(self, message: object, index: int) -> Hashable | None:
         """A cache key for a message: the hash of its compact JSON (which tells `1`, `1.0` and
-        `true` apart), scoped to this tokenizer, chat format and image pricing. None without a
-        cache, or for a message orjson cannot render (integers beyond 64 bits)."""
+        `true` apart), scoped to this tokenizer, chat format and image pricing, and for a tool
+        result to the call it answers. None without a cache, or for a message orjson cannot
+        render (integers beyond 64 bits)."""
         if self.cache is None:
             return None
         try:
-            return (self._scope, hash(orjson.dumps(message)))
+            return (self._scope, hash(orjson.dumps(message)), self._results.get(index))
         except TypeError:
             return None
 
@@ -172,15 +177,17 @@ class RequestCounter:
     def request(self, body: Mapping[str, Any]) -> RequestCount:
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
+        self._results = result_contexts(messages)
         counts = self._count_messages(messages)
-        tools = tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
-        response_format = response_format_tokens(body, self.tokenizer, self.fmt)
+        tool_count = tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+        format_count = response_format_tokens(body, self.tokenizer, self.fmt)
+        tools, response_format = tool_count.tokens, format_count.tokens
         components = dict.fromkeys(COMPONENTS, 0)
         components["tool_definitions"] = tools
         components["response_format"] = response_format
         components["reply_priming"] = self.fmt.reply_priming
         latest = latest_user_index(messages)
-        notes: list[str] = []
+        notes: list[str] = [*tool_count.notes, *format_count.notes]
         media = calls = 0
         for count in counts:
             media += count.media_tokens
@@ -211,7 +218,7 @@ class RequestCounter:
         """Every message's count: whole messages from the cache where it has them, the rest
         counted with their large texts encoded together first."""
         counts: list[MessageCount | None] = [None] * len(messages)
-        keys = [self._message_key(m) for m in messages]
+        keys = [self._message_key(m, i) for i, m in enumerate(messages)]
         if self.cache is not None:
             for i, key in enumerate(keys):
                 if key is not None:
@@ -239,11 +246,19 @@ class RequestCounter:
             )
         role = message.get("role")
         role = role if isinstance(role, str) else "unknown"
-        tokens = fmt.per_message + self._short(role)
         notes: list[str] = []
-        name = message.get("name")
-        if isinstance(name, str) and name:
-            tokens += self._short(name) + fmt.per_name
+        context = self._results.get(index, ResultContext(None)) if role == "tool" else None
+        if context is not None and context.group is not None and fmt.namespace_tools:
+            return self._parallel_result(message, index, context)
+        if context is not None:
+            tokens = result_framing(message, context, fmt, self._short, notes)
+        else:
+            tokens = fmt.per_message + self._short(role)
+            if role == "function":
+                tokens += fmt.function_message_adjust
+            name = message.get("name")
+            if isinstance(name, str) and name:
+                tokens += self._short(name) + fmt.per_name
         media_tokens = 0
         content = message.get("content")
         if isinstance(content, str):
@@ -256,7 +271,10 @@ class RequestCounter:
                 notes += (f"content[{j}]: {n}" for n in part_notes)
         elif content is not None:
             tokens += self.text(json.dumps(content, ensure_ascii=False, default=str))
-        call_tokens = self._tool_calls(message) if "tool_calls" in message or "function_call" in message else 0
+        call_tokens = 0
+        if "tool_calls" in message or "function_call" in message:
+            call_tokens, call_notes = calls_tokens(message, fmt, self.text, self._short)
+            notes += call_notes
         tokens += call_tokens
         if len(message) > 2:
             for key, value in message.items():
@@ -265,22 +283,32 @@ class RequestCounter:
                     tokens += self.text(value)
         return MessageCount(index, role, tokens, media_tokens, call_tokens, tuple(notes))
 
-    def _tool_calls(self, message: Mapping[str, Any]) -> int:
-        calls: list[Any] = list(message.get("tool_calls") or ()) if isinstance(message.get("tool_calls"), list) else []
-        if isinstance(message.get("function_call"), Mapping):
-            calls.append({"function": message["function_call"]})
-        total = 0
-        for call in calls:
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(function, Mapping):
-                total += self.fmt.per_tool_call + self._short(str(function.get("name", "")))
-                arguments = function.get("arguments", "")
-                total += self.text(
-                    arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-                )
-            else:
-                total += self.fmt.per_tool_call + self.text(json.dumps(call, ensure_ascii=False, default=str))
-        return total
+    def _parallel_result(self, message: Mapping[str, Any], index: int, context: ResultContext) -> MessageCount:
+        """One result of a parallel call: its piece of the joined JSON list, and the group's
+        framing on the first."""
+        text, media_tokens, notes = self._result_parts(message.get("content"))
+        tokens = self.text(parallel_result_piece(text, context)) + media_tokens
+        if context.first:
+            tokens += self.fmt.parallel_results_overhead
+        return MessageCount(index, "tool", tokens, media_tokens, 0, tuple(notes))
+
+    def _result_parts(self, content: object) -> tuple[str, int, list[str]]:
+        """(text, media tokens, notes) of a tool result's content."""
+        if isinstance(content, str):
+            return content, 0, []
+        if not isinstance(content, list):
+            return ("" if content is None else json.dumps(content, ensure_ascii=False, default=str)), 0, []
+        texts: list[str] = []
+        media = 0
+        notes: list[str] = []
+        for j, part in enumerate(content):
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+                continue
+            _, part_media, part_notes = self._part(part)
+            media += part_media
+            notes += (f"content[{j}]: {n}" for n in part_notes)
+        return "".join(texts), media, notes
 
     def _part(self, part: object) -> tuple[int, int, list[str]]:
         """(text tokens, media tokens, notes) of one content part."""
@@ -331,7 +359,9 @@ class RequestCounter:
         if seconds is None:
             seconds = len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND
         tokens = math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
+        # No OpenAI audio rate is published: even a measured duration gives an estimate.
         note = [f"audio length estimated from its size ({seconds:.1f} s)"] if estimated else []
+        note.append(f"audio priced at {AUDIO_TOKENS_PER_SECOND} tokens/s, the highest published rate")
         return 0, tokens, note
 
     def _file(self, part: Mapping[str, Any]) -> tuple[int, int, list[str]]:

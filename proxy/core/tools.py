@@ -1,226 +1,167 @@
-"""Tokens of tool definitions, `tool_choice` and `response_format`.
+"""Tokens of a request's tool definitions, its `tool_choice` / `function_call`, and its
+`response_format`.
 
-OpenAI renders function definitions into the prompt as a TypeScript-like namespace:
+For OpenAI models, function definitions (`tools`, legacy `functions`, and Responses-API function
+tools once converted) are rendered once as the `namespace functions` text of
+`proxy.core.tool_schema` and counted with the model's tokenizer. The namespace is joined to the
+first system message, which gains a trailing newline; without one it becomes its own system
+message. In tokens (`ChatFormat`): the text, plus `functions_overhead` (9), plus `system_join`
+(-4) and the newline's tokens when a system message exists. These rules reproduce every
+API-reported count pinned in tests/core/test_tools_api_counts.py.
 
-    namespace functions {
-    // Get the current weather
-    type get_current_weather = (_: {
-    // The city and state
-    location: string,
-    unit?: "celsius" | "fahrenheit",
-    }) => any;
-    } // namespace functions
+Forcing costs `forced_call_overhead` (4) plus the function's name; `function_call: "none"`
+costs `choice_none` (1). Both were measured with legacy `function_call`; the same rules are used
+for `tool_choice`, and the count says so.
 
-The OpenAI cookbook gives per-function constants that reproduce the API's counts for flat
-schemas (string/number properties, enums). Schemas with nested objects, arrays, unions or
-`$ref`s are outside what those constants were measured on, so for every function we also
-render the namespace text and count it, and take the larger of the two: the count is exact
-where the cookbook is, and never below the rendered text where it is not.
+Families whose chat templates write tools as JSON (`ChatFormat.namespace_tools` False) get an
+upper bound instead: each tool's JSON indented by four spaces (the widest form templates use),
+plus a preamble bound. Hosted and custom tools have no published rendering: their JSON is counted
+and the count is marked as an estimate.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.models import ChatFormat
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
+from proxy.core.tool_schema import function_definition, render_namespace
 
-_FLAT_TYPES = frozenset({"string", "number", "integer", "boolean"})
+# Around a JSON-schema response format: no measurement exists; the framing the cookbook measured
+# around a function definition (7 + 12), kept so that the bound did not fall when it was replaced.
+RESPONSE_FORMAT_FRAMING = 19
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsCount:
+    """Tokens of one request-level part, and why (if at all) they are an estimate."""
+
+    tokens: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return not self.notes
 
 
 def functions_of(body: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[Any]]:
-    """Function definitions from `tools` (type function) and legacy `functions`, and the other
-    tools (hosted or custom ones) that have no function schema."""
+    """Function definitions from `tools` (chat-completions or Responses shape) and legacy
+    `functions`, and the other tools (hosted or custom ones) that have no function schema."""
     functions: list[Mapping[str, Any]] = []
     others: list[Any] = []
-    for tool in body.get("tools") or ():
-        if (
-            isinstance(tool, Mapping)
-            and tool.get("type", "function") == "function"
-            and isinstance(tool.get("function"), Mapping)
-        ):
-            functions.append(tool["function"])
-        else:
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
+        definition = function_definition(tool)
+        if definition is None:
             others.append(tool)
-    for function in body.get("functions") or ():
+        else:
+            functions.append(definition)
+    legacy = body.get("functions")
+    for function in legacy if isinstance(legacy, list) else ():
         (functions if isinstance(function, Mapping) else others).append(function)
     return functions, others
 
 
 def tool_definitions_tokens(
-    body: Mapping[str, Any], tokenizer: Tokenizer, fmt: ChatFormat, cache: CountCache | None
-) -> int:
+    body: Mapping[str, Any], tokenizer: Tokenizer, fmt: ChatFormat, cache: CountCache | None = None
+) -> ToolsCount:
+    """Tokens of every tool definition in `body` and of its tool choice."""
     functions, others = functions_of(body)
-    total = 0
-    if functions:
-        total += sum(_function_tokens(f, tokenizer, fmt, cache) for f in functions) + fmt.func_end
+    messages = body.get("messages")
+    messages = messages if isinstance(messages, list) else []
+    definitions = functions_tokens(functions, messages, tokenizer, fmt, cache)
+    total = definitions.tokens
+    notes = list(definitions.notes)
     for other in others:
-        # Hosted and custom tools have no published rendering: their JSON is an upper bound.
-        total += fmt.func_init + count_text(tokenizer, _compact_json(other), cache)
-    choice = body.get("tool_choice", body.get("function_call"))
+        kind = other.get("type") if isinstance(other, Mapping) else None
+        notes.append(f"tool of type {kind!r}: no published rendering; counted as its JSON")
+        total += fmt.functions_overhead + count_text(tokenizer, _compact_json(other), cache)
+    choice = choice_tokens(body, functions, tokenizer, fmt)
+    return ToolsCount(total + choice.tokens, (*notes, *choice.notes))
+
+
+def functions_tokens(
+    functions: Sequence[Mapping[str, Any]],
+    messages: Sequence[Any],
+    tokenizer: Tokenizer,
+    fmt: ChatFormat,
+    cache: CountCache | None = None,
+) -> ToolsCount:
+    """Tokens that `functions` add to a prompt whose messages are `messages` (their first system
+    message is where the namespace joins)."""
+    if not functions:
+        return ToolsCount(0)
+    if not fmt.namespace_tools:
+        text = "\n".join(json.dumps({"type": "function", "function": f}, indent=4, default=str) for f in functions)
+        tokens = fmt.functions_overhead + count_text(tokenizer, text, cache)
+        return ToolsCount(tokens, ("tool definitions: this model's template is not published; counted as JSON",))
+    rendering = render_namespace(functions)
+    tokens = fmt.functions_overhead + count_text(tokenizer, rendering.text, cache)
+    system = _first_system_text(messages)
+    if system is not None:
+        # The namespace joins the system message, which gains a newline (that may merge with its
+        # last characters, as in "Hello:" + "\n").
+        tokens += fmt.system_join + count_text(tokenizer, system + "\n", cache) - count_text(tokenizer, system, cache)
+    return ToolsCount(tokens, tuple(f"tool definitions: {reason}" for reason in rendering.estimates))
+
+
+def choice_tokens(
+    body: Mapping[str, Any], functions: Sequence[Mapping[str, Any]], tokenizer: Tokenizer, fmt: ChatFormat
+) -> ToolsCount:
+    """Tokens of `tool_choice`, or of legacy `function_call` when there is no `tool_choice`."""
+    legacy = "tool_choice" not in body
+    choice = body.get("function_call") if legacy else body.get("tool_choice")
+    if choice is None or choice == "auto":
+        return ToolsCount(0)
+    notes = () if legacy else ("tool_choice: measured for function_call only; counted the same way",)
+    if choice == "none":
+        return ToolsCount(fmt.choice_none, notes)
     if isinstance(choice, Mapping):
-        name = choice.get("name") or (choice.get("function") or {}).get("name") or ""
-        # A forced function is named once more to the model.
-        total += fmt.per_message + count_text(tokenizer, str(name), cache)
-    return total
+        nested = choice.get("function")
+        name = choice.get("name") if isinstance(choice.get("name"), str) else None
+        if name is None and isinstance(nested, Mapping) and isinstance(nested.get("name"), str):
+            name = nested["name"]
+        if name is not None:
+            return ToolsCount(fmt.forced_call_overhead + tokenizer.count(name), notes)
+    # "required", an allowed-tools list or a hosted tool: unpublished. Bounded by forcing the
+    # longest-named function, or by the choice's own JSON when it names no function.
+    longest = max((tokenizer.count(str(f.get("name", ""))) for f in functions), default=0)
+    bound = fmt.forced_call_overhead + max(longest, tokenizer.count(_compact_json(choice)))
+    return ToolsCount(bound, (f"tool_choice {_compact_json(choice)[:40]}: no published rendering; bounded",))
 
 
-def response_format_tokens(body: Mapping[str, Any], tokenizer: Tokenizer, fmt: ChatFormat) -> int:
-    """A JSON-schema response format is rendered into the prompt; its compact JSON is an upper
-    bound of that rendering (braces and quotes cost more than the TypeScript form)."""
+def response_format_tokens(body: Mapping[str, Any], tokenizer: Tokenizer, fmt: ChatFormat) -> ToolsCount:
+    """A JSON-schema response format is rendered into the prompt in a form that is not
+    published; its compact JSON is counted, an upper bound of any TypeScript-like rendering
+    (braces and quotes cost more)."""
     response_format = body.get("response_format")
     if not isinstance(response_format, Mapping):
-        return 0
+        return ToolsCount(0)
     if response_format.get("type") == "json_schema":
-        return fmt.func_init + fmt.func_end + tokenizer.count(_compact_json(response_format.get("json_schema")))
+        schema = _compact_json(response_format.get("json_schema"))
+        tokens = RESPONSE_FORMAT_FRAMING + tokenizer.count(schema)
+        return ToolsCount(tokens, ("response_format: json_schema rendering not published; counted as its JSON",))
     if response_format.get("type") == "json_object":
-        return fmt.per_message
-    return 0
+        return ToolsCount(fmt.per_message, ("response_format: json_object framing not published; bounded",))
+    return ToolsCount(0)
 
 
-def _function_tokens(
-    function: Mapping[str, Any], tokenizer: Tokenizer, fmt: ChatFormat, cache: CountCache | None
-) -> int:
-    cookbook = _cookbook_tokens(function, tokenizer, fmt, cache)
-    if cookbook is not None and _is_flat(function):
-        return cookbook
-    rendered = fmt.func_init + count_text(tokenizer, render_function(function), cache)
-    return max(rendered, cookbook or 0)
-
-
-def _cookbook_tokens(
-    function: Mapping[str, Any], tokenizer: Tokenizer, fmt: ChatFormat, cache: CountCache | None
-) -> int | None:
-    """The cookbook's per-function constants; None where the schema is not of the form they cover."""
-    name = function.get("name")
-    if not isinstance(name, str):
-        return None
-    description = _text(function.get("description")).removesuffix(".")
-    total = fmt.func_init + count_text(tokenizer, f"{name}:{description}", cache)
-    properties = _properties(function.get("parameters"))
-    if properties:
-        total += fmt.prop_init
-        for key, prop in properties.items():
-            total += fmt.prop_key
-            if not isinstance(prop, Mapping):
-                continue
-            if isinstance(prop.get("enum"), list):
-                total += fmt.enum_init
-                for item in prop["enum"]:
-                    total += fmt.enum_item + tokenizer.count(str(item))
-            p_type = prop.get("type", "")
-            p_desc = _text(prop.get("description")).removesuffix(".")
-            total += tokenizer.count(f"{key}:{p_type if isinstance(p_type, str) else _compact_json(p_type)}:{p_desc}")
-    return total
-
-
-def _is_flat(function: Mapping[str, Any]) -> bool:
-    parameters = function.get("parameters")
-    if parameters is None:
-        return True
-    if not isinstance(parameters, Mapping) or set(parameters) - {
-        "type",
-        "properties",
-        "required",
-        "additionalProperties",
-    }:
-        return False
-    for prop in _properties(parameters).values():
-        if not isinstance(prop, Mapping) or set(prop) - {"type", "description", "enum"}:
-            return False
-        if prop.get("type") not in _FLAT_TYPES:
-            return False
-    return True
-
-
-def _properties(parameters: object) -> Mapping[str, Any]:
-    if isinstance(parameters, Mapping) and isinstance(parameters.get("properties"), Mapping):
-        return parameters["properties"]  # type: ignore[no-any-return]  # JSON object
-    return {}
-
-
-def render_function(function: Mapping[str, Any]) -> str:
-    """One function as OpenAI's namespace renders it, with nested schemas written out in full."""
-    lines: list[str] = []
-    description = _text(function.get("description"))
-    if description:
-        lines += [f"// {line}" for line in description.splitlines()]
-    name = _text(function.get("name"))
-    parameters = function.get("parameters")
-    if _properties(parameters) or (isinstance(parameters, Mapping) and len(parameters) > 1):
-        lines.append(f"type {name} = (_: {_render_schema(parameters, 0)}) => any;")
-    else:
-        lines.append(f"type {name} = () => any;")
-    return "\n".join(lines) + "\n"
-
-
-def _render_schema(schema: object, depth: int) -> str:
-    if not isinstance(schema, Mapping):
-        return "any"
-    if depth > 32:  # a schema that deep is hostile; its JSON is a safe upper bound
-        return _compact_json(schema)
-    extras = _render_extras(schema)
-    if isinstance(schema.get("enum"), list):
-        return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"]) + extras
-    if "const" in schema:
-        return json.dumps(schema["const"], ensure_ascii=False) + extras
-    for union in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(union), list):
-            joiner = " & " if union == "allOf" else " | "
-            return joiner.join(_render_schema(s, depth + 1) for s in schema[union]) + extras
-    if "$ref" in schema:
-        return str(schema["$ref"]).rsplit("/", 1)[-1] + extras
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        return " | ".join(_render_schema({**schema, "type": k}, depth + 1) for k in kind)
-    if kind == "array":
-        return f"Array<{_render_schema(schema.get('items'), depth + 1)}>" + extras
-    if kind == "object" or "properties" in schema:
-        required = set(schema.get("required") or ())
-        body: list[str] = ["{"]
-        for key, prop in _properties(schema).items():
-            if isinstance(prop, Mapping) and prop.get("description"):
-                body += [f"// {line}" for line in _text(prop["description"]).splitlines()]
-            optional = "" if key in required else "?"
-            body.append(f"{key}{optional}: {_render_schema(prop, depth + 1)},")
-        for defs_key in ("$defs", "definitions"):
-            for def_name, def_schema in (schema.get(defs_key) or {}).items():
-                body.append(f"type {def_name} = {_render_schema(def_schema, depth + 1)};")
-        body.append("}")
-        return "\n".join(body) + extras
-    if kind == "integer":
-        return "number" + extras
-    if isinstance(kind, str):
-        return kind + extras
-    return "any" + extras
-
-
-def _render_extras(schema: Mapping[str, Any]) -> str:
-    """Keywords the model is shown beside the type (formats, bounds, defaults, examples)."""
-    shown = {
-        k: v
-        for k, v in schema.items()
-        if k
-        in (
-            "default",
-            "format",
-            "minimum",
-            "maximum",
-            "minLength",
-            "maxLength",
-            "pattern",
-            "examples",
-            "minItems",
-            "maxItems",
-        )
-    }
-    return f" // {_compact_json(shown)}" if shown else ""
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
+def _first_system_text(messages: Sequence[Any]) -> str | None:
+    """The text of the first system message, which the function namespace joins; its last text
+    part when the content is a list."""
+    for message in messages:
+        if isinstance(message, Mapping) and message.get("role") == "system":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                texts = [p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+                return texts[-1] if texts else ""
+            return ""
+    return None
 
 
 def _compact_json(value: object) -> str:

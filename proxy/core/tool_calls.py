@@ -1,0 +1,172 @@
+"""How tool calls and their results are framed in the prompt, and what each costs.
+
+OpenAI renders a conversation's tool traffic in two ways (tests/core/test_tools_api_counts.py
+pins the API-reported counts behind each rule):
+
+- **One call** (an assistant `function_call`, or `tool_calls` with one entry) is shown as a
+  call to that function: `function_call_overhead` (3) plus the name and the `arguments` string as
+  sent, whitespace included. Its `tool` result is shown as a `function` message named after the
+  call: the role, the name, `per_name`, the content and `function_message_adjust` (-2).
+- **Several calls in one message** are shown as one call to `multi_tool_use.parallel` whose
+  argument is `{"tool_uses": [{"recipient_name": name, "parameters": arguments}, ...]}`, and
+  their results as one JSON list of the result texts, in message order; both serialised like
+  Python's `json.dumps` (", " and ": " separators, non-ASCII escaped as \\uXXXX, which is why
+  non-Latin results cost several times more after parallel calls). The group costs the two JSON
+  texts, `function_call_overhead` and `parallel_results_overhead` (10), beside the assistant
+  message's own framing; the tool messages carry no framing of their own.
+
+A single `tool_calls` entry matches the API in every published case but one, which counts one
+token more than the rule (a 2023 forum report); `tool_call_margin` covers that gap and the count
+is marked as an estimate. Custom (non-function) calls have no published rendering: their JSON.
+
+Results are matched to calls by `tool_call_id`, so a result's cost depends on the call it
+answers: `result_contexts()` reads that once per request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.core.models import ChatFormat
+
+PARALLEL_RECIPIENT = "multi_tool_use.parallel"
+
+
+@dataclass(frozen=True, slots=True)
+class ResultContext:
+    """What a `tool` message answers: the called function's name (None when no earlier call has
+    its id) and, for a result of a parallel call, the index of the assistant message that made it
+    and whether the result opens or closes the joined list."""
+
+    name: str | None
+    group: int | None = None
+    first: bool = False
+    last: bool = False
+
+
+def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
+    """The context of every `tool` message, by index; a later call with the same id wins."""
+    calls: dict[str, ResultContext] = {}
+    contexts: dict[int, ResultContext] = {}
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            continue
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            known = calls.get(call_id) if isinstance(call_id, str) else None
+            contexts[index] = known if known is not None else ResultContext(None)
+            continue
+        entries = function_calls(message)
+        group = index if len(entries) > 1 else None
+        for entry in entries:
+            call_id = entry.get("id")
+            if isinstance(call_id, str):
+                calls[call_id] = ResultContext(_name(entry), group)
+    members: dict[int, list[int]] = {}
+    for index, context in contexts.items():
+        if context.group is not None:
+            members.setdefault(context.group, []).append(index)
+    for indices in members.values():
+        first, last = min(indices), max(indices)
+        contexts[first] = replace(contexts[first], first=True)
+        contexts[last] = replace(contexts[last], last=True)
+    return contexts
+
+
+def calls_tokens(
+    message: Mapping[str, Any], fmt: ChatFormat, text: Callable[[str], int], short: Callable[[str], int]
+) -> tuple[int, list[str]]:
+    """Tokens of the calls an assistant message makes (`text` counts long texts, `short` names),
+    and why they are an estimate, if they are."""
+    total = 0
+    notes: list[str] = []
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        name, arguments = single_call_parts({"function": legacy}) or ("", "")
+        total += fmt.function_call_overhead + short(name) + text(arguments)
+    calls = function_calls(message)
+    if len(calls) > 1 and fmt.namespace_tools and all(single_call_parts(c) for c in calls):
+        uses, parsed = parallel_uses_text(calls)
+        if not parsed:
+            notes.append("parallel tool call arguments that are not JSON: counted as strings")
+        return total + fmt.function_call_overhead + text(uses), notes
+    for call in calls:
+        parts = single_call_parts(call)
+        if parts is None:
+            total += fmt.function_call_overhead + text(json.dumps(call, ensure_ascii=False, default=str))
+            notes.append(f"tool call of type {call.get('type')!r}: no published rendering; counted as its JSON")
+            continue
+        total += fmt.function_call_overhead + short(parts[0]) + text(parts[1]) + fmt.tool_call_margin
+    if calls and len(notes) < len(calls):
+        notes.append(f"tool call framing: {fmt.tool_call_margin} token(s) of margin per call (sources differ)")
+    return total, notes
+
+
+def result_framing(
+    message: Mapping[str, Any], context: ResultContext, fmt: ChatFormat, short: Callable[[str], int], notes: list[str]
+) -> int:
+    """Tokens of a single call's `tool` result besides its content: it is shown as a `function`
+    message named after the call it answers (its `tool_call_id` stands in for an unknown name)."""
+    call_id = message.get("tool_call_id")
+    name = context.name if context.name is not None else (call_id if isinstance(call_id, str) else "")
+    if context.name is None:
+        notes.append("tool result answers no earlier call; its tool_call_id counted as the name")
+    return fmt.per_message + short("function") + fmt.function_message_adjust + short(name) + fmt.per_name
+
+
+def function_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The entries of an assistant message's `tool_calls`, objects only."""
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+
+
+def parallel_uses_text(calls: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
+    """The `multi_tool_use.parallel` argument the model is shown for several calls, and whether
+    every call's arguments parsed as JSON (otherwise they are shown as strings: an estimate)."""
+    uses: list[dict[str, Any]] = []
+    parsed = True
+    for call in calls:
+        arguments = _arguments(call)
+        try:
+            parameters: Any = json.loads(arguments) if arguments else {}
+        except ValueError:
+            parameters, parsed = arguments, False
+        uses.append({"recipient_name": _name(call), "parameters": parameters})
+    return json.dumps({"tool_uses": uses}), parsed
+
+
+def parallel_results_text(texts: Sequence[str]) -> str:
+    """The results of one parallel call, as the model is shown them."""
+    return json.dumps(list(texts))
+
+
+def parallel_result_piece(text: str, context: ResultContext) -> str:
+    """One result's piece of `parallel_results_text`: the pieces of a group, in order, join into
+    it exactly, and (the tokenizers' pre-splitting breaks at the space after every comma) their
+    token counts add up to its count, so each result is counted on its own."""
+    return ("[" if context.first else " ") + json.dumps(text) + ("]" if context.last else ",")
+
+
+def single_call_parts(call: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(name, arguments as sent) of a function call; None for a call that is not a function's."""
+    function = call.get("function") if "function" in call else call
+    if not isinstance(function, Mapping) or call.get("type", "function") != "function":
+        return None
+    return _name(call), _arguments(call)
+
+
+def _name(call: Mapping[str, Any]) -> str:
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def _arguments(call: Mapping[str, Any]) -> str:
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    arguments = function.get("arguments") if isinstance(function, Mapping) else None
+    if isinstance(arguments, str):
+        return arguments
+    return "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
