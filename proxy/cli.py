@@ -1,4 +1,4 @@
-"""The `context-guard` command: `serve`, `count` and `trim`.
+"""The `context-guard` command: `serve`, `count`, `trim` and `demo`.
 
 `count` and `trim` read one chat-completions body (a JSON file, or `-` for standard input) and
 print a JSON report. Exit status: 0 when the request fits (or, for `trim`, was cut to fit);
@@ -46,8 +46,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML settings file (default: built-in defaults)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
-    serve.add_argument("--upstream", help="send every request to this base URL, e.g. http://localhost:8000/v1")
+    serve.add_argument(
+        "--upstream",
+        help="send every request to this base URL, e.g. http://localhost:8000/v1; "
+        "`echo` starts the built-in echo upstream (a testing aid that calls no model)",
+    )
     serve.set_defaults(run=_serve)
+
+    demo = commands.add_parser("demo", help="show a real trim: the guard in front of a local echo upstream")
+    demo.set_defaults(run=_demo)
 
     for name, run, help_text in (
         ("count", _count, "count a request body and report its budget"),
@@ -63,12 +70,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.upstream == "echo":
+        from proxy.server.echo import echo_in_thread
+
+        with echo_in_thread() as url:
+            return _serve_with(args, url)
+    return _serve_with(args, args.upstream)
+
+
+def _serve_with(args: argparse.Namespace, upstream: str | None) -> int:
     from proxy.server.run import serve
 
     settings = load_settings(args.config)
-    if args.upstream:
+    if upstream:
         try:
-            settings = settings.with_upstream_url(args.upstream)
+            settings = settings.with_upstream_url(upstream)
         except ValueError as exc:
             raise ConfigError(str(exc), key="--upstream") from None
     if args.host:
@@ -77,6 +93,12 @@ def _serve(args: argparse.Namespace) -> int:
         settings = replace(settings, port=args.port)
     serve(settings)
     return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from proxy.demo import run_demo
+
+    return run_demo(sys.stdout)
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
