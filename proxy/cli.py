@@ -70,27 +70,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if args.upstream == "echo":
-        from proxy.server.echo import echo_in_thread
-
-        with echo_in_thread() as url:
-            return _serve_with(args, url)
-    return _serve_with(args, args.upstream)
-
-
-def _serve_with(args: argparse.Namespace, upstream: str | None) -> int:
     from proxy.server.run import serve
 
     settings = load_settings(args.config)
-    if upstream:
+    if args.upstream and args.upstream != "echo":
         try:
-            settings = settings.with_upstream_url(upstream)
+            settings = settings.with_upstream_url(args.upstream)
         except ValueError as exc:
             raise ConfigError(str(exc), key="--upstream") from None
     if args.host:
         settings = replace(settings, host=args.host)
     if args.port is not None:
         settings = replace(settings, port=args.port)
+    if args.upstream == "echo":  # a testing aid: the built-in echo upstream, in this process
+        from proxy.server.echo import echo_in_thread, with_echo_upstream
+
+        with echo_in_thread() as url:
+            serve(with_echo_upstream(settings, url))
+        return EXIT_OK
     serve(settings)
     return EXIT_OK
 

@@ -27,7 +27,7 @@ from aiohttp import web
 from proxy.guard import Guard
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.server.echo import running_echo
+from proxy.server.echo import running_echo, with_echo_upstream
 from proxy.settings import Settings, settings_from_dict
 
 MODEL = "gpt-4o-mini"
@@ -37,15 +37,14 @@ REQUEST_TIMEOUT_SECONDS = 60.0
 
 
 def demo_settings(echo_url: str) -> Settings:
-    """The demo's settings, as a YAML file would give them: one upstream, the echo at `echo_url`;
-    `MODEL` given a `WINDOW`-token window; everything else the built-in defaults."""
+    """The demo's settings: the built-in defaults, with `MODEL` given a `WINDOW`-token window, JSON
+    logs, and every request routed to the echo upstream at `echo_url`."""
     data = {
         "server": {"host": "127.0.0.1", "port": 0},
         "log": {"format": "json", "level": "info"},
         "models": {"overrides": [{"match": MODEL, "context_window": WINDOW}]},
-        "upstreams": {"echo": {"base_url": echo_url, "connect_timeout": 5, "read_timeout": REQUEST_TIMEOUT_SECONDS}},
     }
-    return settings_from_dict(data, "<demo>", {})
+    return with_echo_upstream(settings_from_dict(data, "<demo>", {}), echo_url)
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,9 @@ def _show(out: TextIO, number: int, seen: Seen, previous: Seen | None) -> None:
         out.write(f"   echo upstream: {_arrived(seen.echo)}\n")
     if seen.step.stream and seen.usage is not None:
         u = seen.usage
-        out.write(f"   streamed: usage chunk {u['prompt_tokens']:,} prompt + {u['completion_tokens']} completion tokens\n")
+        out.write(
+            f"   streamed: usage chunk {u['prompt_tokens']:,} prompt + {u['completion_tokens']} completion tokens\n"
+        )
     out.write(f"   log: {seen.log_line or '(none)'}\n")
 
 
@@ -214,7 +215,9 @@ def _removed_lines(removed: Sequence[dict[str, Any]]) -> list[str]:
         if first["kind"] == "dropped":
             lines.append(f"{where} ({roles}) dropped, {tokens:,} tokens ({first['strategy']})")
         else:
-            lines.append(f"{where} ({roles}) {first['kind'].replace('_', ' ')}, {tokens:,} tokens cut ({first['strategy']})")
+            lines.append(
+                f"{where} ({roles}) {first['kind'].replace('_', ' ')}, {tokens:,} tokens cut ({first['strategy']})"
+            )
     return lines
 
 
@@ -263,10 +266,16 @@ def _call(call_id: str, name: str, path: str) -> dict[str, Any]:
 
 def pytest_log(tests: int = 240) -> str:
     """A test run's output, long enough to overflow a small window: passing tests, then one failure."""
-    lines = ["============================= test session starts ==============================", "collected 241 items", ""]
+    lines = [
+        "============================= test session starts ==============================",
+        "collected 241 items",
+        "",
+    ]
     for i in range(tests):
         module = ("budget", "tokens", "trim", "turns", "models", "shrink")[i % 6]
-        lines.append(f"tests/core/test_{module}.py::test_case_{i:03d} PASSED{' ' * 20}[{(i + 1) * 100 // (tests + 1):3d}%]")
+        lines.append(
+            f"tests/core/test_{module}.py::test_case_{i:03d} PASSED{' ' * 20}[{(i + 1) * 100 // (tests + 1):3d}%]"
+        )
     lines += [
         "tests/core/test_budget.py::test_reserve_is_clamped FAILED                  [100%]",
         "",
@@ -282,7 +291,7 @@ def pytest_log(tests: int = 240) -> str:
 
 
 def steps() -> list[Step]:
-    earlier = [
+    earlier: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "What does proxy/core/budget.py do?"},
         {"role": "assistant", "content": None, "tool_calls": [_call("call_1", "read_file", "proxy/core/budget.py")]},
@@ -291,21 +300,27 @@ def steps() -> list[Step]:
             "tool_call_id": "call_1",
             "content": '"""The input budget: context window - output reserve - safety margin."""\n' * 12,
         },
-        {"role": "assistant", "content": "It computes the input budget: the window minus an output reserve and a safety margin."},
+        {
+            "role": "assistant",
+            "content": "It computes the input budget: the window minus an output reserve and a safety margin.",
+        },
         {"role": "user", "content": "CI is red on main. Find out why."},
         {"role": "assistant", "content": None, "tool_calls": [_call("call_2", "run_tests", "tests/core")]},
         {"role": "tool", "tool_call_id": "call_2", "content": pytest_log()},
     ]
-    one_turn_later = [
+    one_turn_later: list[dict[str, Any]] = [
         *earlier,
         {
             "role": "assistant",
-            "content": "test_reserve_is_clamped fails: output_reserve(4096) returns 500, the floor, instead of 15% (614).",
+            "content": "test_reserve_is_clamped fails: output_reserve(4096) returns the 500 floor, not 15% (614).",
         },
         {"role": "user", "content": "Fix it, then rerun only that test."},
     ]
     return [
-        Step("A short chat that fits", [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hello! What can you do?"}]),
+        Step(
+            "A short chat that fits",
+            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hello! What can you do?"}],
+        ),
         Step("An agent conversation whose test log cannot fit", earlier),
         Step("The same conversation, one turn later", one_turn_later),
         Step("The same, streamed", one_turn_later, stream=True),

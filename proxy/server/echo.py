@@ -25,7 +25,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -37,8 +37,10 @@ from proxy.core.tokens import RequestCounter
 from proxy.core.turns import call_ids, validity_problems
 from proxy.encodings import Tokenizers
 from proxy.errors import BadRequest, GuardError
+from proxy.settings import Route, Settings, UpstreamSettings
 
 OWNER = "context-guard-echo"
+UPSTREAM_NAME = "echo"  # how the guard's log lines and metrics name it
 START_TIMEOUT_SECONDS = 30.0
 
 
@@ -53,7 +55,9 @@ class EchoSettings:
         if not self.models or not all(isinstance(m, str) and m.strip() for m in self.models):
             raise ValueError(f"echo models must be a non-empty list of model ids, not {self.models!r}")
         if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1024:
-            raise ValueError(f"echo max_body_bytes must be a whole number of at least 1024, not {self.max_body_bytes!r}")
+            raise ValueError(
+                f"echo max_body_bytes must be a whole number of at least 1024, not {self.max_body_bytes!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,10 @@ class EchoReport:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "valid": self.valid}
+        """The report as JSON-ready data: the response's `echo` field."""
+        data = asdict(self)
+        data.update(roles=list(self.roles), tool_calls=list(data["tool_calls"]), problems=list(self.problems))
+        return {**data, "valid": self.valid}
 
     def text(self) -> str:
         """The report as the reply a person reads."""
@@ -282,6 +289,12 @@ async def _openai_errors(request: web.Request, handler: _Handler) -> web.StreamR
 def _error(status: int, message: str, code: str | None = None) -> web.Response:
     error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
     return web.json_response({"error": error}, status=status)
+
+
+def with_echo_upstream(settings: Settings, url: str) -> Settings:
+    """`settings` with every route sent to the echo upstream at `url` (`serve --upstream echo`)."""
+    upstream = UpstreamSettings(UPSTREAM_NAME, url, api_key_env=None)
+    return replace(settings, upstreams={UPSTREAM_NAME: upstream}, routes=(Route("*", UPSTREAM_NAME),))
 
 
 @contextlib.asynccontextmanager
