@@ -18,6 +18,7 @@ import asyncio
 import io
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -183,10 +184,11 @@ def _show(out: TextIO, number: int, seen: Seen, previous: Seen | None) -> None:
     for line in lines[1:]:
         out.write(f"   {'':>13}  {'':>12}  {'':>6}  {line}\n")
     if previous is not None and previous.removed:
-        earlier = {r["hash"]: r["index"] for r in previous.removed}
-        back = [i for h, i in earlier.items() if h not in {r["hash"] for r in seen.removed}]
-        stays = "all of them removed again" if not back else f"put back: {', '.join(f'messages[{i}]' for i in back)}"
-        out.write(f"   what request {number - 1} removed: {stays}\n")
+        now = {r["hash"] for r in seen.removed}
+        earlier = ", ".join(f"messages[{r['index']}]" for r in previous.removed)
+        back = [r for r in previous.removed if r["hash"] not in now]
+        verdict = "is cut again" if not back else f"is partly put back ({len(back)} messages)"
+        out.write(f"   what request {number - 1} cut ({earlier}) {verdict}\n")
     if seen.echo is not None:
         out.write(f"   echo upstream: {_arrived(seen.echo)}\n")
     if seen.step.stream and seen.usage is not None:
@@ -225,7 +227,9 @@ def _arrived(echo: dict[str, Any]) -> str:
     calls = ", ".join(f"{c['name']} {'+ result' if c['answered'] else 'WITHOUT result'}" for c in echo["tool_calls"])
     validity = "valid" if echo["valid"] else f"INVALID ({'; '.join(echo['problems'])})"
     tools = f"; tool calls: {calls}" if calls else ""
-    return f"{echo['messages']} messages, {echo['prompt_tokens']:,} prompt tokens by its own count, {validity}{tools}"
+    roles = ", ".join(f"{n} {role}" for role, n in Counter(echo["roles"]).items())
+    counted = f"{echo['prompt_tokens']:,} prompt tokens by its own count"
+    return f"{echo['messages']} messages ({roles}), {counted}, {validity}{tools}"
 
 
 def _n(value: object) -> str:
