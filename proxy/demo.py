@@ -131,7 +131,7 @@ def _intro(out: TextIO, guard_url: str, echo_url: str) -> None:
 
 
 async def _send(client: Any, step: Step, request_id: str) -> Seen:
-    from openai import APIStatusError
+    from openai import APIConnectionError, APIStatusError
 
     args: dict[str, Any] = {"model": MODEL, "messages": step.messages, "tools": TOOLS}
     headers = {"x-request-id": request_id}
@@ -155,6 +155,8 @@ async def _send(client: Any, step: Step, request_id: str) -> Seen:
         return Seen(step, request_id, raw.status_code, dict(raw.headers), "".join(parts), echo, usage)
     except APIStatusError as exc:
         return Seen(step, request_id, exc.status_code, dict(exc.response.headers), exc.message, None, None)
+    except APIConnectionError as exc:  # reported as unanswered, and the demo exits 1
+        return Seen(step, request_id, 0, {}, str(exc), None, None)
 
 
 async def _attach_log(seen: Seen, log_stream: io.StringIO) -> None:

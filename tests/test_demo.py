@@ -3,6 +3,7 @@ subprocess, with no API key in the environment."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -18,6 +19,8 @@ from typing import Any
 
 import pytest
 from openai import OpenAI
+
+from proxy.demo import Seen, Step, _verdict
 
 ROOT = Path(__file__).parent.parent
 
@@ -192,3 +195,37 @@ class TestServeWithEchoUpstream:
         echo_port = int(listening["upstreams"]["echo"].rsplit(":", 1)[1].split("/")[0])
         assert refuses_connections(port) and refuses_connections(echo_port)
         assert processes_tagged(marker) == []
+
+
+def seen(echo: dict[str, Any] | None, status: int = 200, removed: list[dict[str, Any]] | None = None) -> Seen:
+    log = {"removed": removed if removed is not None else [{"index": 1, "strategy": "drop_oldest_turns"}]}
+    headers = {"x-context-guard-budget": "100"}
+    return Seen(Step("a request", []), "demo-1", status, headers, "", echo, None, "{}", log)
+
+
+ARRIVED: dict[str, Any] = {"prompt_tokens": 90, "valid": True, "problems": []}
+
+
+class TestVerdict:
+    def test_requests_that_arrived_within_budget_and_valid_exit_0(self):
+        out = io.StringIO()
+        assert _verdict(out, [seen(ARRIVED)]) == 0 and "All 1 requests answered" in out.getvalue()
+
+    def test_a_conversation_that_arrived_invalid_exits_1_naming_the_request_and_the_problem(self):
+        out = io.StringIO()
+        echo = {**ARRIVED, "valid": False, "problems": ["messages[2]: tool result 'c1' has no preceding call"]}
+        assert _verdict(out, [seen(echo)]) == 1
+        assert "request 1: arrived invalid: messages[2]: tool result 'c1' has no preceding call" in out.getvalue()
+
+    def test_a_conversation_that_arrived_over_budget_exits_1(self):
+        out = io.StringIO()
+        assert _verdict(out, [seen({**ARRIVED, "prompt_tokens": 101})]) == 1
+        assert "101 tokens arrived upstream; the budget is 100" in out.getvalue()
+
+    def test_an_unanswered_request_exits_1(self):
+        out = io.StringIO()
+        assert _verdict(out, [seen(None, status=502)]) == 1 and "not answered" in out.getvalue()
+
+    def test_a_run_in_which_nothing_was_cut_exits_1(self):
+        out = io.StringIO()
+        assert _verdict(out, [seen(ARRIVED, removed=[])]) == 1 and "no request was cut" in out.getvalue()

@@ -284,10 +284,16 @@ async def _openai_errors(request: web.Request, handler: _Handler) -> web.StreamR
         return _error(404, f"the echo upstream serves {known}; not {request.method} {request.path}", "unknown_url")
     except web.HTTPMethodNotAllowed as exc:
         return _error(405, f"{request.method} is not allowed on {request.path}; use {', '.join(exc.allowed_methods)}")
+    except (ConnectionError, asyncio.CancelledError):  # the client left: there is no one to answer
+        raise
+    except Exception as exc:  # still an answer in the API's shape, never a traceback
+        return _error(
+            500, f"the echo upstream failed on this request: {type(exc).__name__}", "echo_error", "server_error"
+        )
 
 
-def _error(status: int, message: str, code: str | None = None) -> web.Response:
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+def _error(status: int, message: str, code: str | None = None, kind: str = "invalid_request_error") -> web.Response:
+    error = {"message": message, "type": kind, "param": None, "code": code}
     return web.json_response({"error": error}, status=status)
 
 
