@@ -30,13 +30,12 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.codec import loads
 from proxy.core.models import ModelRegistry
-from proxy.core.plan import InvalidBody, validate_body
 from proxy.core.tokens import RequestCounter
 from proxy.core.turns import call_ids, validity_problems
 from proxy.encodings import Tokenizers
-from proxy.errors import BadRequest, GuardError
+from proxy.errors import GuardError
+from proxy.server.handlers import parse_chat
 from proxy.settings import Route, Settings, UpstreamSettings
 
 OWNER = "context-guard-echo"
@@ -164,7 +163,7 @@ class EchoUpstream:
         return app
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        body = _parse(await request.read())
+        body = parse_chat(await request.read())  # the guard's own checks: bad bodies get its 400s
         report = self.inspect(body)
         text = report.text()
         completion_tokens = self.counter(report.model).text(text)
@@ -204,17 +203,6 @@ class EchoUpstream:
 
 def _model_entry(model: str) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": 0, "owned_by": OWNER}
-
-
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        data = loads(raw)
-    except ValueError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-    try:
-        return dict(validate_body(data))
-    except InvalidBody as exc:
-        raise BadRequest(str(exc), param=exc.param) from None
 
 
 def _call_names(message: Mapping[str, Any]) -> list[str]:

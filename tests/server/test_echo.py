@@ -164,6 +164,10 @@ class TestChatCompletions:
         response = await client.post("/v1/chat/completions", json={"model": "gpt-4o"})
         assert response.status == 400 and (await response.json())["error"]["param"] == "messages"
 
+    async def test_a_body_without_a_model_gets_a_400_naming_the_field(self, client):
+        response = await client.post("/v1/chat/completions", json={"messages": AGENT})
+        assert response.status == 400 and (await response.json())["error"]["param"] == "model"
+
     async def test_a_body_over_the_limit_gets_an_openai_shaped_413(self, client):
         body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 8000}]}
         response = await client.post("/v1/chat/completions", json=body)
