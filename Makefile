@@ -1,10 +1,11 @@
 # Two commands on a fresh machine: `make run` starts the proxy, `make test` runs the tests.
+# `make demo` shows a real trim, with no API key and no network.
 # Both create .venv and install the project into it first (once, and again when pyproject.toml changes).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test demo lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,9 @@ run: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/pytest -q
+
+demo: $(BIN)/.installed
+	$(BIN)/context-guard demo
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check proxy tests bench examples

@@ -1,4 +1,4 @@
-"""The `context-guard` command: `serve`, `count`, `trim` and `check-config`.
+"""The `context-guard` command: `serve`, `count`, `trim`, `check-config` and `demo`.
 
 `count` and `trim` read one request body (a JSON file, or `-` for standard input; a bare list of
 messages is read as `{"messages": [...]}`) and print a JSON report. `check-config` validates a
@@ -58,7 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML settings file (default: built-in defaults)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1, or $HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080, or $PORT)")
-    serve.add_argument("--upstream", help="send every request to this base URL, e.g. http://localhost:8000/v1")
+    serve.add_argument(
+        "--upstream",
+        help="send every request to this base URL, e.g. http://localhost:8000/v1; "
+        "`echo` starts the built-in echo upstream (a testing aid that calls no model)",
+    )
     serve.set_defaults(run=_serve)
 
     check = commands.add_parser(
@@ -66,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("file", help="YAML settings file")
     check.set_defaults(run=_check_config)
+
+    demo = commands.add_parser("demo", help="show a real trim: the guard in front of a local echo upstream")
+    demo.set_defaults(run=_demo)
 
     for name, run, help_text in (
         ("count", _count, "count a request body as given and report its budget"),
@@ -84,7 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     from proxy.server.run import serve
 
     settings = load_settings(args.config)
-    if args.upstream:
+    if args.upstream and args.upstream != "echo":
         try:
             settings = settings.with_upstream_url(args.upstream)
         except ValueError as exc:
@@ -95,6 +102,12 @@ def _serve(args: argparse.Namespace) -> int:
             settings = settings.with_server(**changes)
         except ValueError as exc:
             raise ConfigError(str(exc).splitlines()[-1].strip(), key="--host/--port") from None
+    if args.upstream == "echo":  # a testing aid: the built-in echo upstream, in this process
+        from proxy.server.echo import echo_in_thread, with_echo_upstream
+
+        with echo_in_thread() as url:
+            serve(with_echo_upstream(settings, url))
+        return EXIT_OK
     serve(settings)
     return EXIT_OK
 
@@ -106,6 +119,12 @@ def _check_config(args: argparse.Namespace) -> int:
     Guard(settings)  # the files it names (model map, encodings, tokenizers) must load too
     _print({"config": settings.source, "valid": True, "settings": masked(settings)})
     return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from proxy.demo import run_demo
+
+    return run_demo(sys.stdout)
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, list[str]]:
