@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     serve.add_argument("--upstream", help="send every request to this base URL, e.g. http://localhost:8000/v1")
+    serve.add_argument("--workers", type=int, help="serving processes on the port (default: the cores available)")
+    serve.add_argument("--drain-delay", type=float, help="seconds new connections are still served after SIGTERM")
+    serve.add_argument("--shutdown-grace", type=float, help="seconds in-flight requests get to finish after that")
     serve.set_defaults(run=_serve)
 
     for name, run, help_text in (
@@ -63,20 +66,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy.server.run import serve
+    from proxy.server.lifecycle import ServerOptions
+    from proxy.server.run import SettingsSource, serve
 
-    settings = load_settings(args.config)
-    if args.upstream:
-        try:
-            settings = settings.with_upstream_url(args.upstream)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key="--upstream") from None
-    if args.host:
-        settings = replace(settings, host=args.host)
-    if args.port is not None:
-        settings = replace(settings, port=args.port)
-    serve(settings)
-    return EXIT_OK
+    flags = {
+        "workers": args.workers,
+        "drain_delay_seconds": args.drain_delay,
+        "shutdown_grace_seconds": args.shutdown_grace,
+    }
+    try:
+        options = ServerOptions(**{name: value for name, value in flags.items() if value is not None})
+    except ValueError as exc:
+        raise _InputError(str(exc)) from None
+    return serve(SettingsSource(args.config, args.upstream, args.host, args.port), options)
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:

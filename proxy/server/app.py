@@ -23,19 +23,22 @@ from proxy.server.handlers import (
     REQUEST_ID,
     Gateway,
     chat_completions,
-    healthz,
     metrics,
     passthrough,
 )
+from proxy.server.health import HEALTH_PATHS, Health, Reachability, ReadinessOptions, install_health
+from proxy.server.lifecycle import DRAIN, Drain, track_requests
 from proxy.server.metrics import Metrics
 from proxy.server.upstream import Router
 from proxy.settings import Settings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-UNGUARDED_PATHS = frozenset({"/healthz", "/metrics"})
+UNGUARDED_PATHS = HEALTH_PATHS | {"/metrics"}
 
 
-def create_app(settings: Settings, guard: Guard | None = None) -> web.Application:
+def create_app(
+    settings: Settings, guard: Guard | None = None, readiness: ReadinessOptions | None = None
+) -> web.Application:
     gateway = Gateway(
         settings=settings,
         guard=guard or Guard(settings),
@@ -45,10 +48,12 @@ def create_app(settings: Settings, guard: Guard | None = None) -> web.Applicatio
         log=get_logger(),
     )
     # aiohttp enforces the body limit itself as it reads (413), so a huge body is never buffered whole.
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[errors, client_keys])
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[track_requests, errors, client_keys])
     app[GATEWAY] = gateway
+    app[DRAIN] = Drain()
     app.cleanup_ctx.append(_upstream_session)
-    app.router.add_get("/healthz", healthz)
+    upstreams = {name: upstream.base_url for name, upstream in settings.upstreams.items()}
+    install_health(app, Health(Reachability(upstreams, readiness or ReadinessOptions()), settings.source))
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/chat/completions", chat_completions)

@@ -351,10 +351,6 @@ def _sniff_model(request: web.Request, raw: bytes) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
 async def metrics(request: web.Request) -> web.Response:
     body = request.app[GATEWAY].metrics.render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
