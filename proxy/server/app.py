@@ -27,7 +27,7 @@ from proxy.server.handlers import (
     passthrough,
 )
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, ReadinessOptions, install_health
-from proxy.server.lifecycle import DRAIN, Drain, track_requests
+from proxy.server.lifecycle import install_drain, track_requests
 from proxy.server.metrics import Metrics
 from proxy.server.upstream import Router
 from proxy.settings import Settings
@@ -50,7 +50,7 @@ def create_app(
     # aiohttp enforces the body limit itself as it reads (413), so a huge body is never buffered whole.
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[track_requests, errors, client_keys])
     app[GATEWAY] = gateway
-    app[DRAIN] = Drain()
+    install_drain(app)
     app.cleanup_ctx.append(_upstream_session)
     upstreams = {name: upstream.base_url for name, upstream in settings.upstreams.items()}
     install_health(app, Health(Reachability(upstreams, readiness or ReadinessOptions()), settings.source))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -121,13 +122,19 @@ class Reachability:
         except (OSError, TimeoutError) as exc:
             if name in self._seen:
                 previous = self._seen[name]
-                reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+                reason = _reason(exc)
                 self._seen[name] = _Seen(previous.at, f"{host}:{port} {reason}")
             return
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
         self.saw(name)
+
+
+def _reason(exc: OSError | TimeoutError) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return os.strerror(exc.errno) if exc.errno else exc.strerror or type(exc).__name__
 
 
 def _address(url: str) -> tuple[str, int]:

@@ -99,6 +99,8 @@ class Drain:
 
     async def wait_idle(self, timeout: float) -> bool:
         """True when nothing is in flight any more; False if `timeout` ran out first."""
+        if self._idle.is_set():
+            return True
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
@@ -111,16 +113,29 @@ DRAIN = web.AppKey("drain", Drain)
 
 @web.middleware
 async def track_requests(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Count requests in flight; while draining, close each connection after its response."""
+    """Count requests in flight (a stream stays in flight until its last byte)."""
     drain = request.app[DRAIN]
     drain.started()
     try:
         response: web.StreamResponse = await handler(request)
-        if drain.draining:
-            response.force_close()
         return response
     finally:
         drain.finished()
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    # Before the headers go out, so clients and load balancers read `Connection: close` and open
+    # their next connection elsewhere instead of reusing this one.
+    # aiohttp has already chosen its headers when this hook runs, hence the header set here too.
+    if request.app[DRAIN].draining:
+        response.force_close()
+        response.headers["Connection"] = "close"
+
+
+def install_drain(app: web.Application) -> None:
+    """The drain state; `track_requests` must be the app's first middleware."""
+    app[DRAIN] = Drain()
+    app.on_response_prepare.append(_close_when_draining)
 
 
 async def serve_process(

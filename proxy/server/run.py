@@ -11,7 +11,9 @@ and `pid`.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -53,8 +55,15 @@ def _env_port(env: Mapping[str, str]) -> int:
 
 
 def bind_worker(worker: int) -> None:
-    """Say on every log line of this process which worker wrote it."""
+    """Say on every log line of this process which worker wrote it, and write each line whole.
+
+    Workers share one standard error. structlog prints a line and its newline in two writes,
+    which PYTHONUNBUFFERED (write-through) would send as two system calls, and lines from two
+    workers could then interleave; line buffering sends each line in one.
+    """
     structlog.contextvars.bind_contextvars(worker=worker, pid=os.getpid())
+    if isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr.reconfigure(line_buffering=True, write_through=False)
 
 
 def serve(source: SettingsSource, options: ServerOptions) -> int:

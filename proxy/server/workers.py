@@ -84,8 +84,8 @@ class _Pool:
         process.start()
         self.processes[worker], self.ready[worker] = process, ready
 
-    def pids(self) -> dict[int, int | None]:
-        return {worker: process.pid for worker, process in self.processes.items()}
+    def pids(self) -> dict[str, int | None]:
+        return {str(worker): process.pid for worker, process in self.processes.items()}
 
     def wait_started(self, pending: list[signal.Signals]) -> int | None:
         """None once every worker listens; else the exit status to stop with."""
@@ -131,7 +131,7 @@ class _Pool:
             if process.pid is not None and process.exitcode is None:
                 os.kill(process.pid, signum)
 
-    def stop_all(self, options: ServerOptions, signum: signal.Signals) -> dict[int, int | None]:
+    def stop_all(self, options: ServerOptions, signum: signal.Signals) -> dict[str, int | None]:
         """Ask every worker to drain, wait for the drain to finish, and kill what outlives it."""
         self.signal_all(signal.SIGTERM if signum == signal.SIGHUP else signum)
         deadline = time.monotonic() + options.drain_delay_seconds + options.shutdown_grace_seconds + 10
@@ -142,7 +142,7 @@ class _Pool:
                 self.log.error("worker_killed", killed_worker=worker, reason="did not stop within its drain time")
                 process.kill()
                 process.join(5)
-        return {worker: process.exitcode for worker, process in self.processes.items()}
+        return {str(worker): process.exitcode for worker, process in self.processes.items()}
 
 
 def _claim_port(host: str, port: int) -> int | str:
