@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-components lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ run: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/pytest -q
+
+# Real redis-server, haproxy and proxy processes on loopback (installed from apt if missing).
+test-components: $(BIN)/.installed
+	bash scripts/install-components.sh
+	$(BIN)/pytest -q -m components
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check proxy tests bench examples

@@ -122,7 +122,7 @@ class Reachability:
         except (OSError, TimeoutError) as exc:
             if name in self._seen:
                 previous = self._seen[name]
-                reason = _reason(exc)
+                reason = os_error_reason(exc)
                 self._seen[name] = _Seen(previous.at, f"{host}:{port} {reason}")
             return
         writer.close()
@@ -131,7 +131,8 @@ class Reachability:
         self.saw(name)
 
 
-def _reason(exc: OSError | TimeoutError) -> str:
+def os_error_reason(exc: OSError | TimeoutError) -> str:
+    """`Connection refused`, not asyncio's `Connect call failed ('127.0.0.1', 1)`."""
     if isinstance(exc, TimeoutError):
         return "timed out"
     return os.strerror(exc.errno) if exc.errno else exc.strerror or type(exc).__name__

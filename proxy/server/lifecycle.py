@@ -34,7 +34,7 @@ from proxy.guard import Guard
 from proxy.logging import get_logger
 from proxy.server.credentials import UpstreamAuth
 from proxy.server.handlers import GATEWAY
-from proxy.server.health import HEALTH
+from proxy.server.health import HEALTH, os_error_reason
 from proxy.server.upstream import Router
 from proxy.settings import Settings
 
@@ -180,7 +180,7 @@ async def serve_process(
     try:
         await site.start()
     except OSError as exc:
-        log.error("cannot_listen", host=settings.host, port=settings.port, reason=exc.strerror or str(exc))
+        log.error("cannot_listen", host=settings.host, port=settings.port, reason=os_error_reason(exc))
         await runner.cleanup()
         return EXIT_CANNOT_START
 
