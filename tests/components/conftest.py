@@ -117,21 +117,27 @@ class HAProxy(Process):
 
 
 @pytest.fixture
-async def live_upstream() -> AsyncIterator[FakeUpstream]:
-    """The fake upstream on a real port of its own (the proxies are other processes)."""
+async def start_upstream() -> AsyncIterator[Any]:
+    """Fake upstreams on real ports of their own (the proxies are other processes)."""
     from aiohttp import web
 
-    fake = FakeUpstream()
-    runner = web.AppRunner(fake.app(), handler_cancellation=True)
-    await runner.setup()
-    port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    fake.url = f"http://127.0.0.1:{port}/v1"  # type: ignore[attr-defined]
+    runners: list[web.AppRunner] = []
+
+    async def start() -> FakeUpstream:
+        fake = FakeUpstream()
+        runner = web.AppRunner(fake.app(), handler_cancellation=True)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        fake.url = f"http://127.0.0.1:{port}/v1"  # type: ignore[attr-defined]
+        return fake
+
     try:
-        yield fake
+        yield start
     finally:
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
 
 
 @pytest.fixture
@@ -142,7 +148,6 @@ def processes() -> Iterator[list[Process]]:
         yield started
     finally:
         for process in started:
-            process.resume() if isinstance(process, RedisServer) else None
             process.stop(10)
 
 
