@@ -33,7 +33,17 @@ def need(binary: str) -> str:
 class RedisServer(Process):
     def __init__(self, log_dir: Path) -> None:
         self.port = free_port()
-        args = [need("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = [
+            need("redis-server"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
         super().__init__("redis", args, log_dir / "redis.log")
 
     @property

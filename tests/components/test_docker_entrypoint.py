@@ -32,7 +32,9 @@ def health_check(env: dict[str, str]) -> int:
     return subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True, timeout=20).returncode
 
 
-async def test_docker_run_with_an_upstream_listens_on_every_interface_and_is_healthy(tmp_path, start_upstream, processes):
+async def test_docker_run_with_an_upstream_listens_on_every_interface_and_is_healthy(
+    tmp_path, start_upstream, processes
+):
     entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", DOCKERFILE, flags=re.M).group(1))  # type: ignore[union-attr]
     upstream = await start_upstream()
     env = {**dockerfile_env(), "PORT": str(free_port())}  # as `docker run -e PORT=...`

@@ -20,7 +20,10 @@ CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
 
 async def post(server: Any, body: dict[str, Any] = CHAT) -> aiohttp.ClientResponse:
-    async with aiohttp.ClientSession() as session, session.post(server.make_url("/v1/chat/completions"), json=body) as r:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(server.make_url("/v1/chat/completions"), json=body) as r,
+    ):
         await r.read()
         return r
 

@@ -52,5 +52,3 @@ async def test_sigterm_finishes_the_stream_in_flight_then_exits_0_saying_what_it
     [stopped] = guard.events("stopped")
     assert stopped["signal"] == "SIGTERM" and stopped["worker"] == 1
     assert stopped["in_flight_at_close"] == 1 and stopped["completed_after_close"] == 1 and stopped["cancelled"] == 0
-
-
