@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-components lint bench clean
+.PHONY: run test test-components lint bench capacity clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/counting.py
 	$(BIN)/python bench/trimming.py
 	$(BIN)/python bench/proxy_overhead.py
+
+# The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
+capacity: $(BIN)/.installed
+	$(BIN)/python bench/capacity.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
