@@ -184,11 +184,16 @@ async def serve_process(
         await runner.cleanup()
         return EXIT_CANNOT_START
 
-    reloading: set[asyncio.Task[bool]] = set()
+    reloading: set[asyncio.Task[None]] = set()
+    one_at_a_time = asyncio.Lock()  # two quick SIGHUPs: the second reload starts after the first
+
+    async def reload() -> None:
+        async with one_at_a_time:
+            await reload_config(app, load)
 
     def on_reload() -> None:
-        task = loop.create_task(reload_config(app, load))
-        reloading.add(task)
+        task = loop.create_task(reload())
+        reloading.add(task)  # the loop keeps only a weak reference to a task
         task.add_done_callback(reloading.discard)
 
     loop.add_signal_handler(signal.SIGHUP, on_reload)

@@ -133,7 +133,7 @@ class _Pool:
 
     def stop_all(self, options: ServerOptions, signum: signal.Signals) -> dict[str, int | None]:
         """Ask every worker to drain, wait for the drain to finish, and kill what outlives it."""
-        self.signal_all(signal.SIGTERM if signum == signal.SIGHUP else signum)
+        self.signal_all(signum)
         deadline = time.monotonic() + options.drain_delay_seconds + options.shutdown_grace_seconds + 10
         for process in self.processes.values():
             process.join(max(0.0, deadline - time.monotonic()))
