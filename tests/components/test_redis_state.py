@@ -113,3 +113,18 @@ class TestRedisAway:
             "state_store_recovered",
         ]
         await a.close()
+
+
+class TestSharedCorrectionsThroughRedis:
+    async def test_a_correction_learned_by_one_replica_applies_on_another_and_after_both_restart(self, redis_server):
+        from proxy.core.corrections import Correction
+        from proxy.state.corrections import SharedCorrections
+
+        learned = Correction(window=7000, factor=1.2, provider="openai")
+        a, b = store(redis_server), store(redis_server)
+        await SharedCorrections(a, 60).remember("openai", "gpt-4o", learned)
+        assert await SharedCorrections(b, 60).get("openai", "gpt-4o") == learned
+        await asyncio.gather(a.close(), b.close())
+        restarted = store(redis_server)
+        assert await SharedCorrections(restarted, 60).get("openai", "gpt-4o") == learned
+        await restarted.close()
