@@ -17,9 +17,16 @@ RUN pip install . \
  && useradd --create-home --uid 10001 guard
 
 USER guard
+# HOST and PORT are read by `context-guard serve` (a flag still wins), so `docker run IMAGE --upstream URL`,
+# which replaces CMD, keeps listening on every interface. Change the port with `-e PORT=...`.
+ENV HOST=0.0.0.0 \
+    PORT=8080
 EXPOSE 8080
+# Fails when nothing listens on $PORT (connection refused) or the process does not answer.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
-  CMD python -c "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"
+  CMD ["python", "-c", "import os, sys, urllib.request; url = 'http://127.0.0.1:%s/livez' % os.environ.get('PORT', '8080'); sys.exit(urllib.request.urlopen(url, timeout=2).status != 200)"]
 
+# SIGTERM drains (readiness 503, then in-flight requests finish) and exits 0; SIGHUP reloads the config.
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["context-guard", "serve"]
-CMD ["--config", "/app/config/context-guard.yaml", "--host", "0.0.0.0"]
+CMD ["--config", "/app/config/context-guard.yaml"]

@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test demo lint bench clean
+.PHONY: run test test-components demo lint bench capacity clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(BIN)/.installed
 
 demo: $(BIN)/.installed
 	$(BIN)/context-guard demo
+# Real redis-server, haproxy and proxy processes on loopback (installed from apt if missing).
+test-components: $(BIN)/.installed
+	bash scripts/install-components.sh
+	$(BIN)/pytest -q -m components
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check proxy tests bench examples
@@ -30,6 +34,10 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/counting.py
 	$(BIN)/python bench/trimming.py
 	$(BIN)/python bench/proxy_overhead.py
+
+# The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
+capacity: $(BIN)/.installed
+	$(BIN)/python bench/capacity.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

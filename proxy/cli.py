@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from proxy.codec import loads as parse_json
 from proxy.core.plan import InvalidBody, validate_body
+from proxy.config_errors import reason
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings, masked
 
@@ -63,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
         help="send every request to this base URL, e.g. http://localhost:8000/v1; "
         "`echo` starts the built-in echo upstream (a testing aid that calls no model)",
     )
+    serve.add_argument("--workers", type=int, help="serving processes on the port (default: the cores available)")
+    serve.add_argument("--drain-delay", type=float, help="seconds new connections are still served after SIGTERM")
+    serve.add_argument("--shutdown-grace", type=float, help="seconds in-flight requests get to finish after that")
     serve.set_defaults(run=_serve)
 
     check = commands.add_parser(
@@ -88,28 +92,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy.server.run import serve
+    from proxy.server.run import SettingsSource, serve
 
-    settings = load_settings(args.config)
-    if args.upstream and args.upstream != "echo":
-        try:
-            settings = settings.with_upstream_url(args.upstream)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key="--upstream") from None
-    changes = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    if changes:
-        try:
-            settings = settings.with_server(**changes)
-        except ValueError as exc:
-            raise ConfigError(str(exc).splitlines()[-1].strip(), key="--host/--port") from None
-    if args.upstream == "echo":  # a testing aid: the built-in echo upstream, in this process
-        from proxy.server.echo import echo_in_thread, with_echo_upstream
-
-        with echo_in_thread() as url:
-            serve(with_echo_upstream(settings, url))
-        return EXIT_OK
-    serve(settings)
-    return EXIT_OK
+    return serve(
+        SettingsSource(args.config, args.upstream, args.host, args.port),
+        workers=args.workers,
+        drain_delay_seconds=args.drain_delay,
+        shutdown_grace_seconds=args.shutdown_grace,
+    )
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -135,7 +125,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, list[str]
     data = _read_json(args.file, sys.stdin)
     if isinstance(data, list):
         data = {"messages": data}
-        notes.append("the file holds a list of messages; read as {\"messages\": [...]}")
+        notes.append('the file holds a list of messages; read as {"messages": [...]}')
     body = validate_body(data)
     model = args.model or body.get("model")
     if not isinstance(model, str) or not model:

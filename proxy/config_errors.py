@@ -11,6 +11,7 @@ reason in plain words; an unknown key lists the keys known at that place.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -58,7 +59,7 @@ def config_error(exc: ValidationError, source: str, root: type[BaseModel]) -> Co
     error = exc.errors(include_url=False)[0]
     location = [part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-"))]
     message = _wording(error)
-    if error["type"] == "extra_forbidden":
+    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
         known = sorted(_fields_at(root, location[:-1]))
         message = f"unknown setting; known here: {', '.join(known)}"
     elif error["type"] == "missing":
@@ -77,6 +78,15 @@ _TYPE_ERRORS = frozenset(
      "literal_error", "int_from_float", "greater_than_equal", "less_than_equal", "greater_than", "less_than",
      "tuple_type", "list_type", "dict_type", "model_type"}
 )  # fmt: skip
+
+
+def reason(exc: ValueError) -> str:
+    """The one-line reason of a ValueError, or of the first error of a pydantic ValidationError."""
+    if isinstance(exc, ValidationError):
+        error = exc.errors(include_url=False)[0]
+        message = _wording(error)
+        return f"{message}, not {error['input']!r}" if error["type"] in _TYPE_ERRORS else message
+    return str(exc)
 
 
 def _wording(error: Any) -> str:
@@ -118,7 +128,10 @@ def _fields_at(model: type[BaseModel], path: list[Any]) -> set[str]:
     for part in path:
         if current is None or isinstance(part, int) or part not in current.model_fields:
             continue  # a list index or a dict key: the model stays the one found so far
-        current = _inner_model(current.model_fields[part].annotation)
+        annotation = current.model_fields[part].annotation
+        if dataclasses.is_dataclass(annotation):
+            return {f.name for f in dataclasses.fields(annotation)}
+        current = _inner_model(annotation)
     return set(current.model_fields) - {"source", "name"} if current is not None else set()
 
 

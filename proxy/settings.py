@@ -34,6 +34,7 @@ from proxy.core.models import ModelOverride, TokenizerSpec
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
 from proxy.errors import ConfigError
+from proxy.state.store import StateOptions
 
 Mode = Literal["enforce", "dry_run", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "dry_run", "off")
@@ -66,9 +67,9 @@ class ServerSettings(Section):
     passthrough: Literal["all", "none"] | tuple[str, ...] = ("/v1/",)
     upstream_connections: Annotated[int, Field(ge=1)] = 512
     connection_wait_seconds: PositiveFloat = 5.0  # a full pool answers 503 overloaded after this
-    workers: Annotated[int, Field(ge=0, le=256)] = 1  # 0: one per available core
-    drain_delay_seconds: Annotated[float, Field(ge=0)] = 0.0
-    shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    workers: Annotated[int, Field(ge=0, le=256)] = 0  # 0: one per available core
+    drain_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 0.0
+    shutdown_grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
 
     @field_validator("client_keys")
     @classmethod
@@ -257,10 +258,22 @@ class SelfCorrectionSettings(Section):
         return CorrectionPolicy(self.plausible_min_ratio, self.plausible_min_tokens, self.max_factor)
 
 
-class StateSettings(Section):
-    url: str | None = None  # redis://host:6379/0 shares learned state across replicas; None: this process
-    deadline_ms: Annotated[float, Field(gt=0)] = 50.0
-    local_cache_seconds: Annotated[float, Field(ge=0)] = 5.0
+class ReadinessSettings(Section):
+    """What `/readyz` requires besides a loaded config and not draining."""
+
+    require_upstreams: bool = True  # False: /readyz ignores upstream reachability
+    reachable_within_seconds: PositiveFloat = 30.0  # an upstream counts as reachable this long after contact
+    probe_interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    probe_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 2.0
+
+    @model_validator(mode="after")
+    def _window_covers_probes(self) -> ReadinessSettings:
+        if self.reachable_within_seconds < self.probe_interval_seconds:
+            raise ValueError(
+                "readiness.reachable_within_seconds: must be at least readiness.probe_interval_seconds "
+                f"({self.probe_interval_seconds}), not {self.reachable_within_seconds}"
+            )
+        return self
 
 
 class PageSettings(Section):
@@ -285,7 +298,8 @@ class Settings(Section):
     upstreams: dict[str, UpstreamSettings] = Field(default_factory=_default_upstreams, min_length=1)
     routes: tuple[Route, ...] = ()
     self_correction: SelfCorrectionSettings = SelfCorrectionSettings()
-    state: StateSettings = StateSettings()
+    state: StateOptions = StateOptions()
+    readiness: ReadinessSettings = ReadinessSettings()
     page: PageSettings = PageSettings()
 
     @field_validator("upstreams", mode="before")
@@ -382,13 +396,6 @@ def settings_from_dict(data: object, source: str, env: Mapping[str, str]) -> Set
     if "source" in data:
         raise ConfigError("unknown setting", source=source, key="source")
     expanded = expand_environment(data, env, source)
-    # HOST and PORT (as platforms set them) apply when the file does not say.
-    server = dict(expanded.get("server") or {}) if isinstance(expanded.get("server") or {}, Mapping) else None
-    if server is not None:
-        for name in ("host", "port"):
-            if name not in server and env.get(name.upper()):
-                server[name] = env[name.upper()]
-        expanded = {**expanded, "server": server}
     try:
         return Settings.model_validate({**expanded, "source": source})
     except ValidationError as exc:

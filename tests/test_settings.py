@@ -107,11 +107,6 @@ class TestValues:
         settings = load({"upstreams": {"v": {"base_url": "http://h:${P}/v1"}}}, {"P": "8000"})
         assert settings.upstreams["v"].base_url == "http://h:8000/v1"
 
-    def test_host_and_port_come_from_the_environment_when_the_file_is_silent(self):
-        settings = load({}, {"HOST": "0.0.0.0", "PORT": "18907"})
-        assert (settings.server.host, settings.server.port) == ("0.0.0.0", 18907)
-        assert load({"server": {"port": 1}}, {"PORT": "18907"}).server.port == 1
-
     def test_settings_are_frozen(self):
         with pytest.raises(ValidationError):
             Settings().server.port = 1  # type: ignore[misc]

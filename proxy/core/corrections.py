@@ -12,8 +12,8 @@ client. Three rules stop that:
   message (or from llama.cpp's structured fields), and never when the request we sent contains
   that same sentence;
 - a measured limit or factor outside a plausible range of the known window is not believed;
-- a correction is remembered only after the retry it produced succeeded (the caller commits it),
-  per upstream and model, with an expiry.
+- a correction is remembered only after the retry it produced succeeded (the caller commits it,
+  per upstream and model, with an expiry, in `proxy.state.corrections`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 
 # Extra headroom on top of a measured correction, so the retry is not cut to the exact edge.
@@ -194,42 +191,6 @@ class Correction:
             _int(data.get("provider_prompt_tokens")),
             _int(data.get("our_prompt_tokens")) or 0,
         )
-
-
-class CorrectionMemory:
-    """The tightest committed correction per (upstream, model), each kept for `ttl` seconds, for
-    at most `max_entries` pairs (least recently used forgotten). Not thread-safe: the event loop
-    owns it."""
-
-    def __init__(
-        self, max_entries: int = 1024, ttl: float = 24 * 3600.0, clock: Callable[[], float] | None = None
-    ) -> None:
-        self.max_entries, self.ttl = max_entries, ttl
-        self._clock = clock or time.monotonic
-        self._entries: OrderedDict[tuple[str, str], tuple[Correction, float]] = OrderedDict()
-
-    def get(self, upstream: str, model: str) -> Correction | None:
-        entry = self._entries.get((upstream, model))
-        if entry is None:
-            return None
-        if self._clock() >= entry[1]:
-            del self._entries[(upstream, model)]
-            return None
-        self._entries.move_to_end((upstream, model))
-        return entry[0]
-
-    def remember(self, upstream: str, model: str, correction: Correction) -> Correction:
-        current = self.get(upstream, model)
-        kept = correction if current is None or correction.window <= current.window else current
-        self._entries[(upstream, model)] = (kept, self._clock() + self.ttl)
-        self._entries.move_to_end((upstream, model))
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-        return kept
-
-    def items(self) -> list[tuple[str, str, Correction]]:
-        now = self._clock()
-        return [(u, m, c) for (u, m), (c, expires) in self._entries.items() if expires > now]
 
 
 def _int(value: object) -> int | None:

@@ -25,39 +25,47 @@ from proxy.server.handlers import (
     RECORD,
     Gateway,
     chat_completions,
-    healthz,
     metrics,
     passthrough,
 )
+from proxy.server.health import HEALTH_PATHS, Health, Reachability, install_health
+from proxy.server.lifecycle import install_drain, track_requests
 from proxy.server.metrics import Metrics
 from proxy.server.record import RequestRecord, log_event
 from proxy.server.upstream import Router
 from proxy.settings import Settings
+from proxy.state import open_store
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer
 
 
 def build_gateway(settings: Settings, guard: Guard | None = None) -> Gateway:
     guard = guard or Guard(settings)
+    log = get_logger()
+    store = open_store(settings.state, log)
     return Gateway(
         settings=settings,
         guard=guard,
         router=Router(settings),
         auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
-        metrics=Metrics(guard.model_label),
-        log=get_logger(),
+        metrics=Metrics(guard.model_label, store.status),
+        log=log,
+        store=store,
     )
 
 
 def create_app(settings: Settings, guard: Guard | None = None) -> web.Application:
     gateway = build_gateway(settings, guard)
     # aiohttp enforces the body limit itself as it reads (413), so a huge body is never buffered whole.
-    app = web.Application(client_max_size=settings.server.max_body_bytes, middlewares=[records, client_keys])
+    app = web.Application(
+        client_max_size=settings.server.max_body_bytes, middlewares=[track_requests, records, client_keys]
+    )
     app[GATEWAY] = gateway
+    install_drain(app)
     app.cleanup_ctx.append(_upstream_session)
-    app.router.add_get("/healthz", healthz)
+    upstreams = {name: upstream.base_url for name, upstream in settings.upstreams.items()}
+    install_health(app, Health(Reachability(upstreams, settings.readiness), settings.source))
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/chat/completions", chat_completions)
@@ -74,6 +82,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         gateway.session = session
         yield
         gateway.session = None
+    await app[GATEWAY].store.close()
 
 
 def trusted_request_id(given: str | None) -> str:
@@ -153,4 +162,3 @@ async def client_keys(request: web.Request, handler: Handler) -> web.StreamRespo
         if not any(hmac.compare_digest(given, key.encode()) for key in keys):
             raise Unauthorized("a valid context-guard client key is required (Authorization: Bearer <key>)")
     return await handler(request)
-

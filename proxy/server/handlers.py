@@ -20,7 +20,6 @@ import aiohttp
 from aiohttp import web
 
 from proxy.codec import dumps, loads
-from proxy.core.corrections import CorrectionMemory
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
 from proxy.core.plan import InvalidBody, validate_body
 from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, ModelNotRouted, PayloadTooLarge
@@ -40,6 +39,8 @@ from proxy.server.upstream import (
     upstream_url,
 )
 from proxy.settings import MODES, Mode, Settings
+from proxy.state import MemoryStore, StateStore
+from proxy.state.corrections import SharedCorrections
 
 MODE_HEADER = "x-context-guard-mode"
 RECORD = web.RequestKey("record", RequestRecord)  # opened for every request by the error middleware
@@ -55,8 +56,12 @@ class Gateway:
     auths: dict[str, UpstreamAuth]
     metrics: Metrics
     log: Any
-    corrections: CorrectionMemory = field(default_factory=CorrectionMemory)
+    store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
+
+    @property
+    def corrections(self) -> SharedCorrections:
+        return SharedCorrections(self.store, self.settings.self_correction.ttl_seconds)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)
@@ -80,7 +85,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     record.window_source = profile.window_source
     if profile.window_source == "fallback":
         record.notes.append("fallback_window")
-    correction = gw.corrections.get(target.upstream.name, served)
+    correction = await gw.corrections.get(target.upstream.name, served)
     if correction is not None:
         record.applied_correction, record.window_source = correction, "correction"
     attempts = Attempts(
@@ -107,7 +112,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         async with _upstream_call(request, gw, record, target, payload) as response:
             if response.status < 400:
                 out = await _relay(request, gw, record, target, response, extra)
-                _commit(gw, record, attempts, target, served)
+                await _commit(gw, record, attempts, target, served)
                 _previews(gw, record, body)
                 return out
             error_body = await read_error_body(target.upstream, response)
@@ -128,11 +133,11 @@ def _outcome(mode: Mode, decision: Forward) -> str:
     return outcome if mode == "enforce" else f"dry_run_{outcome}"
 
 
-def _commit(gw: Gateway, record: RequestRecord, attempts: Attempts, target: Target, served: str) -> None:
+async def _commit(gw: Gateway, record: RequestRecord, attempts: Attempts, target: Target, served: str) -> None:
     """A retry the upstream accepted: its correction is now trusted, for this upstream and model."""
     learned = attempts.succeeded()
     if learned is not None and not record.client_disconnected and not record.stream_broken:
-        kept = gw.corrections.remember(target.upstream.name, served, learned)
+        kept = await gw.corrections.remember(target.upstream.name, served, learned)
         gw.metrics.corrected_window.labels(target.upstream.name, gw.guard.model_label(served)).set(kept.window)
 
 
@@ -238,10 +243,6 @@ def _sniff_model(request: web.Request, raw: bytes) -> str | None:
         return None
     model = data.get("model") if isinstance(data, dict) else None
     return model if isinstance(model, str) and model else None
-
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -7,12 +7,14 @@ config. `_created` series are off, and the standard `process_*` metrics are on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from proxy.server.record import RequestRecord
+from proxy.state.store import StateStatus
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the library's own API, untyped
 
@@ -21,7 +23,9 @@ _STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
 
 
 class Metrics:
-    def __init__(self, model_label: Callable[[str | None], str]) -> None:
+    def __init__(
+        self, model_label: Callable[[str | None], str], state: Callable[[], StateStatus] | None = None
+    ) -> None:
         self.model_label = model_label
         self.registry = CollectorRegistry()
         r = self.registry
@@ -57,12 +61,8 @@ class Metrics:
             ["upstream", "model"],
             registry=r,
         )
-        self.state_fallbacks = Counter(
-            "context_guard_state_fallbacks",
-            "Reads or writes of shared learned state that fell back to local state.",
-            ["operation"],
-            registry=r,
-        )
+        if state is not None:
+            r.register(_StateCollector(state))
         self.duration = Histogram(
             "context_guard_duration_seconds",
             "Time spent, by phase (count, trim, upstream, total).",
@@ -97,3 +97,26 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _StateCollector:
+    """The learned-state store's own counters, read when /metrics is scraped."""
+
+    def __init__(self, status: Callable[[], StateStatus]) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.status()
+        shared = GaugeMetricFamily(
+            "context_guard_state_shared", "1 while learned state is read from and written to Redis.", labels=["backend"]
+        )
+        shared.add_metric([status.backend], 1.0 if status.shared else 0.0)
+        yield shared
+        yield CounterMetricFamily(
+            "context_guard_state_fallbacks",
+            "Learned-state reads and writes that used local state.",
+            value=status.fallbacks,
+        )
+        yield CounterMetricFamily(
+            "context_guard_state_errors", "Redis calls that failed or missed their deadline.", value=status.errors
+        )

@@ -1,62 +1,130 @@
-"""`context-guard serve`: build everything once, then serve until interrupted."""
+"""`context-guard serve`: one process, or a supervisor and `--workers N` processes.
+
+Settings are read from a `SettingsSource` (the config file, then the `HOST` and `PORT`
+environment variables, then the command-line flags, each overriding the one before), so every
+worker, and every SIGHUP reload, reads them the same way. With one worker the proxy runs in this
+process, as it always has; see `proxy.server.lifecycle` for its start and stop, and
+`proxy.server.workers` for the supervisor. Every log line carries `worker` (0 is the supervisor)
+and `pid`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+import structlog
 
+from proxy.config_errors import reason
 from proxy.errors import ConfigError
-from proxy.guard import Guard
-from proxy.logging import configure_logging, get_logger
-from proxy.server.app import create_app
-from proxy.settings import Settings
+from proxy.logging import configure_logging
+from proxy.server.lifecycle import ServerOptions, serve_process
+from proxy.settings import Settings, load_settings
 
 
-def serve(settings: Settings) -> None:
+@dataclass(frozen=True, slots=True)
+class SettingsSource:
+    """Where the settings come from; `load()` reads them afresh (at start and on SIGHUP)."""
+
+    config: str | None = None
+    upstream: str | None = None  # --upstream: every route goes to this base URL
+    host: str | None = None
+    port: int | None = None
+
+    def load(self, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        settings = load_settings(self.config)
+        if self.upstream and self.upstream != "echo":
+            try:
+                settings = settings.with_upstream_url(self.upstream)
+            except ValueError as exc:
+                raise ConfigError(reason(exc), key="--upstream") from None
+        for name, flag in (("host", self.host), ("port", self.port)):
+            given, where = (flag, f"--{name}") if flag is not None else (env.get(name.upper()), "environment")
+            if given is None or given == "":
+                continue
+            try:
+                settings = settings.with_server(**{name: given})
+            except ValueError as exc:
+                key = name.upper() if where == "environment" else None
+                raise ConfigError(reason(exc), source=where, key=key) from None
+        return settings
+
+
+def bind_worker(worker: int) -> None:
+    """Say on every log line of this process which worker wrote it, and write each line whole.
+
+    Workers share one standard error. structlog prints a line and its newline in two writes,
+    which PYTHONUNBUFFERED (write-through) would send as two system calls, and lines from two
+    workers could then interleave; line buffering sends each line in one.
+    """
+    structlog.contextvars.bind_contextvars(worker=worker, pid=os.getpid())
+    if isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr.reconfigure(line_buffering=True, write_through=False)
+
+
+def server_options(settings: Settings, **flags: float | int | None) -> ServerOptions:
+    """`server.workers`, `drain_delay_seconds` and `shutdown_grace_seconds`, with the command
+    line's flags (`--workers`, `--drain-delay`, `--shutdown-grace`) over them."""
+    server = settings.server
+    values: dict[str, float | int | None] = {
+        "workers": server.workers or None,  # 0: one per available core
+        "drain_delay_seconds": server.drain_delay_seconds,
+        "shutdown_grace_seconds": server.shutdown_grace_seconds,
+    }
+    values.update({name: value for name, value in flags.items() if value is not None})
+    try:
+        return ServerOptions(**values)  # type: ignore[arg-type]  # the keys are ServerOptions' fields
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="--workers/--drain-delay/--shutdown-grace") from None
+
+
+def serve(source: SettingsSource, **flags: float | int | None) -> int:
+    """Serve until stopped; the exit status (0 after a clean stop, 2 when it could not start)."""
+    settings = source.load()  # a bad config stops here, before any process is started
     configure_logging(settings.log.format, settings.log.level)
-    log = get_logger()
+    log = structlog.get_logger("context-guard")
     check_exposure(settings, log)
+    warn_missing_keys(settings, log)
+    options = server_options(settings, **flags)
+    if source.upstream == "echo":  # a testing aid: the built-in echo upstream, in this process
+        from proxy.server.echo import echo_in_thread, with_echo_upstream
+
+        with echo_in_thread() as url:
+            bind_worker(1)
+            return asyncio.run(serve_process(lambda: with_echo_upstream(source.load(), url), options))
+    count = options.worker_count()
+    if count == 1:
+        bind_worker(1)
+        return asyncio.run(serve_process(source.load, options))
+    from proxy.server.workers import supervise
+
+    return supervise(source, settings, options, count)
+
+
+def check_exposure(settings: Settings, log: Any, env: Mapping[str, str] | None = None) -> None:
+    """Refuse to start an open credential relay; warn when the operator said they mean it."""
+    env = os.environ if env is None else env
+    warning = settings.unauthenticated_warning(env)
+    if warning is not None and settings.server.allow_unauthenticated:
+        log.warning("unauthenticated", reason=warning)
+    problem = settings.exposure_problem(env)
+    if problem is not None:
+        raise ConfigError(problem, source=settings.source, key="server.client_keys")
+
+
+def warn_missing_keys(settings: Settings, log: Any, env: Mapping[str, str] | None = None) -> None:
+    env = os.environ if env is None else env
     for upstream in settings.upstreams.values():
-        if upstream.api_key_env and not os.environ.get(upstream.api_key_env):
+        if upstream.api_key_env and not env.get(upstream.api_key_env):
             log.warning(
                 "upstream_key_missing",
                 upstream=upstream.name,
                 variable=upstream.api_key_env,
                 effect="requests pass the client's own Authorization header on, or none",
             )
-    guard = Guard(settings)  # loads encodings and the model map: a missing file fails here, at start
-    app = create_app(settings, guard)
-    upstreams = {name: u.base_url for name, u in settings.upstreams.items()}
-    log.info(
-        "listening",
-        host=settings.server.host,
-        port=settings.server.port,
-        config=settings.source,
-        mode=settings.trim.mode,
-        upstreams=upstreams,
-        pipeline=list(settings.trim.pipeline),
-    )
-    # handler_cancellation: a client that disconnects cancels its handler, which closes the upstream call.
-    web.run_app(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        handler_cancellation=True,
-        access_log=None,
-        print=None,
-    )
-
-
-def check_exposure(settings: Settings, log: Any, env: Mapping[str, str] | None = None) -> None:
-    """Refuse to start an open credential relay; warn when the operator said it means it."""
-    env = os.environ if env is None else env
-    warning = settings.unauthenticated_warning(env)
-    if warning is not None and settings.server.allow_unauthenticated:
-        log.warning("unauthenticated", reason=warning)
-    problem = settings.exposure_problem(env)
-    if problem is None:
-        return
-    raise ConfigError(problem, source=settings.source, key="server.client_keys")

@@ -8,7 +8,7 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.core.corrections import Correction, CorrectionMemory, Overflow, parse_overflow
+from proxy.core.corrections import Correction, Overflow, parse_overflow
 from tests.server.conftest import gateway_settings, long_conversation
 from tests.server.fake_upstream import overflow_error
 
@@ -54,24 +54,6 @@ class TestCorrection:
             Overflow("vllm", 4096, 3000), our_prompt_tokens=3000, our_window=128000, output_reserve=500
         )
         assert correction.window == int(4096 / 1.02)
-
-    def test_memory_keeps_the_tightest_per_upstream_and_model_and_is_bounded(self):
-        memory = CorrectionMemory(max_entries=2)
-        memory.remember("up", "a", Correction(1000, 1.1, "x"))
-        memory.remember("up", "a", Correction(2000, 1.0, "x"))
-        assert memory.get("up", "a").window == 1000 and memory.get("other", "a") is None
-        memory.remember("up", "b", Correction(1, 1, "x"))
-        memory.remember("up", "c", Correction(1, 1, "x"))
-        assert memory.get("up", "a") is None
-
-    def test_memory_forgets_a_correction_when_it_expires(self):
-        now = [0.0]
-        memory = CorrectionMemory(ttl=60, clock=lambda: now[0])
-        memory.remember("up", "a", Correction(1000, 1.1, "x"))
-        now[0] = 59.0
-        assert memory.get("up", "a") is not None
-        now[0] = 60.0
-        assert memory.get("up", "a") is None
 
     @pytest.mark.parametrize(
         ("overflow", "why"),

@@ -1,0 +1,291 @@
+"""One serving process from start to clean stop: listen, reload on SIGHUP, drain on SIGTERM.
+
+Stopping without losing a request (SIGTERM or SIGINT):
+1. `/readyz` turns 503 at once, so load balancers take the process out of rotation;
+2. for `drain_delay_seconds`, new connections are still accepted and served (a load balancer
+   needs a few health checks to notice), every response now closing its connection;
+3. the listener closes; requests and streams in flight run to completion, for up to
+   `shutdown_grace_seconds`, after which any left are cancelled;
+4. one `stopped` line says what was drained, and the process exits 0.
+
+SIGHUP re-reads the config file and swaps in a new `Gateway` built from it; requests in flight
+keep the one they started with, connections stay open. A config that does not load is refused
+with one log line, and the old one stays. Listening address, port and body limit need a restart.
+
+A port that is taken is one log line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+from proxy.errors import ConfigError
+from proxy.guard import Guard
+from proxy.logging import get_logger
+from proxy.server.credentials import UpstreamAuth
+from proxy.server.handlers import GATEWAY
+from proxy.server.health import HEALTH, os_error_reason
+from proxy.server.upstream import Router
+from proxy.settings import Settings
+
+EXIT_OK, EXIT_CANNOT_START = 0, 2
+# Once this process's own wait for in-flight requests is over, aiohttp's shutdown only has to
+# close what is left; this bounds that step.
+_FINAL_CLOSE_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """`server.workers`, `server.drain_delay_seconds` and `server.shutdown_grace_seconds`."""
+
+    workers: int | None = None  # None: the cores this process may use
+    drain_delay_seconds: float = 5.0
+    shutdown_grace_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and not 1 <= self.workers <= 256:
+            raise ValueError(f"server.workers must be between 1 and 256, not {self.workers}")
+        if not 0 <= self.drain_delay_seconds <= 600:
+            raise ValueError(f"server.drain_delay_seconds must be between 0 and 600, not {self.drain_delay_seconds}")
+        if not 0 <= self.shutdown_grace_seconds <= 3600:
+            raise ValueError(
+                f"server.shutdown_grace_seconds must be between 0 and 3600, not {self.shutdown_grace_seconds}"
+            )
+
+    def worker_count(self) -> int:
+        return self.workers if self.workers is not None else available_cores()
+
+
+def available_cores() -> int:
+    """CPUs this process may run on, capped by a cgroup CPU quota (a container's CPU limit)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]  # noqa: SIM115  # one short read
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    return max(1, cores)
+
+
+class Drain:
+    """Requests in flight, and what happened to them while the process was stopping."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.draining = False
+        self.served_while_draining = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def started(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+        if self.draining:
+            self.served_while_draining += 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """True when nothing is in flight any more; False if `timeout` ran out first."""
+        if self._idle.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+DRAIN = web.AppKey("drain", Drain)
+
+
+@web.middleware
+async def track_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Count requests in flight (a stream stays in flight until its last byte)."""
+    drain = request.app[DRAIN]
+    drain.started()
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    finally:
+        drain.finished()
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    # Before the headers go out, so clients and load balancers read `Connection: close` and open
+    # their next connection elsewhere instead of reusing this one.
+    # aiohttp has already chosen its headers when this hook runs, hence the header set here too.
+    if request.app[DRAIN].draining:
+        response.force_close()
+        response.headers["Connection"] = "close"
+
+
+def install_drain(app: web.Application) -> None:
+    """The drain state; `track_requests` must be the app's first middleware."""
+    app[DRAIN] = Drain()
+    app.on_response_prepare.append(_close_when_draining)
+
+
+async def serve_process(
+    load: Callable[[], Settings],
+    options: ServerOptions,
+    *,
+    reuse_port: bool = False,
+    ready: Callable[[], None] | None = None,
+    parent_pid: int | None = None,
+) -> int:
+    from proxy.server.app import create_app
+
+    log = get_logger()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    stop_signal: list[str] = []
+
+    def on_stop(signum: signal.Signals) -> None:
+        if not stop_signal:
+            stop_signal.append(signum.name)
+            stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_stop, signum)
+    loop.add_signal_handler(signal.SIGHUP, lambda: None)  # until the app exists, a reload has nothing to replace
+
+    try:
+        settings = load()
+        guard = await asyncio.to_thread(Guard, settings)  # loads encodings and the model map: fails here, at start
+    except ConfigError as exc:
+        log.error("cannot_start", reason=str(exc))
+        return EXIT_CANNOT_START
+    if stop.is_set():  # stopped while loading: there is nothing to drain
+        log.info("stopped", signal=stop_signal[0], in_flight_at_close=0)
+        return EXIT_OK
+    app = create_app(settings, guard)
+    runner = web.AppRunner(
+        app, handle_signals=False, handler_cancellation=True, access_log=None, shutdown_timeout=_FINAL_CLOSE_SECONDS
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_port=reuse_port or None)
+    try:
+        await site.start()
+    except OSError as exc:
+        log.error("cannot_listen", host=settings.server.host, port=settings.server.port, reason=os_error_reason(exc))
+        await runner.cleanup()
+        return EXIT_CANNOT_START
+
+    reloading: set[asyncio.Task[None]] = set()
+    one_at_a_time = asyncio.Lock()  # two quick SIGHUPs: the second reload starts after the first
+
+    async def reload() -> None:
+        async with one_at_a_time:
+            await reload_config(app, load)
+
+    def on_reload() -> None:
+        task = loop.create_task(reload())
+        reloading.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(reloading.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_reload)
+    log.info(
+        "listening",
+        host=settings.server.host,
+        port=runner.addresses[0][1] if runner.addresses else settings.server.port,
+        config=settings.source,
+        mode=settings.trim.mode,
+        upstreams={name: u.base_url for name, u in settings.upstreams.items()},
+        pipeline=list(settings.trim.pipeline),
+    )
+    if ready is not None:
+        ready()
+    watchdog = loop.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
+    await stop.wait()
+    if watchdog is not None:
+        watchdog.cancel()
+    drained = await drain(app, runner, site, options)
+    log.info("stopped", signal=stop_signal[0] if stop_signal else "parent_exited", **drained)
+    return EXIT_OK
+
+
+async def drain(
+    app: web.Application, runner: web.AppRunner, site: web.TCPSite, options: ServerOptions
+) -> dict[str, Any]:
+    """Steps 1-3 of the module docstring; what was drained, for the `stopped` line."""
+    log, tracker, started = get_logger(), app[DRAIN], time.monotonic()
+    tracker.draining = True
+    app[HEALTH].draining = True
+    log.info("draining", in_flight=tracker.in_flight, drain_delay_seconds=options.drain_delay_seconds)
+    await asyncio.sleep(options.drain_delay_seconds)
+    await site.stop()
+    at_close = tracker.in_flight
+    served_before_close = tracker.served_while_draining
+    finished = await tracker.wait_idle(options.shutdown_grace_seconds)
+    unfinished = 0 if finished else tracker.in_flight
+    await runner.cleanup()  # closes idle connections, cancels whatever the grace period did not see end
+    return {
+        "served_during_delay": served_before_close,
+        "in_flight_at_close": at_close,
+        "completed_after_close": at_close - unfinished,
+        "cancelled": unfinished,
+        "drain_seconds": round(time.monotonic() - started, 3),
+    }
+
+
+async def reload_config(app: web.Application, load: Callable[[], Settings]) -> bool:
+    """SIGHUP: a new Gateway from the config file, or the old one kept. True when it changed."""
+    log, old = get_logger(), app[GATEWAY]
+    try:
+        settings = await asyncio.to_thread(load)
+        guard = await asyncio.to_thread(Guard, settings, None)
+    except Exception as exc:  # whatever stops the new config from loading, the running one stays
+        reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+        log.error("reload_refused", reason=reason, kept=old.settings.source)
+        return False
+    new = replace(
+        old,  # metrics, learned corrections and the upstream session carry over
+        settings=settings,
+        guard=guard,
+        router=Router(settings),
+        auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
+    )
+    with warnings.catch_warnings():
+        # aiohttp deprecates changing a started app's state, as handlers could see it change under
+        # them. Each handler reads app[GATEWAY] once, so a request keeps the gateway it began with.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        app[GATEWAY] = new
+    health = app[HEALTH]
+    health.config_source = settings.source
+    health.reachability.replace_upstreams({name: u.base_url for name, u in settings.upstreams.items()})
+    needs_restart = [
+        key
+        for key, before, after in (
+            ("server.host", old.settings.server.host, settings.server.host),
+            ("server.port", old.settings.server.port, settings.server.port),
+            ("server.max_body_bytes", old.settings.server.max_body_bytes, settings.server.max_body_bytes),
+        )
+        if before != after
+    ]
+    log.info(
+        "reloaded",
+        config=settings.source,
+        upstreams={name: u.base_url for name, u in settings.upstreams.items()},
+        **({"needs_restart": needs_restart} if needs_restart else {}),
+    )
+    return True
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    """A worker whose supervisor died (SIGKILL) stops too, instead of serving on unsupervised."""
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(1.0)
+    stop.set()

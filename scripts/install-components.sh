@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the real components the `components` tests start on loopback: redis-server and haproxy,
+# from the system's packages, only when they are missing (so running it twice costs nothing).
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-components: redis-server and haproxy are installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-components: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The packages start system services; the tests run their own instances on ports they choose.
+for service in redis-server haproxy; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$service" 2>/dev/null; then
+    $SUDO systemctl stop "$service" || true
+  fi
+done
+redis-server --version
+haproxy -v | head -n 1

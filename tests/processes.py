@@ -1,0 +1,120 @@
+"""Real processes for tests: `python -m proxy serve`, redis-server, haproxy, on 127.0.0.1.
+
+Each is started on a port the test chose, its output goes to a file (a pipe could fill and stall
+it), every wait is bounded, and `stop()`/`kill()` always leave no process behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Process:
+    """One child process with its output in `log_path`."""
+
+    def __init__(self, name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name, self.args, self.log_path = name, args, log_path
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        with open(self.log_path, "ab") as out:
+            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def signal(self, signum: int) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        assert self.popen is not None
+        return self.popen.wait(timeout)
+
+    async def exited(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        assert self.popen is not None
+        while self.popen.poll() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} still running after {timeout} s")
+            await asyncio.sleep(0.05)
+        return self.popen.returncode
+
+    def kill(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    @property
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class Guard(Process):
+    """`python -m proxy serve` on `port`; `events()` reads its JSON log lines."""
+
+    def __init__(self, name: str, port: int, log_dir: Path, *serve_args: str, env: dict[str, str] | None = None):
+        args = [sys.executable, "-m", "proxy", "serve", "--port", str(port), *serve_args]
+        super().__init__(name, args, log_dir / f"{name}.log", {"PYTHONPATH": str(ROOT), **(env or {})})
+        self.port = port
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def until_ready(self, timeout: float = 90, path: str = "/readyz") -> None:
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                assert self.popen is not None
+                if self.popen.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.output[-3000:]}")
+                try:
+                    async with session.get(self.url(path), timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        if r.status == 200:
+                            return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready within {timeout} s:\n{self.output[-3000:]}")
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for line in self.output.splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if name is None or event.get("event") == name:
+                    out.append(event)
+        return out
