@@ -32,19 +32,36 @@ def agent_body() -> dict[str, Any]:
         "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
         "messages": [
             {"role": "user", "content": "Fix the failing test. " + words(600)},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "I should read the file.", "signature": "sig-1"},
-                {"type": "text", "text": "Reading it."},
-                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "def f(): " + words(900), "cache_control": {"type": "ephemeral"}},
-                {"type": "text", "text": "Also check b.py"},
-            ]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "I should read the file.", "signature": "sig-1"},
+                    {"type": "text", "text": "Reading it."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": "def f(): " + words(900),
+                        "cache_control": {"type": "ephemeral"},
+                    },
+                    {"type": "text", "text": "Also check b.py"},
+                ],
+            },
             {"role": "assistant", "content": "Done: " + words(200)},
             {"role": "user", "content": "Now run the tests."},
         ],
-        "tools": [{"name": "read", "description": "Read a file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+        "tools": [
+            {
+                "name": "read",
+                "description": "Read a file",
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+            }
+        ],
         "metadata": {"user_id": "u-1"},
         "x-vendor": {"keep": True},
     }
@@ -53,11 +70,16 @@ def agent_body() -> dict[str, Any]:
 class TestParse:
     def test_the_system_blocks_become_one_pinned_system_message(self) -> None:
         parsed = ADAPTER.parse(agent_body())
-        assert parsed.messages[0] == {"role": "system", "content": [{"type": "text", "text": "You are a coding agent."}]}
+        assert parsed.messages[0] == {
+            "role": "system",
+            "content": [{"type": "text", "text": "You are a coding agent."}],
+        }
 
     def test_tool_use_becomes_a_tool_call_and_thinking_is_counted_as_reasoning(self) -> None:
         assistant = ADAPTER.parse(agent_body()).messages[2]
-        assert assistant["tool_calls"] == [{"id": "toolu_1", "type": "function", "function": {"name": "read", "arguments": '{"path": "a.py"}'}}]
+        assert assistant["tool_calls"] == [
+            {"id": "toolu_1", "type": "function", "function": {"name": "read", "arguments": '{"path": "a.py"}'}}
+        ]
         assert assistant["reasoning_content"] == "I should read the file."
         assert assistant["content"] == [{"type": "text", "text": "Reading it."}]
 
@@ -88,20 +110,55 @@ class TestParse:
         assert with_tools.total - without.total >= 346
 
     def test_images_are_priced_by_anthropics_rule_whatever_the_model(self) -> None:
-        body = {"model": "gpt-4o", "max_tokens": 100, "messages": [{"role": "user", "content": [{"type": "image", "source": png_source(1000, 1000)}]}]}
+        body = {
+            "model": "gpt-4o",
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": [{"type": "image", "source": png_source(1000, 1000)}]}],
+        }
         count = fit_body(ADAPTER, body, 200_000).plan.count
         assert count.components["images"] == math.ceil(1000 * 1000 / 750)
 
     def test_a_remote_image_is_priced_at_the_most_an_image_can_cost(self) -> None:
-        body = {"model": CLAUDE, "max_tokens": 100, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}]}
+        body = {
+            "model": CLAUDE,
+            "max_tokens": 100,
+            "messages": [
+                {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}
+            ],
+        }
         assert fit_body(ADAPTER, body, 200_000, model=CLAUDE).plan.count.components["images"] == 1600
 
     def test_a_plain_text_document_is_counted_as_its_text(self) -> None:
-        body = {"model": CLAUDE, "max_tokens": 100, "messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "hello world"}}]}]}
+        body = {
+            "model": CLAUDE,
+            "max_tokens": 100,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "document",
+                            "source": {"type": "text", "media_type": "text/plain", "data": "hello world"},
+                        }
+                    ],
+                }
+            ],
+        }
         assert ADAPTER.parse(body).messages[0]["content"] == [{"type": "text", "text": "hello world"}]
 
     def test_redacted_thinking_makes_the_count_an_estimate(self) -> None:
-        body = {"model": CLAUDE, "max_tokens": 100, "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "xyz"}, {"type": "text", "text": "a"}]}, {"role": "user", "content": "q2"}]}
+        body = {
+            "model": CLAUDE,
+            "max_tokens": 100,
+            "messages": [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "redacted_thinking", "data": "xyz"}, {"type": "text", "text": "a"}],
+                },
+                {"role": "user", "content": "q2"},
+            ],
+        }
         assert not ADAPTER.parse(body).exact
 
     @pytest.mark.parametrize(
@@ -111,8 +168,18 @@ class TestParse:
             ({"model": CLAUDE, "max_tokens": 10, "messages": []}, "messages"),
             ({"model": CLAUDE, "max_tokens": 10, "messages": [{"role": "system", "content": "hi"}]}, "messages.0.role"),
             ({"model": CLAUDE, "max_tokens": 10, "messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
-            ({"model": CLAUDE, "max_tokens": 10, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, "messages.0.content.0.tool_use_id"),
-            ({"model": CLAUDE, "max_tokens": 10, "system": 5, "messages": [{"role": "user", "content": "x"}]}, "system"),
+            (
+                {
+                    "model": CLAUDE,
+                    "max_tokens": 10,
+                    "messages": [{"role": "user", "content": [{"type": "tool_result"}]}],
+                },
+                "messages.0.content.0.tool_use_id",
+            ),
+            (
+                {"model": CLAUDE, "max_tokens": 10, "system": 5, "messages": [{"role": "user", "content": "x"}]},
+                "system",
+            ),
         ],
     )
     def test_a_malformed_body_is_refused_naming_the_field(self, body: dict[str, Any], param: str) -> None:
@@ -156,7 +223,9 @@ class TestRender:
         assert fitted.plan.result.outcome == "trimmed"
         messages = fitted.body["messages"]
         assert messages[0]["role"] == "user" and validity_problems(fitted.body) == []
-        assert not any(b.get("type") == "tool_result" for m in messages if isinstance(m["content"], list) for b in m["content"])
+        assert not any(
+            b.get("type") == "tool_result" for m in messages if isinstance(m["content"], list) for b in m["content"]
+        )
 
     def test_the_text_beside_a_dropped_tool_result_stays(self) -> None:
         fitted = fit_body(ADAPTER, agent_body(), 3000, model=CLAUDE)
@@ -182,36 +251,82 @@ class TestRender:
         assert fitted.body["messages"][1] == agent_body()["messages"][1]
 
     def test_shortened_system_blocks_keep_their_cache_control(self) -> None:
-        body = {**agent_body(), "system": [{"type": "text", "text": words(8000), "cache_control": {"type": "ephemeral"}}]}
-        fitted = fit_body(ADAPTER, body, 6000, model=CLAUDE, pipeline=("drop_oldest_turns", "drop_recent_turns", "shrink_system"))
+        body = {
+            **agent_body(),
+            "system": [{"type": "text", "text": words(8000), "cache_control": {"type": "ephemeral"}}],
+        }
+        fitted = fit_body(
+            ADAPTER, body, 6000, model=CLAUDE, pipeline=("drop_oldest_turns", "drop_recent_turns", "shrink_system")
+        )
         block = fitted.body["system"][0]
         assert block["cache_control"] == {"type": "ephemeral"} and "tokens removed" in block["text"]
 
     def test_two_messages_of_one_role_left_side_by_side_are_joined(self) -> None:
-        body = {"model": CLAUDE, "max_tokens": 500, "messages": [
-            {"role": "user", "content": "start"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": words(3000)}, {"type": "text", "text": "go on"}]},
-            {"role": "assistant", "content": "ok"},
-            {"role": "user", "content": "latest"},
-        ]}
-        fitted = fit_body(ADAPTER, body, 2500, model=CLAUDE, pipeline=("drop_old_tool_exchanges",), options={"drop_old_tool_exchanges": {"min_history_turns": 0}})
-        assert fitted.body["messages"][0] == {"role": "user", "content": [{"type": "text", "text": "start"}, {"type": "text", "text": "go on"}]}
+        body = {
+            "model": CLAUDE,
+            "max_tokens": 500,
+            "messages": [
+                {"role": "user", "content": "start"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": words(3000)},
+                        {"type": "text", "text": "go on"},
+                    ],
+                },
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "latest"},
+            ],
+        }
+        fitted = fit_body(
+            ADAPTER,
+            body,
+            2500,
+            model=CLAUDE,
+            pipeline=("drop_old_tool_exchanges",),
+            options={"drop_old_tool_exchanges": {"min_history_turns": 0}},
+        )
+        assert fitted.body["messages"][0] == {
+            "role": "user",
+            "content": [{"type": "text", "text": "start"}, {"type": "text", "text": "go on"}],
+        }
         assert validity_problems(fitted.body) == []
 
     def test_a_lowered_output_reserve_is_written_to_max_tokens(self) -> None:
         body = {**agent_body(), "max_tokens": 8000}
-        fitted = fit_body(ADAPTER, body, 10_000, model=CLAUDE, pipeline=("clamp_max_tokens",), options={"clamp_max_tokens": {"floor": 100}})
+        fitted = fit_body(
+            ADAPTER,
+            body,
+            10_000,
+            model=CLAUDE,
+            pipeline=("clamp_max_tokens",),
+            options={"clamp_max_tokens": {"floor": 100}},
+        )
         assert fitted.body["max_tokens"] < 8000
 
 
 class TestErrors:
-    @pytest.mark.parametrize(("status", "kind"), [(400, "invalid_request_error"), (401, "authentication_error"), (404, "not_found_error"), (413, "request_too_large"), (502, "api_error")])
+    @pytest.mark.parametrize(
+        ("status", "kind"),
+        [
+            (400, "invalid_request_error"),
+            (401, "authentication_error"),
+            (404, "not_found_error"),
+            (413, "request_too_large"),
+            (502, "api_error"),
+        ],
+    )
     def test_errors_have_anthropics_shape_and_type(self, status: int, kind: str) -> None:
-        assert ADAPTER.error_body(status, "invalid_request_error", "bad") == {"type": "error", "error": {"type": kind, "message": "bad"}}
+        assert ADAPTER.error_body(status, "invalid_request_error", "bad") == {
+            "type": "error",
+            "error": {"type": kind, "message": "bad"},
+        }
 
     def test_the_field_is_named_in_the_message(self) -> None:
-        assert ADAPTER.error_body(400, "x", "is required", "max_tokens")["error"]["message"] == "max_tokens: is required"
+        assert (
+            ADAPTER.error_body(400, "x", "is required", "max_tokens")["error"]["message"] == "max_tokens: is required"
+        )
 
     def test_anthropics_overflow_error_is_understood_by_the_self_correction(self) -> None:
         body = b'{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}'
@@ -224,8 +339,16 @@ class TestValidity:
         assert validity_problems({"messages": [{"role": "assistant", "content": "x"}]})
 
     def test_a_tool_result_with_no_tool_use_before_it_is_a_problem(self) -> None:
-        assert validity_problems({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]})
+        assert validity_problems(
+            {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]}
+        )
 
     def test_a_tool_use_with_no_result_next_is_a_problem(self) -> None:
-        body = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]}, {"role": "user", "content": "y"}]}
+        body = {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]},
+                {"role": "user", "content": "y"},
+            ]
+        }
         assert validity_problems(body)

@@ -16,7 +16,11 @@ def conversation() -> dict:
         "messages": [
             {"role": "system", "content": "You are terse."},
             {"role": "user", "content": "old question " + words(900)},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": words(600)},
             {"role": "assistant", "content": "old answer"},
             {"role": "user", "content": "latest question"},
@@ -76,4 +80,6 @@ class TestRender:
 
     def test_errors_have_the_openai_shape(self) -> None:
         error = ChatAdapter().error_body(400, "invalid_request_error", "bad", "messages")
-        assert error == {"error": {"message": "bad", "type": "invalid_request_error", "param": "messages", "code": "invalid_request"}}
+        assert error == {
+            "error": {"message": "bad", "type": "invalid_request_error", "param": "messages", "code": "invalid_request"}
+        }

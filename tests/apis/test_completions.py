@@ -76,7 +76,9 @@ class TestParse:
 
 
 class TestOptions:
-    @pytest.mark.parametrize(("options", "message"), [({"overflow": "truncate"}, "cut or reject"), ({"min_prompt_tokens": -1}, ">= 0")])
+    @pytest.mark.parametrize(
+        ("options", "message"), [({"overflow": "truncate"}, "cut or reject"), ({"min_prompt_tokens": -1}, ">= 0")]
+    )
     def test_a_bad_option_is_refused_with_its_key(self, options: dict[str, Any], message: str) -> None:
         with pytest.raises(ValueError, match=message):
             CompletionsOptions(**options)

@@ -69,10 +69,28 @@ def responses_body(draw: Any) -> dict[str, Any]:
     def exchange(prefix: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if draw(st.booleans()):
-            out.append({"type": "reasoning", "id": f"rs_{prefix}", "summary": [{"type": "summary_text", "text": draw(text)}], "x-item": ids.next()})
+            out.append(
+                {
+                    "type": "reasoning",
+                    "id": f"rs_{prefix}",
+                    "summary": [{"type": "summary_text", "text": draw(text)}],
+                    "x-item": ids.next(),
+                }
+            )
         calls = [f"{prefix}_{i}" for i in range(draw(st.integers(1, 3)))]
-        out += [{"type": "function_call", "call_id": c, "name": "search", "arguments": '{"q": 1}', "x-item": ids.next()} for c in calls]
-        outputs = [{"type": "function_call_output", "call_id": c, "output": draw(st.one_of(text, long_text)), "x-item": ids.next()} for c in calls]
+        out += [
+            {"type": "function_call", "call_id": c, "name": "search", "arguments": '{"q": 1}', "x-item": ids.next()}
+            for c in calls
+        ]
+        outputs = [
+            {
+                "type": "function_call_output",
+                "call_id": c,
+                "output": draw(st.one_of(text, long_text)),
+                "x-item": ids.next(),
+            }
+            for c in calls
+        ]
         return out + draw(st.permutations(outputs))
 
     for t in range(draw(st.integers(0, 6))):
@@ -80,7 +98,14 @@ def responses_body(draw: Any) -> dict[str, Any]:
         for k in range(draw(st.integers(0, 2))):
             items += exchange(f"c{t}_{k}")
         if draw(st.booleans()):
-            items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": draw(st.one_of(text, long_text)), "annotations": []}], "x-item": ids.next()})
+            items.append(
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": draw(st.one_of(text, long_text)), "annotations": []}],
+                    "x-item": ids.next(),
+                }
+            )
     items.append(user())
     if draw(st.integers(0, 3)) == 0:
         items += exchange("live")
@@ -90,7 +115,13 @@ def responses_body(draw: Any) -> dict[str, Any]:
     if draw(st.booleans()):
         body["instructions"] = draw(text)
     if draw(st.booleans()):
-        body["tools"] = [{"type": "function", "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "integer"}}}}]
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": "search",
+                "parameters": {"type": "object", "properties": {"q": {"type": "integer"}}},
+            }
+        ]
     return body
 
 
@@ -101,7 +132,9 @@ def _latest_user_position(items: list[dict[str, Any]]) -> int:
 class TestResponsesOverBudget:
     @PROPERTY_SETTINGS
     @given(body=responses_body(), window=st.integers(1200, 12_000), pipeline=PIPELINES)
-    def test_the_result_fits_is_valid_and_keeps_what_it_must(self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]) -> None:
+    def test_the_result_fits_is_valid_and_keeps_what_it_must(
+        self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]
+    ) -> None:
         adapter = ResponsesAdapter()
         assert responses.validity_problems(body) == []
         fitted = fit_body(adapter, body, window, pipeline=pipeline)
@@ -121,7 +154,9 @@ class TestResponsesOverBudget:
         assert latest in kept
         for item in out["input"]:
             original = originals[item["x-item"]]
-            assert {k: v for k, v in item.items() if k not in ("content", "output")} == {k: v for k, v in original.items() if k not in ("content", "output")}
+            assert {k: v for k, v in item.items() if k not in ("content", "output")} == {
+                k: v for k, v in original.items() if k not in ("content", "output")
+            }
         recount = fit_body(adapter, out, window, pipeline=pipeline).plan.count.total
         assert recount == result.tokens_after
 
@@ -137,9 +172,21 @@ def messages_body(draw: Any) -> dict[str, Any]:
     def user_text() -> dict[str, Any]:
         if draw(st.booleans()):
             return {"role": "user", "content": draw(text)}
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": draw(st.one_of(text, long_text)), "x-block": ids.next()}]
+        blocks: list[dict[str, Any]] = [
+            {"type": "text", "text": draw(st.one_of(text, long_text)), "x-block": ids.next()}
+        ]
         if draw(st.integers(0, 3)) == 0:
-            blocks.insert(0, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png_data_url(900, 700).split(",", 1)[1]}})
+            blocks.insert(
+                0,
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "base64",
+                        "media_type": "image/png",
+                        "data": png_data_url(900, 700).split(",", 1)[1],
+                    },
+                },
+            )
         return {"role": "user", "content": blocks}
 
     def tool_round(prefix: str) -> list[dict[str, Any]]:
@@ -150,7 +197,15 @@ def messages_body(draw: Any) -> dict[str, Any]:
         if draw(st.booleans()):
             blocks.append({"type": "text", "text": draw(text)})
         blocks += [{"type": "tool_use", "id": u, "name": "read", "input": {"path": u}} for u in uses]
-        results = [{"type": "tool_result", "tool_use_id": u, "content": draw(st.one_of(text, long_text)), "x-block": ids.next()} for u in uses]
+        results = [
+            {
+                "type": "tool_result",
+                "tool_use_id": u,
+                "content": draw(st.one_of(text, long_text)),
+                "x-block": ids.next(),
+            }
+            for u in uses
+        ]
         answer: list[dict[str, Any]] = list(draw(st.permutations(results)))
         if draw(st.integers(0, 2)) == 0:
             answer.append({"type": "text", "text": draw(text)})
@@ -167,18 +222,28 @@ def messages_body(draw: Any) -> dict[str, Any]:
     blocks = [b for m in messages if isinstance(m["content"], list) for b in m["content"] if "x-block" in b]
     for position, block in enumerate(blocks):
         block["x-block"] = position
-    body: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 512, "messages": messages, "metadata": {"user_id": "u"}, "x-extra": [1]}
+    body: dict[str, Any] = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 512,
+        "messages": messages,
+        "metadata": {"user_id": "u"},
+        "x-extra": [1],
+    }
     if draw(st.booleans()):
         body["system"] = [{"type": "text", "text": draw(text), "cache_control": {"type": "ephemeral"}}]
     if draw(st.booleans()):
-        body["tools"] = [{"name": "read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+        body["tools"] = [
+            {"name": "read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+        ]
     return body
 
 
 class TestMessagesOverBudget:
     @PROPERTY_SETTINGS
     @given(body=messages_body(), window=st.integers(1500, 15_000), pipeline=PIPELINES)
-    def test_the_result_fits_is_valid_and_keeps_what_it_must(self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]) -> None:
+    def test_the_result_fits_is_valid_and_keeps_what_it_must(
+        self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]
+    ) -> None:
         adapter = MessagesAdapter()
         assert anthropic.validity_problems(body) == []
         fitted = fit_body(adapter, body, window, model="claude-sonnet-4-5", pipeline=pipeline)
@@ -198,8 +263,16 @@ class TestMessagesOverBudget:
                     assert block in original_blocks  # never altered
                 if "x-block" in block:
                     original = next(b for b in original_blocks if b.get("x-block") == block["x-block"])
-                    assert {k: v for k, v in block.items() if k not in ("content", "text")} == {k: v for k, v in original.items() if k not in ("content", "text")}
-        kept = [b["x-block"] for m in out["messages"] if isinstance(m["content"], list) for b in m["content"] if "x-block" in b]
+                    assert {k: v for k, v in block.items() if k not in ("content", "text")} == {
+                        k: v for k, v in original.items() if k not in ("content", "text")
+                    }
+        kept = [
+            b["x-block"]
+            for m in out["messages"]
+            if isinstance(m["content"], list)
+            for b in m["content"]
+            if "x-block" in b
+        ]
         assert kept == sorted(kept)
         assert out["messages"][-1]["role"] == body["messages"][-1]["role"]
         recount = fit_body(adapter, out, window, model="claude-sonnet-4-5", pipeline=pipeline).plan.count.total

@@ -27,14 +27,26 @@ class TestEndpointFor:
             ("/openai/deployments/instruct/completions", "completions"),
             ("/v1/messages", "messages"),
             ("/v1/messages/count_tokens", "messages.count_tokens"),
-            ("/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", "messages"),
+            (
+                "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict",
+                "messages",
+            ),
         ],
     )
     def test_each_guarded_path_has_its_adapter(self, path: str, api: str) -> None:
         endpoint = REGISTRY.endpoint_for(path)
         assert endpoint is not None and endpoint.api == api
 
-    @pytest.mark.parametrize("path", ["/v1/responses/resp_1", "/v1/responses/compact", "/v1/models", "/v1/embeddings", "/openai/deployments/x/embeddings"])
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/v1/responses/resp_1",
+            "/v1/responses/compact",
+            "/v1/models",
+            "/v1/embeddings",
+            "/openai/deployments/x/embeddings",
+        ],
+    )
     def test_other_paths_are_left_to_the_pass_through_policy(self, path: str) -> None:
         assert REGISTRY.endpoint_for(path) is None
 
@@ -60,7 +72,9 @@ class TestEndpointFor:
         assert endpoint is not None and endpoint.local
 
     def test_vertex_stream_raw_predict_asks_for_a_stream(self) -> None:
-        endpoint = REGISTRY.endpoint_for("/v1/projects/p/locations/l/publishers/anthropic/models/claude-opus-4-1:streamRawPredict")
+        endpoint = REGISTRY.endpoint_for(
+            "/v1/projects/p/locations/l/publishers/anthropic/models/claude-opus-4-1:streamRawPredict"
+        )
         assert endpoint is not None and endpoint.stream and endpoint.path_model == "claude-opus-4-1"
 
 
@@ -71,8 +85,18 @@ class TestDetect:
             ({"model": "gpt-4o", "input": "hi"}, "responses"),
             ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, "chat"),
             ({"model": "davinci-002", "prompt": "hi"}, "completions"),
-            ({"model": "claude", "system": "s", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}, "messages"),
-            ({"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]}, "messages"),
+            (
+                {"model": "claude", "system": "s", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+                "messages",
+            ),
+            (
+                {
+                    "model": "claude",
+                    "max_tokens": 5,
+                    "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}],
+                },
+                "messages",
+            ),
         ],
     )
     def test_the_shape_is_told_from_the_body(self, body: dict, api: str) -> None:

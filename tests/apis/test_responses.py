@@ -28,10 +28,24 @@ def agent_body() -> dict[str, Any]:
             {"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "search", "arguments": '{"q": "b"}'},
             {"type": "function_call_output", "call_id": "call_2", "output": "result b " + words(400)},
             {"type": "function_call_output", "call_id": "call_1", "output": "result a " + words(400)},
-            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed", "content": [{"type": "output_text", "text": "answer " + words(200), "annotations": []}]},
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "answer " + words(200), "annotations": []}],
+            },
             {"role": "user", "content": [{"type": "input_text", "text": "latest question"}]},
         ],
-        "tools": [{"type": "function", "name": "search", "description": "Search the web", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}, "strict": True}],
+        "tools": [
+            {
+                "type": "function",
+                "name": "search",
+                "description": "Search the web",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+                "strict": True,
+            }
+        ],
         "max_output_tokens": 400,
         "store": False,
         "metadata": {"run": "7"},
@@ -63,20 +77,41 @@ class TestParse:
         assert exchanges == [(2, 3, 4)]
 
     def test_message_parts_map_to_chat_parts(self) -> None:
-        body = {"model": "gpt-4o", "input": [{"role": "user", "content": [
-            {"type": "input_text", "text": "look"},
-            {"type": "input_image", "image_url": png_data_url(512, 512), "detail": "high"},
-            {"type": "input_file", "file_id": "file-1"},
-        ]}]}
+        body = {
+            "model": "gpt-4o",
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "look"},
+                        {"type": "input_image", "image_url": png_data_url(512, 512), "detail": "high"},
+                        {"type": "input_file", "file_id": "file-1"},
+                    ],
+                }
+            ],
+        }
         content = ADAPTER.parse(body).messages[0]["content"]
         assert [p["type"] for p in content] == ["text", "image_url", "file"]
         assert content[1]["image_url"]["detail"] == "high"
 
     def test_function_tools_and_json_schema_formats_take_the_chat_shape(self) -> None:
-        body = {**agent_body(), "text": {"format": {"type": "json_schema", "name": "r", "schema": {"type": "object"}, "strict": True}}}
+        body = {
+            **agent_body(),
+            "text": {"format": {"type": "json_schema", "name": "r", "schema": {"type": "object"}, "strict": True}},
+        }
         chat = ADAPTER.parse(body).chat
-        assert chat["tools"][0] == {"type": "function", "function": {"name": "search", "description": "Search the web", "parameters": body["tools"][0]["parameters"]}}
-        assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}, "strict": True}}
+        assert chat["tools"][0] == {
+            "type": "function",
+            "function": {
+                "name": "search",
+                "description": "Search the web",
+                "parameters": body["tools"][0]["parameters"],
+            },
+        }
+        assert chat["response_format"] == {
+            "type": "json_schema",
+            "json_schema": {"name": "r", "schema": {"type": "object"}, "strict": True},
+        }
         assert chat["max_completion_tokens"] == 400
 
     def test_built_in_tools_are_counted_and_flagged_as_estimates(self) -> None:
@@ -91,20 +126,35 @@ class TestParse:
         assert ADAPTER.parse({"model": "gpt-4o", "conversation": "conv_1", "input": "hi"}).server_state
 
     def test_an_item_reference_is_pinned_and_flagged(self) -> None:
-        parsed = ADAPTER.parse({"model": "gpt-4o", "input": [{"type": "item_reference", "id": "msg_9"}, {"role": "user", "content": "hi"}]})
+        parsed = ADAPTER.parse(
+            {"model": "gpt-4o", "input": [{"type": "item_reference", "id": "msg_9"}, {"role": "user", "content": "hi"}]}
+        )
         assert split_conversation(parsed.messages).pinned == (0,) and not parsed.exact
 
     def test_an_unknown_item_is_counted_as_its_json_and_flagged(self) -> None:
-        parsed = ADAPTER.parse({"model": "gpt-4o", "input": [{"type": "web_search_call", "id": "ws_1", "status": "completed"}, {"role": "user", "content": "hi"}]})
+        parsed = ADAPTER.parse(
+            {
+                "model": "gpt-4o",
+                "input": [
+                    {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+                    {"role": "user", "content": "hi"},
+                ],
+            }
+        )
         assert parsed.messages[0]["content"][0]["item"]["id"] == "ws_1" and not parsed.exact
 
     def test_computer_calls_pair_with_their_outputs_by_call_id(self) -> None:
-        parsed = ADAPTER.parse({"model": "gpt-4o", "input": [
-            {"role": "user", "content": "click"},
-            {"type": "computer_call", "call_id": "cc1", "action": {"type": "click"}},
-            {"type": "computer_call_output", "call_id": "cc1", "output": {"type": "computer_screenshot"}},
-            {"role": "user", "content": "next"},
-        ]})
+        parsed = ADAPTER.parse(
+            {
+                "model": "gpt-4o",
+                "input": [
+                    {"role": "user", "content": "click"},
+                    {"type": "computer_call", "call_id": "cc1", "action": {"type": "click"}},
+                    {"type": "computer_call_output", "call_id": "cc1", "output": {"type": "computer_screenshot"}},
+                    {"role": "user", "content": "next"},
+                ],
+            }
+        )
         units = [u.indices for t in split_conversation(parsed.messages).turns for u in t.units if u.is_tool_exchange]
         assert units == [(1, 2)]
 
@@ -115,7 +165,10 @@ class TestParse:
             ({"model": "gpt-4o", "input": ["text"]}, "input[0]"),
             ({"model": "gpt-4o", "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
             ({"model": "gpt-4o", "input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
-            ({"model": "gpt-4o", "input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
+            (
+                {"model": "gpt-4o", "input": [{"role": "user", "content": [{"type": "input_text"}]}]},
+                "input[0].content[0].text",
+            ),
             ({"model": "gpt-4o", "input": "x", "max_output_tokens": "many"}, "max_output_tokens"),
             ({"model": "gpt-4o", "instructions": 3}, "instructions"),
             ({"model": 7, "input": "x"}, "model"),
@@ -129,8 +182,24 @@ class TestParse:
 
 class TestCount:
     def test_a_responses_body_counts_as_the_same_chat_body(self) -> None:
-        responses = {"model": "gpt-4o", "instructions": "Be brief.", "input": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": [{"type": "output_text", "text": "4"}]}, {"role": "user", "content": "And 3+3?"}]}
-        chat = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": [{"type": "text", "text": "4"}]}, {"role": "user", "content": "And 3+3?"}]}
+        responses = {
+            "model": "gpt-4o",
+            "instructions": "Be brief.",
+            "input": [
+                {"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "4"}]},
+                {"role": "user", "content": "And 3+3?"},
+            ],
+        }
+        chat = {
+            "model": "gpt-4o",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": [{"type": "text", "text": "4"}]},
+                {"role": "user", "content": "And 3+3?"},
+            ],
+        }
         counter = RequestCounter(profile(128_000), tokenizer())
         assert fit_body(ADAPTER, responses, 128_000).plan.count.total == counter.request(chat).total
 
@@ -157,11 +226,20 @@ class TestRender:
             assert fitted.body[key] == original[key]
 
     def test_a_long_function_call_output_is_shortened_in_place_keeping_the_item(self) -> None:
-        body = {"model": "gpt-4o", "input": [
-            {"role": "user", "content": "fetch it"},
-            {"type": "function_call", "call_id": "c1", "name": "fetch", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c1", "output": words(5000), "id": "fco_1", "status": "completed"},
-        ]}
+        body = {
+            "model": "gpt-4o",
+            "input": [
+                {"role": "user", "content": "fetch it"},
+                {"type": "function_call", "call_id": "c1", "name": "fetch", "arguments": "{}"},
+                {
+                    "type": "function_call_output",
+                    "call_id": "c1",
+                    "output": words(5000),
+                    "id": "fco_1",
+                    "status": "completed",
+                },
+            ],
+        }
         fitted = fit_body(ADAPTER, body, 4000)
         output = fitted.body["input"][2]
         assert output["id"] == "fco_1" and output["status"] == "completed"
@@ -169,27 +247,46 @@ class TestRender:
         assert fitted.plan.result.fits
 
     def test_a_shortened_text_part_keeps_its_other_fields(self) -> None:
-        body = {"model": "gpt-4o", "input": [
-            {"role": "user", "content": "q"},
-            {"role": "assistant", "content": [{"type": "output_text", "text": words(5000), "annotations": [{"type": "url_citation"}]}]},
-            {"role": "user", "content": "next"},
-        ]}
+        body = {
+            "model": "gpt-4o",
+            "input": [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "output_text", "text": words(5000), "annotations": [{"type": "url_citation"}]}
+                    ],
+                },
+                {"role": "user", "content": "next"},
+            ],
+        }
         fitted = fit_body(ADAPTER, body, 4000, pipeline=("shrink_messages",))
         part = fitted.body["input"][1]["content"][0]
         assert part["annotations"] == [{"type": "url_citation"}] and "tokens removed" in part["text"]
 
     def test_a_dropped_image_becomes_an_input_text_marker(self) -> None:
-        body = {"model": "gpt-4o", "input": [
-            {"role": "user", "content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": png_data_url(2048, 2048), "detail": "high"}]},
-            {"role": "assistant", "content": "nice"},
-            {"role": "user", "content": "and now?"},
-        ]}
+        body = {
+            "model": "gpt-4o",
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "see"},
+                        {"type": "input_image", "image_url": png_data_url(2048, 2048), "detail": "high"},
+                    ],
+                },
+                {"role": "assistant", "content": "nice"},
+                {"role": "user", "content": "and now?"},
+            ],
+        }
         fitted = fit_body(ADAPTER, body, 1200, pipeline=("drop_images",))
         assert fitted.body["input"][0]["content"][1] == {"type": "input_text", "text": "[image removed]"}
 
     def test_a_lowered_output_reserve_is_written_to_max_output_tokens(self) -> None:
         body = {**agent_body(), "max_output_tokens": 5000}
-        fitted = fit_body(ADAPTER, body, 6000, pipeline=("clamp_max_tokens",), options={"clamp_max_tokens": {"floor": 100}})
+        fitted = fit_body(
+            ADAPTER, body, 6000, pipeline=("clamp_max_tokens",), options={"clamp_max_tokens": {"floor": 100}}
+        )
         assert fitted.body["max_output_tokens"] < 5000 and "max_completion_tokens" not in fitted.body
 
     def test_a_long_string_input_is_cut_in_place(self) -> None:
