@@ -196,7 +196,7 @@ class TestThroughTheGuard:
     async def test_a_streamed_response_is_relayed_unchanged(
         self, providers: Any, aiohttp_server: Any, model_map: Any
     ) -> None:
-        fake, url = providers
+        _, url = providers
         guard = await _guard(aiohttp_server, model_map, url + "/v1")
         client = openai.AsyncOpenAI(base_url=guard + "/v1", api_key="sk-test", max_retries=0)
         stream = await client.responses.create(model="gpt-4o", input="Say hello", stream=True)
@@ -279,7 +279,7 @@ class TestThroughTheGuard:
     async def test_anthropic_errors_raise_the_sdks_own_exceptions(
         self, providers: Any, aiohttp_server: Any, model_map: Any
     ) -> None:
-        fake, url = providers
+        _, url = providers
         guard = await _guard(aiohttp_server, model_map, url + "/v1")
         client = anthropic.AsyncAnthropic(base_url=guard, api_key="sk-ant-test", max_retries=0)
         with pytest.raises(anthropic.BadRequestError) as error:
