@@ -66,6 +66,9 @@ TOOL_PROMPT_TOKENS: tuple[tuple[str, int, int], ...] = (
     ("claude-4*", 346, 313),
 )
 TOOL_PROMPT_UNKNOWN = (530, 340)
+# Anthropic-defined tools add their own published prompt tokens on top (computer use: the tool's
+# 735 and its system prompt's 499 at most); other server tools are counted as their JSON.
+SERVER_TOOL_TOKENS: tuple[tuple[str, int], ...] = (("bash_", 245), ("text_editor_", 700), ("computer_", 735 + 499))
 
 # Anthropic's error type per HTTP status (its SDKs raise by status, and read `error.type`).
 ERROR_TYPES = {
@@ -129,11 +132,10 @@ class MessagesAdapter(Adapter):
         chat: dict[str, Any] = {"messages": view.messages}
         if model is not None:
             chat["model"] = model
-        tools = _tools(body.get("tools"), view)
-        fixed = 0
+        tools, fixed = _tools(body.get("tools"), view)
         if tools:
             chat["tools"] = tools
-            fixed = tool_prompt_tokens(model, body.get("tool_choice"))
+            fixed += tool_prompt_tokens(model, body.get("tool_choice"))
         if isinstance(body.get("tool_choice"), Mapping):
             chat["tool_choice"] = body["tool_choice"]
         reserve = output_reserve(body, "max_tokens", required=self.requires_max_tokens)
@@ -325,15 +327,19 @@ def _source_url(source: Mapping[str, Any]) -> str:
     return ""  # a file id: priced at the most an image can cost
 
 
-def _tools(tools: object, view: _View) -> list[Any]:
+def _tools(tools: object, view: _View) -> tuple[list[Any], int]:
+    """The tools in the chat shape, and the published prompt tokens of Anthropic-defined ones."""
     if tools is None:
-        return []
+        return [], 0
     if not isinstance(tools, list):
         raise InvalidRequest("tools: must be an array", param="tools")
     converted: list[Any] = []
+    fixed = 0
     for j, tool in enumerate(tools):
         if not isinstance(tool, Mapping):
             raise InvalidRequest(f"tools.{j}: must be an object", param=f"tools.{j}")
+        kind = str(tool.get("type") or "")
+        fixed += next((tokens for prefix, tokens in SERVER_TOOL_TOKENS if kind.startswith(prefix)), 0)
         if tool.get("type") in (None, "custom") and "input_schema" in tool:
             function = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
             if isinstance(tool.get("description"), str):
@@ -342,7 +348,7 @@ def _tools(tools: object, view: _View) -> list[Any]:
         else:
             view.estimate(f"tools.{j}: server tool {tool.get('type')!r} estimated from its JSON")
             converted.append(dict(tool))
-    return converted
+    return converted, fixed
 
 
 def _write_back(

@@ -102,6 +102,12 @@ class TestParse:
         parsed = ADAPTER.parse({**agent_body(), "tool_choice": {"type": "any"}})
         assert parsed.fixed_tokens == 313
 
+    def test_anthropic_defined_tools_add_their_published_prompt_tokens(self) -> None:
+        parsed = ADAPTER.parse(
+            {**agent_body(), "tools": [{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]}
+        )
+        assert parsed.fixed_tokens == 700 + 346 and not parsed.exact
+
     def test_the_tool_prompt_is_part_of_the_count(self) -> None:
         with_tools = fit_body(ADAPTER, agent_body(), 200_000, model=CLAUDE).plan.count
         body = agent_body()
