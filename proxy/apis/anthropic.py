@@ -38,6 +38,7 @@ from proxy.apis.base import (
     Origin,
     Parsed,
     Source,
+    ViewBuilder,
     changed_parts,
     optional_model,
     output_reserve,
@@ -99,22 +100,6 @@ def count_tokens_body(input_tokens: int) -> dict[str, int]:
     return {"input_tokens": input_tokens}
 
 
-class _View:
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.sources: list[Source] = []
-        self.notes: list[str] = []
-        self.exact = True
-
-    def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
-        self.messages.append(message)
-        self.sources.append(Source(tuple(origins), tuple(parts)))
-
-    def estimate(self, note: str) -> None:
-        self.exact = False
-        self.notes.append(note)
-
-
 class MessagesAdapter(Adapter):
     name: ClassVar[str] = "messages"
     requires_max_tokens: ClassVar[bool] = True
@@ -122,7 +107,7 @@ class MessagesAdapter(Adapter):
     def parse(self, body: object) -> Parsed:
         body = require_object(body)
         model = optional_model(body, required=False)
-        view = _View()
+        view = ViewBuilder()
         _system(body.get("system"), view)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -207,7 +192,7 @@ class CountTokensAdapter(MessagesAdapter):
     requires_max_tokens: ClassVar[bool] = False
 
 
-def _system(system: object, view: _View) -> None:
+def _system(system: object, view: ViewBuilder) -> None:
     if system is None or system == "":
         return
     if isinstance(system, str):
@@ -223,7 +208,7 @@ def _system(system: object, view: _View) -> None:
     view.add({"role": "system", "content": parts}, (Origin("system"),), tuple(range(len(parts))))
 
 
-def _message(message: object, i: int, view: _View) -> None:
+def _message(message: object, i: int, view: ViewBuilder) -> None:
     where = f"messages.{i}"
     if not isinstance(message, Mapping):
         raise InvalidRequest(f"{where}: must be an object", param=where)
@@ -245,7 +230,7 @@ def _message(message: object, i: int, view: _View) -> None:
         _user(content, i, view)
 
 
-def _user(content: list[Mapping[str, Any]], i: int, view: _View) -> None:
+def _user(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> None:
     others: list[int] = []
     for j, block in enumerate(content):
         if block["type"] != "tool_result":
@@ -272,7 +257,7 @@ def _user(content: list[Mapping[str, Any]], i: int, view: _View) -> None:
         )
 
 
-def _assistant(content: list[Mapping[str, Any]], i: int, view: _View) -> None:
+def _assistant(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> None:
     parts: list[dict[str, Any]] = []
     mapping: list[int | None] = []
     calls: list[dict[str, Any]] = []
@@ -299,7 +284,7 @@ def _assistant(content: list[Mapping[str, Any]], i: int, view: _View) -> None:
     view.add(message, (Origin("messages", i),), tuple(mapping))
 
 
-def _block(block: Mapping[str, Any], view: _View, where: str) -> dict[str, Any]:
+def _block(block: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str, Any]:
     kind = block.get("type")
     if kind == "text":
         text = block.get("text")
@@ -327,7 +312,7 @@ def _source_url(source: Mapping[str, Any]) -> str:
     return ""  # a file id: priced at the most an image can cost
 
 
-def _tools(tools: object, view: _View) -> tuple[list[Any], int]:
+def _tools(tools: object, view: ViewBuilder) -> tuple[list[Any], int]:
     """The tools in the chat shape, and the published prompt tokens of Anthropic-defined ones."""
     if tools is None:
         return [], 0

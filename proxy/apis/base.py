@@ -60,6 +60,25 @@ class Source:
     parts: tuple[int | None, ...] = ()
 
 
+class ViewBuilder:
+    """The chat view as an adapter builds it: the messages, where each came from, and what had to
+    be estimated."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.sources: list[Source] = []
+        self.notes: list[str] = []
+        self.exact = True
+
+    def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
+        self.messages.append(message)
+        self.sources.append(Source(tuple(origins), tuple(parts)))
+
+    def estimate(self, note: str) -> None:
+        self.exact = False
+        self.notes.append(note)
+
+
 @dataclass(frozen=True)
 class Parsed:
     """A validated request: as received (`body`), and the chat-completions view of it (`chat`)

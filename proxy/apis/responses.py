@@ -38,6 +38,7 @@ from proxy.apis.base import (
     Origin,
     Parsed,
     Source,
+    ViewBuilder,
     changed_parts,
     optional_model,
     output_reserve,
@@ -58,14 +59,12 @@ def opaque_part(value: object) -> dict[str, Any]:
     return {"type": "item", "item": value}
 
 
-class _Builder:
-    """Walks the input items once, building view messages and their sources."""
+class _Builder(ViewBuilder):
+    """The view of the input items, built in one walk: reasoning waits for the item it precedes,
+    and consecutive calls share one assistant message."""
 
     def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.sources: list[Source] = []
-        self.notes: list[str] = []
-        self.exact = True
+        super().__init__()
         self._reasoning: list[int] = []  # reasoning items waiting for the item they precede
         self._reasoning_text: list[str] = []
         self._call_group: int | None = None  # the view message the last call items went into
@@ -76,8 +75,7 @@ class _Builder:
             if self._reasoning_text:
                 message["reasoning_content"] = "\n".join(self._reasoning_text)
             self._reasoning, self._reasoning_text = [], []
-        self.messages.append(message)
-        self.sources.append(Source(tuple(origins), tuple(parts)))
+        super().add(message, origins, parts)
         self._call_group = None
 
     def add_call(self, call: dict[str, Any], index: int) -> None:
@@ -101,17 +99,7 @@ class _Builder:
 
     def finish(self) -> None:
         if self._reasoning:  # reasoning at the very end: kept as a message of its own
-            origins = tuple(Origin("input", k) for k in self._reasoning)
-            self._reasoning = []
-            message: dict[str, Any] = {"role": "assistant", "content": None}
-            if self._reasoning_text:
-                message["reasoning_content"] = "\n".join(self._reasoning_text)
-            self.messages.append(message)
-            self.sources.append(Source(origins))
-
-    def estimate(self, note: str) -> None:
-        self.exact = False
-        self.notes.append(note)
+            self.add({"role": "assistant", "content": None}, ())
 
 
 class ResponsesAdapter(Adapter):
@@ -211,7 +199,7 @@ def _item(build: _Builder, item: object, k: int) -> None:
             raise InvalidRequest(
                 f"{where}.role must be one of {', '.join(sorted(MESSAGE_ROLES))}", param=f"{where}.role"
             )
-        content, parts = _content(item.get("content"), f"{where}.content", required=True)
+        content, parts = _content(item.get("content"), f"{where}.content")
         build.add({"role": role, "content": content}, (Origin("input", k),), parts)
     elif kind in CALL_TYPES:
         call_id = _string(item, "call_id", where)
@@ -222,7 +210,7 @@ def _item(build: _Builder, item: object, k: int) -> None:
         build.add_call({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}, k)
     elif kind in OUTPUT_TYPES:
         call_id = _string(item, "call_id", where)
-        content, parts = _content(item.get("output"), f"{where}.output", required=True)
+        content, parts = _content(item.get("output"), f"{where}.output")
         build.add({"role": "tool", "tool_call_id": call_id, "content": content}, (Origin("input", k),), parts)
     elif kind == "reasoning":
         build.reasoning(item, k)
@@ -256,14 +244,12 @@ def _string(item: Mapping[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _content(content: object, where: str, required: bool) -> tuple[Any, tuple[int | None, ...]]:
+def _content(content: object, where: str) -> tuple[Any, tuple[int | None, ...]]:
     """A message's content (or a call output) as the view's content, and its part mapping."""
     if isinstance(content, str):
         return content, ()
     if isinstance(content, list):
         return [_part(part, f"{where}[{j}]") for j, part in enumerate(content)], tuple(range(len(content)))
-    if content is None and not required:
-        return None, ()
     if content is None:
         raise InvalidRequest(f"{where} is required", param=where)
     return [opaque_part(content)], (None,)

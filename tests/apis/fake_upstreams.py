@@ -23,17 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-
-@dataclass
-class Received:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
+from tests.server.fake_upstream import Received
 
 
 @dataclass

@@ -15,6 +15,7 @@ through `proxy.core.plan.plan_request` with a small window. Whatever the window 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -22,8 +23,10 @@ from hypothesis import strategies as st
 
 from proxy.apis import anthropic, responses
 from proxy.apis.anthropic import MessagesAdapter
+from proxy.apis.base import Adapter
 from proxy.apis.responses import ResponsesAdapter
 from proxy.core.strategies import DEFAULT_PIPELINE
+from proxy.core.trim import TrimResult
 from tests.apis.fitting import fit_body
 from tests.conftest import png_data_url
 
@@ -48,6 +51,31 @@ class Ids:
     def next(self) -> int:
         self.n += 1
         return self.n
+
+
+def cut(
+    adapter: Adapter,
+    body: dict[str, Any],
+    window: int,
+    model: str,
+    pipeline: tuple[str, ...],
+    problems: Callable[[dict[str, Any]], list[str]],
+    items_field: str,
+) -> tuple[dict[str, Any], TrimResult] | None:
+    """The trimmed body and the core's result, after the checks every API shares: a valid input
+    gives a result that fits and is valid, with every field outside `items_field` kept; None when
+    the body was left as it came (it fit, or it was refused)."""
+    assert problems(body) == []
+    fitted = fit_body(adapter, body, window, model=model, pipeline=pipeline)
+    result = fitted.plan.result
+    event(result.outcome)
+    if result.outcome in ("rejected", "unchanged"):
+        assert fitted.body is body
+        return None
+    out = dict(fitted.body)
+    assert result.fits and problems(out) == []
+    assert {k: v for k, v in out.items() if k != items_field} == {k: v for k, v in body.items() if k != items_field}
+    return out, result
 
 
 # -- Responses ------------------------------------------------------------------------------
@@ -136,17 +164,10 @@ class TestResponsesOverBudget:
         self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]
     ) -> None:
         adapter = ResponsesAdapter()
-        assert responses.validity_problems(body) == []
-        fitted = fit_body(adapter, body, window, pipeline=pipeline)
-        result = fitted.plan.result
-        event(result.outcome)
-        if result.outcome in ("rejected", "unchanged"):
-            assert fitted.body is body
+        trimmed = cut(adapter, body, window, "gpt-4o", pipeline, responses.validity_problems, "input")
+        if trimmed is None:
             return
-        out = fitted.body
-        assert result.fits
-        assert responses.validity_problems(out) == []
-        assert {k: v for k, v in out.items() if k != "input"} == {k: v for k, v in body.items() if k != "input"}
+        out, result = trimmed
         originals = {item["x-item"]: item for item in body["input"]}
         kept = [item["x-item"] for item in out["input"]]
         assert kept == sorted(kept)
@@ -245,17 +266,10 @@ class TestMessagesOverBudget:
         self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]
     ) -> None:
         adapter = MessagesAdapter()
-        assert anthropic.validity_problems(body) == []
-        fitted = fit_body(adapter, body, window, model="claude-sonnet-4-5", pipeline=pipeline)
-        result = fitted.plan.result
-        event(result.outcome)
-        if result.outcome in ("rejected", "unchanged"):
-            assert fitted.body is body
+        trimmed = cut(adapter, body, window, "claude-sonnet-4-5", pipeline, anthropic.validity_problems, "messages")
+        if trimmed is None:
             return
-        out = fitted.body
-        assert result.fits
-        assert anthropic.validity_problems(out) == []
-        assert {k: v for k, v in out.items() if k != "messages"} == {k: v for k, v in body.items() if k != "messages"}
+        out, result = trimmed
         original_blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
         for message in out["messages"]:
             for block in message["content"] if isinstance(message["content"], list) else ():
