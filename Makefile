@@ -26,6 +26,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/counting.py
 	$(BIN)/python bench/trimming.py
 	$(BIN)/python bench/proxy_overhead.py
+	$(BIN)/python bench/adapters.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
