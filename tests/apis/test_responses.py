@@ -219,6 +219,11 @@ class TestRender:
         assert fitted.body["input"] == [agent_body()["input"][-1]]
         assert validity_problems(fitted.body) == []
 
+    def test_the_report_names_where_each_removal_was_in_the_original_body(self) -> None:
+        report = fit_body(ADAPTER, agent_body(), 1500).report()
+        assert report["api"] == "responses" and report["exact"]
+        assert [r["origin"] for r in report["removed"]][:3] == ["input[0]", "input[1],input[2],input[3]", "input[4]"]
+
     def test_every_field_outside_input_is_kept(self) -> None:
         fitted = fit_body(ADAPTER, agent_body(), 1500)
         original = agent_body()
