@@ -25,7 +25,7 @@ from proxy.apis import anthropic, responses
 from proxy.apis.anthropic import MessagesAdapter
 from proxy.apis.base import Adapter
 from proxy.apis.responses import ResponsesAdapter
-from proxy.core.strategies import DEFAULT_PIPELINE
+from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES
 from proxy.core.trim import TrimResult
 from tests.apis.fitting import fit_body
 from tests.conftest import png_data_url
@@ -39,6 +39,7 @@ PIPELINES = st.sampled_from(
         ("drop_images", "drop_old_tool_exchanges", *DEFAULT_PIPELINE),
         ("drop_oldest_turns", "drop_recent_turns"),
         ("shrink_tool_results", "shrink_messages", "drop_oldest_turns", "drop_recent_turns", "shrink_latest_user"),
+        tuple(STRATEGIES),  # every strategy there is, shrink_system and clamp_max_tokens included
     ]
 )
 PROPERTY_SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -63,8 +64,9 @@ def cut(
     items_field: str,
 ) -> tuple[dict[str, Any], TrimResult] | None:
     """The trimmed body and the core's result, after the checks every API shares: a valid input
-    gives a result that fits and is valid, with every field outside `items_field` kept; None when
-    the body was left as it came (it fit, or it was refused)."""
+    gives a result that fits and is valid, with every field outside `items_field` kept (the
+    output reserve only ever lowered); None when the body was left as it came (it fit, or it was
+    refused)."""
     assert problems(body) == []
     fitted = fit_body(adapter, body, window, model=model, pipeline=pipeline)
     result = fitted.plan.result
@@ -74,7 +76,10 @@ def cut(
         return None
     out = dict(fitted.body)
     assert result.fits and problems(out) == []
-    assert {k: v for k, v in out.items() if k != items_field} == {k: v for k, v in body.items() if k != items_field}
+    reserve = adapter.parse(body).reserve_field
+    kept = (items_field, reserve)
+    assert {k: v for k, v in out.items() if k not in kept} == {k: v for k, v in body.items() if k not in kept}
+    assert out.get(reserve, 0) <= body.get(reserve, 0)  # clamp_max_tokens may only lower it
     return out, result
 
 
@@ -142,6 +147,8 @@ def responses_body(draw: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": "gpt-4o", "input": items, "store": False, "x-extra": {"k": [1]}}
     if draw(st.booleans()):
         body["instructions"] = draw(text)
+    if draw(st.booleans()):
+        body["max_output_tokens"] = draw(st.integers(100, 3000))
     if draw(st.booleans()):
         body["tools"] = [
             {
@@ -245,7 +252,7 @@ def messages_body(draw: Any) -> dict[str, Any]:
         block["x-block"] = position
     body: dict[str, Any] = {
         "model": "claude-sonnet-4-5",
-        "max_tokens": 512,
+        "max_tokens": draw(st.integers(256, 3000)),
         "messages": messages,
         "metadata": {"user_id": "u"},
         "x-extra": [1],
