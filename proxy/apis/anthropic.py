@@ -386,51 +386,10 @@ def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any],
 
 
 def _join(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
-    return {**first, "content": _blocks(first.get("content")) + _blocks(second.get("content"))}
+    return {**first, "content": content_blocks(first.get("content")) + content_blocks(second.get("content"))}
 
 
-def _blocks(content: object) -> list[Any]:
+def content_blocks(content: object) -> list[Any]:
     if isinstance(content, str):
         return [text_part(content)] if content else []
     return list(content) if isinstance(content, list) else []
-
-
-def validity_problems(body: Mapping[str, Any]) -> list[str]:
-    """What makes a Messages body invalid to the API: a first message that is not the user's,
-    two messages of one role in a row, a tool_result not answering a tool_use of the message just
-    before it, a tool_use with no tool_result in the next message, a tool_result after text."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return ["messages is empty"]
-    problems: list[str] = []
-    if not isinstance(messages[0], Mapping) or messages[0].get("role") != "user":
-        problems.append("messages.0: the first message is not a user message")
-    previous_uses: set[object] = set()
-    previous_role = None
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            continue
-        role = message.get("role")
-        if role == previous_role:
-            problems.append(f"messages.{i}: two {role} messages in a row")
-        blocks = _blocks(message.get("content"))
-        results = [b.get("tool_use_id") for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
-        for tool_use_id in results:
-            if tool_use_id not in previous_uses:
-                problems.append(f"messages.{i}: tool_result {tool_use_id!r} answers no tool_use just before it")
-        missing = previous_uses - set(results)
-        if missing and role == "user":
-            problems.append(f"messages.{i}: tool_use {sorted(map(str, missing))} have no tool_result here")
-        seen_other = False
-        for block in blocks:
-            if isinstance(block, Mapping) and block.get("type") == "tool_result" and seen_other:
-                problems.append(f"messages.{i}: a tool_result comes after other content")
-                break
-            seen_other = seen_other or not (isinstance(block, Mapping) and block.get("type") == "tool_result")
-        previous_uses = (
-            {b.get("id") for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_use"}
-            if role == "assistant"
-            else set()
-        )
-        previous_role = role
-    return problems

@@ -338,31 +338,3 @@ def _response_format(text: object) -> dict[str, Any] | None:
     if fmt.get("type") == "json_object":
         return {"type": "json_object"}
     return None
-
-
-def validity_problems(body: Mapping[str, Any]) -> list[str]:
-    """What makes a Responses input invalid to the API: an output whose call is not before it, a
-    call with no output after it, a reasoning item with nothing after it."""
-    items = body.get("input")
-    if not isinstance(items, list):
-        return []
-    problems: list[str] = []
-    open_calls: dict[str, int] = {}
-    answered: set[str] = set()
-    for k, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            continue
-        kind = item.get("type")
-        call_id = item.get("call_id")
-        if not isinstance(kind, str) or not isinstance(call_id, str):
-            continue
-        if kind in OUTPUT_TYPES or kind.endswith("_call_output"):
-            if call_id not in open_calls:
-                problems.append(f"input[{k}]: output for {call_id!r} has no call before it")
-            answered.add(call_id)
-        elif kind in CALL_TYPES:
-            open_calls[call_id] = k
-    problems += [f"input[{k}]: call {c!r} has no output" for c, k in open_calls.items() if c not in answered]
-    if items and isinstance(items[-1], Mapping) and items[-1].get("type") == "reasoning":
-        problems.append(f"input[{len(items) - 1}]: reasoning item with no item after it")
-    return problems

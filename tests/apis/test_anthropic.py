@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter, count_tokens_body, validity_problems
+from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter, count_tokens_body
 from proxy.apis.base import InvalidRequest
+from proxy.apis.validity import messages_problems
 from proxy.core.corrections import parse_overflow
 from proxy.core.turns import split_conversation
 from proxy.encodings import bundled_encodings_dir
@@ -228,7 +229,7 @@ class TestRender:
         fitted = fit_body(ADAPTER, agent_body(), 3000, model=CLAUDE)
         assert fitted.plan.result.outcome == "trimmed"
         messages = fitted.body["messages"]
-        assert messages[0]["role"] == "user" and validity_problems(fitted.body) == []
+        assert messages[0]["role"] == "user" and messages_problems(fitted.body) == []
         assert not any(
             b.get("type") == "tool_result" for m in messages if isinstance(m["content"], list) for b in m["content"]
         )
@@ -297,7 +298,7 @@ class TestRender:
             "role": "user",
             "content": [{"type": "text", "text": "start"}, {"type": "text", "text": "go on"}],
         }
-        assert validity_problems(fitted.body) == []
+        assert messages_problems(fitted.body) == []
 
     def test_a_lowered_output_reserve_is_written_to_max_tokens(self) -> None:
         body = {**agent_body(), "max_tokens": 8000}
@@ -340,12 +341,12 @@ class TestErrors:
         assert overflow is not None and (overflow.prompt_tokens, overflow.limit) == (208310, 200000)
 
 
-class TestValidity:
+class TestMessagesProblems:
     def test_a_conversation_opening_with_the_assistant_is_a_problem(self) -> None:
-        assert validity_problems({"messages": [{"role": "assistant", "content": "x"}]})
+        assert messages_problems({"messages": [{"role": "assistant", "content": "x"}]})
 
     def test_a_tool_result_with_no_tool_use_before_it_is_a_problem(self) -> None:
-        assert validity_problems(
+        assert messages_problems(
             {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]}
         )
 
@@ -357,4 +358,4 @@ class TestValidity:
                 {"role": "user", "content": "y"},
             ]
         }
-        assert validity_problems(body)
+        assert messages_problems(body)

@@ -21,10 +21,10 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.apis import anthropic, responses
 from proxy.apis.anthropic import MessagesAdapter
 from proxy.apis.base import Adapter
 from proxy.apis.responses import ResponsesAdapter
+from proxy.apis.validity import messages_problems, responses_problems
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES
 from proxy.core.trim import TrimResult
 from tests.apis.fitting import fit_body
@@ -171,7 +171,7 @@ class TestResponsesOverBudget:
         self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]
     ) -> None:
         adapter = ResponsesAdapter()
-        trimmed = cut(adapter, body, window, "gpt-4o", pipeline, responses.validity_problems, "input")
+        trimmed = cut(adapter, body, window, "gpt-4o", pipeline, responses_problems, "input")
         if trimmed is None:
             return
         out, result = trimmed
@@ -273,7 +273,7 @@ class TestMessagesOverBudget:
         self, body: dict[str, Any], window: int, pipeline: tuple[str, ...]
     ) -> None:
         adapter = MessagesAdapter()
-        trimmed = cut(adapter, body, window, "claude-sonnet-4-5", pipeline, anthropic.validity_problems, "messages")
+        trimmed = cut(adapter, body, window, "claude-sonnet-4-5", pipeline, messages_problems, "messages")
         if trimmed is None:
             return
         out, result = trimmed

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from proxy.apis.base import InvalidRequest
-from proxy.apis.responses import ResponsesAdapter, validity_problems
+from proxy.apis.responses import ResponsesAdapter
+from proxy.apis.validity import responses_problems
 from proxy.core.tokens import RequestCounter
 from proxy.core.turns import split_conversation
 from tests.apis.fitting import fit_body, words
@@ -217,7 +218,7 @@ class TestRender:
         fitted = fit_body(ADAPTER, agent_body(), 1500)
         assert fitted.plan.result.outcome == "trimmed"
         assert fitted.body["input"] == [agent_body()["input"][-1]]
-        assert validity_problems(fitted.body) == []
+        assert responses_problems(fitted.body) == []
 
     def test_the_report_names_where_each_removal_was_in_the_original_body(self) -> None:
         report = fit_body(ADAPTER, agent_body(), 1500).report()
@@ -305,9 +306,9 @@ class TestRender:
         assert fit_body(ADAPTER, body, 3000).plan.result.outcome == "rejected"
 
 
-class TestValidity:
+class TestResponsesProblems:
     def test_an_output_without_its_call_is_a_problem(self) -> None:
-        assert validity_problems({"input": [{"type": "function_call_output", "call_id": "c", "output": ""}]})
+        assert responses_problems({"input": [{"type": "function_call_output", "call_id": "c", "output": ""}]})
 
     def test_a_call_without_its_output_is_a_problem(self) -> None:
-        assert validity_problems({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": ""}]})
+        assert responses_problems({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": ""}]})

@@ -23,9 +23,8 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy.apis import anthropic as messages_api
-from proxy.apis import responses as responses_api
 from proxy.apis.registry import AdapterRegistry
+from proxy.apis.validity import messages_problems, responses_problems
 from proxy.core.turns import split_conversation
 from proxy.guard import Guard
 from proxy.server.app import create_app
@@ -88,7 +87,7 @@ class TestSdkBodies:
         exchanges = [u for t in split_conversation(fitted.parsed.messages).turns for u in t.units if u.is_tool_exchange]
         protected = split_conversation(fitted.parsed.messages).protected
         assert not exchanges and len(protected) == 3  # the live exchange is protected, whole
-        assert fitted.plan.result.outcome == "trimmed" and responses_api.validity_problems(fitted.body) == []
+        assert fitted.plan.result.outcome == "trimmed" and responses_problems(fitted.body) == []
         assert (
             fitted.body["input"][-2]["type"] == "function_call" and fitted.body["input"][-1]["call_id"] == call.call_id
         )
@@ -140,7 +139,7 @@ class TestSdkBodies:
         second = await client.messages.create(model=CLAUDE, max_tokens=512, messages=messages, tools=[CLAUDE_TOOL])
         assert second.content[0].type == "text"
         fitted = fit_received(fake, "/v1/messages", 3000, model=CLAUDE)
-        assert fitted.plan.result.outcome == "trimmed" and messages_api.validity_problems(fitted.body) == []
+        assert fitted.plan.result.outcome == "trimmed" and messages_problems(fitted.body) == []
         assert fitted.body["messages"][-1]["content"][0]["tool_use_id"] == use.id
 
     async def test_an_anthropic_stream_ends_with_the_whole_message(self, providers: Any) -> None:
@@ -196,7 +195,7 @@ class TestThroughTheGuard:
         sent = fake.last("/v1/responses").json()
         assert int(raw.headers["x-context-guard-tokens-after"]) < int(raw.headers["x-context-guard-tokens-before"])
         assert len(sent["input"]) < 13 and sent["input"][-1]["content"] == "latest"
-        assert responses_api.validity_problems(sent) == [] and sent["tools"] == [WEATHER_TOOL]
+        assert responses_problems(sent) == [] and sent["tools"] == [WEATHER_TOOL]
 
     async def test_a_streamed_response_is_relayed_unchanged(
         self, providers: Any, aiohttp_server: Any, model_map: Any
@@ -278,7 +277,7 @@ class TestThroughTheGuard:
         ) as stream:
             await stream.get_final_message()
         sent = fake.last("/v1/messages").json()
-        assert messages_api.validity_problems(sent) == [] and sent["messages"][-1]["content"] == "latest"
+        assert messages_problems(sent) == [] and sent["messages"][-1]["content"] == "latest"
         assert len(sent["messages"]) < 13 and sent["tools"] == [CLAUDE_TOOL]
 
     async def test_anthropic_errors_raise_the_sdks_own_exceptions(
