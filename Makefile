@@ -34,6 +34,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/counting.py
 	$(BIN)/python bench/trimming.py
 	$(BIN)/python bench/proxy_overhead.py
+	$(BIN)/python bench/adapters.py
 
 # The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
 capacity: $(BIN)/.installed

@@ -1,0 +1,295 @@
+"""The adapter protocol: every API shape the guard counts, seen by the core as chat completions.
+
+The core (`proxy.core`) counts, budgets and trims chat-completions bodies and knows no other
+shape. An adapter stands at the edge between a client's API and the core:
+
+    parse(body)                         -> Parsed: the body validated, its chat-completions view
+                                           (messages, tools, response_format, the output reserve,
+                                           model) and, per view message, where it came from
+    render(parsed, trimmed, removals)   -> the cut written back into the ORIGINAL shape: dropped
+                                           view messages drop their items, shortened ones replace
+                                           only the text they shortened, everything else is kept
+                                           exactly as sent
+    error_body(status, type, message)   -> an error in the API's own shape
+    profile(profile, parsed)            -> the model profile as this API counts it (overheads the
+                                           API adds that no view message carries)
+    pipeline(parsed)                    -> strategies that replace the configured pipeline, or None
+
+`fit()` runs one parsed request through `proxy.core.plan.plan_request` and renders the result:
+the one call the server needs. Everything here is pure: no I/O, no aiohttp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from proxy.core.models import ModelProfile
+from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
+from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.trim import Removal, Strategy
+
+
+class InvalidRequest(InvalidBody):
+    """A body this API does not accept; `param` names the field in the API's own spelling
+    (`input[3].call_id`, `messages.0.content`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """One place in the original body: `field` (`input`, `messages`, `instructions`, `system`,
+    `prompt`), the item's position in it (None for a scalar field) and, for an item split into
+    several view messages, the block inside the item (None: the whole item)."""
+
+    field: str
+    index: int | None = None
+    block: int | None = None
+
+    def __str__(self) -> str:
+        where = self.field if self.index is None else f"{self.field}[{self.index}]"
+        return where if self.block is None else f"{where}.content[{self.block}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where one view message came from: its origins, and for each of its content parts the
+    position of the original part or block it mirrors (None for a part the view added)."""
+
+    origins: tuple[Origin, ...]
+    parts: tuple[int | None, ...] = ()
+
+
+class ViewBuilder:
+    """The chat view as an adapter builds it: the messages, where each came from, and what had to
+    be estimated."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.sources: list[Source] = []
+        self.notes: list[str] = []
+        self.exact = True
+
+    def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
+        self.messages.append(message)
+        self.sources.append(Source(tuple(origins), tuple(parts)))
+
+    def estimate(self, note: str) -> None:
+        self.exact = False
+        self.notes.append(note)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A validated request: as received (`body`), and the chat-completions view of it (`chat`)
+    that the core counts and trims, one `Source` per view message."""
+
+    api: str
+    body: Mapping[str, Any]
+    chat: Mapping[str, Any]
+    sources: tuple[Source, ...]
+    model: str | None
+    stream: bool = False
+    server_state: bool = False  # part of the context lives on the provider and is not counted
+    exact: bool = True  # False when some part was estimated (opaque items, built-in tools)
+    fixed_tokens: int = 0  # tokens the API adds that no view message carries
+    notes: tuple[str, ...] = ()
+    reserve_field: str | None = None  # the original field holding the output reserve
+    reserve_view_field: str | None = None  # the view's field for it (max_completion_tokens, max_tokens)
+    private: Mapping[str, Any] = field(default_factory=dict)  # what an adapter keeps for render
+
+    @property
+    def messages(self) -> list[Any]:
+        messages = self.chat.get("messages")
+        return messages if isinstance(messages, list) else []
+
+    def where(self, index: int) -> str:
+        """The original location(s) of view message `index`, for log lines (no content)."""
+        if not 0 <= index < len(self.sources):
+            return ""
+        return ",".join(str(origin) for origin in self.sources[index].origins)
+
+    def with_model(self, model: str | None) -> Parsed:
+        return self if model is None or self.model else replace(self, model=model)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What trimming did to the view, per view message: dropped, or replaced by a shortened copy,
+    and the output reserve it lowered."""
+
+    dropped: frozenset[int]
+    replaced: Mapping[int, Mapping[str, Any]]
+    reserve: int | None
+
+    @property
+    def none(self) -> bool:
+        return not self.dropped and not self.replaced and self.reserve is None
+
+
+def changes_of(parsed: Parsed, trimmed: Mapping[str, Any], removals: Iterable[Removal]) -> Changes:
+    """Compare the trimmed view with the parsed one: the trimmed `messages` are the kept view
+    messages in order, so each pairs with the first index that was not dropped."""
+    dropped = frozenset(r.index for r in removals if r.kind == "dropped" and r.index is not None)
+    original = parsed.messages
+    kept = [i for i in range(len(original)) if i not in dropped]
+    new = trimmed.get("messages")
+    new = new if isinstance(new, list) else []
+    if len(new) != len(kept):
+        raise ValueError(f"trimmed view has {len(new)} messages where {len(kept)} were kept")
+    replaced = {i: m for i, m in zip(kept, new, strict=True) if m != original[i]}
+    reserve = None
+    key = parsed.reserve_view_field
+    if key is not None and trimmed.get(key) != parsed.chat.get(key):
+        value = trimmed.get(key)
+        reserve = value if isinstance(value, int) else None
+    return Changes(dropped, replaced, reserve)
+
+
+class Adapter:
+    """One API shape. Subclasses implement `parse` and `_render`; the rest has defaults that
+    suit OpenAI-shaped APIs."""
+
+    name: ClassVar[str] = ""
+
+    def parse(self, body: object) -> Parsed:
+        raise NotImplementedError
+
+    def render(self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal]) -> dict[str, Any]:
+        """The cut, written back into the original shape. Unchanged requests come back equal to
+        the body as received."""
+        changes = changes_of(parsed, trimmed, removals)
+        if changes.none:
+            return dict(parsed.body)
+        body = self._render(parsed, changes)
+        if changes.reserve is not None and parsed.reserve_field is not None:
+            body[parsed.reserve_field] = changes.reserve
+        return body
+
+    def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def error_body(self, status: int, error_type: str, message: str, param: str | None = None) -> dict[str, Any]:
+        return openai_error(status, error_type, message, param)
+
+    def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
+        """The profile this request is counted with: the API's fixed overheads are folded into
+        the reply priming, which the core adds once per request and never trims."""
+        if not parsed.fixed_tokens:
+            return profile
+        fmt = profile.chat_format
+        return replace(profile, chat_format=replace(fmt, reply_priming=fmt.reply_priming + parsed.fixed_tokens))
+
+    def pipeline(self, parsed: Parsed) -> tuple[Strategy, ...] | None:
+        """Strategies that replace the configured pipeline for this request; None keeps it."""
+        return None
+
+
+def openai_error(status: int, error_type: str, message: str, param: str | None = None) -> dict[str, Any]:
+    code = {400: "invalid_request", 401: "invalid_api_key", 404: "not_found", 413: "request_too_large"}.get(status)
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A request counted, trimmed and written back: `body` is what to forward (the very body
+    received when nothing changed), `plan` what the core decided."""
+
+    parsed: Parsed
+    plan: Plan
+    body: Mapping[str, Any]
+
+    @property
+    def changed(self) -> bool:
+        return self.body is not self.parsed.body
+
+    @property
+    def exact(self) -> bool:
+        return self.plan.count.exact and self.parsed.exact and not self.parsed.server_state
+
+    def report(self) -> dict[str, Any]:
+        """What a log line or a trim report says about this request beyond the core's plan: its
+        API, whether the count is exact, and where in the original body each removal was (the
+        core's indices are positions in the view). Never content."""
+        parsed = self.parsed
+        return {
+            "api": parsed.api,
+            "exact": self.exact,
+            "server_state": parsed.server_state,
+            "notes": [*parsed.notes, *self.plan.count.notes],
+            "removed": [
+                {**r.to_dict(), "origin": parsed.where(r.index) if r.index is not None else parsed.reserve_field}
+                for r in self.plan.result.removals
+            ],
+        }
+
+
+def fit(
+    adapter: Adapter,
+    parsed: Parsed,
+    profile: ModelProfile,
+    tokenizer: Tokenizer,
+    policy: TrimPolicy,
+    cache: CountCache | None = None,
+    context_window: int | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Fitted:
+    """Count and trim `parsed` with the core, and render the result in the API's own shape."""
+    plan = plan_request(
+        parsed.chat,
+        adapter.profile(profile, parsed),
+        tokenizer,
+        policy,
+        cache,
+        pipeline=adapter.pipeline(parsed),
+        context_window=context_window,
+        clock=clock,
+    )
+    if plan.result.outcome != "trimmed":
+        return Fitted(parsed, plan, parsed.body)
+    return Fitted(parsed, plan, adapter.render(parsed, plan.result.body, plan.result.removals))
+
+
+def require_object(body: object) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise InvalidRequest(f"the request body must be a JSON object, not {type(body).__name__}")
+    return body
+
+
+def optional_model(body: Mapping[str, Any], required: bool) -> str | None:
+    model = body.get("model")
+    if model is None and not required:
+        return None
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    return model
+
+
+def output_reserve(body: Mapping[str, Any], key: str, required: bool = False) -> int | None:
+    value = body.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest(f"'{key}' must be a positive integer", param=key)
+    return value
+
+
+def stream_flag(body: Mapping[str, Any]) -> bool:
+    return body.get("stream") is True
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def changed_parts(old: Sequence[Any], new: Sequence[Any]) -> list[int] | None:
+    """Positions of the parts `new` changed, or None when the lists do not pair up one to one."""
+    if len(old) != len(new):
+        return None
+    return [j for j, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+
+
+def part_text(part: object) -> str | None:
+    if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+        return str(part["text"])
+    return None

@@ -1,0 +1,43 @@
+"""Chat completions: the core's own shape, so the view is the body itself.
+
+Parsing validates what the core needs (`messages`, each an object with a string `role`; a string
+`model` when present: Azure deployments name the model in the path instead). Rendering returns the
+trimmed body, which the core already built with every other field kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from proxy.apis.base import Adapter, Changes, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
+from proxy.core.plan import InvalidBody, validate_body
+
+
+class ChatAdapter(Adapter):
+    name: ClassVar[str] = "chat"
+
+    def parse(self, body: object) -> Parsed:
+        try:
+            checked = validate_body(body)
+        except InvalidBody as exc:
+            raise InvalidRequest(str(exc), param=exc.param) from None
+        model = optional_model(checked, required=False)
+        messages = checked["messages"]
+        reserve = "max_completion_tokens" if "max_completion_tokens" in checked else "max_tokens"
+        return Parsed(
+            api=self.name,
+            body=checked,
+            chat=checked,
+            sources=tuple(Source((Origin("messages", i),)) for i in range(len(messages))),
+            model=model,
+            stream=stream_flag(checked),
+            reserve_field=reserve,
+            reserve_view_field=reserve,
+        )
+
+    def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
+        body = dict(parsed.body)
+        body["messages"] = [
+            changes.replaced.get(i, message) for i, message in enumerate(parsed.messages) if i not in changes.dropped
+        ]
+        return body

@@ -1,0 +1,166 @@
+"""Canonical path -> the adapter that speaks it.
+
+The server normalises the request path once (`proxy.server.paths`) and hands the canonical
+string here. `endpoint_for()` answers with an `Endpoint`: the adapter, the model the path names
+(an Azure deployment, a Vertex AI publisher model) and whether the proxy answers it itself
+(`/v1/messages/count_tokens`). Paths not listed (`/v1/responses/{id}`, `/v1/responses/compact`,
+`/v1/models`, ...) get None and go through the pass-through policy. Query strings (Azure's
+`api-version`) are not part of the path and are forwarded as they came.
+
+    /v1/chat/completions, /chat/completions, /openai/v1/chat/completions      chat
+    /openai/deployments/{deployment}/chat/completions                        chat (model = deployment)
+    /v1/responses, /responses, /openai/v1/responses, /openai/responses        responses
+    /v1/completions, /completions, /openai/v1/completions                    completions
+    /openai/deployments/{deployment}/completions                             completions (model = deployment)
+    /v1/messages, /messages                                                  messages
+    /v1/messages/count_tokens, /messages/count_tokens                        messages, answered locally
+    /v1/projects/{p}/locations/{l}/publishers/anthropic/models/{model}:rawPredict (and :streamRawPredict)
+                                                                             messages (Vertex AI; model from the path)
+    /v1/projects/{p}/locations/{l}/publishers/anthropic/models/count-tokens:rawPredict
+                                                                             messages, answered locally
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter
+from proxy.apis.base import Adapter, InvalidRequest, Parsed
+from proxy.apis.chat import ChatAdapter
+from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
+from proxy.apis.responses import ResponsesAdapter
+
+API_NAMES = ("chat", "responses", "completions", "messages")
+
+
+@dataclass(frozen=True)
+class ServedApis:
+    """`upstreams.<name>.apis`: the API shapes an upstream serves (all of them unless listed). A
+    shape sent to an upstream that does not serve it is answered 404 by the guard, not left to
+    fail upstream."""
+
+    apis: tuple[str, ...] = API_NAMES
+
+    def __post_init__(self) -> None:
+        unknown = [api for api in self.apis if api not in API_NAMES]
+        if unknown or not self.apis:
+            raise ValueError(f"apis must list some of {', '.join(API_NAMES)}; unknown: {', '.join(unknown) or 'none'}")
+
+    def serves(self, api: str) -> bool:
+        """`api` as an adapter names it (`messages.count_tokens` is served with `messages`)."""
+        return api.split(".", 1)[0] in self.apis
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    adapter: Adapter
+    path_model: str | None = None  # the model the path names, used when the body names none
+    local: bool = False  # answered by the proxy itself, never forwarded
+    stream: bool = False  # the path itself asks for a stream (Vertex AI's streamRawPredict)
+
+    @property
+    def api(self) -> str:
+        return self.adapter.name
+
+    def parse(self, body: object) -> Parsed:
+        """The adapter's parse, with the path's model filled in; a request with no model at all
+        is refused, as every one of these APIs refuses it."""
+        parsed = self.adapter.parse(body).with_model(self.path_model)
+        if parsed.model is None:
+            raise InvalidRequest("'model' is required", param="model")
+        return parsed
+
+
+class AdapterRegistry:
+    """Endpoints by canonical path, built once (with the completions settings)."""
+
+    def __init__(self, completions: CompletionsOptions | None = None) -> None:
+        self.chat = ChatAdapter()
+        self.responses = ResponsesAdapter()
+        self.completions = CompletionsAdapter(completions)
+        self.messages = MessagesAdapter()
+        self.count_tokens = CountTokensAdapter()
+        chat, responses, completions_ = Endpoint(self.chat), Endpoint(self.responses), Endpoint(self.completions)
+        messages = Endpoint(self.messages)
+        counting = Endpoint(self.count_tokens, local=True)
+        self.exact: Mapping[str, Endpoint] = {
+            "/v1/chat/completions": chat,
+            "/chat/completions": chat,
+            "/openai/v1/chat/completions": chat,
+            "/v1/responses": responses,
+            "/responses": responses,
+            "/openai/v1/responses": responses,
+            "/openai/responses": responses,
+            "/v1/completions": completions_,
+            "/completions": completions_,
+            "/openai/v1/completions": completions_,
+            "/v1/messages": messages,
+            "/messages": messages,
+            "/v1/messages/count_tokens": counting,
+            "/messages/count_tokens": counting,
+        }
+
+    def endpoint_for(self, path: str) -> Endpoint | None:
+        """The endpoint for a canonical path, or None for a path no adapter counts."""
+        endpoint = self.exact.get(path)
+        if endpoint is not None:
+            return endpoint
+        match = _AZURE.fullmatch(path)
+        if match:
+            adapter: Adapter = self.chat if match["kind"] == "chat/completions" else self.completions
+            return Endpoint(adapter, path_model=match["deployment"])
+        match = _VERTEX_CLAUDE.fullmatch(path)
+        if match and match["model"] == "count-tokens":
+            return Endpoint(self.count_tokens, local=True)
+        if match:
+            return Endpoint(self.messages, path_model=match["model"], stream=match["method"] == "streamRawPredict")
+        return None
+
+    def by_name(self, api: str) -> Adapter:
+        """The adapter for an API name (the CLI's `--api`)."""
+        adapters: dict[str, Adapter] = {
+            "chat": self.chat,
+            "responses": self.responses,
+            "completions": self.completions,
+            "messages": self.messages,
+        }
+        if api not in adapters:
+            raise ValueError(f"unknown API {api!r}; known: {', '.join(API_NAMES)}")
+        return adapters[api]
+
+    def detect(self, body: object) -> Adapter:
+        """The adapter a body most likely belongs to, from its fields (for the CLI when `--api`
+        is not given): `input`/`instructions` -> responses, `prompt` -> completions, top-level
+        `system` or `max_tokens` with Anthropic blocks -> messages, else chat."""
+        if not isinstance(body, Mapping):
+            return self.chat
+        if "input" in body or "instructions" in body:
+            return self.responses
+        if "prompt" in body and "messages" not in body:
+            return self.completions
+        if "system" in body or "anthropic_version" in body or _has_anthropic_blocks(body.get("messages")):
+            return self.messages
+        return self.chat
+
+
+_SEGMENT = r"[^/]+"
+_AZURE = re.compile(rf"/openai/deployments/(?P<deployment>{_SEGMENT})/(?P<kind>chat/completions|completions)")
+_VERTEX_CLAUDE = re.compile(
+    rf"/v1/projects/{_SEGMENT}/locations/{_SEGMENT}/publishers/anthropic/models/"
+    r"(?P<model>[^/:]+):(?P<method>rawPredict|streamRawPredict)"
+)
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
+
+
+def _has_anthropic_blocks(messages: object) -> bool:
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list) and any(
+            isinstance(b, Mapping) and (b.get("type") in _ANTHROPIC_BLOCKS or b.get("type") == "image") for b in content
+        ):
+            return True
+    return False

@@ -1,0 +1,127 @@
+"""The registry: one adapter per canonical path, the model a path names, the local endpoints."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from proxy.apis.base import InvalidRequest
+from proxy.apis.registry import AdapterRegistry, ServedApis
+
+REGISTRY = AdapterRegistry()
+
+
+class TestEndpointFor:
+    @pytest.mark.parametrize(
+        ("path", "api"),
+        [
+            ("/v1/chat/completions", "chat"),
+            ("/chat/completions", "chat"),
+            ("/openai/v1/chat/completions", "chat"),
+            ("/openai/deployments/my-gpt4o/chat/completions", "chat"),
+            ("/v1/responses", "responses"),
+            ("/openai/v1/responses", "responses"),
+            ("/v1/completions", "completions"),
+            ("/openai/deployments/instruct/completions", "completions"),
+            ("/v1/messages", "messages"),
+            ("/v1/messages/count_tokens", "messages.count_tokens"),
+            (
+                "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict",
+                "messages",
+            ),
+        ],
+    )
+    def test_each_guarded_path_has_its_adapter(self, path: str, api: str) -> None:
+        endpoint = REGISTRY.endpoint_for(path)
+        assert endpoint is not None and endpoint.api == api
+
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/v1/responses/resp_1",
+            "/v1/responses/compact",
+            "/v1/models",
+            "/v1/embeddings",
+            "/openai/deployments/x/embeddings",
+        ],
+    )
+    def test_other_paths_are_left_to_the_pass_through_policy(self, path: str) -> None:
+        assert REGISTRY.endpoint_for(path) is None
+
+    def test_an_azure_deployment_names_the_model_when_the_body_does_not(self) -> None:
+        endpoint = REGISTRY.endpoint_for("/openai/deployments/prod-gpt4o/chat/completions")
+        assert endpoint is not None
+        assert endpoint.parse({"messages": [{"role": "user", "content": "hi"}]}).model == "prod-gpt4o"
+
+    def test_a_model_in_the_body_wins_over_the_deployment(self) -> None:
+        endpoint = REGISTRY.endpoint_for("/openai/deployments/prod/chat/completions")
+        assert endpoint is not None
+        assert endpoint.parse({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).model == "gpt-4o"
+
+    def test_a_request_with_no_model_anywhere_is_refused(self) -> None:
+        endpoint = REGISTRY.endpoint_for("/v1/chat/completions")
+        assert endpoint is not None
+        with pytest.raises(InvalidRequest) as error:
+            endpoint.parse({"messages": [{"role": "user", "content": "hi"}]})
+        assert error.value.param == "model"
+
+    def test_count_tokens_is_answered_locally(self) -> None:
+        endpoint = REGISTRY.endpoint_for("/v1/messages/count_tokens")
+        assert endpoint is not None and endpoint.local
+
+    def test_vertex_stream_raw_predict_asks_for_a_stream(self) -> None:
+        endpoint = REGISTRY.endpoint_for(
+            "/v1/projects/p/locations/l/publishers/anthropic/models/claude-opus-4-1:streamRawPredict"
+        )
+        assert endpoint is not None and endpoint.stream and endpoint.path_model == "claude-opus-4-1"
+
+
+class TestServedApis:
+    def test_an_upstream_serves_every_shape_unless_it_lists_some(self) -> None:
+        assert all(ServedApis().serves(api) for api in ("chat", "responses", "completions", "messages"))
+
+    def test_count_tokens_is_served_with_messages(self) -> None:
+        assert ServedApis(("messages",)).serves("messages.count_tokens")
+        assert not ServedApis(("chat",)).serves("messages.count_tokens")
+
+    def test_an_unknown_shape_is_a_config_error_naming_it(self) -> None:
+        with pytest.raises(ValueError, match="unknown: graphql"):
+            ServedApis(("chat", "graphql"))
+
+
+class TestDetect:
+    @pytest.mark.parametrize(
+        ("body", "api"),
+        [
+            ({"model": "gpt-4o", "input": "hi"}, "responses"),
+            ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, "chat"),
+            ({"model": "davinci-002", "prompt": "hi"}, "completions"),
+            (
+                {"model": "claude", "system": "s", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+                "messages",
+            ),
+            (
+                {
+                    "model": "claude",
+                    "max_tokens": 5,
+                    "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}],
+                },
+                "messages",
+            ),
+        ],
+    )
+    def test_the_shape_is_told_from_the_body(self, body: dict, api: str) -> None:
+        assert REGISTRY.detect(body).name == api
+
+    def test_an_unknown_api_name_lists_the_known_ones(self) -> None:
+        with pytest.raises(ValueError, match="chat, responses, completions, messages"):
+            REGISTRY.by_name("graphql")
+
+
+class TestPurity:
+    def test_importing_the_adapters_does_not_load_aiohttp(self) -> None:
+        code = "import sys, proxy.apis.registry; print('aiohttp' in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "False"
