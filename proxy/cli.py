@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, TextIO
 
-from proxy.codec import loads as parse_json
+from proxy.chat_body import read_chat_body
 from proxy.core.models import ModelOverride
-from proxy.core.plan import InvalidBody, validate_body
+from proxy.core.plan import InvalidBody
 from proxy.errors import ConfigError
 from proxy.settings import ModelSettings, Settings, load_settings
 
@@ -83,7 +83,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
     from proxy.guard import Guard
 
     settings: Settings = load_settings(args.config)
-    body = validate_body(_read_json(args.file, sys.stdin))
+    body = _read_body(args.file, sys.stdin)
     model = args.model or body.get("model")
     if not isinstance(model, str) or not model:
         raise _InputError("no model: pass --model or put `model` in the body")
@@ -123,15 +123,16 @@ def _trim(args: argparse.Namespace) -> int:
     return EXIT_REJECTED if result.outcome == "rejected" else EXIT_OK
 
 
-def _read_json(name: str, stdin: TextIO) -> object:
+def _read_body(name: str, stdin: TextIO) -> dict[str, Any]:
+    """The chat body in file `name` (or standard input), checked as the proxy checks it."""
     try:
         data = stdin.buffer.read() if name == "-" else open(name, "rb").read()  # noqa: SIM115  # read whole, once
     except OSError as exc:
         raise _InputError(f"cannot read {name}: {exc.strerror or exc}") from None
     try:
-        return parse_json(data)
-    except ValueError as exc:
-        raise _InputError(f"{'standard input' if name == '-' else name} is not valid JSON: {exc}") from None
+        return read_chat_body(data, require_model=False)
+    except InvalidBody as exc:
+        raise _InputError(f"{'standard input' if name == '-' else name}: {exc}") from None
 
 
 def _print(value: object) -> None:

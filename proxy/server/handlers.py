@@ -19,14 +19,18 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from proxy.chat_body import read_chat_body
 from proxy.codec import dumps, loads
 from proxy.core.corrections import Correction, CorrectionMemory, parse_overflow
-from proxy.core.plan import InvalidBody, Plan, validate_body
-from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, ModelNotRouted, PayloadTooLarge
+from proxy.core.plan import InvalidBody, Plan
+from proxy.errors import BadRequest, ClientDisconnected, ContextLengthExceeded, GuardError, ModelNotRouted
 from proxy.guard import Guard
-from proxy.server.credentials import UpstreamAuth
+from proxy.server import body as request_body
+from proxy.server.credentials import UpstreamAuth, without_client_keys
 from proxy.server.metrics import Metrics
+from proxy.server.paths import PATH_ROUTE, upstream_url
 from proxy.server.upstream import (
+    UPSTREAM_POOL,
     Router,
     Target,
     decoded,
@@ -35,9 +39,9 @@ from proxy.server.upstream import (
     request_headers,
     response_headers,
     send,
-    upstream_url,
 )
 from proxy.settings import MODES, Mode, Settings
+from proxy.strict_json import JsonLimits
 
 MODE_HEADER = "x-context-guard-mode"
 REQUEST_ID = web.RequestKey("request_id", str)  # set on every request by the error middleware
@@ -80,7 +84,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         raw = await read_body(request, gw.settings.max_body_bytes)
         large = len(raw) > gw.settings.offload_bytes
-        body = await asyncio.to_thread(parse_chat, raw) if large else parse_chat(raw)
+        limits = request.app[request_body.JSON_LIMITS]
+        body = await asyncio.to_thread(parse_chat, raw, limits) if large else parse_chat(raw, limits)
         model: str = body["model"]
         mode, target = select_mode(request, gw, model), gw.router.route(model)
     except GuardError as exc:  # refused before it could be routed: still one log event
@@ -100,8 +105,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     status = 500
     try:
         response = await _handle_chat(request, gw, exchange, raw, body)
-        status = response.status
+        status = _final_status(exchange, response)
         return response
+    except asyncio.CancelledError:  # the client went away while we waited (run.py cancels its handler)
+        status = ClientDisconnected.status
+        exchange.fields["error"] = ClientDisconnected.code
+        raise
     except Exception as exc:
         status = getattr(exc, "status", 500)
         exchange.fields.setdefault("error", type(exc).__name__)
@@ -192,13 +201,15 @@ async def _upstream_call(
 ) -> AsyncIterator[aiohttp.ClientResponse]:
     """`send()` with auth, URL and headers resolved, and its time and failures recorded."""
     upstream = exchange.target.upstream
-    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(gw.settings.client_keys))
-    url = upstream_url(upstream, request.path, request.query_string)
-    headers = request_headers(request.headers, upstream, auth)
+    keys = gw.settings.client_keys
+    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
+    url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, without_client_keys(request.query_string, keys))
+    headers = request_headers(request.headers, upstream, auth, keys)
     assert gw.session is not None, "the app's upstream session is opened at startup"
     started = time.perf_counter()
     try:
-        async with send(gw.session, upstream, request.method, url, headers, payload) as response:
+        pool = request.app[UPSTREAM_POOL]
+        async with send(gw.session, upstream, request.method, url, headers, payload, pool) as response:
             exchange.fields["upstream_status"] = response.status
             yield response
     except GuardError as exc:  # the upstream's failures, as upstream_errors() mapped them
@@ -218,8 +229,13 @@ async def _relay(
         exchange.fields["stream_broken"] = relayed.broken
         gw.metrics.upstream_errors.labels(exchange.target.upstream.name, "stream_broken").inc()
     if relayed.client_gone:
-        exchange.fields["client_disconnected"] = True
+        exchange.fields["error"] = ClientDisconnected.code
     return relayed.response
+
+
+def _final_status(exchange: Exchange, response: web.StreamResponse) -> int:
+    """The status the log records: 499 when the client left before the whole answer reached it."""
+    return ClientDisconnected.status if exchange.fields.get("error") == ClientDisconnected.code else response.status
 
 
 def _buffered(response: aiohttp.ClientResponse, body: bytes, extra: dict[str, str]) -> web.Response:
@@ -324,15 +340,22 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     try:
         async with _upstream_call(request, gw, exchange, raw) as response:
             out = await _relay(request, gw, exchange, response, {"x-request-id": exchange.request_id})
-        status = out.status
+        status = _final_status(exchange, out)
         return out
+    except asyncio.CancelledError:
+        status = ClientDisconnected.status
+        exchange.fields["error"] = ClientDisconnected.code
+        raise
+    except GuardError as exc:
+        status = exc.status
+        raise
     finally:
         gw.metrics.requests.labels("passthrough", "forwarded", str(status)).inc()
         gw.log.info(
             "passthrough",
             request_id=exchange.request_id,
             method=request.method,
-            path=request.path,
+            path=request[PATH_ROUTE].path.value,
             upstream=target.upstream.name,
             status=status,
             **exchange.fields,
@@ -361,26 +384,14 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"the request body is {request.content_length:,} bytes; the limit is {limit:,}")
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"the request body is over the limit of {limit:,} bytes") from None
+    return await request_body.read_body(request, limit, request.app[request_body.BODY_POLICY])
 
 
-def parse_chat(raw: bytes) -> dict[str, Any]:
+def parse_chat(raw: bytes, limits: JsonLimits) -> dict[str, Any]:
     try:
-        data = loads(raw)
-    except ValueError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-    try:
-        body = dict(validate_body(data))
+        return read_chat_body(raw, limits)
     except InvalidBody as exc:
         raise BadRequest(str(exc), param=exc.param) from None
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise BadRequest("'model' is required", param="model")
-    return body
 
 
 def select_mode(request: web.Request, gw: Gateway, model: str) -> Mode:

@@ -108,7 +108,7 @@ class TestUpstreamCredentials:
         auth = UpstreamAuth(UpstreamSettings("vertex", "https://x/v1", token_file=str(tmp_path / "token")))
         assert await auth.header(None, False) == "Bearer ya29.from-file"
 
-    async def test_a_failing_token_command_is_a_502_that_leaks_no_output(self, tmp_path):
+    async def test_a_failing_token_command_is_a_generic_502_and_its_reason_goes_to_the_log(self, tmp_path, logs):
         auth = UpstreamAuth(
             UpstreamSettings(
                 "vertex",
@@ -116,9 +116,11 @@ class TestUpstreamCredentials:
                 token_command=f"{sys.executable} -c 'import sys; print(\"secret\"); sys.exit(3)'",
             )
         )
-        with pytest.raises(UpstreamUnavailable, match="exited with 3") as caught:
+        with pytest.raises(UpstreamUnavailable, match="operator's log") as caught:
             await auth.header(None, False)
-        assert "secret" not in str(caught.value)
+        assert "secret" not in str(caught.value) and "exited" not in str(caught.value)
+        [event] = logs.events("token_refresh_failed")
+        assert "exited with 3" in event["reason"] and "secret" not in logs.text
 
 
 class TestClientKeys:
