@@ -120,7 +120,7 @@ class RequestCounter:
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
-        self._scope = hash((tokenizer.name, profile.chat_format, profile.images))
+        self._scope = hash((tokenizer.identity, profile.chat_format, profile.images))
 
     def text(self, text: str) -> int:
         hit = self._prefetched.get(id(text))

@@ -203,7 +203,8 @@ async def _upstream_call(
     upstream = exchange.target.upstream
     keys = gw.settings.client_keys
     auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
-    url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, without_client_keys(request.query_string, keys))
+    query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
+    url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
     headers = request_headers(request.headers, upstream, auth, keys)
     assert gw.session is not None, "the app's upstream session is opened at startup"
     started = time.perf_counter()
