@@ -20,7 +20,7 @@ from aiohttp import web
 from proxy.errors import GuardError, PayloadTooLarge, Unauthorized
 from proxy.guard import Guard
 from proxy.logging import get_logger
-from proxy.server.body import BODY_POLICY, JSON_LIMITS, BodyPolicy
+from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
 from proxy.server.credentials import UpstreamAuth, holds_client_key
 from proxy.server.handlers import (
     GATEWAY,
@@ -66,7 +66,7 @@ def create_app(
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=[errors, canonical_route, client_keys],
-        handler_args={"auto_decompress": False},
+        handler_args={"auto_decompress": False, "lingering_time": UNREAD_BODY_LINGER_SECONDS},
     )
     app[GATEWAY] = gateway
     app[PASSTHROUGH] = passthrough or PassthroughPolicy()

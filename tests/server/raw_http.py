@@ -1,6 +1,6 @@
 """A raw HTTP/1.1 client for the hardening tests: it sends the request target and bytes exactly as
 given (HTTP client libraries normalise paths and fix up bodies, which is what these tests must not
-rely on), and reads the answer until the server closes the connection."""
+rely on), and reads the answer until it is complete or the server closes the connection."""
 
 from __future__ import annotations
 
@@ -46,10 +46,24 @@ async def raw_request(
         if send_body:
             writer.write(body)
         await writer.drain()
-        data = await asyncio.wait_for(reader.read(), timeout)
+        return await asyncio.wait_for(read_response(reader), timeout)
     finally:
         writer.close()
-    return parse_response(data)
+
+
+async def read_response(reader: asyncio.StreamReader) -> RawResponse:
+    """Read until the response is whole (its length, or its last chunk) or the connection ends."""
+    data = b""
+    while True:
+        chunk = await reader.read(65536)
+        data += chunk
+        if b"\r\n\r\n" in data:
+            response = parse_response(data)
+            framed = "Content-Length" in response.headers or "chunked" in response.headers.get("Transfer-Encoding", "")
+            if framed and response.complete:
+                return response
+        if not chunk:
+            return parse_response(data)
 
 
 def parse_response(data: bytes) -> RawResponse:
