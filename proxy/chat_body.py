@@ -16,13 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.core.plan import InvalidBody, validate_body
-from proxy.strict_json import AmbiguousJson, JsonLimits, loads_strict
+from proxy.strict_json import DEFAULT_LIMITS, AmbiguousJson, JsonLimits, loads_strict
 
 MAX_OUTPUT_TOKENS = 2**31 - 1  # above any model's output limit; larger is a client bug, not a budget
 Check = Callable[[Any, str], None]
-
-
-DEFAULT_LIMITS = JsonLimits()
 
 
 def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:

@@ -130,7 +130,8 @@ def _is_flat(function: Mapping[str, Any]) -> bool:
     for prop in _properties(parameters).values():
         if not isinstance(prop, Mapping) or set(prop) - {"type", "description", "enum"}:
             return False
-        if prop.get("type") not in _FLAT_TYPES:
+        kind = prop.get("type")  # JSON Schema allows a list of types: not flat
+        if not isinstance(kind, str) or kind not in _FLAT_TYPES:
             return False
     return True
 
@@ -178,7 +179,8 @@ def _render_schema(schema: object, depth: int) -> str:
     if kind == "array":
         return f"Array<{_render_schema(schema.get('items'), depth + 1)}>" + extras
     if kind == "object" or "properties" in schema:
-        required = set(schema.get("required") or ())
+        listed = schema.get("required")
+        required = {r for r in listed if isinstance(r, str)} if isinstance(listed, list) else set()
         body: list[str] = ["{"]
         for key, prop in _properties(schema).items():
             if isinstance(prop, Mapping) and prop.get("description"):
@@ -186,7 +188,8 @@ def _render_schema(schema: object, depth: int) -> str:
             optional = "" if key in required else "?"
             body.append(f"{key}{optional}: {_render_schema(prop, depth + 1)},")
         for defs_key in ("$defs", "definitions"):
-            for def_name, def_schema in (schema.get(defs_key) or {}).items():
+            definitions = schema.get(defs_key)
+            for def_name, def_schema in definitions.items() if isinstance(definitions, Mapping) else ():
                 body.append(f"type {def_name} = {_render_schema(def_schema, depth + 1)};")
         body.append("}")
         return "\n".join(body) + extras
