@@ -38,7 +38,7 @@ async def raw_request(
     `content_length` announces a length other than the body's; `send_body=False` sends headers only."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        headers = {"Host": f"127.0.0.1:{port}", **(headers or {}), "Connection": "close"}
+        headers = {"Host": f"127.0.0.1:{port}", "Connection": "close", **(headers or {})}
         lines = [f"{method} {target} HTTP/1.1"] + [f"{name}: {value}" for name, value in headers.items()]
         if body or content_length is not None:
             lines.append(f"Content-Length: {len(body) if content_length is None else content_length}")
@@ -97,3 +97,56 @@ def _dechunk(data: bytes) -> tuple[bytes, bool]:
             return bytes(out + data[:size]), False
         out += data[:size]
         data = data[size + 2 :]
+
+
+class RawUpstream:
+    """An upstream on 127.0.0.1 that answers every request with `reply` (raw bytes, sent as they
+    are), then closes, or with `hang=True` keeps the connection open without another byte."""
+
+    def __init__(self, reply: bytes, *, hang: bool = False) -> None:
+        self.reply = reply
+        self.hang = hang
+        self.requests: list[bytes] = []
+        self.server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> RawUpstream:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
+            self.requests.append(head + await reader.readexactly(length))
+            writer.write(self.reply)
+            await writer.drain()
+            if self.hang:
+                await asyncio.sleep(3600)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
