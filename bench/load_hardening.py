@@ -154,7 +154,8 @@ async def main() -> None:
         complete, seconds = await slow_streams(base, args.streams)
         print(
             f"{args.streams} concurrent slow streams ({args.stream_seconds:g} s each upstream): "
-            f"{complete}/{args.streams} arrived whole in {seconds:.1f} s; proxy RSS {rss_start:.0f} MB -> {rss_mb(proxy.pid):.0f} MB"
+            f"{complete}/{args.streams} arrived whole in {seconds:.1f} s; "
+            f"proxy RSS {rss_start:.0f} MB -> {rss_mb(proxy.pid):.0f} MB"
         )
         result = await many_models(
             base, f"http://127.0.0.1:{proxy_port}/metrics", args.requests, args.concurrency, proxy.pid
@@ -162,7 +163,8 @@ async def main() -> None:
         samples = result["samples"]
         print(
             f"{args.requests} requests, each naming a new model and cut to fit: "
-            f"{result['ok']}/{args.requests} answered correctly in {result['seconds']:.1f} s ({args.requests / result['seconds']:.0f} req/s)"
+            f"{result['ok']}/{args.requests} answered correctly in {result['seconds']:.1f} s "
+            f"({args.requests / result['seconds']:.0f} req/s)"
         )
         print("  requests done:  " + " ".join(f"{done:>8}" for done, _, _ in samples))
         print("  /metrics bytes: " + " ".join(f"{size:>8}" for _, size, _ in samples))
