@@ -44,10 +44,10 @@ def check_chat_body(value: object, *, require_model: bool = True) -> dict[str, A
     for i, message in enumerate(value["messages"]):
         _message(message, f"messages[{i}]")
     _optional(value, "tools", _array_of(_tool))
-    _optional(value, "functions", _array_of(_function))
-    _optional(value, "tool_choice", _choice)
-    _optional(value, "function_call", _choice)
-    _optional(value, "response_format", _response_format)
+    _optional(value, "functions", _array_of(_FUNCTION))
+    _optional(value, "tool_choice", _CHOICE)
+    _optional(value, "function_call", _CHOICE)
+    _optional(value, "response_format", _RESPONSE_FORMAT)
     for key in ("max_tokens", "max_completion_tokens"):
         _optional(value, key, _token_limit)
     return value
@@ -62,8 +62,8 @@ def _message(message: object, where: str) -> None:
     _optional(message, "name", _string, where)
     _optional(message, "tool_call_id", _string, where)
     _optional(message, "refusal", _string, where)
-    _optional(message, "tool_calls", _array_of(_tool_call), where)
-    _optional(message, "function_call", _function_call, where)
+    _optional(message, "tool_calls", _array_of(_TOOL_CALL), where)
+    _optional(message, "function_call", _FUNCTION_CALL, where)
 
 
 def _content(content: object, where: str) -> None:
@@ -82,73 +82,31 @@ def _content(content: object, where: str) -> None:
         elif kind == "refusal":
             _required(part, "refusal", _string, at)
         elif kind == "image_url":
-            _required(part, "image_url", _image_url, at)
+            _required(part, "image_url", _IMAGE_URL, at)
         elif kind in ("input_audio", "file"):
             _required(part, kind, _object, at)
 
 
-def _image_url(spec: object, where: str) -> None:
-    if isinstance(spec, str):
-        return
-    _object(spec, where)
-    assert isinstance(spec, dict)
-    _required(spec, "url", _string, where)
-    _optional(spec, "detail", _string, where)
+def _shape(required: Mapping[str, Check] | None = None, optional: Mapping[str, Check] | None = None) -> Check:
+    """A check for an object whose `required` and `optional` fields each have their own check."""
+
+    def check(value: object, where: str) -> None:
+        _object(value, where)
+        assert isinstance(value, dict)
+        for key, field_check in (required or {}).items():
+            _required(value, key, field_check, where)
+        for key, field_check in (optional or {}).items():
+            _optional(value, key, field_check, where)
+
+    return check
 
 
-def _tool_call(call: object, where: str) -> None:
-    _object(call, where)
-    assert isinstance(call, dict)
-    _optional(call, "id", _string, where)
-    _optional(call, "type", _string, where)
-    _optional(call, "function", _function_call, where)
+def _string_or(shape: Check) -> Check:
+    def check(value: object, where: str) -> None:
+        if not isinstance(value, str):
+            shape(value, where)
 
-
-def _function_call(function: object, where: str) -> None:
-    _object(function, where)
-    assert isinstance(function, dict)
-    _optional(function, "name", _string, where)
-    _optional(function, "arguments", _string, where)
-
-
-def _tool(tool: object, where: str) -> None:
-    _object(tool, where)
-    assert isinstance(tool, dict)
-    _optional(tool, "type", _string, where)
-    if tool.get("type", "function") == "function":
-        _required(tool, "function", _function, where)
-
-
-def _function(function: object, where: str) -> None:
-    _object(function, where)
-    assert isinstance(function, dict)
-    _required(function, "name", _string, where)
-    _optional(function, "description", _string, where)
-    _optional(function, "parameters", _object, where)
-
-
-def _choice(choice: object, where: str) -> None:
-    """`"auto"`-style strings, or `{"type": "function", "function": {"name": ...}}` (or legacy `{"name": ...}`)."""
-    if isinstance(choice, str):
-        return
-    _object(choice, where)
-    assert isinstance(choice, dict)
-    _optional(choice, "type", _string, where)
-    _optional(choice, "name", _string, where)
-    _optional(choice, "function", _named, where)
-
-
-def _named(value: object, where: str) -> None:
-    _object(value, where)
-    assert isinstance(value, dict)
-    _optional(value, "name", _string, where)
-
-
-def _response_format(value: object, where: str) -> None:
-    _object(value, where)
-    assert isinstance(value, dict)
-    _optional(value, "type", _string, where)
-    _optional(value, "json_schema", _object, where)
+    return check
 
 
 def _token_limit(value: object, where: str) -> None:
@@ -198,3 +156,23 @@ def _kind(value: object) -> str:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 24 else text[:21] + "..."
+
+
+_FUNCTION_CALL = _shape(optional={"name": _string, "arguments": _string})
+_TOOL_CALL = _shape(optional={"id": _string, "type": _string, "function": _FUNCTION_CALL})
+_FUNCTION = _shape(required={"name": _string}, optional={"description": _string, "parameters": _object})
+_TOOL_OF_TYPE_FUNCTION = _shape(optional={"type": _string}, required={"function": _FUNCTION})
+# `"auto"`-style strings, or `{"type": "function", "function": {"name": ...}}` (or legacy `{"name": ...}`).
+_CHOICE = _string_or(
+    _shape(optional={"type": _string, "name": _string, "function": _shape(optional={"name": _string})})
+)
+_IMAGE_URL = _string_or(_shape(required={"url": _string}, optional={"detail": _string}))
+_RESPONSE_FORMAT = _shape(optional={"type": _string, "json_schema": _object})
+
+
+def _tool(tool: object, where: str) -> None:
+    """A tool: `function` is required of function tools (the default type); other types pass."""
+    if isinstance(tool, dict) and tool.get("type", "function") != "function":
+        _optional(tool, "type", _string, where)
+        return
+    _TOOL_OF_TYPE_FUNCTION(tool, where)

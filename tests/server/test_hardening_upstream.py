@@ -24,6 +24,14 @@ def upstream_reply(head: str, body: bytes = b"") -> bytes:
     return head.replace("\n", "\r\n").encode() + b"\r\n" + body
 
 
+async def through_raw_upstream(start_proxy, reply: bytes, body: bytes, *, hang: bool = False, read_timeout: float = 5):
+    """The client's answer to `body` through a proxy whose one upstream answers `reply`."""
+    async with RawUpstream(reply, hang=hang) as raw:
+        settings = gateway_settings(raw.url, upstreams={"fake": {"base_url": raw.url, "read_timeout": read_timeout}})
+        proxy = await start_proxy(settings)
+        return await raw_request(proxy.port, "POST", "/v1/chat/completions", body, JSON, timeout=8)
+
+
 class TestConnectionHeaders:
     def test_names_listed_in_connection_and_proxy_connection_are_hop_by_hop(self):
         headers = {"Connection": "keep-alive, X-Hop", "Proxy-Connection": "x-other ,", "X-Hop": "1"}
@@ -48,9 +56,7 @@ class TestConnectionHeaders:
             "Proxy-Connection: close\nX-Kept: 2\nContent-Length: 2\n",
             b"{}",
         )
-        async with RawUpstream(reply) as raw:
-            proxy = await start_proxy(gateway_settings(raw.url))
-            response = await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, JSON)
+        response = await through_raw_upstream(start_proxy, reply, CHAT)
         assert response.status == 200 and response.headers["X-Kept"] == "2"
         assert "X-Up-Hop" not in response.headers and "Proxy-Connection" not in response.headers
 
@@ -59,12 +65,8 @@ class TestTruncatedUpstreamBodies:
     @pytest.mark.parametrize("hang", [False, True], ids=["closes", "hangs"])
     async def test_a_short_body_aborts_the_client_connection(self, start_proxy, hang, logs):
         reply = upstream_reply("HTTP/1.1 200 OK\nContent-Type: application/json\nContent-Length: 1000\n", b"x" * 100)
-        async with RawUpstream(reply, hang=hang) as raw:
-            proxy = await start_proxy(
-                gateway_settings(raw.url, upstreams={"fake": {"base_url": raw.url, "read_timeout": 1}})
-            )
-            started = time.perf_counter()
-            response = await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, JSON, timeout=8)
+        started = time.perf_counter()
+        response = await through_raw_upstream(start_proxy, reply, CHAT, hang=hang, read_timeout=1)
         assert response.status == 200 and not response.complete and len(response.body) == 100
         assert time.perf_counter() - started < 6
         assert "ended the stream early" in logs.events("request")[-1]["stream_broken"]
@@ -73,18 +75,14 @@ class TestTruncatedUpstreamBodies:
         reply = upstream_reply(
             "HTTP/1.1 200 OK\nContent-Type: application/json\nTransfer-Encoding: chunked\n", b"5\r\nhello\r\n"
         )
-        async with RawUpstream(reply) as raw:
-            proxy = await start_proxy(gateway_settings(raw.url))
-            response = await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, JSON, timeout=8)
+        response = await through_raw_upstream(start_proxy, reply, CHAT)
         assert response.status == 200 and response.body == b"hello" and not response.complete
 
     async def test_a_broken_event_stream_ends_with_an_error_event(self, start_proxy):
         reply = upstream_reply(
             "HTTP/1.1 200 OK\nContent-Type: text/event-stream\nTransfer-Encoding: chunked\n", b"8\r\ndata: {}\r\n"
         )
-        async with RawUpstream(reply) as raw:
-            proxy = await start_proxy(gateway_settings(raw.url))
-            response = await raw_request(proxy.port, "POST", "/v1/chat/completions", STREAM, JSON, timeout=8)
+        response = await through_raw_upstream(start_proxy, reply, STREAM)
         assert response.complete and b"upstream_stream_broken" in response.body
 
 
@@ -94,18 +92,12 @@ class TestMalformedAndSilentUpstreams:
         reply = upstream_reply(
             f"HTTP/1.1 200 OK\nContent-Type: text/event-stream\nContent-Length: {len(garbage)}\n", garbage
         )
-        async with RawUpstream(reply) as raw:
-            proxy = await start_proxy(gateway_settings(raw.url))
-            response = await raw_request(proxy.port, "POST", "/v1/chat/completions", STREAM, JSON)
+        response = await through_raw_upstream(start_proxy, reply, STREAM)
         assert response.status == 200 and response.body == garbage
         assert [e["status"] for e in logs.events("request")] == [200]
 
     async def test_an_upstream_that_never_answers_is_a_504(self, start_proxy):
-        async with RawUpstream(b"", hang=True) as raw:
-            proxy = await start_proxy(
-                gateway_settings(raw.url, upstreams={"fake": {"base_url": raw.url, "read_timeout": 0.5}})
-            )
-            response = await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, JSON)
+        response = await through_raw_upstream(start_proxy, b"", CHAT, hang=True, read_timeout=0.5)
         assert response.status == 504 and response.json()["error"]["code"] == "upstream_timeout"
 
 
