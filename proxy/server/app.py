@@ -32,7 +32,7 @@ from proxy.server.handlers import (
     passthrough,
 )
 from proxy.server.metrics import Metrics
-from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, PassthroughPolicy, canonical_path, route_for
+from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
 from proxy.settings import Settings
 from proxy.strict_json import JsonLimits
@@ -142,7 +142,9 @@ def error_response(error: GuardError, request_id: str) -> web.Response:
 
 @web.middleware
 async def canonical_route(request: web.Request, handler: Handler) -> web.StreamResponse:
-    path = canonical_path(request.rel_url.raw_path if "#" not in request.raw_path else "#")
+    if "#" in request.raw_path:  # a fragment has no place in a request target; yarl would drop it silently
+        raise InvalidPath("the request target holds a '#'")
+    path = canonical_path(request.rel_url.raw_path)
     request[PATH_ROUTE] = route_for(path, request.method, request.app[PASSTHROUGH])
     return await handler(request)
 

@@ -123,6 +123,11 @@ class TestRoutingOverSockets:
         assert response.status == 400 and response.json()["error"]["code"] == "invalid_path"
         assert upstream.received == []
 
+    async def test_a_fragment_in_the_request_target_gets_400(self, proxy, upstream):
+        response = await raw_request(proxy.port, "POST", "/v1/models#/../chat/completions", HI, JSON)
+        assert response.status == 400 and response.json()["error"]["code"] == "invalid_path"
+        assert upstream.received == []
+
     @pytest.mark.parametrize("target", ["/v1/chat/completions", "/v1/chat/./completions/", "/chat/completions"])
     async def test_other_methods_on_a_chat_path_get_405(self, proxy, upstream, target):
         response = await raw_request(proxy.port, "GET", target)
