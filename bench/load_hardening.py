@@ -32,7 +32,7 @@ import aiohttp
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy_overhead import free_port, rss_mb, wait_ready  # noqa: E402
+from bench.proxy_overhead import free_port, rss_mb, serve_proxy, wait_ready  # noqa: E402
 
 SLOW_UPSTREAM = (
     "import sys; from aiohttp import web; from tests.server.fake_upstream import FakeUpstream; "
@@ -130,22 +130,7 @@ async def main() -> None:
     upstream = subprocess.Popen(
         [sys.executable, "-c", SLOW_UPSTREAM, str(up_port), str(PARTS), str(chunk_delay)], cwd=ROOT, env=env
     )
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--port",
-            str(proxy_port),
-            "--upstream",
-            f"http://127.0.0.1:{up_port}/v1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proxy = serve_proxy(proxy_port, f"http://127.0.0.1:{up_port}/v1", env)
     base = f"http://127.0.0.1:{proxy_port}/v1"
     try:
         await wait_ready(f"http://127.0.0.1:{up_port}/healthz")

@@ -101,6 +101,16 @@ class TestMalformedAndSilentUpstreams:
         assert response.status == 504 and response.json()["error"]["code"] == "upstream_timeout"
 
 
+async def the_request_event(logs) -> dict:
+    """The one `request` log event, once the handler has written it (within 2.5 s)."""
+    for _ in range(50):
+        if logs.events("request"):
+            break
+        await asyncio.sleep(0.05)
+    [event] = logs.events("request")
+    return event
+
+
 class TestClientsThatLeave:
     async def test_a_client_gone_while_the_upstream_thinks_is_logged_as_499(self, proxy, upstream, logs):
         upstream.delay = 1.0
@@ -111,11 +121,7 @@ class TestClientsThatLeave:
         await writer.drain()
         await asyncio.sleep(0.3)
         writer.close()
-        for _ in range(50):
-            if logs.events("request"):
-                break
-            await asyncio.sleep(0.05)
-        [event] = logs.events("request")
+        event = await the_request_event(logs)
         assert event["status"] == 499 and event["error"] == "client_disconnected"
 
     async def test_a_client_gone_mid_stream_is_logged_as_499(self, proxy, upstream, logs):
@@ -127,11 +133,7 @@ class TestClientsThatLeave:
         await reader.readuntil(b"part1")
         writer.transport.abort()
         await asyncio.wait_for(upstream.stream_cancelled.wait(), 5)
-        for _ in range(50):
-            if logs.events("request"):
-                break
-            await asyncio.sleep(0.05)
-        [event] = logs.events("request")
+        event = await the_request_event(logs)
         assert event["status"] == 499 and event["error"] == "client_disconnected"
 
 
