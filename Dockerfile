@@ -29,4 +29,4 @@ HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
 # SIGTERM drains (readiness 503, then in-flight requests finish) and exits 0; SIGHUP reloads the config.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["context-guard", "serve"]
-CMD ["--config", "/app/config/context-guard.yaml"]
+CMD ["--config", "/app/config/docker.yaml"]

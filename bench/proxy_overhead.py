@@ -49,6 +49,12 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def serve_proxy(port: int, upstream_url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`context-guard serve` on `port` in front of `upstream_url`, its log discarded."""
+    command = [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream_url]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 async def wait_ready(url: str) -> None:
     async with aiohttp.ClientSession() as session:
         for _ in range(300):
@@ -98,21 +104,7 @@ async def main() -> None:
     up_port, proxy_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port)], cwd=ROOT, env=env)
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--port",
-            str(proxy_port),
-            "--upstream",
-            f"http://127.0.0.1:{up_port}/v1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    proxy = serve_proxy(proxy_port, f"http://127.0.0.1:{up_port}/v1", env)
     try:
         await wait_ready(f"http://127.0.0.1:{up_port}/healthz")
         await wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")

@@ -1,7 +1,9 @@
 """The `context-guard` command: `serve`, `count`, `trim`, `check-config` and `demo`.
 
-`count` and `trim` read one request body (a JSON file, or `-` for standard input; a bare list of
-messages is read as `{"messages": [...]}`) and print a JSON report. `check-config` validates a
+`count` and `trim` read one request body of any API shape the guard serves (`--api chat`,
+`responses`, `completions` or `messages`, detected from the body when omitted; a JSON file, or `-`
+for standard input; a bare list of messages is read as `{"messages": [...]}`) and print a JSON
+report. `check-config` validates a
 settings file and prints the effective settings with secrets masked.
 
 Exit status: 0 when the request fits (or, for `trim`, was cut to fit; for `check-config`, the file
@@ -15,14 +17,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TextIO
 
-from proxy.codec import loads as parse_json
-from proxy.core.plan import InvalidBody, validate_body
-from proxy.config_errors import reason
+from proxy.chat_body import check_chat_body
+from proxy.core.plan import InvalidBody
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings, masked
+from proxy.strict_json import AmbiguousJson, loads_strict
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -87,6 +90,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", help="model to count for (default: the body's `model`)")
         sub.add_argument("--config", help="YAML settings file")
         sub.add_argument("--context-window", type=int, help="override the model's context window")
+        sub.add_argument(
+            "--api",
+            choices=("chat", "responses", "completions", "messages"),
+            help="the request's API shape (default: detected from the body)",
+        )
         sub.set_defaults(run=run)
     return parser
 
@@ -117,7 +125,23 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(sys.stdout)
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, list[str]]:
+@dataclass
+class _Request:
+    """What `count` and `trim` work on: the guard, the parsed request and its adapter, the model."""
+
+    guard: Any
+    adapter: Any
+    parsed: Any
+    model: str
+    notes: list[str]
+
+    def fit(self) -> Any:
+        return self.guard.fit(self.adapter, self.parsed, self.model)
+
+
+def _load(args: argparse.Namespace) -> _Request:
+    from proxy.apis.base import InvalidRequest
+    from proxy.apis.registry import AdapterRegistry
     from proxy.guard import Guard
 
     settings: Settings = load_settings(args.config)
@@ -126,11 +150,18 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, list[str]
     if isinstance(data, list):
         data = {"messages": data}
         notes.append('the file holds a list of messages; read as {"messages": [...]}')
-    body = validate_body(data)
-    model = args.model or body.get("model")
+    registry = AdapterRegistry()
+    adapter = registry.by_name(args.api) if args.api else registry.detect(data)
+    if adapter.name == "chat":  # every field the core reads, type-checked as the proxy does
+        check_chat_body(data, require_model=False)
+    try:
+        parsed = adapter.parse(data).with_model(args.model)
+    except InvalidRequest as exc:
+        raise InputError(f"not a valid {adapter.name} request: {exc}") from None
+    model = args.model or parsed.model
     if not isinstance(model, str) or not model:
         raise InputError("no model: pass --model or put `model` in the body")
-    roles = sorted({m.get("role") for m in body["messages"]} - KNOWN_ROLES)
+    roles = sorted({str(m.get("role")) for m in parsed.messages if isinstance(m, dict)} - KNOWN_ROLES)
     if roles:
         notes.append(f"unknown role(s) {', '.join(map(repr, roles))}: counted as given; the API may refuse them")
     if args.context_window is not None:
@@ -140,22 +171,24 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str, list[str]
         overrides = [pinned, *(o.model_dump(exclude_none=True) for o in settings.models.overrides)]
         models = settings.models.model_validate({**settings.models.model_dump(), "overrides": overrides})
         settings = settings.model_copy(update={"models": models})
-    return Guard(settings), dict(body), model, notes
+    return _Request(Guard(settings), adapter, parsed, model, notes)
 
 
 def _count(args: argparse.Namespace) -> int:
     """The request as given: `fits` is false when it does not fit; `after_trim` says what trimming would do."""
-    guard, body, model, notes = _load(args)
-    plan = guard.plan(body, model)
-    profile = guard.profile(model)
+    request = _load(args)
+    fitted = request.fit()
+    plan, guard = fitted.plan, request.guard
+    profile = guard.profile(request.model)
     result = plan.result
     before = result.budget
-    policy = guard.policy.budget
     report: dict[str, Any] = {
-        "model": model,
+        "api": request.adapter.name,
+        "model": request.model,
         "matched": profile.matched,
         "window_source": profile.window_source,
         **plan.count.to_dict(),
+        "exact": fitted.exact,
         "context_window": before.context_window,
         "output_reserve": before.output_reserve,
         "reserve_source": before.reserve_source,
@@ -168,32 +201,37 @@ def _count(args: argparse.Namespace) -> int:
             "tokens_after": result.tokens_after,
             "fits": result.fits,
             "removed": len(result.removals),
-            "is_constrained": result.budget.is_constrained(policy),
+            "is_constrained": result.budget.is_constrained(guard.policy.budget),
         },
-        "warnings": notes,
+        "warnings": [*request.notes, *request.parsed.notes],
     }
     _print(report)
     return EXIT_OK
 
 
 def _trim(args: argparse.Namespace) -> int:
-    guard, body, model, notes = _load(args)
-    result = guard.plan(body, model).result
-    report = result.report(guard.policy.budget)
-    report["warnings"] = notes
+    request = _load(args)
+    fitted = request.fit()
+    result = fitted.plan.result
+    report = result.report(request.guard.policy.budget)
+    report.update(fitted.report())
+    report["warnings"] = [*request.notes, *request.parsed.notes]
     if result.outcome == "rejected":
         report["error"] = result.rejection_message()
-    _print({"body": result.body, "report": report})
+    _print({"body": fitted.body, "report": report})
     return EXIT_REJECTED if result.outcome == "rejected" else EXIT_OK
 
 
 def _read_json(name: str, stdin: TextIO) -> object:
+    """The JSON in file `name` (or standard input), read as strictly as the proxy reads it."""
     try:
         data = stdin.buffer.read() if name == "-" else open(name, "rb").read()  # noqa: SIM115  # read whole, once
     except OSError as exc:
         raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
     try:
-        return parse_json(data)
+        return loads_strict(data)
+    except AmbiguousJson as exc:
+        raise InputError(f"{'standard input' if name == '-' else name}: the request body is ambiguous: {exc}") from None
     except ValueError as exc:
         raise InputError(f"{'standard input' if name == '-' else name} is not valid JSON: {exc}") from None
 

@@ -20,6 +20,13 @@ _INT64_LIMIT = 2.0**63
 def loads(raw: bytes) -> Any:
     """Parse JSON; raises ValueError with the reason when it is not JSON."""
     try:
+        return _loads(raw)
+    except RecursionError:  # nested past the interpreter's own limit (orjson stops at 1024)
+        raise ValueError("the JSON nests too deeply to parse") from None
+
+
+def _loads(raw: bytes) -> Any:
+    try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as fast_error:
         try:

@@ -186,9 +186,9 @@ def _show(out: TextIO, number: int, seen: Seen, previous: Seen | None) -> None:
     for line in lines[1:]:
         out.write(f"   {'':>13}  {'':>12}  {'':>6}  {line}\n")
     if previous is not None and previous.removed:
-        now = {r["hash"] for r in seen.removed}
-        earlier = ", ".join(f"messages[{r['index']}]" for r in previous.removed)
-        back = [r for r in previous.removed if r["hash"] not in now]
+        now = {i for run in seen.removed for i in _indices(run)}
+        earlier = ", ".join(str(run["what"]) for run in previous.removed)
+        back = [i for run in previous.removed for i in _indices(run) if i not in now]
         verdict = "is cut again" if not back else f"is partly put back ({len(back)} messages)"
         out.write(f"   what request {number - 1} cut ({earlier}) {verdict}\n")
     if seen.echo is not None:
@@ -201,27 +201,23 @@ def _show(out: TextIO, number: int, seen: Seen, previous: Seen | None) -> None:
     out.write(f"   log: {seen.log_line or '(none)'}\n")
 
 
+def _indices(run: dict[str, Any]) -> range:
+    """The message positions a folded run of the log covers ("message 7", "messages 1-4")."""
+    where = str(run.get("what", "")).split(" ")[-1]
+    first, _, last = where.partition("-")
+    if not first.isdigit():
+        return range(0)
+    return range(int(first), int(last or first) + 1)
+
+
 def _removed_lines(removed: Sequence[dict[str, Any]]) -> list[str]:
-    """Removals as the log lists them, consecutive messages dropped by one strategy on one line."""
-    groups: list[list[dict[str, Any]]] = []
-    for r in removed:
-        last = groups[-1][-1] if groups else None
-        joins = last is not None and r["kind"] == last["kind"] == "dropped" and r["strategy"] == last["strategy"]
-        if joins and r["index"] == last["index"] + 1:  # type: ignore[index]  # joins implies last
-            groups[-1].append(r)
-        else:
-            groups.append([r])
+    """Removals as the log line folds them: one line per run of messages removed alike."""
     lines = []
-    for group in groups:
-        first, tokens = group[0], sum(r["tokens"] for r in group)
-        where = f"messages[{first['index']}]" if len(group) == 1 else f"messages[{first['index']}-{group[-1]['index']}]"
-        roles = ", ".join(str(r["role"]) for r in group)
-        if first["kind"] == "dropped":
-            lines.append(f"{where} ({roles}) dropped, {tokens:,} tokens ({first['strategy']})")
-        else:
-            lines.append(
-                f"{where} ({roles}) {first['kind'].replace('_', ' ')}, {tokens:,} tokens cut ({first['strategy']})"
-            )
+    for run in removed:
+        who = f"{run['count']} messages" if "count" in run else str(run.get("role") or "")
+        kind = str(run.get("kind", "")).replace("_", " ")
+        cut = "tokens" if run.get("kind") == "dropped" else "tokens cut"
+        lines.append(f"{run['what']} ({who}) {kind}, {run.get('tokens', 0):,} {cut} ({run.get('strategy', '')})")
     return lines
 
 

@@ -75,7 +75,12 @@ class Tokenizers:
             ratio, _, mode = spec.source.partition(":")
             return CharEstimateTokenizer(float(ratio), "byte" if mode == "bytes" else "char")
         if spec.kind == "huggingface":
-            return EncoderTokenizer(f"hf:{Path(spec.source).name}", _hf_encoder(spec.source), spec.multiplier)
+            return EncoderTokenizer(
+                f"hf:{Path(spec.source).name}",
+                _hf_encoder(spec.source),
+                spec.multiplier,
+                source_id=tokenizer_file_id(spec.source),
+            )
         encoding = self._tiktoken_encoding(spec.source)
         return EncoderTokenizer(
             spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary)
@@ -116,6 +121,16 @@ def _chunked(encode: Callable[[str], list[int]]) -> Callable[[list[str]], list[l
         return [ids for chunk in _POOL.map(lambda c: [encode(t) for t in c], chunks) for ids in chunk]
 
     return encode_all
+
+
+def tokenizer_file_id(path: str) -> str:
+    """A tokenizer file's full identity: its resolved path and the SHA-256 of its content."""
+    file = Path(path)
+    try:
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ConfigError(f"Hugging Face tokenizer file {path!r} cannot be read: {exc.strerror or exc}") from None
+    return f"{file.resolve()}:{digest}"
 
 
 def _hf_encoder(path: str):  # type: ignore[no-untyped-def]  # returns a closure over the tokenizer

@@ -7,8 +7,14 @@
     ├── HTTPRefusal             4xx   a status of its own: 404 path not served, 405 method, 408 ...
     ├── Unauthorized            401   a client key was required and not given
     ├── ModelNotRouted          404   no upstream serves this model
-    ├── PayloadTooLarge         413   body over `server.max_body_bytes`
+    ├── PathNotFound            404   a path neither counted, answered here, nor allowed through
+    ├── MethodNotAllowed        405   e.g. GET on a chat path
+    ├── RequestTimeout          408   the client did not send its body in time
+    ├── PayloadTooLarge         413   body over `server.max_body_bytes` (before or after inflating)
+    ├── UnsupportedEncoding     415   a request `Content-Encoding` the proxy cannot inflate
+    ├── ClientDisconnected      499   the client went away (logged, never sent)
     ├── UpstreamUnavailable     502   refused, reset or unreachable upstream
+    ├── Overloaded              503   every upstream connection stayed busy for `pool_wait`
     └── UpstreamTimeout         504   upstream did not answer in time
 
 `GuardError.to_openai()` renders `{"error": {"message", "type", "param", "code"}}`, the shape
@@ -79,16 +85,54 @@ class ModelNotRouted(GuardError):
     code = "model_not_found"
 
 
+class PathNotFound(GuardError):
+    status = 404
+    error_type = "invalid_request_error"
+    code = "unknown_url"
+
+
+class MethodNotAllowed(GuardError):
+    status = 405
+    error_type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class RequestTimeout(GuardError):
+    status = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class PayloadTooLarge(GuardError):
     status = 413
     error_type = "invalid_request_error"
     code = "request_too_large"
 
 
+class UnsupportedEncoding(GuardError):
+    status = 415
+    error_type = "invalid_request_error"
+    code = "unsupported_content_encoding"
+
+
+class ClientDisconnected(GuardError):
+    """Not an answer (nobody is left to read it): the status and code the log line records."""
+
+    status = 499
+    error_type = "client_error"
+    code = "client_disconnected"
+
+
 class UpstreamUnavailable(GuardError):
     status = 502
     error_type = "upstream_error"
     code = "upstream_unavailable"
+
+
+class Overloaded(GuardError):
+    status = 503
+    error_type = "server_error"
+    code = "overloaded"
 
 
 class UpstreamTimeout(GuardError):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from proxy.apis.base import Adapter, Fitted, Parsed, fit
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.plan import Plan, plan_request
 from proxy.core.tokenizer import CountCache, Tokenizer
@@ -71,6 +72,20 @@ class Guard:
         profile = self.profile(model)
         return plan_request(
             body,
+            profile,
+            self.tokenizer(profile),
+            self.policy,
+            self.cache,
+            context_window=context_window,
+            clock=time.perf_counter,
+        )
+
+    def fit(self, adapter: Adapter, parsed: Parsed, model: str, context_window: int | None = None) -> Fitted:
+        """Count and trim a parsed request of any API shape for `model`, written back in its shape."""
+        profile = self.profile(model)
+        return fit(
+            adapter,
+            parsed,
             profile,
             self.tokenizer(profile),
             self.policy,

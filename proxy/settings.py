@@ -62,7 +62,7 @@ class ServerSettings(Section):
     allow_unauthenticated: bool = False
     metrics_public: bool = False  # /metrics without a client key even when keys are configured
     body_timeout_seconds: PositiveFloat = 60.0  # a request body that takes longer to arrive gets 408
-    max_json_depth: Annotated[int, Field(ge=8, le=10_000)] = 128
+    max_json_depth: Annotated[int, Field(ge=8, le=10_000)] = 64
     # Which other paths are forwarded: all, none, or these prefixes (the OpenAI API surface by default).
     passthrough: Literal["all", "none"] | tuple[str, ...] = ("/v1/",)
     upstream_connections: Annotated[int, Field(ge=1)] = 512
@@ -200,7 +200,7 @@ class ModelsSettings(Section):
 class UpstreamSettings(Section):
     name: str = ""  # filled from the key under `upstreams`
     base_url: str
-    kind: UpstreamKind = "openai"
+    kind: UpstreamKind = "generic"  # says which API shapes it serves and how it authenticates
     apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
     api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
@@ -283,7 +283,9 @@ class PageSettings(Section):
 
 
 def _default_upstreams() -> dict[str, UpstreamSettings]:
-    openai = UpstreamSettings(name="openai", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY")
+    openai = UpstreamSettings(
+        name="openai", base_url="https://api.openai.com/v1", kind="openai", api_key_env="OPENAI_API_KEY"
+    )
     return {"openai": openai}
 
 

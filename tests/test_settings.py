@@ -115,3 +115,28 @@ class TestValues:
         settings = Settings().with_upstream_url("http://localhost:8000/v1/")
         assert [u.base_url for u in settings.upstreams.values()] == ["http://localhost:8000/v1"]
         assert settings.routes[0].match == "*"
+
+
+class TestSafeWhenExposed:
+    def test_listening_beyond_loopback_and_injecting_a_key_without_client_keys_is_refused(self):
+        settings = load({"server": {"host": "0.0.0.0"}})
+        problem = settings.exposure_problem({"OPENAI_API_KEY": "sk-operator"})
+        assert problem is not None and "0.0.0.0" in problem and "allow_unauthenticated" in problem
+
+    def test_client_keys_loopback_or_no_injected_credential_may_start(self):
+        env = {"OPENAI_API_KEY": "sk-operator"}
+        assert load({"server": {"host": "0.0.0.0", "client_keys": ["k"]}}).exposure_problem(env) is None
+        assert load({}).exposure_problem(env) is None
+        assert load({"server": {"host": "0.0.0.0"}}).exposure_problem({}) is None
+
+    def test_the_operator_may_opt_out_and_is_then_warned(self):
+        settings = load({"server": {"host": "0.0.0.0", "allow_unauthenticated": True}})
+        env = {"OPENAI_API_KEY": "sk-operator"}
+        assert settings.exposure_problem(env) is None and settings.unauthenticated_warning(env)
+
+    def test_the_docker_image_config_needs_a_client_key(self):
+        docker = Path(__file__).parent.parent / "config" / "docker.yaml"
+        with pytest.raises(ConfigError, match="client_keys\\[0\\]: environment variable CONTEXT_GUARD_KEY is not set"):
+            load_settings(docker, env={})
+        settings = load_settings(docker, env={"CONTEXT_GUARD_KEY": "cg"})
+        assert settings.with_server(host="0.0.0.0").exposure_problem({"OPENAI_API_KEY": "sk"}) is None

@@ -118,6 +118,13 @@ class AdapterRegistry:
             return Endpoint(self.messages, path_model=match["model"], stream=match["method"] == "streamRawPredict")
         return None
 
+    def api_for(self, path: str) -> str | None:
+        """The API shape a canonical path speaks (`count_tokens` for the one answered locally), or None."""
+        endpoint = self.endpoint_for(path)
+        if endpoint is None:
+            return None
+        return "count_tokens" if endpoint.local else endpoint.api
+
     def by_name(self, api: str) -> Adapter:
         """The adapter for an API name (the CLI's `--api`)."""
         adapters: dict[str, Adapter] = {

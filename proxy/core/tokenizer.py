@@ -9,8 +9,10 @@ Three kinds exist:
   families whose own tokenizer is not available but whose ratio to it is known and measured;
 - `CharEstimateTokenizer`, a character-based estimate that never reads a vocabulary.
 
-`CountCache` remembers counts of long texts keyed by (tokenizer name, content digest), so a
-conversation that is re-sent every turn costs only its new messages.
+`CountCache` remembers counts of long texts keyed by (tokenizer identity, content digest), so a
+conversation that is re-sent every turn costs only its new messages. The identity names the
+vocabulary completely (for a tokenizer file, its path and a hash of its content), never just a
+display name: two `tokenizer.json` files with the same name must never share counts.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ from typing import Any, Protocol
 
 
 class Tokenizer(Protocol):
-    """Counts the tokens of a text. `name` identifies the vocabulary and any scaling."""
+    """Counts the tokens of a text. `name` is for reports; `identity` (what caches key on)
+    identifies the vocabulary completely, with any scaling."""
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def identity(self) -> str: ...
 
     @property
     def exact(self) -> bool: ...
@@ -50,10 +56,17 @@ class EncoderTokenizer:
     # Encodes many texts at once, in parallel where the encoder can (tiktoken's batch API
     # releases the GIL across threads); None to encode them one by one.
     encode_batch: Callable[[list[str]], list[list[int]]] | None = None
+    # Where the vocabulary came from, when `base_name` alone does not say (a tokenizer file's path
+    # and content hash); part of `identity`, so counts are never shared between two vocabularies.
+    source_id: str = ""
 
     @property
     def name(self) -> str:
         return self.base_name if self.multiplier == 1.0 else f"{self.base_name}x{self.multiplier:g}"
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}@{self.source_id}" if self.source_id else self.name
 
     @property
     def exact(self) -> bool:
@@ -90,6 +103,10 @@ class CharEstimateTokenizer:
         return f"estimate:{self.chars_per_token:g}{suffix}"
 
     @property
+    def identity(self) -> str:
+        return self.name
+
+    @property
     def exact(self) -> bool:
         return False
 
@@ -110,7 +127,7 @@ class CharEstimateTokenizer:
 
 
 class CountCache:
-    """A bounded LRU map of counts: texts by (tokenizer name, text digest), and whole messages by
+    """A bounded LRU map of counts: texts by (tokenizer identity, text digest), and whole messages by
     (counting scope, message fingerprint), so a re-sent conversation costs only its new messages.
 
     Only texts of at least `min_chars` characters are cached: shorter ones cost less to encode
@@ -135,7 +152,7 @@ class CountCache:
 
     @staticmethod
     def key(tokenizer: Tokenizer, text: str) -> tuple[str, bytes]:
-        return (tokenizer.name, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+        return (tokenizer.identity, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
 
     def get(self, key: Hashable) -> Any:
         value = self._entries.pop(key, None)

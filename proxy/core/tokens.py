@@ -122,7 +122,7 @@ class RequestCounter:
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
-        self._scope = hash((tokenizer.name, profile.chat_format, profile.images))
+        self._scope = hash((tokenizer.identity, profile.chat_format, profile.images))
         # What each `tool` message of the request being counted answers, by index.
         self._results: dict[int, ResultContext] = {}
 

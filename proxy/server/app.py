@@ -1,43 +1,52 @@
-"""`create_app(settings) -> web.Application`: routes, middlewares and the upstream session.
+"""`create_app(settings) -> web.Application`: middlewares, the one dispatching route, and the
+upstream session.
 
-Two middlewares. The outer one, `records`, opens the request's `RequestRecord` (with a request
-id it can trust), turns every failure into an OpenAI-shaped error (no traceback ever reaches a
-client), and when the request ends, however it ends, writes its one log line and its metrics.
-The inner one checks the proxy's own client keys, when configured.
+Four middlewares, outermost first:
+- `track_requests` counts requests in flight, for a graceful drain (`proxy.server.lifecycle`);
+- `records` opens the request's `RequestRecord` (with a request id it can trust), turns every
+  failure into an error in the API's own shape (no traceback ever reaches a client), and when the
+  request ends, however it ends, writes its one log line and its metrics;
+- `canonical_route` reads the request's one canonical path (`proxy.server.paths`), which alone
+  decides what the request is: counted (by an API adapter), answered here, or forwarded;
+- `client_keys` checks the proxy's own client keys, when configured, before any body is read.
+One catch-all route then dispatches on the canonical path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
 from aiohttp import web
 
+from proxy.apis.registry import AdapterRegistry
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.guard import Guard
 from proxy.logging import get_logger
-from proxy.server.credentials import UpstreamAuth
-from proxy.server.handlers import (
-    GATEWAY,
-    RECORD,
-    Gateway,
-    chat_completions,
-    metrics,
-    passthrough,
-)
-from proxy.server.health import HEALTH_PATHS, Health, Reachability, install_health
+from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
+from proxy.server.credentials import UpstreamAuth, holds_client_key
+from proxy.server.handlers import GATEWAY, RECORD, Gateway, guarded, metrics, passthrough
+from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
 from proxy.server.lifecycle import install_drain, track_requests
 from proxy.server.metrics import Metrics
+from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.record import RequestRecord, log_event
-from proxy.server.upstream import Router
+from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
 from proxy.settings import Settings
 from proxy.state import open_store
+from proxy.strict_json import JsonLimits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer
+LOCAL_HANDLERS: Mapping[str, Handler] = {
+    "/healthz": healthz,
+    "/livez": livez,
+    "/readyz": readyz,
+    "/metrics": metrics,
+}
+ANTHROPIC_SHAPED = frozenset({"messages", "count_tokens"})
 
 
 def build_gateway(settings: Settings, guard: Guard | None = None) -> Gateway:
@@ -51,33 +60,48 @@ def build_gateway(settings: Settings, guard: Guard | None = None) -> Gateway:
         auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
         metrics=Metrics(guard.model_label, store.status),
         log=log,
+        apis=AdapterRegistry(),
         store=store,
     )
 
 
 def create_app(settings: Settings, guard: Guard | None = None) -> web.Application:
     gateway = build_gateway(settings, guard)
+    server = settings.server
     # aiohttp enforces the body limit itself as it reads (413), so a huge body is never buffered whole.
+    # aiohttp's own request decompression runs on the event loop before any check: off (see body.py).
     app = web.Application(
-        client_max_size=settings.server.max_body_bytes, middlewares=[track_requests, records, client_keys]
+        client_max_size=server.max_body_bytes,
+        middlewares=[track_requests, records, canonical_route, client_keys],
+        handler_args={"auto_decompress": False, "lingering_time": UNREAD_BODY_LINGER_SECONDS},
     )
     app[GATEWAY] = gateway
+    app[PASSTHROUGH] = PassthroughPolicy.parse(server.passthrough)
+    app[BODY_POLICY] = BodyPolicy(server.body_timeout_seconds)
+    app[JSON_LIMITS] = JsonLimits(max_depth=server.max_json_depth)
+    app[UPSTREAM_POOL] = UpstreamPool(PoolPolicy(server.upstream_connections, server.connection_wait_seconds))
     install_drain(app)
     app.cleanup_ctx.append(_upstream_session)
     upstreams = {name: upstream.base_url for name, upstream in settings.upstreams.items()}
     install_health(app, Health(Reachability(upstreams, settings.readiness), settings.source))
-    app.router.add_get("/metrics", metrics)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/chat/completions", chat_completions)
-    app.router.add_route("*", "/{tail:.*}", passthrough)
+    app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
+
+
+async def dispatch(request: web.Request) -> web.StreamResponse:
+    """The one route: the handler the canonical path chose."""
+    route = request[PATH_ROUTE]
+    if route.kind == "forward":
+        return await passthrough(request)
+    if route.kind == "guarded":
+        return await guarded(request)
+    return await LOCAL_HANDLERS[route.path.value](request)
 
 
 async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     gateway = app[GATEWAY]
-    connector = aiohttp.TCPConnector(
-        limit=gateway.settings.server.upstream_connections, limit_per_host=0, enable_cleanup_closed=True
-    )
+    # The pool (UpstreamPool) bounds calls in flight and says 503 when full; the connector must not queue too.
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False) as session:
         gateway.session = session
         yield
@@ -85,9 +109,10 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     await app[GATEWAY].store.close()
 
 
-def trusted_request_id(given: str | None) -> str:
-    """The client's `x-request-id` when it is short printable ASCII, else a fresh one."""
-    if given and len(given) <= 128 and given.isascii() and given.isprintable():
+def request_id_of(given: str | None) -> str:
+    """The client's request id when it is at most 128 printable ASCII characters without spaces;
+    else a fresh one (a log line or response header must never carry what a client smuggled in)."""
+    if given and len(given) <= 128 and given.isascii() and given.isprintable() and " " not in given:
         return given
     return uuid.uuid4().hex
 
@@ -95,7 +120,7 @@ def trusted_request_id(given: str | None) -> str:
 @web.middleware
 async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
-    record = RequestRecord(trusted_request_id(request.headers.get("x-request-id")), request.method, request.path)
+    record = RequestRecord(request_id_of(request.headers.get("x-request-id")), request.method, request.path)
     request[RECORD] = record
     status = 500
     try:
@@ -104,26 +129,29 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         return response
     except GuardError as exc:
         record.error, status = exc.code, exc.status
-        return error_response(exc, record.request_id)
-    except web.HTTPException as exc:  # aiohttp's own: 405, 413 while reading, ...
+        if status == CLIENT_CLOSED:
+            record.client_disconnected = True
+            raise
+        return error_response(exc, record)
+    except web.HTTPException as exc:  # aiohttp's own: 413 while reading, ...
+        error: GuardError
         if isinstance(exc, web.HTTPRequestEntityTooLarge):
-            error: GuardError = PayloadTooLarge("the request body is over the configured limit")
+            error = PayloadTooLarge("the request body is over the configured limit")
         else:
             error = HTTPRefusal(exc.reason or "request failed", exc.status)
         record.error, status = error.code, error.status
-        return error_response(error, record.request_id)
-    except (asyncio.CancelledError, ConnectionResetError):
+        return error_response(error, record)
+    except (ConnectionResetError, asyncio.CancelledError):  # the client went away (handler cancellation)
         status = CLIENT_CLOSED
         record.client_disconnected = True
         raise
     except Exception:
         gateway.log.exception("unhandled_error", request_id=record.request_id, path=record.path)
         record.error = "internal_error"
-        return error_response(GuardError(f"internal error in context-guard (request id {record.request_id})"),
-                              record.request_id)  # fmt: skip
+        return error_response(GuardError("internal error in context-guard"), record)
     finally:
         record.finish(status)
-        _write(gateway, record)
+        _write(request.app[GATEWAY], record)
 
 
 def _write(gateway: Gateway, record: RequestRecord) -> None:
@@ -138,27 +166,61 @@ def _write(gateway: Gateway, record: RequestRecord) -> None:
     (gateway.log.warning if record.is_warning else gateway.log.info)("request", **event)
 
 
-def error_response(error: GuardError, request_id: str) -> web.Response:
-    response = web.json_response(error.to_openai(), status=error.status)
+def error_response(error: GuardError, record: RequestRecord) -> web.Response:
+    """`error` in the shape of the API the request spoke (Anthropic's for Messages, else OpenAI's)."""
+    message = error.message
+    if error.status >= 500 and record.request_id not in message:  # what the operator's log is searched by
+        message = f"{message} (request id {record.request_id})"
+    if record.kind in ANTHROPIC_SHAPED:
+        body = {"type": "error", "error": {"type": _anthropic_type(error.status), "message": message}}
+    else:
+        body = {"error": {"message": message, "type": error.error_type, "param": error.param, "code": error.code}}
+    response = web.json_response(body, status=error.status)
     response.headers.update(error.headers)
-    response.headers["x-request-id"] = request_id
+    response.headers["x-request-id"] = record.request_id
+    if error.status in (408, 413):  # the rest of the body was never read: this connection cannot be reused
+        response.force_close()
     return response
 
 
-def _given_key(request: web.Request) -> str:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and given.strip():
-        return given.strip()
-    return request.headers.get("x-api-key") or request.headers.get("api-key") or ""
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def _anthropic_type(status: int) -> str:
+    return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+@web.middleware
+async def canonical_route(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if "#" in request.raw_path:  # a fragment has no place in a request target; yarl would drop it silently
+        raise InvalidPath("the request target holds a '#'")
+    path = canonical_path(request.rel_url.raw_path)
+    record = request[RECORD]
+    record.path = path.value
+    apis = request.app[GATEWAY].apis
+    route = route_for(path, request.method, request.app[PASSTHROUGH], apis.api_for)
+    request[PATH_ROUTE] = route
+    if route.kind == "guarded" and route.api is not None:
+        record.kind = route.api
+    return await handler(request)
 
 
 @web.middleware
 async def client_keys(request: web.Request, handler: Handler) -> web.StreamResponse:
     settings = request.app[GATEWAY].settings
     keys = settings.server.client_keys
-    open_path = request.path in HEALTH_PATHS or (request.path == "/metrics" and settings.server.metrics_public)
-    if keys and not open_path:
-        given = _given_key(request).encode("utf-8", "surrogateescape")
-        if not any(hmac.compare_digest(given, key.encode()) for key in keys):
-            raise Unauthorized("a valid context-guard client key is required (Authorization: Bearer <key>)")
+    path = request[PATH_ROUTE].path.value
+    open_path = path in HEALTH_PATHS or (path == "/metrics" and settings.server.metrics_public)
+    if keys and not open_path and not holds_client_key(request.headers, keys):
+        raise Unauthorized(
+            "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key or api-key)"
+        )
     return await handler(request)

@@ -1,16 +1,19 @@
 """Request handlers: a thin I/O loop around the core's decisions.
 
-A guarded request is parsed, routed, and handed to `proxy.core.exchange.Attempts`, which plans
-(counts and trims for the model that will serve it) and decides what to do; this module only
-performs what it decides: send the bytes, relay the answer, and feed an upstream's error back so
-the machine can correct itself and retry once. Everything the request did is written into its
-`RequestRecord`, which the error middleware logs and counts when the request ends.
+A guarded request (any API shape an adapter in `proxy.apis` understands) is read, parsed by its
+adapter into the chat view the core counts, routed, and handed to
+`proxy.core.exchange.Attempts`, which plans (counts and trims for the model that will serve it,
+written back into the API's own shape) and decides what to do. This module only performs what it
+decides: send the bytes, relay the answer, and feed an upstream's error back so the machine can
+correct itself and retry once. Everything the request did is written into its `RequestRecord`,
+which the `records` middleware logs and counts when the request ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -19,15 +22,21 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from proxy.apis.base import InvalidRequest, Parsed
+from proxy.apis.registry import AdapterRegistry, Endpoint
+from proxy.chat_body import check_chat_body
 from proxy.codec import dumps, loads
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
-from proxy.core.plan import InvalidBody, validate_body
-from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, ModelNotRouted, PayloadTooLarge
+from proxy.core.plan import InvalidBody, Plan
+from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, HTTPRefusal, ModelNotRouted
 from proxy.guard import Guard
-from proxy.server.credentials import UpstreamAuth
+from proxy.server import body as request_body
+from proxy.server.credentials import UpstreamAuth, without_client_keys
 from proxy.server.metrics import Metrics
+from proxy.server.paths import PATH_ROUTE, upstream_url
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.upstream import (
+    UPSTREAM_POOL,
     Router,
     Target,
     decoded,
@@ -36,14 +45,14 @@ from proxy.server.upstream import (
     request_headers,
     response_headers,
     send,
-    upstream_url,
 )
 from proxy.settings import MODES, Mode, Settings
 from proxy.state import MemoryStore, StateStore
 from proxy.state.corrections import SharedCorrections
+from proxy.strict_json import AmbiguousJson, loads_strict
 
 MODE_HEADER = "x-context-guard-mode"
-RECORD = web.RequestKey("record", RequestRecord)  # opened for every request by the error middleware
+RECORD = web.RequestKey("record", RequestRecord)  # opened for every request by the records middleware
 
 
 @dataclass
@@ -56,6 +65,7 @@ class Gateway:
     auths: dict[str, UpstreamAuth]
     metrics: Metrics
     log: Any
+    apis: AdapterRegistry = field(default_factory=AdapterRegistry)
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
 
@@ -67,29 +77,36 @@ class Gateway:
 GATEWAY = web.AppKey("gateway", Gateway)
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
+async def guarded(request: web.Request) -> web.StreamResponse:
+    """Every counted API shape: read, parse, route, plan, forward, correct, relay."""
     gw, record = request.app[GATEWAY], request[RECORD]
-    record.kind = "chat"
-    raw = await read_body(request, gw.settings.server.max_body_bytes)
+    endpoint = gw.apis.endpoint_for(request[PATH_ROUTE].path.value)
+    assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
+    raw = await _read(request, gw)
     large = len(raw) > gw.settings.server.offload_bytes
-    body = await asyncio.to_thread(parse_chat, raw) if large else parse_chat(raw)
-    model: str = body["model"]
-    record.model = model
-    record.stream = body.get("stream") is True
+    parsed = await asyncio.to_thread(_parse, endpoint, raw, request) if large else _parse(endpoint, raw, request)
+    model = parsed.model or ""
+    record.model, record.stream = model, parsed.stream or endpoint.stream
+    if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
+        return _count_tokens(gw, record, endpoint, parsed, model)
     mode = select_mode(request, gw, model)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
+    if not target.upstream.serves(endpoint.api):
+        raise HTTPRefusal(
+            f"upstream {target.upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"
+        )
     served = target.model or model
     # The budget follows the model that will serve the request: after a rename, the target's window.
     profile = gw.guard.profile(served)
     record.window_source = profile.window_source
     if profile.window_source == "fallback":
-        record.notes.append("fallback_window")
+        _note(record, "fallback_window")
     correction = await gw.corrections.get(target.upstream.name, served)
     if correction is not None:
         record.applied_correction, record.window_source = correction, "correction"
     attempts = Attempts(
-        lambda window: gw.guard.plan(body, served, window),
+        lambda window: _plan(gw, record, endpoint, parsed, served, window),
         mode,
         known_window=profile.context_window,
         correction=correction,
@@ -98,8 +115,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     decision = await asyncio.to_thread(attempts.start) if large else attempts.start()
     while True:
         record.plan, record.attempts = attempts.plan, attempts.attempt
-        if record.plan is not None and not record.plan.count.exact:
-            _note(record, "estimate")
         if isinstance(decision, Reject):
             record.outcome = "rejected"
             raise ContextLengthExceeded(
@@ -107,13 +122,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             )
         assert isinstance(decision, Forward)
         record.outcome = _outcome(mode, decision)
-        payload = _outgoing(target, model, decision.body if decision.body is not None else body, raw, decision.body)
+        payload = _outgoing(target, model, parsed.body, raw, decision.body)
         extra = {"x-request-id": record.request_id, **report_headers(record)}
         async with _upstream_call(request, gw, record, target, payload) as response:
             if response.status < 400:
                 out = await _relay(request, gw, record, target, response, extra)
                 await _commit(gw, record, attempts, target, served)
-                _previews(gw, record, body)
+                _previews(gw, record, parsed)
                 return out
             error_body = await read_error_body(target.upstream, response)
             following = attempts.upstream_failed(
@@ -124,6 +139,51 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             if isinstance(following, Relay):
                 return _buffered(response, error_body, extra)
         decision = following
+
+
+def _parse(endpoint: Endpoint, raw: bytes, request: web.Request) -> Parsed:
+    """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter."""
+    try:
+        data = loads_strict(raw, request.app[request_body.JSON_LIMITS])
+    except AmbiguousJson as exc:
+        raise BadRequest(f"the request body is ambiguous: {exc}", param=exc.key) from None
+    except ValueError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    try:
+        if endpoint.api == "chat":  # every field the core reads, type-checked at the edge
+            check_chat_body(data, require_model=endpoint.path_model is None)
+        return endpoint.parse(data)
+    except (InvalidRequest, InvalidBody) as exc:
+        raise BadRequest(str(exc), param=exc.param) from None
+
+
+async def _read(request: web.Request, gw: Gateway) -> bytes:
+    """The request body, decoded, within the size limit and the read deadline."""
+    policy = request.app[request_body.BODY_POLICY]
+    return await request_body.read_body(request, gw.settings.server.max_body_bytes, policy)
+
+
+def _plan(
+    gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str, window: int | None
+) -> Plan:
+    """Count and trim for `window`; the plan's body is written back in the API's own shape."""
+    fitted = gw.guard.fit(endpoint.adapter, parsed, model, window)
+    if not fitted.exact:
+        _note(record, "estimate")
+    if parsed.server_state:
+        _note(record, "server_state")
+    plan = fitted.plan
+    return dataclasses.replace(plan, result=dataclasses.replace(plan.result, body=fitted.body))
+
+
+def _count_tokens(gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str) -> web.Response:
+    fitted = gw.guard.fit(endpoint.adapter, parsed, model, None)
+    record.plan, record.outcome = fitted.plan, "counted"
+    from proxy.apis.anthropic import count_tokens_body
+
+    response = web.json_response(count_tokens_body(fitted.plan.count.total))
+    response.headers["x-request-id"] = record.request_id
+    return response
 
 
 def _outcome(mode: Mode, decision: Forward) -> str:
@@ -141,10 +201,10 @@ async def _commit(gw: Gateway, record: RequestRecord, attempts: Attempts, target
         gw.metrics.corrected_window.labels(target.upstream.name, gw.guard.model_label(served)).set(kept.window)
 
 
-def _previews(gw: Gateway, record: RequestRecord, body: Mapping[str, Any]) -> None:
+def _previews(gw: Gateway, record: RequestRecord, parsed: Parsed) -> None:
     """With `log.content_preview_chars` set, the start of each removed message (operator opt-in)."""
     chars = gw.settings.log.content_preview_chars
-    messages = body.get("messages") or []
+    messages = parsed.messages
     for removal in record.removals if chars > 0 else ():
         if removal.index is not None and removal.index < len(messages):
             record.previews[removal.index] = _message_text(messages[removal.index])[:chars]
@@ -163,9 +223,11 @@ def _note(record: RequestRecord, note: str) -> None:
 
 
 def _outgoing(target: Target, model: str, body: Mapping[str, Any], raw: bytes, changed: Any) -> bytes:
-    """The bytes to send upstream: `raw`, as received, when nothing changes; otherwise `body`
-    serialised, with the model renamed when the route says so."""
-    renamed = target.model is not None and target.model != model
+    """The bytes to send upstream: `raw` (decoded, as received) when nothing changes; otherwise the
+    body serialised, with the model renamed when the route says so and the body names one (an
+    Azure deployment path carries its model in the path, not the body)."""
+    body = changed if changed is not None else body
+    renamed = target.model is not None and target.model != model and "model" in body
     if changed is None and not renamed:
         return raw
     return dumps({**body, "model": target.model} if renamed else body)
@@ -177,14 +239,16 @@ async def _upstream_call(
 ) -> AsyncIterator[aiohttp.ClientResponse]:
     """`send()` with auth, URL and headers resolved, and its time and failures recorded."""
     upstream = target.upstream
-    keys_in_use = bool(gw.settings.server.client_keys)
-    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), keys_in_use)
-    url = upstream_url(upstream, request.path, request.query_string)
-    headers = request_headers(request.headers, upstream, auth)
+    keys = gw.settings.server.client_keys
+    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
+    query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
+    url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
+    headers = request_headers(request.headers, upstream, auth, keys)
     assert gw.session is not None, "the app's upstream session is opened at startup"
     started = time.perf_counter()
     try:
-        async with send(gw.session, upstream, request.method, url, headers, payload) as response:
+        pool = request.app[UPSTREAM_POOL]
+        async with send(gw.session, upstream, request.method, url, headers, payload, pool) as response:
             record.upstream_status = response.status
             yield response
     except GuardError as exc:  # the upstream's failures, as upstream_errors() mapped them
@@ -219,11 +283,11 @@ def _buffered(response: aiohttp.ClientResponse, body: bytes, extra: dict[str, st
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
-    """Any other path under the API: forwarded untouched (method, query, headers, body), routed by
-    the body's `model` when it names one, else to the default upstream."""
+    """Any other path the passthrough policy allows: forwarded untouched (method, query, headers,
+    body), routed by the body's `model` when it names one, else to the default upstream."""
     gw, record = request.app[GATEWAY], request[RECORD]
     record.kind = "passthrough"
-    raw = await read_body(request, gw.settings.server.max_body_bytes)
+    raw = await _read(request, gw)
     model = _sniff_model(request, raw)
     try:
         target = gw.router.route(model) if model else gw.router.default()
@@ -250,27 +314,14 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"the request body is {request.content_length:,} bytes; the limit is {limit:,}")
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"the request body is over the limit of {limit:,} bytes") from None
-
-
 def parse_chat(raw: bytes) -> dict[str, Any]:
+    """A chat-completions body read as the guard reads it (for the echo upstream and tools)."""
+    from proxy.chat_body import read_chat_body
+
     try:
-        data = loads(raw)
-    except ValueError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-    try:
-        body = dict(validate_body(data))
+        return read_chat_body(raw)
     except InvalidBody as exc:
         raise BadRequest(str(exc), param=exc.param) from None
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise BadRequest("'model' is required", param="model")
-    return body
 
 
 def select_mode(request: web.Request, gw: Gateway, model: str) -> Mode:

@@ -167,11 +167,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 def install_health(app: web.Application, health: Health) -> None:
-    """The three routes, the shared state, and the upstream probe for the app's lifetime."""
+    """The shared state and the upstream probe for the app's lifetime; the app's dispatch serves
+    `livez`, `readyz` and `healthz` on their canonical paths."""
     app[HEALTH] = health
-    app.router.add_get("/livez", livez)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/healthz", healthz)
     app.cleanup_ctx.append(_probing)
 
 

@@ -60,6 +60,8 @@ class RequestRecord:
     def finish(self, status: int) -> None:
         self.status = status
         self.total_ms = round((time.perf_counter() - self.started) * 1000, 2)
+        if status == 499:
+            self.client_disconnected, self.error = True, self.error or "client_disconnected"
         if self.outcome is None:
             self.outcome = _outcome_for_status(status, self.kind)
 

@@ -4,22 +4,34 @@ Every upstream comes from the config; a client can name a model, never a host, s
 never an open relay. aiohttp's errors are translated in one place, `upstream_errors()`:
 refused or reset connections become `UpstreamUnavailable` (502), timeouts `UpstreamTimeout` (504).
 Responses are relayed chunk by chunk as they arrive, compressed bytes and all.
+
+HTTP hygiene, both ways: hop-by-hop headers, every header named in `Connection` or
+`Proxy-Connection`, and (outgoing) any header carrying the proxy's own client key never cross.
+The request body is always sent decoded (`proxy.server.body`), so `Content-Encoding` does not
+cross either. Calls upstream take a slot of a bounded pool (`PoolPolicy`); a request that waits
+longer than `pool_wait` for one gets 503 `overloaded` with `Retry-After`, which says "the proxy is
+busy", not 504 "the upstream is slow". An upstream body that ends before its announced length
+aborts the client's connection, so the client sees a broken response instead of waiting forever.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fnmatch
 import json
+import math
 import zlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
-from proxy.errors import ModelNotRouted, UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
+from proxy.server.credentials import names_a_client_key
 from proxy.settings import Route, Settings, UpstreamSettings
 
 HOP_BY_HOP = frozenset(
@@ -35,8 +47,11 @@ HOP_BY_HOP = frozenset(
         "upgrade",
         "host",
         "content-length",
+        "proxy-connection",
     }
 )
+# The body sent upstream is always the decoded one (`proxy.server.body`).
+REQUEST_ONLY_DROPPED = frozenset({"content-encoding"})
 OWN_HEADER_PREFIX = "x-context-guard-"
 MAX_ERROR_BODY = 1024 * 1024
 
@@ -67,41 +82,105 @@ class Router:
         return Target(self.upstreams[route.upstream], None)
 
 
-def upstream_url(upstream: UpstreamSettings, path: str, query: str) -> str:
-    """The upstream's base URL (which ends in its API version, e.g. `/v1`) plus the client's path
-    after its own `/v1`, plus the query string untouched."""
-    if path == "/v1" or path.startswith("/v1/"):
-        path = path[3:]
-    return upstream.base_url + path + (f"?{query}" if query else "")
+def connection_named(headers: Mapping[str, str]) -> frozenset[str]:
+    """The header names listed in `Connection` and `Proxy-Connection`: hop-by-hop by declaration."""
+    return frozenset(
+        token.strip().lower()
+        for name, value in headers.items()
+        if name.lower() in ("connection", "proxy-connection")
+        for token in value.split(",")
+        if token.strip()
+    )
 
 
 def request_headers(
-    client: Mapping[str, str], upstream: UpstreamSettings, authorization: str | None
+    client: Mapping[str, str],
+    upstream: UpstreamSettings,
+    authorization: str | None,
+    client_keys: Iterable[str] = (),
 ) -> CIMultiDict[str]:
+    keys = tuple(client_keys)
+    dropped = HOP_BY_HOP | REQUEST_ONLY_DROPPED | connection_named(client)
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client.items():
         lower = name.lower()
-        if lower in HOP_BY_HOP or lower == "authorization" or lower.startswith(OWN_HEADER_PREFIX):
+        if lower in dropped or lower == "authorization" or lower.startswith(OWN_HEADER_PREFIX):
+            continue
+        if keys and names_a_client_key(value, keys):
             continue
         headers.add(name, value)
     for name, value in upstream.headers.items():
         headers[name] = value
-    if authorization:
+    key_header = _KEY_HEADERS.get(upstream.kind)
+    injected_key = upstream.api_key_env and not (upstream.token_command or upstream.token_file)
+    if authorization and key_header and injected_key and authorization.startswith("Bearer "):
+        # Anthropic and Azure take an API key in a header of their own, not as a bearer token.
+        headers.popall(key_header, None)
+        headers[key_header] = authorization.removeprefix("Bearer ")
+    elif authorization:
         headers["Authorization"] = authorization
+    if upstream.kind == "anthropic":
+        headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
     return headers
+
+
+_KEY_HEADERS = {"anthropic": "x-api-key", "azure": "api-key"}
+ANTHROPIC_VERSION = "2023-06-01"  # sent only when the client named none
 
 
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
     """The upstream's headers less hop-by-hop ones. Its own request id (OpenAI's, for support
     tickets) is kept as `x-upstream-request-id`: `x-request-id` is the proxy's."""
+    dropped = HOP_BY_HOP | connection_named(upstream)
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():
         lower = name.lower()
         if lower == "x-request-id":
             headers["x-upstream-request-id"] = value
-        elif lower not in HOP_BY_HOP:
+        elif lower not in dropped:
             headers.add(name, value)
     return headers
+
+
+@dataclass(frozen=True)
+class PoolPolicy:
+    """`size`: upstream calls in flight at once (streams hold theirs until they end);
+    `wait`: seconds a request may wait for a free one before it gets 503."""
+
+    size: int = 1024
+    wait: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+            raise ValueError(f"upstream_pool_size must be a whole number of at least 1, not {self.size!r}")
+        if not isinstance(self.wait, int | float) or self.wait < 0:
+            raise ValueError(f"upstream_pool_wait must be a number of seconds, 0 or more, not {self.wait!r}")
+
+
+class UpstreamPool:
+    """The slots of `PoolPolicy`: one per upstream call in flight."""
+
+    def __init__(self, policy: PoolPolicy) -> None:
+        self.policy = policy
+        self._slots = asyncio.Semaphore(policy.size)
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(self.policy.wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise Overloaded(
+                f"context-guard is at its limit of {self.policy.size} upstream calls in flight; retry shortly",
+                headers={"Retry-After": str(max(1, math.ceil(self.policy.wait)))},
+            ) from None
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+UPSTREAM_POOL = web.AppKey("upstream_pool", UpstreamPool)
 
 
 @contextlib.contextmanager
@@ -123,22 +202,24 @@ async def send(
     session: aiohttp.ClientSession,
     upstream: UpstreamSettings,
     method: str,
-    url: str,
+    url: URL,
     headers: CIMultiDict[str],
     body: bytes,
+    pool: UpstreamPool,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
     timeout = aiohttp.ClientTimeout(total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout)
-    with upstream_errors(upstream):
-        async with session.request(
-            method,
-            url,
-            headers=headers,
-            data=body or None,
-            timeout=timeout,
-            allow_redirects=False,
-            auto_decompress=False,
-        ) as response:
-            yield response
+    async with pool.slot():
+        with upstream_errors(upstream):
+            async with session.request(
+                method,
+                url,
+                headers=headers,
+                data=body or None,
+                timeout=timeout,
+                allow_redirects=False,
+                auto_decompress=False,
+            ) as response:
+                yield response
 
 
 async def read_error_body(upstream: UpstreamSettings, response: aiohttp.ClientResponse) -> bytes:
@@ -176,7 +257,9 @@ async def relay(
 ) -> Relayed:
     """Stream `response` to the client as it arrives. A client that goes away ends the relay
     (and, by leaving `send()`, closes the upstream connection). An upstream that breaks
-    mid-stream ends the client's stream cleanly: an SSE error event for event streams, then EOF."""
+    mid-stream ends an event stream cleanly, with an SSE error event then EOF; any other body
+    (or an event stream of announced length) is cut off by closing the client's connection, so
+    that a half response can never pass for a whole one."""
     out = web.StreamResponse(status=response.status, reason=response.reason)
     out.headers.update(response_headers(response.headers))
     out.headers.update(extra_headers)
@@ -192,15 +275,20 @@ async def relay(
         return relayed
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         relayed.broken = f"upstream {upstream.name!r} ended the stream early ({type(exc).__name__})"
-        if response.headers.get("Content-Type", "").startswith("text/event-stream"):
-            error = {
-                "message": relayed.broken,
-                "type": "upstream_error",
-                "param": None,
-                "code": "upstream_stream_broken",
-            }
-            with contextlib.suppress(ConnectionResetError):
-                await out.write(b"data: " + json.dumps({"error": error}).encode() + b"\n\n")
+        event_stream = response.headers.get("Content-Type", "").startswith("text/event-stream")
+        if not event_stream or out.content_length is not None:
+            abort(request)
+            return relayed
+        error = {"message": relayed.broken, "type": "upstream_error", "param": None, "code": "upstream_stream_broken"}
+        with contextlib.suppress(ConnectionResetError):
+            await out.write(b"data: " + json.dumps({"error": error}).encode() + b"\n\n")
     with contextlib.suppress(ConnectionResetError):
         await out.write_eof()
     return relayed
+
+
+def abort(request: web.Request) -> None:
+    """Close the client's connection now, mid-response: the client sees a truncated body."""
+    request.protocol.force_close()
+    if request.transport is not None:
+        request.transport.close()

@@ -4,9 +4,8 @@
 sent (tool loops, streaming flags, Azure's deployment path) goes through its adapter: it parses,
 counts, and when cut to a small window stays valid in that API's rules.
 
-`TestThroughTheGuard` drives the same SDKs through the proxy in front of the fake providers. It
-waits on the handler wiring of `proxy.apis` (issue 9): until the handler routes these paths to
-their adapters, they would pass through uncounted, so the class is skipped.
+`TestThroughTheGuard` drives the same SDKs through the proxy in front of the fake providers: every
+shape is counted, cut and forwarded valid, and the guard's own errors come back in its shape.
 """
 
 from __future__ import annotations
@@ -179,9 +178,6 @@ async def _guard(aiohttp_server: Any, model_map: Any, upstream: str, **sections:
 SMALL = {"overrides": [{"match": "gpt-4o", "context_window": 2000}, {"match": CLAUDE, "context_window": 3000}]}
 
 
-@pytest.mark.skip(
-    reason="waits on the handler routing /v1/responses, /v1/completions, /v1/messages and Azure paths to proxy.apis (issue 9)"
-)
 class TestThroughTheGuard:
     async def test_responses_over_budget_reach_the_provider_trimmed_and_valid(
         self, providers: Any, aiohttp_server: Any, model_map: Any

@@ -14,6 +14,7 @@ class CountingTokenizer:
         self.inner = EncoderTokenizer("words", str.split)
 
     name = "words"
+    identity = "words"
     exact = True
 
     def count(self, text: str) -> int:

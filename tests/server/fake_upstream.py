@@ -27,6 +27,7 @@ class Received:
     query: str
     headers: dict[str, str]
     body: bytes
+    raw_query: str = ""  # as it came on the wire, still percent-encoded
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -93,7 +94,12 @@ class FakeUpstream:
 
     async def _record(self, request: web.Request) -> Received:
         received = Received(
-            request.method, request.path, request.query_string, dict(request.headers), await request.read()
+            request.method,
+            request.path,
+            request.query_string,
+            dict(request.headers),
+            await request.read(),
+            request.rel_url.raw_query_string,
         )
         self.received.append(received)
         return received

@@ -10,6 +10,7 @@ import pytest
 
 from proxy.errors import UpstreamUnavailable
 from proxy.server.credentials import UpstreamAuth
+from proxy.server.upstream import request_headers
 from proxy.settings import UpstreamSettings
 from tests.server.conftest import gateway_settings, long_conversation
 
@@ -108,7 +109,7 @@ class TestUpstreamCredentials:
         auth = UpstreamAuth(UpstreamSettings(name="vertex", base_url="https://x/v1", token_file=str(tmp_path / "token")))
         assert await auth.header(None, False) == "Bearer ya29.from-file"
 
-    async def test_a_failing_token_command_is_a_502_that_leaks_no_output(self, tmp_path):
+    async def test_a_failing_token_command_is_a_generic_502_and_its_reason_goes_to_the_log(self, tmp_path, logs):
         auth = UpstreamAuth(
             UpstreamSettings(
                 name="vertex",
@@ -116,9 +117,11 @@ class TestUpstreamCredentials:
                 token_command=f"{sys.executable} -c 'import sys; print(\"secret\"); sys.exit(3)'",
             )
         )
-        with pytest.raises(UpstreamUnavailable, match="exited with 3") as caught:
+        with pytest.raises(UpstreamUnavailable, match="operator's log") as caught:
             await auth.header(None, False)
-        assert "secret" not in str(caught.value)
+        assert "secret" not in str(caught.value) and "exited" not in str(caught.value)
+        [event] = logs.events("token_refresh_failed")
+        assert "exited with 3" in event["reason"] and "secret" not in logs.text
 
 
 class TestClientKeys:
@@ -189,3 +192,20 @@ class TestLogPrivacy:
         await post(proxy, {"model": "gpt-4", "messages": long_conversation()})
         first = logs.events("request")[0]["removed"][0]
         assert first["preview"] == "Question 0: "
+
+
+class TestKeyHeadersByKind:
+    @pytest.mark.parametrize(("kind", "header"), [("anthropic", "x-api-key"), ("azure", "api-key")])
+    def test_an_injected_key_goes_in_the_header_the_provider_reads(self, kind, header):
+        upstream = UpstreamSettings(name="u", base_url="https://x/v1", kind=kind, api_key_env="K")
+        headers = request_headers({"x-api-key": "client-own", "api-key": "client-own"}, upstream, "Bearer sk-real")
+        assert headers[header] == "sk-real" and "Authorization" not in headers
+
+    def test_anthropic_gets_a_version_header_unless_the_client_named_one(self):
+        upstream = UpstreamSettings(name="u", base_url="https://x/v1", kind="anthropic")
+        assert request_headers({}, upstream, None)["anthropic-version"] == "2023-06-01"
+        assert request_headers({"anthropic-version": "2024-01-01"}, upstream, None)["anthropic-version"] == "2024-01-01"
+
+    def test_other_kinds_get_a_bearer_token(self):
+        upstream = UpstreamSettings(name="u", base_url="https://x/v1", kind="openai", api_key_env="K")
+        assert request_headers({}, upstream, "Bearer sk-real")["Authorization"] == "Bearer sk-real"
