@@ -21,6 +21,7 @@ test: $(BIN)/.installed
 
 demo: $(BIN)/.installed
 	$(BIN)/context-guard demo
+
 # Real redis-server, haproxy and proxy processes on loopback (installed from apt if missing).
 test-components: $(BIN)/.installed
 	bash scripts/install-components.sh
