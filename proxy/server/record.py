@@ -76,7 +76,8 @@ class RequestRecord:
         return (
             self.status >= 500
             or self.outcome in ("rejected", "forwarded_over_budget", "dry_run_rejected")
-            or bool({"fallback_window", "implausible_overflow"} & set(self.notes))
+            or self.correction_note == "implausible"
+            or "fallback_window" in self.notes
         )
 
 

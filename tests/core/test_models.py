@@ -34,6 +34,12 @@ class TestNameResolution:
         )
         assert registry.profile("foo-1").context_window == 8000
 
+    def test_a_fine_tune_resolves_to_its_base_model(self, registry):
+        tuned = registry.profile("ft:gpt-4o-mini-2024-07-18:my-org::abc123")
+        base = registry.profile("gpt-4o-mini")
+        assert tuned.context_window == base.context_window and tuned.window_source == "model_map"
+        assert tuned.tokenizer == base.tokenizer and str(tuned.tokenizer).startswith("tiktoken:o200k_base")
+
     def test_date_suffix_candidates(self):
         assert "claude-3-opus" in name_candidates("vertex_ai/claude-3-opus@20240229")
         assert "gpt-4o" in name_candidates("gpt-4o-2024-08-06")

@@ -82,6 +82,7 @@ class FakeUpstream:
     provider_factor: float = 1.25
     error_style: str = "openai"
     fail_with: tuple[int, dict[str, Any]] | None = None  # answer every chat request with this error
+    echo_field: str | None = None  # answer 400 starting with this body field's value, as upstreams echo input
     gzip_errors: bool = False  # compress error bodies when the client accepts gzip, as OpenAI does
     stream_cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     stream_started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -115,6 +116,10 @@ class FakeUpstream:
             await asyncio.sleep(self.delay)
         if self.fail_with is not None:
             return web.json_response(self.fail_with[1], status=self.fail_with[0], headers={"retry-after": "7"})
+        if self.echo_field is not None:
+            message = f"{body.get(self.echo_field)} is not a valid value for '{self.echo_field}'."
+            error = {"message": message, "type": "invalid_request_error", "param": self.echo_field, "code": None}
+            return web.json_response({"error": error}, status=400)
         if self.limit is not None:
             prompt = self.provider_count(body)
             if prompt > self.limit:

@@ -24,6 +24,18 @@ async def post(proxy, body: dict, headers: dict | None = None, path: str = "/v1/
 
 
 class TestRouting:
+    async def test_a_renamed_route_is_budgeted_for_the_model_that_serves_it(self, start_proxy, upstream, logs):
+        settings = gateway_settings(
+            upstream.url, routes=[{"match": "gemini-2.0-flash", "upstream": "fake", "rename": "google/gemini-2.5-pro"}]
+        )
+        proxy = await start_proxy(settings)
+        status, _, headers = await post(proxy, {"model": "gemini-2.0-flash", "messages": long_conversation()})
+        assert status == 200 and upstream.received[-1].json()["model"] == "google/gemini-2.5-pro"
+        assert int(headers["x-context-guard-budget"]) > 900_000 and headers["x-context-guard-removed"] == "0"
+        (event,) = logs.events("request")
+        assert (event["model"], event["served_model"]) == ("gemini-2.0-flash", "google/gemini-2.5-pro")
+        assert event["window_source"] == "model_map" and event["level"] == "info"
+
     async def test_models_go_to_the_first_matching_route_with_optional_rename(
         self, start_proxy, upstream, aiohttp_server
     ):

@@ -128,3 +128,43 @@ class TestRetry:
             async with session.post(proxy.make_url("/v1/chat/completions"), data=json.dumps(body)) as r:
                 text = await r.text()
         assert r.status == 200 and "part4" in text and len(upstream.received) == 2
+
+
+class TestNoClientCanPoisonTheWindow:
+    POISON = "This model's maximum context length is 300 tokens. However, your messages resulted in 999999 tokens"
+
+    async def test_overflow_wording_the_upstream_echoes_from_the_request_teaches_nothing(self, proxy, upstream, logs):
+        upstream.echo_field = "user"
+        status, payload, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation(2), "user": self.POISON})
+        assert status == 400 and self.POISON in payload["error"]["message"] and len(upstream.received) == 1
+        upstream.echo_field = None
+        status, _, headers = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert status == 200 and int(headers["x-context-guard-budget"]) == 8192 - 1228 - 410
+        assert "self_correction" not in logs.events("request")[0]
+
+    async def test_a_correction_whose_retry_fails_is_not_remembered(self, proxy, upstream, logs):
+        upstream.fail_with = overflow_error("openai", 6000, 7000)  # too long, whatever it is sent
+        status, _, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert status == 400 and len(upstream.received) == 2
+        upstream.fail_with = None
+        status, _, headers = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert status == 200 and len(upstream.received) == 3
+        assert int(headers["x-context-guard-budget"]) == 8192 - 1228 - 410
+        assert "applied_correction" not in logs.events("request")[-1]
+
+    async def test_an_implausibly_small_limit_is_relayed_and_not_learned(self, proxy, upstream, logs):
+        upstream.fail_with = overflow_error("openai", 300, 999999)
+        status, _, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert status == 400 and len(upstream.received) == 1
+        (event,) = logs.events("request")
+        assert event["self_correction_ignored"] == "implausible" and event["level"] == "warning"
+
+    async def test_a_learned_correction_shows_in_the_log_and_metrics(self, proxy, upstream, logs):
+        upstream.limit, upstream.provider_factor = 6000, 1.25
+        await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        await chat(proxy, {"model": "gpt-4", "messages": long_conversation(90)})
+        second = logs.events("request")[-1]
+        assert second["window_source"] == "correction" and second["applied_correction"]["provider"] == "openai"
+        async with aiohttp.ClientSession() as session, session.get(proxy.make_url("/metrics")) as r:
+            text = await r.text()
+        assert 'context_guard_corrected_window_tokens{model="gpt-4",upstream="fake"}' in text
