@@ -275,8 +275,10 @@ def table(window: str, bench: Bench, tallies: Mapping[str, Tally]) -> list[str]:
 
 
 def trimmers_for(bench: Bench, window: str) -> dict[str, Trimmer]:
+    minimal = {"drop_oldest_turns": {"low_water": 1.0, "keep_partial": False}}
     trimmers = {
         "context-guard": context_guard(bench, build_pipeline(DEFAULT_PIPELINE)),
+        "context-guard, minimal cuts": context_guard(bench, build_pipeline(DEFAULT_PIPELINE, minimal)),
         "naive drop-oldest": naive_drop_oldest(bench),
         "langchain trim_messages": langchain(bench),
     }
@@ -285,7 +287,7 @@ def trimmers_for(bench: Bench, window: str) -> dict[str, Trimmer]:
     return trimmers
 
 
-def run(seed: int, per_kind: int) -> list[str]:
+def run(seed: int, per_kind: int, windows: Sequence[str]) -> list[str]:
     warnings.filterwarnings("ignore")
     registry = ModelRegistry(load_model_map())
     tokenizers = Tokenizers()
@@ -294,7 +296,8 @@ def run(seed: int, per_kind: int) -> list[str]:
         f"seed {seed}; {per_kind} conversation(s) of each kind ({', '.join(GROWING_KINDS)}) per window;"
         f" model gpt-4o ({tokenizers.get(base.tokenizer).name}), the 8k window set on its profile"
     ]
-    for window, (size, grow_to) in WINDOWS.items():
+    for window in windows:
+        size, grow_to = WINDOWS[window]
         profile = replace(base, context_window=size)
         counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), CountCache())
         bench = Bench(profile, counter, BudgetPolicy())
@@ -321,9 +324,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--conversations", type=int, default=2, help="conversations of each kind per window")
+    parser.add_argument("--windows", nargs="+", choices=list(WINDOWS), default=list(WINDOWS))
     parser.add_argument("--markdown", type=Path, help="write the figures into this file's multiturn section")
     args = parser.parse_args()
-    lines = run(args.seed, args.conversations)
+    lines = run(args.seed, args.conversations, args.windows)
     print("\n".join(lines))
     if args.markdown:
         command = f"python bench/multiturn.py --seed {args.seed} --conversations {args.conversations}"
