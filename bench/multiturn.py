@@ -18,6 +18,13 @@ forwarded requests are compared with its own previous forwarded request. Per tri
   or more, in steps of 128) and Anthropic (cache reads at 10%, cache writes at 125%, prefixes of
   1,024 tokens or more).
 
+Variants of context-guard: the defaults (cut to the low-water mark 0.7 on cache-stable
+positions, the turn across the cut kept in part); "minimal cuts" (`low_water: 1.0,
+keep_partial: false`: no deeper than needed, as before the low-water mark); "opening kept"
+(`low_water: 0.65, head_share: 0.5`: the opening turns, up to half the budget, stay as a stable
+prefix); "+ summaries" (`summarize_dropped` and `budget_note`, with a stand-in summariser of
+fixed-size summaries behind the same cache by span hash as the server's).
+
 Peers, on the same requests in the same run: LangChain `trim_messages` (strategy "last",
 include_system, start_on "human", given our exact per-message counts; its output is mapped back
 to the original messages by id, so no conversion of ours can make it look invalid), litellm
@@ -47,7 +54,9 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import GROWING_KINDS, growing_conversation
 from proxy.core.budget import BudgetPolicy, default_reserve, input_budget
+from proxy.core.compaction import SummaryRequest, summary_request, with_summary
 from proxy.core.models import ModelProfile, ModelRegistry
+from proxy.core.notes import CompactionPolicy, SummaryStatus
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import CountCache
 from proxy.core.tokens import PINNED_ROLES, RequestCounter, latest_user_index
@@ -97,10 +106,39 @@ class Bench:
         return self.profile.context_window - default_reserve(self.profile.context_window, self.policy)
 
 
-def context_guard(bench: Bench, pipeline: Sequence[Strategy]) -> Trimmer:
+@dataclass
+class Summaries:
+    """A stand-in summariser with the server's cache: a fixed-size text per span hash."""
+
+    produced: int = 0
+    reused: int = 0
+    cache: dict[str, str] = field(default_factory=dict)
+
+    def summarise(self, request: SummaryRequest) -> tuple[str, SummaryStatus]:
+        if request.span_hash in self.cache:
+            self.reused += 1
+            return self.cache[request.span_hash], "reused"
+        self.produced += 1
+        text = f"Summary of {len(request.indices)} messages ({request.span_hash}): " + "facts and decisions. " * 40
+        self.cache[request.span_hash] = text
+        return text, "produced"
+
+
+def context_guard(
+    bench: Bench,
+    pipeline: Sequence[Strategy],
+    compaction: CompactionPolicy | None = None,
+    summaries: Summaries | None = None,
+) -> Trimmer:
     def run(body: dict[str, Any], budget: int) -> Messages:
         count = bench.counter.request(body)
-        result = trim(body, count, bench.counter, pipeline, bench.policy, bench.profile.context_window)
+        result = trim(
+            body, count, bench.counter, pipeline, bench.policy, bench.profile.context_window, compaction=compaction
+        )
+        span = summary_request(body, result) if summaries is not None else None
+        if summaries is not None and span is not None:
+            text, status = summaries.summarise(span)
+            result = with_summary(result, span, text, status, bench.counter)
         return list(result.body["messages"])
 
     return run
@@ -274,11 +312,17 @@ def table(window: str, bench: Bench, tallies: Mapping[str, Tally]) -> list[str]:
     return lines
 
 
-def trimmers_for(bench: Bench, window: str) -> dict[str, Trimmer]:
+def trimmers_for(bench: Bench, window: str, summaries: Summaries) -> dict[str, Trimmer]:
     minimal = {"drop_oldest_turns": {"low_water": 1.0, "keep_partial": False}}
+    head = {"drop_oldest_turns": {"low_water": 0.65, "head_share": 0.5}}
+    pipeline = build_pipeline(DEFAULT_PIPELINE)
     trimmers = {
-        "context-guard": context_guard(bench, build_pipeline(DEFAULT_PIPELINE)),
+        "context-guard": context_guard(bench, pipeline),
         "context-guard, minimal cuts": context_guard(bench, build_pipeline(DEFAULT_PIPELINE, minimal)),
+        "context-guard, opening kept": context_guard(bench, build_pipeline(DEFAULT_PIPELINE, head)),
+        "context-guard + summaries": context_guard(
+            bench, pipeline, CompactionPolicy(summarize_dropped=True, budget_note=True), summaries
+        ),
         "naive drop-oldest": naive_drop_oldest(bench),
         "langchain trim_messages": langchain(bench),
     }
@@ -303,7 +347,13 @@ def run(seed: int, per_kind: int, windows: Sequence[str]) -> list[str]:
         bench = Bench(profile, counter, BudgetPolicy())
         rng = random.Random(f"{seed}-{window}")
         conversations = [growing_conversation(kind, rng, grow_to) for kind in GROWING_KINDS for _ in range(per_kind)]
-        lines += ["", *table(window, bench, measure(bench, trimmers_for(bench, window), conversations))]
+        summaries = Summaries()
+        tallies = measure(bench, trimmers_for(bench, window, summaries), conversations)
+        lines += ["", *table(window, bench, tallies)]
+        lines.append(
+            f"  context-guard + summaries (and the budget note): {summaries.produced} summaries produced,"
+            f" {summaries.reused} reused from the cache"
+        )
     return lines
 
 

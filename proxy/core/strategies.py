@@ -54,6 +54,7 @@ class DropOldestTurns:
     low_water: float = 0.7
     keep_partial: bool = True
     min_partial_tokens: int = 64
+    head_share: float = 0.0
     name: str = "drop_oldest_turns"
 
     def __post_init__(self) -> None:
@@ -64,6 +65,10 @@ class DropOldestTurns:
             raise ValueError(f"{self.name}: low_water must be a number, not {self.low_water!r}")
         if not 0.1 <= self.low_water <= 1:
             raise ValueError(f"{self.name}: low_water must be between 0.1 and 1, not {self.low_water!r}")
+        if isinstance(self.head_share, bool) or not isinstance(self.head_share, int | float):
+            raise ValueError(f"{self.name}: head_share must be a number, not {self.head_share!r}")
+        if not 0 <= self.head_share <= 0.5:
+            raise ValueError(f"{self.name}: head_share must be between 0 and 0.5, not {self.head_share!r}")
         if not isinstance(self.keep_partial, bool):
             raise ValueError(f"{self.name}: keep_partial must be true or false, not {self.keep_partial!r}")
 
@@ -71,6 +76,8 @@ class DropOldestTurns:
         turns = state.conversation.turns
         droppable = len(_unguaranteed(state, self.min_history_turns, self.min_history_tokens))
         tokens = [sum(state.counts[i] for i in turn.indices) for turn in turns]
+        head = _head(tokens, int(self.head_share * state.input_budget()), droppable)
+        turns, tokens, droppable = turns[head:], tokens[head:], droppable - head
         step = 1 if self.low_water >= 1 else max(1, int((1 - self.low_water) * state.input_budget()))
         point = cut_point(tokens, sum(tokens) - state.over(), step, droppable)
         if point is None:  # the cut position lies inside the history guarantee
@@ -98,6 +105,16 @@ class DropOldestTurns:
         dropped_turns = point.straddling + (1 if point.partial_tokens and partial is None else 0)
         kept_tokens = point.partial_tokens if partial is not None else 0
         state.cut = _history_cut(reason, point.position, step, turns, dropped_turns, partial, kept_tokens)
+
+
+def _head(tokens: Sequence[int], head_tokens: int, droppable: int) -> int:
+    """How many of the opening turns fit in `head_tokens` (and may be dropped at all)."""
+    total = 0
+    for index, turn_tokens in enumerate(tokens[:droppable]):
+        total += turn_tokens
+        if total > head_tokens:
+            return index
+    return droppable
 
 
 def _history_cut(

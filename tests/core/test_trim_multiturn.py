@@ -92,6 +92,15 @@ class TestCacheStableCuts:
         assert result.fits and result.cut is not None and result.cut.reason == "minimal"
         assert validity_problems(result.body["messages"]) == []
 
+    def test_a_head_share_keeps_the_opening_turns_and_cuts_after_them(self):
+        options = {"drop_oldest_turns": {"head_share": 0.3}}
+        results = [fit(request(n), 3000, options=options).result for n in (30, 31, 40)]
+        for result in results:
+            kept = [m["content"][:3] for m in result.body["messages"][1:5]]
+            assert kept == ["q0 ", "a0 ", "q1 ", "a1 "] and result.fits
+            assert not any(r.index is not None and r.index <= 4 for r in result.removals)
+        assert results[2].cut is not None and results[2].cut.first_kept is not None
+
     @pytest.mark.parametrize(
         "options, message",
         [
@@ -99,6 +108,7 @@ class TestCacheStableCuts:
             ({"low_water": 1.5}, "low_water must be between 0.1 and 1"),
             ({"low_water": "high"}, "low_water must be a number"),
             ({"keep_partial": "yes"}, "keep_partial must be true or false"),
+            ({"head_share": 0.9}, "head_share must be between 0 and 0.5"),
             ({"min_history_turns": -1}, "min_history_turns must be a whole number of at least 0"),
         ],
     )

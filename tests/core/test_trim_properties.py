@@ -101,13 +101,14 @@ pipelines = st.sampled_from(
     ]
 )
 # drop_oldest_turns as configured by default (cache-stable cuts, partial turn), cutting no deeper
-# than needed, without the partial turn, and with a deep low-water mark.
+# than needed, without the partial turn, with a deep low-water mark, and keeping the opening turns.
 cut_options = st.sampled_from(
     [
         {},
         {"drop_oldest_turns": {"low_water": 1.0}},
         {"drop_oldest_turns": {"keep_partial": False}},
         {"drop_oldest_turns": {"low_water": 0.3, "min_partial_tokens": 1}},
+        {"drop_oldest_turns": {"low_water": 0.65, "head_share": 0.5}},
     ]
 )
 SETTINGS = settings(
@@ -153,7 +154,8 @@ def test_trimming_always_yields_a_valid_fitting_request_or_an_explicit_rejection
     # Each message is reported once.
     indices = [r.index for r in result.removals if r.index is not None]
     assert len(indices) == len(set(indices))
-    assert result.tokens_before - result.tokens_after + result.note_tokens == sum(r.tokens for r in result.removals)
+    removed = sum(r.tokens for r in result.removals if r.index is not None)  # not the max_tokens clamp
+    assert result.tokens_before - result.tokens_after + result.note_tokens == removed
 
     # Order kept; dropped messages are exactly those reported as dropped.
     dropped = {r.index for r in result.removals if r.kind == "dropped"}
