@@ -71,6 +71,18 @@ WINDOWS = {"8k": (8192, 24_000), "128k": (128_000, 190_000)}  # window, size the
 OPENAI_CACHED_PRICE, OPENAI_MIN_PREFIX, OPENAI_STEP = 0.5, 1024, 128
 ANTHROPIC_READ_PRICE, ANTHROPIC_WRITE_PRICE, ANTHROPIC_MIN_PREFIX = 0.1, 1.25, 1024
 SECTION = "## bench/multiturn.py"
+LEGEND = """Growing conversations (chat, agent with tools and large tool results, CJK, images) re-sent
+turn after turn, every request through each trimmer. *trimmed*: requests over budget as sent.
+*fit+valid*: share of all requests that fit the input budget (our exact count) and are valid
+(no orphaned tool result or call without results, history opening on a user turn, latest user
+message and system messages kept). *room kept*, *tokens kept*: on trimmed requests, forwarded
+tokens over the window minus the output reserve, and their mean. *prefix reuse*: on trimmed
+requests, tokens shared as a prefix with the previous forwarded request, over forwarded tokens.
+*OpenAI cost*, *Anthropic*: all requests' input cost under prompt-cache pricing (OpenAI cached
+input at half price; Anthropic cache reads 10%, writes 125%), as a share of full price. Variants:
+*minimal cuts* is `low_water: 1.0, keep_partial: false` (no deeper than needed, as before);
+*opening kept* is `low_water: 0.65, head_share: 0.5`; *+ summaries* adds `summarize_dropped`
+and `budget_note`, with a stand-in summariser behind a cache by span hash."""
 # litellm recounts the whole kept history for every message it considers: over ten minutes for one
 # 190k-token conversation on this machine, so it runs on the 8k window only.
 LITELLM_WINDOWS = ("8k",)
@@ -360,7 +372,7 @@ def run(seed: int, per_kind: int, windows: Sequence[str]) -> list[str]:
 def write_section(path: Path, lines: Sequence[str], command: str) -> None:
     """Replace (or append) this benchmark's section of the markdown file with `lines`."""
     text = path.read_text(encoding="utf-8")
-    body = f"{SECTION}\n\n`{command}`\n\n```\n" + "\n".join(lines) + "\n```\n"
+    body = f"{SECTION}\n\n{LEGEND}\n\n`{command}`\n\n```\n" + "\n".join(lines) + "\n```\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(lambda _: body + "\n", text, count=1)

@@ -138,6 +138,7 @@ class TrimState:
     removals: list[Removal] = field(default_factory=list)
     output_override: tuple[str, int] | None = None
     reserve: int = 0  # tokens to leave free for what goes in after the cut (budget note, summary)
+    shortened: set[int] = field(default_factory=set)  # indices with a removal that is not a drop
     cut: HistoryCut | None = None
     _input_budget: int | None = None
 
@@ -185,11 +186,12 @@ class TrimState:
         message shortened earlier in this trim is reported as dropped, with its original tokens."""
         if index in self.dropped:
             return
-        earlier = [r for r in self.removals if r.index == index]
         original = self.body["messages"][index]
-        tokens = self.counts[index] + sum(r.tokens for r in earlier)
-        if earlier:
+        tokens = self.counts[index]
+        if index in self.shortened:  # scanned only then: dropping 2,000 messages stays linear
+            tokens += sum(r.tokens for r in self.removals if r.index == index)
             self.removals = [r for r in self.removals if r.index != index]
+            self.shortened.discard(index)
         self.dropped.add(index)
         self.total -= self.counts[index]
         self.removals.append(Removal(index, _role(original), "dropped", tokens, content_hash(original), strategy))
@@ -202,8 +204,11 @@ class TrimState:
         self.messages[index] = message
         self.counts[index] = after
         self.total += after - before
-        earlier = next((r for r in self.removals if r.index == index and r.kind == kind), None)
-        if earlier is not None:  # shortened again: still one removal, with the tokens of both cuts
+        earlier = None
+        if index in self.shortened:
+            earlier = next((r for r in self.removals if r.index == index), None)
+        self.shortened.add(index)
+        if earlier is not None:  # changed again: still one removal (the first kind), with both savings
             self.removals[self.removals.index(earlier)] = replace(earlier, tokens=earlier.tokens + before - after)
         else:
             self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
