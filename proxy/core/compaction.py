@@ -78,6 +78,8 @@ def with_summary(
         tokens_after=total,
         budget=replace(result.budget, prompt_tokens=total),
         summary=SummaryReport(status, request.span_hash, messages_replaced, tokens),
+        insert_at=result.insert_at + 1,
+        inserted=(*result.inserted, result.insert_at),
     )
 
 

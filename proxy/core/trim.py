@@ -68,6 +68,7 @@ class TrimResult:
     summary_room: int = 0  # tokens kept free for a summary of the dropped messages; 0 when none is due
     insert_at: int = 0  # where in the returned messages a summary goes (after the leading system messages)
     summary: SummaryReport | None = None  # what became of the summary, once the server has tried
+    inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
 
     @property
     def changed(self) -> bool:
@@ -274,6 +275,7 @@ def trim(
         note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
         total = state.total + note_tokens
         kept = state.kept_body(inserted)
+        at = insertion_point(kept["messages"])
         return TrimResult(
             kept,
             "trimmed",
@@ -285,7 +287,8 @@ def trim(
             cut=state.cut,
             note_tokens=note_tokens,
             summary_room=summary_room if dropped else 0,
-            insert_at=insertion_point(kept["messages"]),
+            insert_at=at,
+            inserted=tuple(range(at - len(inserted), at)),
         )
     # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
     outcome: Outcome = "rejected" if overflow == "reject" else "forwarded_over_budget"

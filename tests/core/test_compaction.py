@@ -59,6 +59,7 @@ class TestWithSummary:
         assert message["role"] == "system" and message["content"].startswith(f"[Summary of {len(span.indices)}")
         assert done.fits and done.tokens_after == counter().request(done.body).total > result.tokens_after
         assert done.summary is not None and done.summary.to_dict()["status"] == "produced"
+        assert done.inserted == (1,) and done.insert_at == 2
 
     def test_a_reused_summary_is_reported_as_reused(self):
         body, result = planned(30)

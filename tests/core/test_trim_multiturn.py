@@ -178,6 +178,7 @@ class TestBudgetNote:
         expected = f"{len(dropped)} earlier messages, {sum(r.tokens for r in dropped):,} tokens, were removed"
         assert note["role"] == "system" and note["content"].startswith(expected)
         assert result.fits and result.note_tokens > 0 and recount(result.body, 3000) == result.tokens_after
+        assert result.inserted == (1,)  # for adapters that write the cut back into another API's shape
 
     def test_there_is_no_note_unless_asked_for(self):
         result = fit(request(30), 3000).result
