@@ -124,3 +124,114 @@ def random_conversation(rng: random.Random, turns: int = 12) -> dict[str, Any]:
     if rng.random() < 0.25:
         messages += exchange("live")
     return {"model": "gpt-4o", "messages": messages}
+
+
+# Characters per o200k token in each sample, measured once: long passages are cut to a token size
+# by their length in characters, so that generating a conversation needs no tokenizer.
+CHARS_PER_TOKEN = {"english": 5.6, "code.py": 4.1, "data.json": 2.4, "chinese": 1.5, "japanese": 1.2, "korean": 1.7}
+GROWING_KINDS = ("chat", "agent", "cjk", "images")
+
+
+def passage_of(rng: random.Random, sources: tuple[str, ...], tokens: int) -> str:
+    """About `tokens` tokens of text drawn from the named samples, starting anywhere in them."""
+    source = rng.choice(sources)
+    text = SAMPLES[source]
+    start = rng.randrange(len(text))
+    wanted = int(tokens * CHARS_PER_TOKEN[source])
+    rotated = text[start:] + "\n" + text[:start]
+    return (rotated * (wanted // len(rotated) + 1))[:wanted]
+
+
+def _png_data_url(width: int, height: int) -> str:
+    """A data URL whose bytes start like a real PNG of that size (the counter reads only the header)."""
+    import base64
+    import struct
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    data = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + b"\0\0\0\0" + b"\0" * 64
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search_repository",
+        "description": "Search the repository and return matching files and records.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["query"],
+        },
+    },
+}
+
+
+def growing_conversation(kind: str, rng: random.Random, total_tokens: int) -> list[dict[str, Any]]:
+    """The successive request bodies of one conversation that grows to about `total_tokens`, as a
+    client re-sends it: each body holds every earlier message plus the newest input. Kinds:
+
+    - chat: English prose and code, questions of 20-250 tokens, answers of 80-700;
+    - agent: each user turn runs one to three tool steps (one or two parallel calls, results of
+      150-1,200 tokens, and one in five of 2,000-4,000), and a request is sent after every step;
+    - cjk: as chat, in Chinese, Japanese and Korean;
+    - images: as chat, half the questions carrying a screenshot or photo (some `detail: low`).
+    """
+    if kind not in GROWING_KINDS:
+        raise ValueError(f"unknown conversation kind {kind!r}; known: {', '.join(GROWING_KINDS)}")
+    prose: tuple[str, ...] = ("chinese", "japanese", "korean") if kind == "cjk" else ("english", "code.py")
+    system = {"role": "system", "content": "You are a careful assistant.\n" + passage_of(rng, ("english",), 250)}
+    messages: list[dict[str, Any]] = [system]
+    bodies: list[dict[str, Any]] = []
+    tokens = 250
+
+    def send() -> None:
+        body: dict[str, Any] = {"model": "gpt-4o", "messages": list(messages)}
+        if kind == "agent":
+            body["tools"] = [LOOKUP_TOOL]
+        bodies.append(body)
+
+    turn = 0
+    while tokens < total_tokens:
+        size = rng.randint(20, 250)
+        question: dict[str, Any] = {"role": "user", "content": f"[{turn}] " + passage_of(rng, prose, size)}
+        if kind == "images" and rng.random() < 0.5:
+            width, height = rng.choice([(1920, 1080), (1024, 768), (512, 512), (1280, 2400)])
+            image: dict[str, Any] = {"url": _png_data_url(width, height)}
+            if rng.random() < 0.3:
+                image["detail"] = "low"
+            question["content"] = [
+                {"type": "text", "text": question["content"]},
+                {"type": "image_url", "image_url": image},
+            ]
+            size += 600
+        messages.append(question)
+        tokens += size
+        send()
+        if kind == "agent":
+            for step in range(rng.randint(1, 3)):
+                ids = [f"call_{turn}_{step}_{k}" for k in range(rng.choice((1, 1, 2)))]
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": i,
+                                "type": "function",
+                                "function": {"name": "search_repository", "arguments": json.dumps({"query": i})},
+                            }
+                            for i in ids
+                        ],
+                    }
+                )
+                for i in ids:
+                    size = rng.randint(2000, 4000) if rng.random() < 0.2 else rng.randint(150, 1200)
+                    sources = ("data.json", "code.py")
+                    messages.append({"role": "tool", "tool_call_id": i, "content": passage_of(rng, sources, size)})
+                    tokens += size
+                send()
+        size = rng.randint(80, 700 if kind != "agent" else 500)
+        messages.append({"role": "assistant", "content": f"[{turn}] " + passage_of(rng, prose, size)})
+        tokens += size
+        turn += 1
+    return bodies

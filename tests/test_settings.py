@@ -50,7 +50,7 @@ class TestErrorsNameFileAndKey:
             (
                 {"trim": {"options": {"drop_oldest_turns": {"bogus": 1}}}},
                 "trim.options.drop_oldest_turns.bogus",
-                "unknown option; known: min_history_tokens, min_history_turns",
+                "unknown option; known: head_share, keep_partial, low_water, min_history_tokens, min_history_turns, min_partial_tokens",
             ),
             ({"trim": {"options": {"shrink_messages": {"cap": "big"}}}}, "trim.options.shrink_messages.cap", "must be a whole number"),
             ({"trim": {"options": {"shrink_messages": {"roles": "assistant"}}}}, "trim.options.shrink_messages.roles", "must be a list"),

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile
+from proxy.core.notes import CompactionPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.tokens import RequestCount, RequestCounter
@@ -32,6 +33,7 @@ class TrimPolicy:
     budget: BudgetPolicy = field(default_factory=BudgetPolicy)
     pipeline: tuple[Strategy, ...] = field(default_factory=lambda: build_pipeline(DEFAULT_PIPELINE))
     overflow: Literal["reject", "forward"] = "reject"
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)  # budget note, summary room
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Plan:
     result: TrimResult
     count_seconds: float = 0.0  # measured only when a clock is given
     trim_seconds: float = 0.0
+    counter: RequestCounter | None = None  # counts what goes in later (a summary: `with_summary`)
 
 
 def validate_body(body: object) -> Mapping[str, Any]:
@@ -86,5 +89,6 @@ def plan_request(
         policy.budget,
         profile.context_window if context_window is None else context_window,
         policy.overflow,
+        policy.compaction,
     )
-    return Plan(count, result, counted - started, tick() - counted)
+    return Plan(count, result, counted - started, tick() - counted, counter)

@@ -6,7 +6,12 @@ message dropped or shortened. A request that already fits comes back as the very
 
 The pipeline works on a `TrimState` that keeps a running total: a strategy that drops a message
 subtracts its known count, one that shortens a message recounts that message alone. Nothing
-recounts the whole request per step.
+recounts the whole request per step. A message is reported once: one that is shortened and later
+dropped in the same trim is reported as dropped, with its original tokens.
+
+When the `CompactionPolicy` asks for a budget note or a summary, a trimmed request is cut to leave
+room for them (`TrimState.reserve`); the note is inserted here, the summary later, once the server
+has it (`proxy.core.compaction`). `TrimResult.cut` says where the history was cut and why.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import orjson
 
 from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_output
+from proxy.core.cuts import HistoryCut
+from proxy.core.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
 from proxy.core.tokens import RequestCount, RequestCounter
 from proxy.core.turns import Conversation, split_conversation
 
@@ -56,6 +63,12 @@ class TrimResult:
     budget: Budget  # as it stands for the body returned (after any max_tokens clamp)
     removals: tuple[Removal, ...] = ()
     strategies: tuple[str, ...] = ()  # the strategies that changed something, in order
+    cut: HistoryCut | None = None  # where drop_oldest_turns cut the history, and why
+    note_tokens: int = 0  # tokens of the inserted budget note; 0 when none
+    summary_room: int = 0  # tokens kept free for a summary of the dropped messages; 0 when none is due
+    insert_at: int = 0  # where in the returned messages a summary goes (after the leading system messages)
+    summary: SummaryReport | None = None  # what became of the summary, once the server has tried
+    inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
 
     @property
     def changed(self) -> bool:
@@ -83,6 +96,9 @@ class TrimResult:
             "budget": self.budget.to_dict(policy),
             "removed": [r.to_dict() for r in self.removals],
             "strategies": list(self.strategies),
+            "cut": self.cut.to_dict() if self.cut is not None else None,
+            "note_tokens": self.note_tokens,
+            "summary": self.summary.to_dict() if self.summary is not None else None,
         }
 
 
@@ -122,6 +138,9 @@ class TrimState:
     dropped: set[int] = field(default_factory=set)
     removals: list[Removal] = field(default_factory=list)
     output_override: tuple[str, int] | None = None
+    reserve: int = 0  # tokens to leave free for what goes in after the cut (budget note, summary)
+    shortened: set[int] = field(default_factory=set)  # indices with a removal that is not a drop
+    cut: HistoryCut | None = None
     _input_budget: int | None = None
 
     @classmethod
@@ -156,18 +175,27 @@ class TrimState:
         after every cut."""
         if self._input_budget is None:
             self._input_budget = self.budget().input_budget
-        return self.total - self._input_budget
+        return self.total + self.reserve - self._input_budget
+
+    def input_budget(self) -> int:
+        if self._input_budget is None:
+            self._input_budget = self.budget().input_budget
+        return self._input_budget
 
     def drop(self, index: int, strategy: str) -> None:
-        """Drop message `index`; a message already dropped stays dropped, and is reported once."""
+        """Drop message `index`; a message already dropped stays dropped, and is reported once. A
+        message shortened earlier in this trim is reported as dropped, with its original tokens."""
         if index in self.dropped:
             return
-        message = self.messages[index]
+        original = self.body["messages"][index]
+        tokens = self.counts[index]
+        if index in self.shortened:  # scanned only then: dropping 2,000 messages stays linear
+            tokens += sum(r.tokens for r in self.removals if r.index == index)
+            self.removals = [r for r in self.removals if r.index != index]
+            self.shortened.discard(index)
         self.dropped.add(index)
         self.total -= self.counts[index]
-        self.removals.append(
-            Removal(index, _role(message), "dropped", self.counts[index], content_hash(message), strategy)
-        )
+        self.removals.append(Removal(index, _role(original), "dropped", tokens, content_hash(original), strategy))
         self.counts[index] = 0
 
     def replace(self, index: int, message: Mapping[str, Any], kind: RemovalKind, strategy: str, removed: object) -> int:
@@ -177,7 +205,14 @@ class TrimState:
         self.messages[index] = message
         self.counts[index] = after
         self.total += after - before
-        self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
+        earlier = None
+        if index in self.shortened:
+            earlier = next((r for r in self.removals if r.index == index), None)
+        self.shortened.add(index)
+        if earlier is not None:  # changed again: still one removal (the first kind), with both savings
+            self.removals[self.removals.index(earlier)] = replace(earlier, tokens=earlier.tokens + before - after)
+        else:
+            self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
         return before - after
 
     def clamp_output(self, key: str, value: int, strategy: str) -> None:
@@ -188,9 +223,11 @@ class TrimState:
             Removal(None, None, "max_tokens_clamped", (requested or 0) - value, content_hash(requested), strategy)
         )
 
-    def kept_body(self) -> dict[str, Any]:
+    def kept_body(self, inserted: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
         body = dict(self.body)
-        body["messages"] = [m for i, m in enumerate(self.messages) if i not in self.dropped]
+        kept = [m for i, m in enumerate(self.messages) if i not in self.dropped]
+        at = insertion_point(kept)
+        body["messages"] = [*kept[:at], *inserted, *kept[at:]]
         if self.output_override is not None:
             key, value = self.output_override
             body[key] = value
@@ -205,12 +242,17 @@ def trim(
     policy: BudgetPolicy,
     context_window: int,
     overflow: Literal["reject", "forward"] = "reject",
+    compaction: CompactionPolicy | None = None,
 ) -> TrimResult:
     """Cut `body` down to its budget with `strategies`, in order; see the module docstring."""
+    compaction = compaction or CompactionPolicy()
     state = TrimState.start(body, count, counter, policy, context_window)
     before = state.budget()
     if before.fits:
         return TrimResult(body, "unchanged", count.total, count.total, before)
+    note_room = counter.message(LONGEST_NOTE, 0).tokens if compaction.budget_note else 0
+    summary_room = compaction.summary_room(before.input_budget)
+    state.reserve = note_room + summary_room
     applied: list[str] = []
     for strategy in strategies:
         if state.over() <= 0:
@@ -222,7 +264,32 @@ def trim(
     after = state.budget()
     removals = tuple(sorted(state.removals, key=lambda r: (r.index is None, r.index if r.index is not None else 0)))
     if after.fits:
-        return TrimResult(state.kept_body(), "trimmed", count.total, state.total, after, removals, tuple(applied))
+        if state.over() > 0:  # the room for the note and summary could not be made: go without them
+            note_room = summary_room = 0
+        inserted: list[Mapping[str, Any]] = []
+        dropped = [r for r in removals if r.kind == "dropped"]
+        shortened = {r.index for r in removals if r.kind != "dropped" and r.index is not None}
+        if note_room and (dropped or shortened):
+            removed = sum(r.tokens for r in removals if r.index is not None)
+            inserted.append(budget_note(len(dropped), len(shortened), removed))
+        note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
+        total = state.total + note_tokens
+        kept = state.kept_body(inserted)
+        at = insertion_point(kept["messages"])
+        return TrimResult(
+            kept,
+            "trimmed",
+            count.total,
+            total,
+            replace(after, prompt_tokens=total),
+            removals,
+            tuple(applied),
+            cut=state.cut,
+            note_tokens=note_tokens,
+            summary_room=summary_room if dropped else 0,
+            insert_at=at,
+            inserted=tuple(range(at - len(inserted), at)),
+        )
     # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
     outcome: Outcome = "rejected" if overflow == "reject" else "forwarded_over_budget"
     return TrimResult(body, outcome, count.total, state.total, after, removals, tuple(applied))

@@ -67,7 +67,9 @@ class TestRender:
 
     def test_a_trimmed_request_drops_the_old_turn_and_keeps_every_other_field(self) -> None:
         body = conversation()
-        fitted = fit_body(ChatAdapter(), body, 1200)
+        # Caps as large as the budget: the old turn goes whole rather than shortened.
+        whole_turns = {"shrink_tool_results": {"cap_share": 1.0}, "shrink_messages": {"cap_share": 1.0}}
+        fitted = fit_body(ChatAdapter(), body, 1200, options=whole_turns)
         assert fitted.plan.result.outcome == "trimmed"
         assert [m["content"] for m in fitted.body["messages"]] == ["You are terse.", "latest question"]
         assert fitted.body["x-vendor"] == {"keep": [1, 2]} and fitted.body["temperature"] == 0.2

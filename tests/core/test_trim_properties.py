@@ -100,6 +100,17 @@ pipelines = st.sampled_from(
         ("drop_oldest_turns",),
     ]
 )
+# drop_oldest_turns as configured by default (cache-stable cuts, partial turn), cutting no deeper
+# than needed, without the partial turn, with a deep low-water mark, and keeping the opening turns.
+cut_options = st.sampled_from(
+    [
+        {},
+        {"drop_oldest_turns": {"low_water": 1.0}},
+        {"drop_oldest_turns": {"keep_partial": False}},
+        {"drop_oldest_turns": {"low_water": 0.3, "min_partial_tokens": 1}},
+        {"drop_oldest_turns": {"low_water": 0.65, "head_share": 0.5}},
+    ]
+)
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
@@ -114,9 +125,11 @@ def _latest_user(messages: list[dict[str, Any]]) -> int:
 
 
 @SETTINGS
-@given(body=conversation(), window=st.integers(1500, 30000), pipeline=pipelines)
-def test_trimming_always_yields_a_valid_fitting_request_or_an_explicit_rejection(body, window, pipeline):
-    result = fit(body, window, pipeline=pipeline).result
+@given(
+    body=conversation(), window=st.integers(1500, 30000), pipeline=pipelines, options=cut_options, note=st.booleans()
+)
+def test_trimming_always_yields_a_valid_fitting_request_or_an_explicit_rejection(body, window, pipeline, options, note):
+    result = fit(body, window, pipeline=pipeline, options=options, note=note).result
     original = body["messages"]
     event(result.outcome)
 
@@ -132,6 +145,17 @@ def test_trimming_always_yields_a_valid_fitting_request_or_an_explicit_rejection
     # The reported count is the count of the body actually returned.
     counter = RequestCounter(profile(window), tokenizer())
     assert counter.request(result.body).total == result.tokens_after
+
+    # The budget note, when asked for, sits just before the insertion point; the rest are originals.
+    if result.note_tokens:
+        assert "to fit the context window." in kept[result.insert_at - 1]["content"]
+        kept = [*kept[: result.insert_at - 1], *kept[result.insert_at :]]
+
+    # Each message is reported once.
+    indices = [r.index for r in result.removals if r.index is not None]
+    assert len(indices) == len(set(indices))
+    removed = sum(r.tokens for r in result.removals if r.index is not None)  # not the max_tokens clamp
+    assert result.tokens_before - result.tokens_after + result.note_tokens == removed
 
     # Order kept; dropped messages are exactly those reported as dropped.
     dropped = {r.index for r in result.removals if r.kind == "dropped"}
@@ -158,11 +182,26 @@ def test_trimming_always_yields_a_valid_fitting_request_or_an_explicit_rejection
 
 
 @SETTINGS
-@given(body=conversation(), window=st.integers(1500, 30000), pipeline=pipelines)
-def test_trimming_is_idempotent(body, window, pipeline):
-    first = fit(body, window, pipeline=pipeline).result
-    second = fit(dict(first.body), window, pipeline=pipeline).result
+@given(body=conversation(), window=st.integers(1500, 30000), pipeline=pipelines, options=cut_options)
+def test_trimming_is_idempotent(body, window, pipeline, options):
+    first = fit(body, window, pipeline=pipeline, options=options).result
+    second = fit(dict(first.body), window, pipeline=pipeline, options=options).result
     if first.outcome == "rejected":
         assert second.outcome == "rejected"
     else:
         assert second.outcome == "unchanged" and second.body["messages"] == first.body["messages"]
+
+
+@SETTINGS
+@given(body=conversation(), window=st.integers(1500, 30000), options=cut_options)
+def test_appending_a_turn_never_moves_the_cut_back(body, window, options):
+    """The same history plus one turn is cut at the same position or further on, never earlier."""
+    messages = body["messages"]
+    first = fit(body, window, options=options).result
+    grown = {
+        **body,
+        "messages": [*messages, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}],
+    }
+    second = fit(grown, window, options=options).result
+    if first.cut is not None and second.cut is not None and first.cut.reason == second.cut.reason == "low_water":
+        assert second.cut.position >= first.cut.position

@@ -7,6 +7,7 @@ from typing import Any
 
 from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile, ModelRegistry
+from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, TrimPolicy, plan_request
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import Tokenizer
@@ -35,8 +36,15 @@ def fit(
     options: dict[str, dict[str, Any]] | None = None,
     overflow: str = "reject",
     budget: BudgetPolicy | None = None,
+    note: bool = False,
+    summarize: bool = False,
 ) -> Plan:
-    policy = TrimPolicy(budget=budget or BudgetPolicy(), pipeline=build_pipeline(pipeline, options), overflow=overflow)  # type: ignore[arg-type]
+    policy = TrimPolicy(
+        budget=budget or BudgetPolicy(),
+        pipeline=build_pipeline(pipeline, options),
+        overflow=overflow,  # type: ignore[arg-type]
+        compaction=CompactionPolicy(budget_note=note, summarize_dropped=summarize),
+    )
     p = profile(window)
     return plan_request(body, p, tokenizer(), policy)
 
