@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from proxy.apis.base import Adapter, Fitted, Parsed, fit
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
+from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, plan_request
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.encodings import Tokenizers
@@ -51,6 +53,7 @@ class Guard:
                     ) from None
         self.cache = CountCache(max_entries=tokenizers.cache_entries)
         self.policy = settings.trim_policy
+        self._without_note = replace(self.policy, compaction=CompactionPolicy())
 
     def profile(self, model: str) -> ModelProfile:
         return self.registry.profile(model)
@@ -83,12 +86,14 @@ class Guard:
     def fit(self, adapter: Adapter, parsed: Parsed, model: str, context_window: int | None = None) -> Fitted:
         """Count and trim a parsed request of any API shape for `model`, written back in its shape."""
         profile = self.profile(model)
+        # The budget note is written into chat completions only; other shapes are cut without it.
+        policy = self.policy if adapter.name == "chat" else self._without_note
         return fit(
             adapter,
             parsed,
             profile,
             self.tokenizer(profile),
-            self.policy,
+            policy,
             self.cache,
             context_window=context_window,
             clock=time.perf_counter,

@@ -31,6 +31,7 @@ from proxy.config_errors import config_error, expand_environment
 from proxy.core.budget import BudgetPolicy
 from proxy.core.corrections import CorrectionPolicy
 from proxy.core.models import ModelOverride, TokenizerSpec
+from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
 from proxy.errors import ConfigError
@@ -124,6 +125,9 @@ class TrimSettings(Section):
     overflow: Literal["reject", "forward"] = "reject"
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # A short factual system note in a trimmed chat request: "12 earlier messages, 8,412 tokens, were
+    # removed to fit the context window", so the model knows its history is partial.
+    budget_note: bool = False
 
     @model_validator(mode="after")
     def _builds(self) -> TrimSettings:
@@ -324,7 +328,10 @@ class Settings(Section):
     @cached_property
     def trim_policy(self) -> TrimPolicy:
         pipeline = build_pipeline(self.trim.pipeline, self.trim.options)
-        return TrimPolicy(budget=self.budget.policy, pipeline=pipeline, overflow=self.trim.overflow)
+        compaction = CompactionPolicy(budget_note=self.trim.budget_note)
+        return TrimPolicy(
+            budget=self.budget.policy, pipeline=pipeline, overflow=self.trim.overflow, compaction=compaction
+        )
 
     def mode_for_override(self, override: ModelOverride | None) -> Mode:
         for entry in self.models.overrides:

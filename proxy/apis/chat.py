@@ -7,10 +7,12 @@ trimmed body, which the core already built with every other field kept.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from proxy.apis.base import Adapter, Changes, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
 from proxy.core.plan import InvalidBody, validate_body
+from proxy.core.trim import Removal
 
 
 class ChatAdapter(Adapter):
@@ -34,6 +36,11 @@ class ChatAdapter(Adapter):
             reserve_field=reserve,
             reserve_view_field=reserve,
         )
+
+    def render(self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal]) -> dict[str, Any]:
+        """The core trimmed the body itself, every other field kept, and may have added messages
+        (the budget note): the trimmed body is the answer."""
+        return dict(trimmed)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

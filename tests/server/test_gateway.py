@@ -9,7 +9,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.server.conftest import long_conversation
+from tests.server.conftest import gateway_settings, long_conversation
 
 
 def sdk(proxy, **kwargs) -> openai.AsyncOpenAI:
@@ -198,3 +198,13 @@ class TestHealthAndMetrics:
         async with aiohttp.ClientSession() as session, session.get(proxy.make_url("/metrics")) as r:
             text = await r.text()
         assert "made-up" not in text
+
+
+class TestBudgetNote:
+    async def test_a_trimmed_chat_request_carries_a_factual_note_when_the_operator_asks(self, start_proxy, upstream):
+        proxy = await start_proxy(gateway_settings(upstream.url, trim={"budget_note": True}))
+        raw = await sdk(proxy).chat.completions.with_raw_response.create(model="gpt-4", messages=long_conversation())
+        sent = upstream.received[-1].json()["messages"]
+        notes = [m for m in sent if m["role"] == "system" and "removed to fit the context window" in m["content"]]
+        assert len(notes) == 1 and sent[0]["content"] == "You are a patient tutor."
+        assert int(raw.headers["x-context-guard-tokens-after"]) <= int(raw.headers["x-context-guard-budget"])
