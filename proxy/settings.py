@@ -120,6 +120,17 @@ class BudgetSettings(Section):
         return self
 
 
+class SummariserSettings(Section):
+    """The model that writes summaries of dropped history, through one of the configured upstreams."""
+
+    upstream: str
+    model: Annotated[str, Field(min_length=1)]
+    deadline_seconds: PositiveFloat = 10.0
+    max_response_bytes: Annotated[int, Field(ge=1024)] = 65_536
+    max_input_chars: Annotated[int, Field(ge=1000)] = 200_000
+    cache_entries: Annotated[int, Field(ge=1)] = 1024
+
+
 class TrimSettings(Section):
     mode: Mode = "enforce"
     overflow: Literal["reject", "forward"] = "reject"
@@ -128,6 +139,20 @@ class TrimSettings(Section):
     # A short factual system note in a trimmed chat request: "12 earlier messages, 8,412 tokens, were
     # removed to fit the context window", so the model knows its history is partial.
     budget_note: bool = False
+    # Summarise what was dropped with a model of its own and put the summary in its place (chat
+    # completions; off by default). Summaries are cached by the span they replace, so the next turns
+    # reuse the same text and the same cached prefix; a slow, failing or oversized one falls back to
+    # plain dropping.
+    summarize_dropped: bool = False
+    summary_share: Annotated[float, Field(gt=0, lt=0.5)] = 0.1
+    summary_max_tokens: Annotated[int, Field(ge=50)] = 1000
+    summariser: SummariserSettings | None = None
+
+    @model_validator(mode="after")
+    def _summariser_named(self) -> TrimSettings:
+        if self.summarize_dropped and self.summariser is None:
+            raise ValueError("trim.summariser: is required when trim.summarize_dropped is true")
+        return self
 
     @model_validator(mode="after")
     def _builds(self) -> TrimSettings:
@@ -319,6 +344,10 @@ class Settings(Section):
     def _routes_name_upstreams(self) -> Settings:
         if not self.routes:
             object.__setattr__(self, "routes", (Route(match="*", upstream=next(iter(self.upstreams))),))
+        summariser = self.trim.summariser
+        if summariser is not None and summariser.upstream not in self.upstreams:
+            known = ", ".join(self.upstreams)
+            raise ValueError(f"trim.summariser.upstream: {summariser.upstream!r} is not one of the upstreams: {known}")
         for i, route in enumerate(self.routes):
             if route.upstream not in self.upstreams:
                 known = ", ".join(self.upstreams)
@@ -328,7 +357,13 @@ class Settings(Section):
     @cached_property
     def trim_policy(self) -> TrimPolicy:
         pipeline = build_pipeline(self.trim.pipeline, self.trim.options)
-        compaction = CompactionPolicy(budget_note=self.trim.budget_note)
+        trim = self.trim
+        compaction = CompactionPolicy(
+            budget_note=trim.budget_note,
+            summarize_dropped=trim.summarize_dropped,
+            summary_share=trim.summary_share,
+            summary_max_tokens=trim.summary_max_tokens,
+        )
         return TrimPolicy(
             budget=self.budget.policy, pipeline=pipeline, overflow=self.trim.overflow, compaction=compaction
         )

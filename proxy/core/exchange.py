@@ -86,6 +86,12 @@ class Attempts:
             return Reject(plan)
         return Forward(result.body if result.changed else None, plan, self.attempt)
 
+    def revised(self, plan: Plan) -> Forward | Reject:
+        """The current attempt re-decided on `plan` (the same request, now with the summary of what
+        was dropped put in its place)."""
+        self.plan = plan
+        return self._decide(plan)
+
     def upstream_failed(self, status: int, error_body: bytes, sent: bytes) -> Decision:
         """The upstream answered `status` >= 400 with `error_body` to the bytes `sent`."""
         plan = self.plan

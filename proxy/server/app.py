@@ -15,6 +15,7 @@ One catch-all route then dispatches on the canonical path.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
@@ -26,6 +27,7 @@ from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.guard import Guard
 from proxy.logging import get_logger
 from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
+from proxy.server.compaction import Summariser, SummariserOptions
 from proxy.server.credentials import UpstreamAuth, holds_client_key
 from proxy.server.handlers import GATEWAY, RECORD, Gateway, guarded, metrics, passthrough
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
@@ -104,9 +106,37 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False) as session:
         gateway.session = session
+        gateway.summariser = summariser(gateway.settings, session)
         yield
-        gateway.session = None
+        gateway.session = gateway.summariser = None
     await app[GATEWAY].store.close()
+
+
+def summariser(
+    settings: Settings, session: aiohttp.ClientSession, env: Mapping[str, str] | None = None
+) -> Summariser | None:
+    """The summariser `trim.summariser` names, calling its upstream's chat endpoint with that
+    upstream's key; None when summaries are off."""
+    options = settings.trim.summariser
+    if not settings.trim.summarize_dropped or options is None:
+        return None
+    upstream = settings.upstreams[options.upstream]
+    env = os.environ if env is None else env
+    headers = dict(upstream.headers)
+    if upstream.api_key_env and env.get(upstream.api_key_env):
+        headers["Authorization"] = f"Bearer {env[upstream.api_key_env]}"
+    return Summariser(
+        SummariserOptions(
+            url=f"{upstream.base_url}/chat/completions",
+            model=options.model,
+            headers=headers,
+            deadline_seconds=options.deadline_seconds,
+            max_response_bytes=options.max_response_bytes,
+            max_input_chars=options.max_input_chars,
+            cache_entries=options.cache_entries,
+        ),
+        session,
+    )
 
 
 def request_id_of(given: str | None) -> str:

@@ -26,11 +26,13 @@ from proxy.apis.base import InvalidRequest, Parsed
 from proxy.apis.registry import AdapterRegistry, Endpoint
 from proxy.chat_body import check_chat_body
 from proxy.codec import dumps, loads
+from proxy.core.compaction import summary_request, with_summary
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
 from proxy.core.plan import InvalidBody, Plan
 from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, HTTPRefusal, ModelNotRouted
 from proxy.guard import Guard
 from proxy.server import body as request_body
+from proxy.server.compaction import Summariser
 from proxy.server.credentials import UpstreamAuth, without_client_keys
 from proxy.server.metrics import Metrics
 from proxy.server.paths import PATH_ROUTE, upstream_url
@@ -68,6 +70,7 @@ class Gateway:
     apis: AdapterRegistry = field(default_factory=AdapterRegistry)
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
+    summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
 
     @property
     def corrections(self) -> SharedCorrections:
@@ -114,6 +117,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     )
     decision = await asyncio.to_thread(attempts.start) if large else attempts.start()
     while True:
+        decision = await _summarised(gw, endpoint, parsed, attempts, decision)
         record.plan, record.attempts = attempts.plan, attempts.attempt
         if isinstance(decision, Reject):
             record.outcome = "rejected"
@@ -139,6 +143,22 @@ async def guarded(request: web.Request) -> web.StreamResponse:
             if isinstance(following, Relay):
                 return _buffered(response, error_body, extra)
         decision = following
+
+
+async def _summarised(
+    gw: Gateway, endpoint: Endpoint, parsed: Parsed, attempts: Attempts, decision: Forward | Reject
+) -> Forward | Reject:
+    """With `trim.summarize_dropped`, the decision re-made with a summary of what was dropped in its
+    place (produced by the summariser, or reused from its cache); as it was when there is none."""
+    plan = decision.plan if isinstance(decision, Forward) else None
+    if gw.summariser is None or plan is None or plan.counter is None or endpoint.api != "chat":
+        return decision
+    request = summary_request(parsed.chat, plan.result)
+    if request is None:
+        return decision
+    outcome = await gw.summariser.summarise(request)
+    result = with_summary(plan.result, request, outcome.text, outcome.status, plan.counter)
+    return attempts.revised(dataclasses.replace(plan, result=result))
 
 
 def _parse(endpoint: Endpoint, raw: bytes, request: web.Request) -> Parsed:

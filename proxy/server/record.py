@@ -192,6 +192,14 @@ def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, An
             count_ms=round(plan.count_seconds * 1000, 2),
             trim_ms=round(plan.trim_seconds * 1000, 2),
         )
+    if record.plan is not None:
+        result = record.plan.result
+        if result.cut is not None:
+            details["cut"] = result.cut.to_dict()
+        if result.summary is not None:
+            details["summary"] = result.summary.to_dict()
+        if result.note_tokens:
+            details["note_tokens"] = result.note_tokens
     if record.applied_correction is not None:
         details["applied_correction"] = record.applied_correction.to_dict()
     if record.learned_correction is not None:
