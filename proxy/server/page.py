@@ -306,7 +306,8 @@ def _decisions_table(rows: list[Decision]) -> str:
         return '<p class=empty id="no-decisions">No decisions match.</p>'
     head = (
         "<table id=decisions><thead><tr><th>time (UTC)</th><th>request id</th><th>model</th><th>outcome</th>"
-        "<th>status</th><th>tokens before → after / budget</th><th>removed</th></tr></thead><tbody>"
+        "<th>status</th><th>tokens before → after / budget<div class=legend><i class=lb></i>before "
+        "<i class=la></i>after <i class=lg></i>budget</div></th><th>removed</th></tr></thead><tbody>"
     )
     return head + "".join(_decision_row(d) for d in rows) + "</tbody></table>"
 
@@ -422,7 +423,10 @@ background:#eef0f4;color:#4a5361}
 td.tokens{min-width:240px}
 .bar{position:relative;height:12px;background:#eef0f4;border-radius:3px;overflow:hidden;margin-top:3px}
 .bar span{position:absolute;top:0;bottom:0;left:0}.bar .before{background:#c9d6f2}.bar .after{background:#2f6fdf}
-.bar.over .after{background:#d64545}.bar .budget{width:2px;background:#1d2430}
+.bar.over .after{background:#d64545}.bar .after{min-width:2px}
+.bar .budget{width:2px;margin-left:-2px;background:#1d2430}
+.legend{font-weight:400;margin-top:2px}.legend i{display:inline-block;width:10px;height:8px;margin:0 3px 0 6px}
+.legend .lb{background:#c9d6f2}.legend .la{background:#2f6fdf}.legend .lg{width:2px;background:#1d2430}
 .figures{font-size:12px;color:#4a5361;font-variant-numeric:tabular-nums;margin-top:2px}
 td.removed ul{margin:2px 0 0;padding-left:16px;font-size:12px}.total{font-size:12px;font-weight:600}
 .strategy{font-family:ui-monospace,Menlo,Consolas,monospace;color:#5a6473}
