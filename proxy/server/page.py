@@ -65,6 +65,7 @@ class Decision:
     by_strategy: dict[str, dict[str, int]] = field(default_factory=dict)
     removed: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    corrected_window: int | None = None  # the window an upstream's count taught, learned or applied here
     total_ms: float = 0.0
 
     @classmethod
@@ -75,6 +76,7 @@ class Decision:
             rest = runs[MAX_RUNS - 1 :]
             tokens = sum(int(run.get("tokens", 0)) for run in rest)
             runs = [*runs[: MAX_RUNS - 1], {"what": f"{len(rest)} more runs", "tokens": tokens}]
+        correction = record.learned_correction or record.applied_correction
         return cls(
             at=record.at,
             request_id=record.request_id,
@@ -93,6 +95,7 @@ class Decision:
             by_strategy=head.get("by_strategy", {}),
             removed=tuple(runs),
             notes=tuple(record.notes),
+            corrected_window=correction.window if correction is not None else None,
             total_ms=record.total_ms,
         )
 
@@ -318,14 +321,17 @@ def _decision_row(d: Decision) -> str:
         model += f"<div class=minor>served as {_e(d.served_model)}</div>"
     if d.upstream:
         model += f"<div class=minor>via {_e(d.upstream)}</div>"
-    notes = "".join(f" <span class=note>{_e(n)}</span>" for n in d.notes)
+    chips = [_e(n) for n in d.notes]
+    if d.corrected_window is not None:
+        chips.append(f"corrected window {d.corrected_window:,}")
+    notes = f"<div>{''.join(f'<span class=note>{chip}</span>' for chip in chips)}</div>" if chips else ""
     filter_link = f"{PAGE_PATH}?{urlencode({'request_id': d.request_id})}"
     return (
         f'<tr class="decision outcome-{_e(d.outcome)}" data-request-id="{_e(d.request_id)}">'
         f'<td class=time><time datetime="{iso_time(d.at)}">{_e(iso_time(d.at)[:19].replace("T", " "))}</time></td>'
         f'<td class=rid><a href="{_e(filter_link)}">{_e(d.request_id)}</a></td>'
         f"<td class=model>{model}</td>"
-        f'<td><span class="badge {_e(d.outcome)}">{_e(d.outcome)}</span>{notes}</td>'
+        f'<td class=outcome><span class="badge {_e(d.outcome)}">{_e(d.outcome)}</span>{notes}</td>'
         f"<td class=num>{d.status}</td>"
         f"<td class=tokens>{_bar(d)}</td>"
         f"<td class=removed>{_removed(d)}</td></tr>"
@@ -418,9 +424,9 @@ td.time,td.rid{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monosp
 .badge.trimmed{background:#fdf0d2;color:#8a5a00}.badge.rejected,.badge.failed{background:#fbe0e0;color:#a11d1d}
 .badge.unchanged,.badge.forwarded{background:#dff3e4;color:#1d6b34}
 .badge.forwarded_over_budget{background:#fbe0e0;color:#a11d1d}
-.note{display:inline-block;margin-left:4px;padding:0 6px;border-radius:8px;font-size:11px;
+.note{display:inline-block;margin:3px 4px 0 0;padding:0 6px;border-radius:8px;font-size:11px;
 background:#eef0f4;color:#4a5361}
-td.tokens{min-width:240px}
+td.tokens{min-width:240px}td.model{min-width:120px}td.outcome{max-width:190px}
 .bar{position:relative;height:12px;background:#eef0f4;border-radius:3px;overflow:hidden;margin-top:3px}
 .bar span{position:absolute;top:0;bottom:0;left:0}.bar .before{background:#c9d6f2}.bar .after{background:#2f6fdf}
 .bar.over .after{background:#d64545}.bar .after{min-width:2px}

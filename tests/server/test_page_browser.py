@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import html.parser
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from typing import Any
 import pytest
 
 from proxy.server.page import PAGE_PATH
-from tests.server.test_page import SECRET_WORDS, make_traffic
+from tests.server.conftest import long_conversation
+from tests.server.test_page import SECRET_WORDS, chat, make_traffic
 
 pytestmark = pytest.mark.components
 
@@ -66,7 +68,7 @@ class VisibleRows(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[list[str]] = []
-        self.bars = 0
+        self.bars: list[dict[str, float]] = []  # per bar: the widths of before and after, the budget's offset, in %
         self._cell: list[str] | None = None
         self._in_decisions = False
 
@@ -79,7 +81,9 @@ class VisibleRows(html.parser.HTMLParser):
         elif self._in_decisions and tag == "td" and self.rows:
             self._cell = []
         elif tag == "div" and "bar" in classes:
-            self.bars += 1
+            self.bars.append({})
+        elif tag == "span" and self.bars and classes and classes[0] in ("before", "after", "budget"):
+            self.bars[-1][classes[0]] = float(re.findall(r"([\d.]+)%", dict(attrs).get("style") or "")[0])
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "td" and self._cell is not None and self.rows:
@@ -113,7 +117,12 @@ class TestThePageInABrowser:
         seen = visible_rows(dom)
         assert [row[1] for row in seen.rows] == list(reversed(expected))  # request ids, newest first
         assert [row[3].split()[0] for row in seen.rows] == list(reversed(expected.values()))  # outcomes
-        assert seen.bars == 5 and SECRET_WORDS not in dom
+        assert len(seen.bars) == 5 and SECRET_WORDS not in dom
+        for row, bar in zip(seen.rows, seen.bars, strict=True):
+            if row[3] == "trimmed":  # the solid part is shorter than the pale one and ends before the budget line
+                assert bar["after"] < bar["before"] == 100.0 and bar["after"] <= bar["budget"]
+            if row[3] == "rejected":
+                assert bar["after"] == bar["before"] == 100.0 > bar["budget"]
         trimmed = seen.rows[-1]
         assert "→" in trimmed[5] and "/ 6,554" in trimmed[5]  # before → after / budget, for gpt-4
         assert "drop_oldest_turns" in trimmed[6] and "removed" in trimmed[6]
@@ -124,8 +133,12 @@ class TestThePageInABrowser:
         seen = visible_rows(await run_chromium(tmp_path / "profile", "--dump-dom", url))
         assert [(row[1], row[3]) for row in seen.rows] == [("trim-2", "trimmed"), ("trim-1", "trimmed")]
 
-    async def test_a_screenshot_is_kept_for_a_person_to_look_at(self, proxy: Any, tmp_path: Path) -> None:
+    async def test_a_screenshot_is_kept_for_a_person_to_look_at(
+        self, proxy: Any, upstream: Any, tmp_path: Path
+    ) -> None:
         await make_traffic(proxy)
+        upstream.limit = 6000  # the upstream counts higher than we do: the proxy learns a tighter window
+        assert await chat(proxy, {"model": "gpt-4", "messages": long_conversation()}, "corrected-1") == 200
         screenshot = tmp_path / "recent-decisions.png"
         await run_chromium(tmp_path / "profile", f"--screenshot={screenshot}", str(proxy.make_url(PAGE_PATH)))
         data = screenshot.read_bytes()
