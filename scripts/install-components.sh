@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs the real components the `components` tests start on loopback: redis-server and haproxy,
 # from the system's packages, only when they are missing (so running it twice costs nothing).
+# Also chromium (the page of recent decisions, opened headless) and jq (the README's log one-liners).
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)  # a font, or the screenshot shows boxes
+command -v jq >/dev/null 2>&1 || missing+=(jq)
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-components: redis-server and haproxy are installed"
+  echo "install-components: redis-server, haproxy, chromium and jq are installed"
   exit 0
 fi
 
@@ -24,3 +27,5 @@ for service in redis-server haproxy; do
 done
 redis-server --version
 haproxy -v | head -n 1
+chromium --version
+jq --version

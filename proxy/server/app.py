@@ -33,6 +33,7 @@ from proxy.server.handlers import GATEWAY, RECORD, Gateway, guarded, metrics, pa
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
 from proxy.server.lifecycle import install_drain, track_requests
 from proxy.server.metrics import Metrics
+from proxy.server.page import PAGE_HANDLERS, RECENT, RecentDecisions, install_page, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.record import RequestRecord, log_event
 from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
@@ -47,6 +48,7 @@ LOCAL_HANDLERS: Mapping[str, Handler] = {
     "/livez": livez,
     "/readyz": readyz,
     "/metrics": metrics,
+    **PAGE_HANDLERS,
 }
 ANTHROPIC_SHAPED = frozenset({"messages", "count_tokens"})
 
@@ -86,6 +88,7 @@ def create_app(settings: Settings, guard: Guard | None = None) -> web.Applicatio
     app.cleanup_ctx.append(_upstream_session)
     upstreams = {name: upstream.base_url for name, upstream in settings.upstreams.items()}
     install_health(app, Health(Reachability(upstreams, settings.readiness), settings.source))
+    install_page(app, settings.page.size)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
 
@@ -181,11 +184,12 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(GuardError("internal error in context-guard"), record)
     finally:
         record.finish(status)
-        _write(request.app[GATEWAY], record)
+        _write(request.app[GATEWAY], record, request.app[RECENT])
 
 
-def _write(gateway: Gateway, record: RequestRecord) -> None:
-    """The request's one log line and its metrics; a failure here must never lose the line."""
+def _write(gateway: Gateway, record: RequestRecord, recent: RecentDecisions) -> None:
+    """The request's one log line, its metrics and its row on the page; a failure here must never
+    lose the line."""
     try:
         gateway.metrics.observe(record)
     except Exception:  # metrics are best effort; the log line below is not
@@ -194,6 +198,7 @@ def _write(gateway: Gateway, record: RequestRecord) -> None:
         return  # probes every few seconds would drown the request log
     event = log_event(record, gateway.settings.log.max_line_bytes)
     (gateway.log.warning if record.is_warning else gateway.log.info)("request", **event)
+    recent.add(record)
 
 
 def error_response(error: GuardError, record: RequestRecord) -> web.Response:
@@ -249,6 +254,7 @@ async def client_keys(request: web.Request, handler: Handler) -> web.StreamRespo
     keys = settings.server.client_keys
     path = request[PATH_ROUTE].path.value
     open_path = path in HEALTH_PATHS or (path == "/metrics" and settings.server.metrics_public)
+    open_path = open_path or is_page_path(path)  # the page checks its own keys (it may have one of its own)
     if keys and not open_path and not holds_client_key(request.headers, keys):
         raise Unauthorized(
             "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key or api-key)"

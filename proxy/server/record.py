@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from proxy.core.corrections import Correction
 from proxy.core.plan import Plan
 from proxy.core.trim import Removal
@@ -221,15 +223,21 @@ def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, An
         event["upstream_ms"] = round(record.upstream_ms, 2)
     event["total_ms"] = record.total_ms
     if record.removals:
-        event["removed"] = _bounded(folded_removals(record.removals, record.previews), max_line_bytes)
+        # The rest of the line as it will be written, plus what the logger adds (event, level, timestamp).
+        rest = len(orjson.dumps(event, default=str)) + LOGGER_FIELDS_BYTES
+        event["removed"] = _bounded(folded_removals(record.removals, record.previews), max_line_bytes - rest)
     return event
 
 
+LOGGER_FIELDS_BYTES = 160  # `"removed":[...]`, `"event":"request"`, the level, the timestamp, a worker number
+FOLDED_NOTE_BYTES = 60  # {"what":"999 more runs","tokens":123456789}
+
+
 def _bounded(entries: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
-    """At most as many entries as fit in about `max_bytes / 2` of JSON, then a note of the rest."""
-    budget, used, kept = max_bytes // 2, 0, []
+    """As many entries as fit in `max_bytes` of JSON with room for a note of the rest, then that note."""
+    budget, used, kept = max_bytes - FOLDED_NOTE_BYTES, 0, []
     for i, entry in enumerate(entries):
-        size = sum(len(str(k)) + len(str(v)) + 6 for k, v in entry.items()) + 2
+        size = len(orjson.dumps(entry, default=str)) + 1
         if used + size > budget:
             rest = entries[i:]
             kept.append({"what": f"{len(rest)} more runs", "tokens": sum(int(e.get("tokens", 0)) for e in rest)})
