@@ -150,7 +150,7 @@ def _load(args: argparse.Namespace) -> _Request:
     if isinstance(data, list):
         data = {"messages": data}
         notes.append('the file holds a list of messages; read as {"messages": [...]}')
-    registry = AdapterRegistry()
+    registry = AdapterRegistry(settings.apis.completions.options)
     adapter = registry.by_name(args.api) if args.api else registry.detect(data)
     if adapter.name == "chat":  # every field the core reads, type-checked as the proxy does
         check_chat_body(data, require_model=False)

@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from proxy.apis.completions import CompletionsOptions
 from proxy.config_errors import config_error, expand_environment
 from proxy.core.budget import BudgetPolicy
 from proxy.core.corrections import CorrectionPolicy
@@ -305,6 +306,19 @@ class ReadinessSettings(Section):
         return self
 
 
+class CompletionsSettings(Section):
+    overflow: Literal["cut", "reject"] = "cut"  # a legacy prompt over budget: cut its middle, or refuse it
+    min_prompt_tokens: Annotated[int, Field(ge=0)] = 256  # a cut never leaves the prompt shorter than this
+
+    @property
+    def options(self) -> CompletionsOptions:
+        return CompletionsOptions(self.overflow, self.min_prompt_tokens)
+
+
+class ApisSettings(Section):
+    completions: CompletionsSettings = CompletionsSettings()
+
+
 class PageSettings(Section):
     enabled: bool = True  # GET /context-guard/recent: the last decisions, no content ever
     size: Annotated[int, Field(ge=1, le=100_000)] = 500
@@ -332,6 +346,7 @@ class Settings(Section):
     state: StateOptions = StateOptions()
     readiness: ReadinessSettings = ReadinessSettings()
     page: PageSettings = PageSettings()
+    apis: ApisSettings = ApisSettings()
 
     @field_validator("upstreams", mode="before")
     @classmethod
@@ -348,6 +363,9 @@ class Settings(Section):
         if summariser is not None and summariser.upstream not in self.upstreams:
             known = ", ".join(self.upstreams)
             raise ValueError(f"trim.summariser.upstream: {summariser.upstream!r} is not one of the upstreams: {known}")
+        serving = self.upstreams[summariser.upstream] if summariser is not None else None
+        if serving is not None and (not serving.serves("chat") or serving.kind == "azure"):
+            raise ValueError("trim.summariser.upstream: must serve chat completions at base_url/chat/completions")
         for i, route in enumerate(self.routes):
             if route.upstream not in self.upstreams:
                 known = ", ".join(self.upstreams)
@@ -377,7 +395,18 @@ class Settings(Section):
     def with_upstream_url(self, url: str) -> Settings:
         """The `--upstream` flag: every route goes to one upstream at `url`, whose kind is unknown."""
         upstream = UpstreamSettings(name="cli", base_url=url, kind="generic")
-        return self.model_copy(update={"upstreams": {"cli": upstream}, "routes": (Route(match="*", upstream="cli"),)})
+        return self.revalidated(upstreams={"cli": upstream}, routes=(Route(match="*", upstream="cli"),))
+
+    def revalidated(self, **changes: Any) -> Settings:
+        """These settings with `changes`, validated whole again (a summariser naming an upstream
+        that is gone is an error, not a crash later)."""
+        plain = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in changes.items()}
+        data = {**self.model_dump(), **plain}
+        data["upstreams"] = {
+            name: u.model_dump() if isinstance(u, BaseModel) else u for name, u in data["upstreams"].items()
+        }
+        data["routes"] = [r.model_dump() if isinstance(r, BaseModel) else r for r in data["routes"]]
+        return Settings.model_validate({**data, "source": self.source})
 
     def with_server(self, **changes: Any) -> Settings:
         """Command-line flags (`--host`, `--port`, ...) over the file's server section, validated."""

@@ -140,3 +140,14 @@ class TestSafeWhenExposed:
             load_settings(docker, env={})
         settings = load_settings(docker, env={"CONTEXT_GUARD_KEY": "cg"})
         assert settings.with_server(host="0.0.0.0").exposure_problem({"OPENAI_API_KEY": "sk"}) is None
+
+
+class TestSummariserSettings:
+    def test_the_summariser_must_name_a_configured_upstream_that_serves_chat(self):
+        with pytest.raises(ConfigError, match="trim.summariser.upstream: 'nope' is not one of the upstreams"):
+            load({"trim": {"summarize_dropped": True, "summariser": {"upstream": "nope", "model": "m"}}})
+
+    def test_sending_everything_elsewhere_with_the_upstream_flag_is_checked_again(self):
+        settings = load({"trim": {"summarize_dropped": True, "summariser": {"upstream": "openai", "model": "m"}}})
+        with pytest.raises(ValueError, match="'openai' is not one of the upstreams: cli"):
+            settings.with_upstream_url("http://127.0.0.1:8000/v1")

@@ -81,6 +81,7 @@ ERROR_TYPES = {
     429: "rate_limit_error",
     500: "api_error",
     502: "api_error",
+    503: "overloaded_error",
     504: "api_error",
     529: "overloaded_error",
 }

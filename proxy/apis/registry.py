@@ -167,7 +167,7 @@ def _has_anthropic_blocks(messages: object) -> bool:
     for message in messages:
         content = message.get("content") if isinstance(message, Mapping) else None
         if isinstance(content, list) and any(
-            isinstance(b, Mapping) and (b.get("type") in _ANTHROPIC_BLOCKS or b.get("type") == "image") for b in content
+            isinstance(b, Mapping) and str(b.get("type")) in _ANTHROPIC_BLOCKS | {"image"} for b in content
         ):
             return True
     return False

@@ -285,7 +285,7 @@ def _part(part: object, where: str) -> dict[str, Any]:
 
 def _write_item(item: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """`item` with the text that trimming shortened in its view message (`old` -> `new`)."""
-    key = "output" if item.get("type") in OUTPUT_TYPES else "content"
+    key = "output" if str(item.get("type")) in OUTPUT_TYPES else "content"
     original = item.get(key)
     content = new.get("content")
     if isinstance(content, str):
@@ -303,7 +303,7 @@ def _write_item(item: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[st
         if text is None:
             continue
         before = parts[j]
-        if isinstance(before, Mapping) and before.get("type") in TEXT_PART_TYPES:
+        if isinstance(before, Mapping) and str(before.get("type")) in TEXT_PART_TYPES:
             parts[j] = {**before, "text": text}
         else:  # an image or file replaced by a marker
             parts[j] = {"type": "output_text" if assistant else "input_text", "text": text}

@@ -15,7 +15,6 @@ One catch-all route then dispatches on the canonical path.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
@@ -53,20 +52,33 @@ LOCAL_HANDLERS: Mapping[str, Handler] = {
 ANTHROPIC_SHAPED = frozenset({"messages", "count_tokens"})
 
 
-def build_gateway(settings: Settings, guard: Guard | None = None) -> Gateway:
+def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gateway | None = None) -> Gateway:
+    """Everything the handlers share, from `settings`. On a reload (`previous`), the metrics (their
+    counters go on), the upstream session and the learned state (unless `state.*` changed) carry over;
+    the rest is built anew."""
     guard = guard or Guard(settings)
-    log = get_logger()
-    store = open_store(settings.state, log)
-    return Gateway(
+    log = previous.log if previous is not None else get_logger()
+    keep_store = previous is not None and previous.settings.state == settings.state
+    store = previous.store if previous is not None and keep_store else open_store(settings.state, log)
+    if previous is not None:
+        metrics = previous.metrics
+        metrics.model_label, metrics.state_status = guard.model_label, store.status
+    else:
+        metrics = Metrics(guard.model_label, store.status)
+    gateway = Gateway(
         settings=settings,
         guard=guard,
         router=Router(settings),
         auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
-        metrics=Metrics(guard.model_label, store.status),
+        metrics=metrics,
         log=log,
-        apis=AdapterRegistry(),
+        apis=AdapterRegistry(settings.apis.completions.options),
         store=store,
     )
+    if previous is not None and previous.session is not None:
+        gateway.session = previous.session
+        gateway.summariser = open_summariser(settings, previous.session)
+    return gateway
 
 
 def create_app(settings: Settings, guard: Guard | None = None) -> web.Application:
@@ -109,36 +121,31 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False) as session:
         gateway.session = session
-        gateway.summariser = summariser(gateway.settings, session)
+        gateway.summariser = open_summariser(gateway.settings, session)
         yield
-        gateway.session = gateway.summariser = None
+        current = app[GATEWAY]  # a reload may have replaced the gateway the session was opened with
+        current.session = current.summariser = None
     await app[GATEWAY].store.close()
 
 
-def summariser(
-    settings: Settings, session: aiohttp.ClientSession, env: Mapping[str, str] | None = None
-) -> Summariser | None:
-    """The summariser `trim.summariser` names, calling its upstream's chat endpoint with that
-    upstream's key; None when summaries are off."""
+def open_summariser(settings: Settings, session: aiohttp.ClientSession) -> Summariser | None:
+    """The summariser `trim.summariser` names, calling its upstream's chat endpoint (credentials are
+    added per call, from that upstream's own auth); None when summaries are off."""
     options = settings.trim.summariser
     if not settings.trim.summarize_dropped or options is None:
         return None
     upstream = settings.upstreams[options.upstream]
-    env = os.environ if env is None else env
-    headers = dict(upstream.headers)
-    if upstream.api_key_env and env.get(upstream.api_key_env):
-        headers["Authorization"] = f"Bearer {env[upstream.api_key_env]}"
     return Summariser(
         SummariserOptions(
             url=f"{upstream.base_url}/chat/completions",
             model=options.model,
-            headers=headers,
             deadline_seconds=options.deadline_seconds,
             max_response_bytes=options.max_response_bytes,
             max_input_chars=options.max_input_chars,
             cache_entries=options.cache_entries,
         ),
         session,
+        upstream=upstream.name,
     )
 
 
@@ -165,7 +172,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         if status == CLIENT_CLOSED:
             record.client_disconnected = True
             raise
-        return error_response(exc, record)
+        return error_response(exc, record, gateway.apis)
     except web.HTTPException as exc:  # aiohttp's own: 413 while reading, ...
         error: GuardError
         if isinstance(exc, web.HTTPRequestEntityTooLarge):
@@ -173,7 +180,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         else:
             error = HTTPRefusal(exc.reason or "request failed", exc.status)
         record.error, status = error.code, error.status
-        return error_response(error, record)
+        return error_response(error, record, gateway.apis)
     except (ConnectionResetError, asyncio.CancelledError):  # the client went away (handler cancellation)
         status = CLIENT_CLOSED
         record.client_disconnected = True
@@ -181,7 +188,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception:
         gateway.log.exception("unhandled_error", request_id=record.request_id, path=record.path)
         record.error = "internal_error"
-        return error_response(GuardError("internal error in context-guard"), record)
+        return error_response(GuardError("internal error in context-guard"), record, gateway.apis)
     finally:
         record.finish(status)
         _write(request.app[GATEWAY], record, request.app[RECENT])
@@ -201,36 +208,20 @@ def _write(gateway: Gateway, record: RequestRecord, recent: RecentDecisions) -> 
     recent.add(record)
 
 
-def error_response(error: GuardError, record: RequestRecord) -> web.Response:
+def error_response(error: GuardError, record: RequestRecord, apis: AdapterRegistry) -> web.Response:
     """`error` in the shape of the API the request spoke (Anthropic's for Messages, else OpenAI's)."""
-    message = error.message
-    if error.status >= 500 and record.request_id not in message:  # what the operator's log is searched by
-        message = f"{message} (request id {record.request_id})"
+    if error.status >= 500 and record.request_id not in error.message:  # what the operator's log is searched by
+        error.message = f"{error.message} (request id {record.request_id})"
     if record.kind in ANTHROPIC_SHAPED:
-        body = {"type": "error", "error": {"type": _anthropic_type(error.status), "message": message}}
+        body = apis.messages.error_body(error.status, error.error_type, error.message, error.param)
     else:
-        body = {"error": {"message": message, "type": error.error_type, "param": error.param, "code": error.code}}
+        body = error.to_openai()
     response = web.json_response(body, status=error.status)
     response.headers.update(error.headers)
     response.headers["x-request-id"] = record.request_id
     if error.status in (408, 413):  # the rest of the body was never read: this connection cannot be reused
         response.force_close()
     return response
-
-
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-}
-
-
-def _anthropic_type(status: int) -> str:
-    return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
 
 @web.middleware

@@ -62,13 +62,16 @@ class SummaryOutcome:
 class Summariser:
     """Summaries of dropped spans, through `session`, cached by span hash (LRU, `cache_entries`)."""
 
-    def __init__(self, options: SummariserOptions, session: aiohttp.ClientSession) -> None:
+    def __init__(self, options: SummariserOptions, session: aiohttp.ClientSession, upstream: str = "") -> None:
         self.options = options
         self.session = session
+        self.upstream = upstream  # the configured upstream it calls, whose credentials each call carries
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._pending: dict[str, asyncio.Future[SummaryOutcome]] = {}
 
-    async def summarise(self, request: SummaryRequest) -> SummaryOutcome:
+    async def summarise(self, request: SummaryRequest, headers: Mapping[str, str] | None = None) -> SummaryOutcome:
+        """The summary of `request`'s span: from the cache, from a call already under way for the
+        same span, or from a new call sent with `headers` (the upstream's credentials) as well."""
         key = request.span_hash
         cached = self._cache.get(key)
         if cached is not None:
@@ -81,7 +84,7 @@ class Summariser:
         future: asyncio.Future[SummaryOutcome] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
-            outcome = await self._call(request)
+            outcome = await self._call(request, headers or {})
         except BaseException:  # cancelled: the requests waiting on this call go without a summary
             future.set_result(SummaryOutcome(None, "failed"))
             raise
@@ -94,7 +97,7 @@ class Summariser:
                 self._cache.popitem(last=False)
         return outcome
 
-    async def _call(self, request: SummaryRequest) -> SummaryOutcome:
+    async def _call(self, request: SummaryRequest, extra_headers: Mapping[str, str]) -> SummaryOutcome:
         options = self.options
         payload = {
             "model": options.model,
@@ -102,7 +105,8 @@ class Summariser:
             "max_tokens": max(16, request.max_tokens - SUMMARY_OVERHEAD_TOKENS),
             "temperature": 0,
         }
-        headers = {**options.headers, "Accept-Encoding": "identity", "Content-Type": "application/json"}
+        headers = {**options.headers, **extra_headers}
+        headers.update({"Accept-Encoding": "identity", "Content-Type": "application/json"})
         try:
             async with asyncio.timeout(options.deadline_seconds):
                 async with self.session.post(options.url, data=json.dumps(payload), headers=headers) as response:

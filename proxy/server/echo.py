@@ -288,8 +288,7 @@ def _error(status: int, message: str, code: str | None = None, kind: str = "inva
 def with_echo_upstream(settings: Settings, url: str) -> Settings:
     """`settings` with every route sent to the echo upstream at `url` (`serve --upstream echo`)."""
     upstream = UpstreamSettings(name=UPSTREAM_NAME, base_url=url, kind="echo")
-    routes = (Route(upstream=UPSTREAM_NAME),)
-    return settings.model_copy(update={"upstreams": {UPSTREAM_NAME: upstream}, "routes": routes})
+    return settings.revalidated(upstreams={UPSTREAM_NAME: upstream}, routes=(Route(upstream=UPSTREAM_NAME),))
 
 
 @contextlib.asynccontextmanager

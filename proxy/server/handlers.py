@@ -34,6 +34,7 @@ from proxy.guard import Guard
 from proxy.server import body as request_body
 from proxy.server.compaction import Summariser
 from proxy.server.credentials import UpstreamAuth, without_client_keys
+from proxy.server.health import HEALTH
 from proxy.server.metrics import Metrics
 from proxy.server.paths import PATH_ROUTE, upstream_url
 from proxy.server.record import RequestRecord, report_headers
@@ -150,13 +151,15 @@ async def _summarised(
 ) -> Forward | Reject:
     """With `trim.summarize_dropped`, the decision re-made with a summary of what was dropped in its
     place (produced by the summariser, or reused from its cache); as it was when there is none."""
-    plan = decision.plan if isinstance(decision, Forward) else None
+    plan = decision.plan if isinstance(decision, Forward) and decision.body is not None else None
     if gw.summariser is None or plan is None or plan.counter is None or endpoint.api != "chat":
-        return decision
+        return decision  # summaries only replace what an enforced cut dropped
     request = summary_request(parsed.chat, plan.result)
     if request is None:
         return decision
-    outcome = await gw.summariser.summarise(request)
+    upstream = gw.settings.upstreams[gw.summariser.upstream]
+    auth = await gw.auths[upstream.name].header(None, False)
+    outcome = await gw.summariser.summarise(request, dict(request_headers({}, upstream, auth)))
     result = with_summary(plan.result, request, outcome.text, outcome.status, plan.counter)
     return attempts.revised(dataclasses.replace(plan, result=result))
 
@@ -270,6 +273,7 @@ async def _upstream_call(
         pool = request.app[UPSTREAM_POOL]
         async with send(gw.session, upstream, request.method, url, headers, payload, pool) as response:
             record.upstream_status = response.status
+            request.app[HEALTH].reachability.saw(upstream.name)
             yield response
     except GuardError as exc:  # the upstream's failures, as upstream_errors() mapped them
         gw.metrics.upstream_errors.labels(upstream.name, type(exc).__name__).inc()

@@ -24,7 +24,7 @@ import signal
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -32,10 +32,8 @@ from aiohttp import web
 from proxy.errors import ConfigError
 from proxy.guard import Guard
 from proxy.logging import get_logger
-from proxy.server.credentials import UpstreamAuth
 from proxy.server.handlers import GATEWAY
 from proxy.server.health import HEALTH, os_error_reason
-from proxy.server.upstream import Router
 from proxy.settings import Settings
 
 EXIT_OK, EXIT_CANNOT_START = 0, 2
@@ -241,6 +239,26 @@ async def drain(
     }
 
 
+# What a running process reads once, at start: a reload that changes these says so in its log line.
+RESTART_ONLY = (
+    ("server", ("host", "port", "max_body_bytes", "body_timeout_seconds", "max_json_depth", "passthrough",
+                "upstream_connections", "connection_wait_seconds", "workers", "drain_delay_seconds",
+                "shutdown_grace_seconds")),
+    ("log", ("format", "level")),
+    ("page", ("enabled", "size")),
+    ("readiness", ("require_upstreams", "reachable_within_seconds", "probe_interval_seconds", "probe_timeout_seconds")),
+)  # fmt: skip
+
+
+def restart_only_changes(old: Settings, new: Settings) -> list[str]:
+    changed = []
+    for section, keys in RESTART_ONLY:
+        for key in keys:
+            if getattr(getattr(old, section), key) != getattr(getattr(new, section), key):
+                changed.append(f"{section}.{key}")
+    return changed
+
+
 async def reload_config(app: web.Application, load: Callable[[], Settings]) -> bool:
     """SIGHUP: a new Gateway from the config file, or the old one kept. True when it changed."""
     log, old = get_logger(), app[GATEWAY]
@@ -251,13 +269,9 @@ async def reload_config(app: web.Application, load: Callable[[], Settings]) -> b
         reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
         log.error("reload_refused", reason=reason, kept=old.settings.source)
         return False
-    new = replace(
-        old,  # metrics, learned corrections and the upstream session carry over
-        settings=settings,
-        guard=guard,
-        router=Router(settings),
-        auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
-    )
+    from proxy.server.app import build_gateway  # app imports this module: import at call time
+
+    new = build_gateway(settings, guard, previous=old)
     with warnings.catch_warnings():
         # aiohttp deprecates changing a started app's state, as handlers could see it change under
         # them. Each handler reads app[GATEWAY] once, so a request keeps the gateway it began with.
@@ -266,15 +280,9 @@ async def reload_config(app: web.Application, load: Callable[[], Settings]) -> b
     health = app[HEALTH]
     health.config_source = settings.source
     health.reachability.replace_upstreams({name: u.base_url for name, u in settings.upstreams.items()})
-    needs_restart = [
-        key
-        for key, before, after in (
-            ("server.host", old.settings.server.host, settings.server.host),
-            ("server.port", old.settings.server.port, settings.server.port),
-            ("server.max_body_bytes", old.settings.server.max_body_bytes, settings.server.max_body_bytes),
-        )
-        if before != after
-    ]
+    if new.store is not old.store:
+        await old.store.close()
+    needs_restart = restart_only_changes(old.settings, settings)
     log.info(
         "reloaded",
         config=settings.source,

@@ -27,6 +27,7 @@ class Metrics:
         self, model_label: Callable[[str | None], str], state: Callable[[], StateStatus] | None = None
     ) -> None:
         self.model_label = model_label
+        self.state_status = state  # re-pointed when a reload opens another store
         self.registry = CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)
@@ -62,7 +63,7 @@ class Metrics:
             registry=r,
         )
         if state is not None:
-            r.register(_StateCollector(state))
+            r.register(_StateCollector(lambda: self.state_status() if self.state_status else None))
         self.duration = Histogram(
             "context_guard_duration_seconds",
             "Time spent, by phase (count, trim, upstream, total).",
@@ -102,11 +103,13 @@ class Metrics:
 class _StateCollector:
     """The learned-state store's own counters, read when /metrics is scraped."""
 
-    def __init__(self, status: Callable[[], StateStatus]) -> None:
+    def __init__(self, status: Callable[[], StateStatus | None]) -> None:
         self.status = status
 
     def collect(self) -> Iterator[Metric]:
         status = self.status()
+        if status is None:
+            return
         shared = GaugeMetricFamily(
             "context_guard_state_shared", "1 while learned state is read from and written to Redis.", labels=["backend"]
         )

@@ -64,6 +64,9 @@ class RequestRecord:
         self.total_ms = round((time.perf_counter() - self.started) * 1000, 2)
         if status == 499:
             self.client_disconnected, self.error = True, self.error or "client_disconnected"
+            self.outcome = "client_disconnected"
+        elif status >= 500 and self.error is not None:  # the guard's own failure (502, 503, 504, 500)
+            self.outcome = "failed"
         if self.outcome is None:
             self.outcome = _outcome_for_status(status, self.kind)
 

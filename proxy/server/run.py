@@ -38,7 +38,7 @@ class SettingsSource:
 
     def load(self, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        settings = load_settings(self.config)
+        settings = load_settings(self.config, env)
         if self.upstream and self.upstream != "echo":
             try:
                 settings = settings.with_upstream_url(self.upstream)

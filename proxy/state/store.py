@@ -43,7 +43,6 @@ class StateOptions:
     retry_seconds: float = 1.0  # after a failure, Redis is left alone this long (requests use local state)
     namespace: str = "context-guard"
     max_local_entries: int = 10_000
-    ttl_seconds: float = 86_400.0  # how long a learned value lives once written (a day: providers change)
 
     def __post_init__(self) -> None:
         if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
@@ -56,8 +55,6 @@ class StateOptions:
             raise ValueError(f"state.retry_seconds must be above 0 and at most 600, not {self.retry_seconds}")
         if not self.namespace or ":" in self.namespace:
             raise ValueError(f"state.namespace must be a non-empty name without ':', not {self.namespace!r}")
-        if not 1 <= self.ttl_seconds <= 30 * 86_400:
-            raise ValueError(f"state.ttl_seconds must be between 1 and 2592000 (30 days), not {self.ttl_seconds}")
         if self.max_local_entries < 1:
             raise ValueError(f"state.max_local_entries must be at least 1, not {self.max_local_entries}")
 

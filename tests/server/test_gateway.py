@@ -242,3 +242,10 @@ class TestSummariesOfDroppedHistory:
             status = exc.status_code
         assert status == 500 and [r.json()["model"] for r in upstream.received] == ["summary-writer", "gpt-4"]
         assert logs.events("request")[-1]["summary"]["status"] == "failed"
+
+    async def test_in_dry_run_no_summary_is_asked_for(self, start_proxy, upstream, logs):
+        trim = {"mode": "dry_run", "summarize_dropped": True, "summariser": {"upstream": "fake", "model": "summary-writer"}}
+        proxy = await start_proxy(gateway_settings(upstream.url, trim=trim))
+        await sdk(proxy).chat.completions.create(model="gpt-4", messages=long_conversation())
+        assert [r.json()["model"] for r in upstream.received] == ["gpt-4"]
+        assert logs.events("request")[-1]["outcome"] == "dry_run_trimmed"
