@@ -144,7 +144,7 @@ class TestSafeWhenExposed:
 
 class TestSummariserSettings:
     def test_the_summariser_must_name_a_configured_upstream_that_serves_chat(self):
-        with pytest.raises(ConfigError, match="trim.summariser.upstream: 'nope' is not one of the upstreams"):
+        with pytest.raises(ConfigError, match=r"trim\.summariser\.upstream: 'nope' is not one of the upstreams"):
             load({"trim": {"summarize_dropped": True, "summariser": {"upstream": "nope", "model": "m"}}})
 
     def test_sending_everything_elsewhere_with_the_upstream_flag_is_checked_again(self):
