@@ -6,8 +6,9 @@ The core reads plain data defensively, but a value of the wrong shape (`tools: 5
 OpenAI-shaped 400 naming the field, never a 500, and never be counted one way while the upstream
 reads another. Fields the core does not read are not looked at, and are forwarded untouched.
 
-`read_chat_body(raw)` is the one function the server (and the CLI's `count` / `trim`) call:
-it raises `InvalidBody`, whose message is one line and whose `param` names the field.
+`check_chat_body(value)` is the one check the server's chat path and the CLI's `count` / `trim`
+run on a body already read strictly; `read_chat_body(raw)` reads and checks in one call. Both
+raise `InvalidBody`, whose message is one line and whose `param` names the field.
 """
 
 from __future__ import annotations

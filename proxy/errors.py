@@ -14,7 +14,7 @@
     ├── UnsupportedEncoding     415   a request `Content-Encoding` the proxy cannot inflate
     ├── ClientDisconnected      499   the client went away (logged, never sent)
     ├── UpstreamUnavailable     502   refused, reset or unreachable upstream
-    ├── Overloaded              503   every upstream connection stayed busy for `pool_wait`
+    ├── Overloaded              503   every upstream connection stayed busy for `server.connection_wait_seconds`
     └── UpstreamTimeout         504   upstream did not answer in time
 
 `GuardError.to_openai()` renders `{"error": {"message", "type", "param", "code"}}`, the shape

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from proxy.apis.base import Adapter, Changes, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
+from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
 from proxy.core.plan import InvalidBody, validate_body
 from proxy.core.trim import Removal
 
@@ -42,9 +42,3 @@ class ChatAdapter(Adapter):
         (the budget note): the trimmed body is the answer."""
         return dict(trimmed)
 
-    def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
-        body = dict(parsed.body)
-        body["messages"] = [
-            changes.replaced.get(i, message) for i, message in enumerate(parsed.messages) if i not in changes.dropped
-        ]
-        return body

@@ -7,7 +7,7 @@ run: a 1 MB gzip bomb that inflates to 1 GiB stalled every request, even when it
 
 - the client-key middleware has already run: nothing is inflated for an unauthorised caller;
 - the compressed bytes are read under `server.max_body_bytes` and a deadline
-  (`body_read_timeout`): a client that sends half a body and waits gets 408, not a held socket;
+  (`server.body_timeout_seconds`): a client that sends half a body and waits gets 408, not a held socket;
 - inflation runs in a worker thread and stops one byte past `max_body_bytes` (413): the cap
   bounds the work done and the memory held, not just the answer;
 - the decoded body is what is counted *and* forwarded (the outgoing headers drop
@@ -42,11 +42,11 @@ UNREAD_BODY_LINGER_SECONDS = 2.0
 class BodyPolicy:
     """`read_timeout`: seconds a client has to send its whole request body."""
 
-    read_timeout: float = 30.0
+    read_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.read_timeout, int | float) or not self.read_timeout > 0:
-            raise ValueError(f"body_read_timeout must be a positive number of seconds, not {self.read_timeout!r}")
+            raise ValueError(f"server.body_timeout_seconds must be a positive number, not {self.read_timeout!r}")
 
 
 BODY_POLICY = web.AppKey("body_policy", BodyPolicy)

@@ -1,6 +1,6 @@
 """One typed record per request, and the renderers that all read from it.
 
-The error middleware opens a `RequestRecord` for every request that reaches the app and closes
+The `records` middleware opens a `RequestRecord` for every request that reaches the app and closes
 it in one place, whatever happened (a 401, a path refused, a client that went away, a trimmed
 stream), so every request yields exactly one log line and one metrics update. The handlers only
 fill fields in. The log line (`log_event`), the `x-context-guard-*` headers (`report_headers`),

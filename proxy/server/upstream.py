@@ -9,7 +9,7 @@ HTTP hygiene, both ways: hop-by-hop headers, every header named in `Connection` 
 `Proxy-Connection`, and (outgoing) any header carrying the proxy's own client key never cross.
 The request body is always sent decoded (`proxy.server.body`), so `Content-Encoding` does not
 cross either. Calls upstream take a slot of a bounded pool (`PoolPolicy`); a request that waits
-longer than `pool_wait` for one gets 503 `overloaded` with `Retry-After`, which says "the proxy is
+longer than `server.connection_wait_seconds` for one gets 503 `overloaded` with `Retry-After`, which says "the proxy is
 busy", not 504 "the upstream is slow". An upstream body that ends before its announced length
 aborts the client's connection, so the client sees a broken response instead of waiting forever.
 """
@@ -147,14 +147,14 @@ class PoolPolicy:
     """`size`: upstream calls in flight at once (streams hold theirs until they end);
     `wait`: seconds a request may wait for a free one before it gets 503."""
 
-    size: int = 1024
+    size: int = 512
     wait: float = 5.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
-            raise ValueError(f"upstream_pool_size must be a whole number of at least 1, not {self.size!r}")
+            raise ValueError(f"server.upstream_connections must be a whole number of at least 1, not {self.size!r}")
         if not isinstance(self.wait, int | float) or self.wait < 0:
-            raise ValueError(f"upstream_pool_wait must be a number of seconds, 0 or more, not {self.wait!r}")
+            raise ValueError(f"server.connection_wait_seconds must be 0 or more, not {self.wait!r}")
 
 
 class UpstreamPool:

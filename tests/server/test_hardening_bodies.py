@@ -91,7 +91,7 @@ class TestInflate:
 class TestBodyPolicy:
     @pytest.mark.parametrize("timeout", [0, -1, "30"])
     def test_a_bad_read_timeout_is_a_value_error(self, timeout):
-        with pytest.raises(ValueError, match="body_read_timeout"):
+        with pytest.raises(ValueError, match="body_timeout_seconds"):
             BodyPolicy(read_timeout=timeout)
 
 
