@@ -122,6 +122,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False) as session:
         gateway.session = session
         gateway.summariser = open_summariser(gateway.settings, session)
+        await gateway.store.open()  # connected before the first request, so it does not pay for it
         yield
         current = app[GATEWAY]  # a reload may have replaced the gateway the session was opened with
         current.session = current.summariser = None

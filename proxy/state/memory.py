@@ -51,5 +51,8 @@ class MemoryStore:
     def status(self) -> StateStatus:
         return StateStatus(backend="memory", shared=False, fallbacks=0, errors=0, last_error=None)
 
+    async def open(self) -> None:
+        pass  # nothing to connect to
+
     async def close(self) -> None:
         self._entries.clear()

@@ -8,12 +8,17 @@ from the local copy instead, counted as a fallback, and Redis is then left alone
 recovery are each logged once. Writes go to the local copy first, then to Redis under the same
 deadline, so a correction learned while Redis was away still applies on this replica.
 
+`open()` connects before the process serves: a fresh connection costs a handshake and first-use
+work that can take longer than the deadline on a busy machine, and paid by a restarted replica's
+first request it would cost that request the correction the other replicas taught it.
+
 Uses redis-py's asyncio client; values are JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +32,8 @@ from redis.retry import Retry
 
 from proxy.state.memory import MemoryStore
 from proxy.state.store import StateKey, StateOptions, StateStatus, Value
+
+OPEN_SECONDS = 2.0  # the longest `open()` waits for Redis at start (a deadline's worth at the least)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,11 @@ class RedisStore:
             last_error=self.last_error,
         )
 
+    async def open(self) -> None:
+        """Connect (one pooled connection) before the first request; Redis down is a logged fallback."""
+        with contextlib.suppress(_Unavailable):
+            await self._call(self._client.ping(), max(self._deadline, OPEN_SECONDS))
+
     async def close(self) -> None:
         await self._client.aclose()
 
@@ -122,9 +134,9 @@ class RedisStore:
             raw, ttl_ms = await pipe.execute()
         return raw, int(ttl_ms)
 
-    async def _call(self, call: Any) -> Any:
+    async def _call(self, call: Any, deadline: float | None = None) -> Any:
         try:
-            result = await asyncio.wait_for(call, self._deadline)
+            result = await asyncio.wait_for(call, deadline or self._deadline)
         except (TimeoutError, RedisError, OSError) as exc:
             self._failed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             raise _Unavailable from None

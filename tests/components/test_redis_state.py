@@ -59,6 +59,24 @@ class TestSharing:
         await asyncio.gather(a.close(), b.close())
 
 
+class TestOpening:
+    async def test_an_opened_store_reads_from_redis_on_its_first_call_within_the_deadline(self, redis_server):
+        a = store(redis_server)
+        await a.open()
+        _, took = await timed(a.get(KEY))
+        assert a.redis_reads == 1 and a.status().errors == 0 and took < DEADLINE_MS / 1000
+        await a.close()
+
+    async def test_opening_while_redis_is_down_returns_at_once_and_falls_back_to_local_state(self, redis_server):
+        redis_server.stop(5)
+        a = store(redis_server)
+        _, took = await timed(a.open())
+        assert took < 1 and not a.status().shared and a.status().errors == 1
+        await a.put(KEY, 3, ttl_seconds=60)
+        assert await a.get(KEY) == 3
+        await a.close()
+
+
 class TestRedisAway:
     async def test_a_stopped_redis_never_fails_a_call_and_sharing_resumes_when_it_is_back(self, redis_server):
         a, b = store(redis_server), store(redis_server)
