@@ -11,9 +11,11 @@ import shutil
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import redis
 
@@ -170,3 +172,77 @@ def logs() -> Any:
     from tests.server.conftest import Logs
 
     return Logs()
+
+
+CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@dataclass
+class Outcome:
+    """One request through the load balancer, as its client saw it."""
+
+    started: float
+    status: int | None = None
+    served_by: str | None = None  # the replica, from HAProxy's x-served-by header
+    error: str | None = None
+    body: str = ""
+    seconds: float = 0.0
+    request_id: str | None = None  # the replica's, from its x-request-id header
+
+
+async def call(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Outcome:
+    outcome = Outcome(time.monotonic())
+    try:
+        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=30)) as r:
+            outcome.body = (await r.read()).decode()
+            outcome.status, outcome.served_by = r.status, r.headers.get("x-served-by")
+            outcome.request_id = r.headers.get("x-request-id")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        outcome.error = type(exc).__name__
+    outcome.seconds = time.monotonic() - outcome.started
+    return outcome
+
+
+@dataclass
+class Fleet:
+    """Guard processes a, b and c behind one HAProxy, in front of one fake upstream."""
+
+    guards: list[Guard]
+    haproxy: HAProxy
+    upstream: FakeUpstream
+
+    def guard(self, name: str) -> Guard:
+        return next(g for g in self.guards if g.name == name)
+
+    async def served_by_all(self, names: set[str] | None = None, timeout: float = 30) -> None:
+        """Wait until HAProxy sends requests to every replica in `names` (all of them by default)."""
+        names = names or {g.name for g in self.guards}
+        seen: set[str] = set()
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while not names <= seen:
+                assert time.monotonic() < deadline, f"HAProxy only reached {seen}:\n{self.haproxy.output[-2000:]}"
+                outcome = await call(session, self.haproxy.url("/v1/chat/completions"), CHAT)
+                if outcome.served_by:
+                    seen.add(outcome.served_by)
+                await asyncio.sleep(0.05)
+
+
+def start_guard(
+    name: str, port: int, log_dir: Path, upstream: FakeUpstream, processes: list[Process], *serve_args: str
+) -> Guard:
+    """`python -m proxy serve --workers 1` in front of `upstream`; `serve_args` add to or override that."""
+    guard = Guard(name, port, log_dir, "--upstream", upstream.url, "--workers", "1", *serve_args)  # type: ignore[attr-defined]
+    processes.append(guard)
+    return guard.start()
+
+
+async def start_fleet(log_dir: Path, upstream: FakeUpstream, processes: list[Process], *serve_args: str) -> Fleet:
+    guards = [start_guard(name, free_port(), log_dir, upstream, processes, *serve_args) for name in ("a", "b", "c")]
+    await all_ready(guards)
+    haproxy = HAProxy(log_dir, guards)
+    processes.append(haproxy)
+    haproxy.start()
+    fleet = Fleet(guards, haproxy, upstream)
+    await fleet.served_by_all()
+    return fleet

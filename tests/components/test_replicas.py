@@ -10,94 +10,21 @@ import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.components.conftest import HAProxy, all_ready
-from tests.processes import Guard, Process, free_port
-from tests.server.fake_upstream import FakeUpstream
+from tests.components.conftest import CHAT, Fleet, Outcome, call, start_fleet, start_guard
 
 pytestmark = pytest.mark.components
 
-CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 DRAIN_DELAY = 2.0
-
-
-@dataclass
-class Fleet:
-    guards: list[Guard]
-    haproxy: HAProxy
-    upstream: FakeUpstream
-
-    def guard(self, name: str) -> Guard:
-        return next(g for g in self.guards if g.name == name)
-
-
-@dataclass
-class Outcome:
-    started: float
-    status: int | None = None
-    served_by: str | None = None
-    error: str | None = None
-    body: str = ""
-
-
-async def call(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Outcome:
-    outcome = Outcome(time.monotonic())
-    try:
-        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=30)) as r:
-            outcome.body = (await r.read()).decode()
-            outcome.status, outcome.served_by = r.status, r.headers.get("x-served-by")
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        outcome.error = type(exc).__name__
-    return outcome
-
-
-def start_guard(name: str, port: int, tmp_path: Any, upstream: FakeUpstream, processes: list[Process]) -> Guard:
-    guard = Guard(
-        name,
-        port,
-        tmp_path,
-        "--upstream",
-        upstream.url,  # type: ignore[attr-defined]
-        "--workers",
-        "1",
-        "--drain-delay",
-        str(DRAIN_DELAY),
-        "--shutdown-grace",
-        "30",
-    )
-    processes.append(guard)
-    return guard.start()
-
-
-async def served_by_all(fleet: Fleet, names: set[str], timeout: float = 30) -> None:
-    """Wait until HAProxy sends requests to every replica in `names`."""
-    seen: set[str] = set()
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while not names <= seen:
-            assert time.monotonic() < deadline, f"HAProxy only reached {seen}:\n{fleet.haproxy.output[-2000:]}"
-            outcome = await call(session, fleet.haproxy.url("/v1/chat/completions"), CHAT)
-            if outcome.served_by:
-                seen.add(outcome.served_by)
-            await asyncio.sleep(0.05)
+TIMINGS = ("--drain-delay", str(DRAIN_DELAY), "--shutdown-grace", "30")
 
 
 @pytest.fixture
 async def fleet(tmp_path, start_upstream, processes) -> AsyncIterator[Fleet]:
-    upstream = await start_upstream()
-    guards = [start_guard(name, free_port(), tmp_path, upstream, processes) for name in ("a", "b", "c")]
-    await all_ready(guards)
-    haproxy = HAProxy(tmp_path, guards)
-    processes.append(haproxy)
-    haproxy.start()
-    fleet = Fleet(guards, haproxy, upstream)
-    await served_by_all(fleet, {"a", "b", "c"})
-    yield fleet
+    yield await start_fleet(tmp_path, await start_upstream(), processes, *TIMINGS)
 
 
 async def test_sigterm_on_one_replica_loses_none_of_50_streams_and_it_gets_no_new_requests(fleet):
@@ -150,6 +77,6 @@ async def test_sigkill_on_one_replica_fails_only_what_it_had_in_flight_and_it_co
     after = [o for o in outcomes if o.started > killed + 1.0]
     assert after and all(o.status == 200 and o.served_by != "b" for o in after)
 
-    back = start_guard("b", b.port, tmp_path, fleet.upstream, processes)
+    back = start_guard("b", b.port, tmp_path, fleet.upstream, processes, *TIMINGS)
     await back.until_ready()
-    await served_by_all(fleet, {"a", "b", "c"})
+    await fleet.served_by_all()
