@@ -67,6 +67,14 @@ class RedisServer(Process):
         finally:
             client.close()
 
+    def clients(self) -> int:
+        """Connections open to this server, other than the one asking."""
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        try:
+            return len(client.client_list()) - 1
+        finally:
+            client.close()
+
     def restart(self) -> None:
         self.stop()
         self.start()

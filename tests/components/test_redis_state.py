@@ -60,9 +60,10 @@ class TestSharing:
 
 
 class TestOpening:
-    async def test_an_opened_store_reads_from_redis_on_its_first_call_within_the_deadline(self, redis_server):
+    async def test_opening_connects_before_the_first_read_which_then_answers_within_the_deadline(self, redis_server):
         a = store(redis_server)
         await a.open()
+        assert redis_server.clients() == 1
         _, took = await timed(a.get(KEY))
         assert a.redis_reads == 1 and a.status().errors == 0 and took < DEADLINE_MS / 1000
         await a.close()
