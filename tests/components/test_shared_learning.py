@@ -99,6 +99,7 @@ class SharedFleet:
         for guard in self.fleet.guards:
             guard.start()
         await all_ready(self.fleet.guards)
+        assert self.redis.clients() == len(self.fleet.guards), "each connects before its first request"
         await self.fleet.served_by_all()
 
 
