@@ -272,6 +272,8 @@ async def reload_config(app: web.Application, load: Callable[[], Settings]) -> b
     from proxy.server.app import build_gateway  # app imports this module: import at call time
 
     new = build_gateway(settings, guard, previous=old)
+    if new.store is not old.store:
+        await new.store.open()  # `state.*` changed: connected before it serves a request
     with warnings.catch_warnings():
         # aiohttp deprecates changing a started app's state, as handlers could see it change under
         # them. Each handler reads app[GATEWAY] once, so a request keeps the gateway it began with.

@@ -147,3 +147,26 @@ class TestSharedCorrectionsThroughRedis:
         restarted = store(redis_server)
         assert await SharedCorrections(restarted, 60).get("openai", "gpt-4o") == learned
         await restarted.close()
+
+
+class TestTheProxysStore:
+    async def test_is_connected_as_the_proxy_starts_and_a_reload_to_another_redis_connects_before_it_serves(
+        self, redis_server, tmp_path, aiohttp_server
+    ):
+        from proxy.server.app import create_app
+        from proxy.server.lifecycle import reload_config
+        from tests.server.conftest import gateway_settings
+
+        (tmp_path / "other").mkdir()
+        other = RedisServer(tmp_path / "other")
+        other.start()
+        try:
+            other.until_ready()
+            upstream = "http://127.0.0.1:9/v1"  # never called: no request is sent
+            proxy = await aiohttp_server(create_app(gateway_settings(upstream, state={"url": redis_server.url})))
+            assert redis_server.clients() == 1
+            moved = gateway_settings(upstream, state={"url": other.url})
+            assert await reload_config(proxy.app, lambda: moved) is True
+            assert other.clients() == 1 and redis_server.clients() == 0
+        finally:
+            other.stop(5)
