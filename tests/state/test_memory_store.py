@@ -40,7 +40,6 @@ class TestStateOptions:
             ({"local_cache_seconds": -1}, "state.local_cache_seconds must be between 0 and 3600"),
             ({"retry_seconds": 0}, "state.retry_seconds must be above 0"),
             ({"namespace": "a:b"}, "state.namespace must be a non-empty name without ':'"),
-            ({"ttl_seconds": 0}, "state.ttl_seconds must be between 1 and 2592000"),
         ],
     )
     def test_a_bad_value_is_refused_naming_the_key(self, options, message):
