@@ -4,11 +4,19 @@ tiktoken fetches an encoding from the network unless its file is already in the 
 by `TIKTOKEN_CACHE_DIR`, under the SHA-1 of its download URL. litellm ships the `cl100k_base`
 and `o200k_base` files in exactly that layout, so we point tiktoken at litellm's folder (found on
 disk, without importing litellm) or at a folder the operator names, and we check that the file is
-there *before* asking tiktoken: a missing encoding is a startup error, never a download.
+there *before* asking tiktoken: a missing encoding is an error, never a download.
+
+Vocabularies are loaded when first needed and kept once per process. tiktoken's `Encoding` keeps
+the Python dict of ranks it was built from beside the Rust copy it encodes with, and uses that
+dict only to be pickled; we build the `Encoding` from tiktoken's own constructor for the name and
+then empty the dict we handed it, which frees about 27 MB for o200k_base (13 MB for cl100k_base).
+Such an encoding cannot be pickled, and nothing here pickles one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import os
 import threading
@@ -20,7 +28,7 @@ from typing import TYPE_CHECKING
 from proxy.bundled import litellm_file
 from proxy.core.models import TokenizerSpec
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, GuardError
 
 if TYPE_CHECKING:
     import tiktoken
@@ -37,8 +45,18 @@ def encoding_file_name(name: str) -> str:
     return hashlib.sha1(_ENCODING_URL.format(name=name).encode()).hexdigest()
 
 
+class TokenizerUnavailable(GuardError, ConfigError):
+    """A tokenizer's file is missing or broken. At start (a configured model) it stops the proxy
+    as the ConfigError it is; for a model first seen in a request, the error middleware answers
+    that request with it (503) as the GuardError it also is, and the proxy keeps serving."""
+
+    status = 503
+    error_type = "server_error"
+    code = "tokenizer_unavailable"
+
+
 class Tokenizers:
-    """Builds and keeps one tokenizer per spec. Thread-safe; loads each file once."""
+    """Builds and keeps one tokenizer per spec. Thread-safe; loads each file once, when first asked."""
 
     def __init__(self, encodings_dirs: Iterable[Path] = ()) -> None:
         dirs = [Path(d) for d in encodings_dirs]
@@ -66,6 +84,11 @@ class Tokenizers:
         names = ("o200k_base", "cl100k_base", "p50k_base", "p50k_edit", "r50k_base", "gpt2")
         return [n for n in names if any((d / encoding_file_name(n)).is_file() for d in self.encodings_dirs)]
 
+    @property
+    def loaded(self) -> tuple[TokenizerSpec, ...]:
+        """The specs loaded so far, in the order they were first asked for."""
+        return tuple(self._loaded)
+
     def preload(self, specs: Iterable[TokenizerSpec]) -> None:
         for spec in specs:
             self.get(spec)
@@ -87,22 +110,51 @@ class Tokenizers:
         )
 
     def _tiktoken_encoding(self, name: str) -> tiktoken.Encoding:
-        import tiktoken
-
         file_name = encoding_file_name(name)
         folder = next((d for d in self.encodings_dirs if (d / file_name).is_file()), None)
         if folder is None:
             searched = ", ".join(str(d) for d in self.encodings_dirs) or "no folder"
-            raise ConfigError(
+            raise TokenizerUnavailable(
                 f"tiktoken encoding {name!r} is not on disk (looked for {file_name} in {searched}); "
                 "install litellm, or set tokenizers.encodings_dir to a folder holding it"
             )
-        # tiktoken reads the folder from the environment on every load; it is set once, here.
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
-        try:
-            return tiktoken.get_encoding(name)
-        except Exception as exc:  # a corrupt file, an unknown name: fail at start, with the reason
-            raise ConfigError(f"tiktoken encoding {name!r} failed to load from {folder}: {exc}") from exc
+        with _ENCODINGS_LOCK:
+            encoding = _ENCODINGS.get((name, folder))
+            if encoding is None:
+                encoding = _ENCODINGS[(name, folder)] = _load_tiktoken(name, folder)
+        return encoding
+
+
+# Loaded encodings, one per (name, folder) for the whole process, as tiktoken's own registry keeps them.
+_ENCODINGS: dict[tuple[str, Path], tiktoken.Encoding] = {}
+_ENCODINGS_LOCK = threading.Lock()
+
+
+def _load_tiktoken(name: str, folder: Path) -> tiktoken.Encoding:
+    import tiktoken
+    from tiktoken_ext import openai_public  # type: ignore[import-untyped]  # tiktoken ships no stubs for it
+
+    constructor = openai_public.ENCODING_CONSTRUCTORS.get(name)
+    if constructor is None:
+        known = ", ".join(sorted(openai_public.ENCODING_CONSTRUCTORS))
+        raise TokenizerUnavailable(f"unknown tiktoken encoding {name!r}; known: {known}")
+    # tiktoken reads the folder from the environment on every load; it is set here, before each load.
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+    try:
+        spec = constructor()
+        encoding = tiktoken.Encoding(**spec)
+    except Exception as exc:  # a corrupt file: fail with the reason
+        raise TokenizerUnavailable(f"tiktoken encoding {name!r} failed to load from {folder}: {exc}") from exc
+    # The Rust encoder copied the ranks; the Python dict would only serve pickling (see above).
+    spec["mergeable_ranks"].clear()
+    _return_freed_memory()
+    return encoding
+
+
+def _return_freed_memory() -> None:
+    """Hand the heap freed by a vocabulary load back to the OS (glibc keeps it otherwise: ~4 MB)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the process reuses it instead
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 # tiktoken releases the GIL while it encodes: a request's many texts, split into one contiguous
@@ -137,11 +189,11 @@ def _hf_encoder(path: str):  # type: ignore[no-untyped-def]  # returns a closure
     from tokenizers import Tokenizer as HfTokenizer
 
     if not Path(path).is_file():
-        raise ConfigError(f"Hugging Face tokenizer file {path!r} does not exist")
+        raise TokenizerUnavailable(f"Hugging Face tokenizer file {path!r} does not exist")
     try:
         tokenizer = HfTokenizer.from_file(path)
     except Exception as exc:
-        raise ConfigError(f"Hugging Face tokenizer {path!r} failed to load: {exc}") from exc
+        raise TokenizerUnavailable(f"Hugging Face tokenizer {path!r} failed to load: {exc}") from exc
 
     def encode(text: str) -> list[int]:
         ids: list[int] = tokenizer.encode(text, add_special_tokens=False).ids

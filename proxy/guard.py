@@ -1,9 +1,10 @@
 """What the proxy assembles once at start and every request uses: the model registry, the
 tokenizers and the count cache, tied to one `Settings`.
 
-Loading happens here, in the shell; `plan()` then hands plain data to the pure core. Both
-default encodings are loaded at construction, so a machine without them fails at start with a
-clear message instead of on its first request.
+Loading happens here, in the shell; `plan()` then hands plain data to the pure core. A
+vocabulary is loaded when a model that needs it is first seen, except for the models the config
+names (overrides and routes that are not globs): theirs load at construction, so a machine
+without them fails at start with a clear message. Each vocabulary costs 40-70 MB of memory.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from proxy.errors import ConfigError
 from proxy.model_map import load_model_map
 from proxy.settings import Mode, Settings
 
-DEFAULT_ENCODINGS = (TokenizerSpec("tiktoken", "o200k_base"), TokenizerSpec("tiktoken", "cl100k_base"))
-
 
 class Guard:
     def __init__(self, settings: Settings, model_map: Mapping[str, Mapping[str, Any]] | None = None) -> None:
@@ -39,7 +38,6 @@ class Guard:
             fallback_window=models.fallback_context_window,
         )
         self.tokenizers = Tokenizers([Path(tokenizers.encodings_dir)] if tokenizers.encodings_dir else [])
-        self.tokenizers.preload(DEFAULT_ENCODINGS)
         for i, model in enumerate(models.overrides):  # an operator's tokenizer that cannot load fails at start
             if model.override.tokenizer is not None:
                 try:
@@ -51,6 +49,7 @@ class Guard:
                         source=settings.source,
                         key=f"models.overrides[{i}].tokenizer",
                     ) from None
+        self.tokenizers.preload(configured_tokenizers(settings, self.registry))
         self.cache = CountCache(max_entries=tokenizers.cache_entries)
         self.policy = settings.trim_policy
         self._without_note = replace(self.policy, compaction=CompactionPolicy())
@@ -98,3 +97,17 @@ class Guard:
             context_window=context_window,
             clock=time.perf_counter,
         )
+
+
+def configured_tokenizers(settings: Settings, registry: ModelRegistry) -> list[TokenizerSpec]:
+    """The tokenizers of the models the config names: an override's own tokenizer, and the
+    looked-up one of every override or route that names one model rather than a glob."""
+    specs: dict[TokenizerSpec, None] = {}
+    for model in settings.models.overrides:
+        if model.override.tokenizer is not None:
+            specs[model.override.tokenizer] = None
+    patterns = [m.override.pattern for m in settings.models.overrides] + [r.match for r in settings.routes]
+    for pattern in patterns:
+        if not any(ch in pattern for ch in "*?["):
+            specs[registry.profile(pattern).tokenizer] = None
+    return list(specs)

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from proxy.core.models import TokenizerSpec
-from proxy.encodings import Tokenizers, encoding_file_name
+from proxy.encodings import Tokenizers, TokenizerUnavailable, encoding_file_name
 from proxy.errors import ConfigError
+from proxy.guard import Guard
+from proxy.settings import Settings, settings_from_dict
 
 _NO_NETWORK = (
     "import socket\n"
@@ -62,3 +64,68 @@ def test_a_hugging_face_tokenizer_file_loads(tmp_path: Path):
     assert tokenizer.count("hello world") >= 2
     with pytest.raises(ConfigError, match="does not exist"):
         Tokenizers().get(TokenizerSpec("huggingface", str(tmp_path / "missing.json")))
+
+
+class TestLazyVocabularies:
+    def test_a_guard_with_no_model_named_in_its_config_loads_no_vocabulary_at_start(self):
+        guard = Guard(Settings())
+        assert guard.tokenizers.loaded == ()
+
+    def test_a_vocabulary_loads_when_a_model_that_needs_it_is_first_counted(self):
+        guard = Guard(Settings())
+        assert guard.tokenizer(guard.profile("gpt-4o")).count("hello world") == 2
+        assert guard.tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
+
+    def test_the_models_a_config_routes_by_name_load_their_vocabulary_at_start(self):
+        settings = settings_from_dict(
+            {
+                "upstreams": {"up": {"base_url": "http://127.0.0.1:9"}},
+                "routes": [{"match": "gpt-4o", "upstream": "up"}, {"match": "claude-*", "upstream": "up"}],
+            },
+            "cg.yaml",
+            {},
+        )
+        assert Guard(settings).tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
+
+    def test_a_configured_model_whose_vocabulary_is_missing_stops_the_start(self, monkeypatch, tmp_path: Path):
+        monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+        monkeypatch.setattr("proxy.encodings.bundled_encodings_dir", lambda: None)
+        settings = settings_from_dict(
+            {
+                "tokenizers": {"encodings_dir": str(tmp_path)},
+                "upstreams": {"up": {"base_url": "http://127.0.0.1:9"}},
+                "routes": [{"match": "gpt-4o", "upstream": "up"}],
+            },
+            "cg.yaml",
+            {},
+        )
+        with pytest.raises(ConfigError, match=r"o200k_base.*not on disk"):
+            Guard(settings)
+
+    def test_a_missing_vocabulary_first_needed_by_a_request_is_a_503_error_for_that_request(
+        self, monkeypatch, tmp_path: Path
+    ):
+        monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+        monkeypatch.setattr("proxy.encodings.bundled_encodings_dir", lambda: None)
+        guard = Guard(Settings())
+        with pytest.raises(TokenizerUnavailable, match=r"o200k_base.*not on disk") as raised:
+            guard.tokenizer(guard.profile("gpt-4o"))
+        assert raised.value.status == 503
+        assert raised.value.to_openai()["error"]["code"] == "tokenizer_unavailable"
+
+
+class TestSingleCopyOfRanks:
+    def test_a_loaded_encoding_counts_exactly_as_tiktoken_s_own(self):
+        import tiktoken
+
+        text = (Path(__file__).parent / "data/samples/code.py.txt").read_text(encoding="utf-8")
+        ours = Tokenizers().get(TokenizerSpec("tiktoken", "cl100k_base"))
+        assert ours.count(text) == len(tiktoken.get_encoding("cl100k_base").encode_ordinary(text))
+
+    def test_a_loaded_encoding_keeps_no_python_copy_of_its_ranks(self):
+        from proxy.encodings import _ENCODINGS
+
+        Tokenizers().get(TokenizerSpec("tiktoken", "o200k_base"))
+        encodings = [e for (name, _), e in _ENCODINGS.items() if name == "o200k_base"]
+        # tiktoken keeps the dict it was built from only to pickle itself; the Rust copy encodes.
+        assert encodings and all(len(e._mergeable_ranks) == 0 for e in encodings)
