@@ -1,0 +1,259 @@
+"""The client side of the end-to-end benchmark: bodies, and the ways of sending them.
+
+Every measure takes several targets (the fake upstream itself, the bare proxy, context-guard)
+and sends to them interleaved, request by request or slice by slice, so that a noisy neighbour
+on the machine slows all of them alike instead of whichever happened to run at that moment.
+
+Bodies are made from one template per size with a placeholder in every message; each request
+replaces it with a nonce used nowhere else in the run, so a cold body shares nothing that a
+cache could have kept. A warm body is one fixed conversation plus one new turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.conversations import agent_conversation
+
+NONCE = b"@@N@@"
+BYTES_PER_TOKEN = 3.7  # of agent_conversation() rendered as JSON
+MODEL = "gpt-4.1"  # o200k_base, a 1M-token window: every body here fits and is forwarded as received
+_RUN = uuid.uuid4().hex[:8]
+_SEQUENCE = itertools.count()
+
+
+def nonce() -> bytes:
+    """A value no other request of this run (or any earlier run) has carried."""
+    return f"{_RUN}-{next(_SEQUENCE)}".encode()
+
+
+@dataclass(frozen=True)
+class Bodies:
+    """Request bodies of about `size` bytes: `cold()` new in every message, `warm()` one new turn."""
+
+    size: int
+    cold_template: bytes
+    warm_template: bytes
+    base: bytes  # the warm conversation without its new turn: sent once to fill caches
+
+    @classmethod
+    def of_size(cls, size: int, stream: bool = False) -> Bodies:
+        body = agent_conversation(max(1, int(size / BYTES_PER_TOKEN)))
+        body["model"] = MODEL
+        if stream:
+            body["stream"] = True
+        messages = body["messages"]
+        cold = {**body, "messages": [_marked(m) for m in messages]}
+        question = {"role": "user", "content": f"{NONCE.decode()} Follow-up: what changed since the last answer?"}
+        answer = {"role": "assistant", "content": f"{NONCE.decode()} Nothing material; the totals hold."}
+        warm = {**body, "messages": [*messages, answer, question]}
+        return cls(size, orjson.dumps(cold), orjson.dumps(warm), orjson.dumps(body))
+
+    def cold(self) -> bytes:
+        return self.cold_template.replace(NONCE, nonce())
+
+    def warm(self) -> bytes:
+        return self.warm_template.replace(NONCE, nonce())
+
+
+def _marked(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with the placeholder in its content and its tool call ids, so that no message
+    of a cold body (not even a tool call with no text) is the same as in any other body."""
+    marked = dict(message)
+    if isinstance(marked.get("content"), str):
+        marked["content"] = f"{NONCE.decode()} {marked['content']}"
+    if "tool_call_id" in marked:
+        marked["tool_call_id"] = f"{marked['tool_call_id']}_{NONCE.decode()}"
+    if "tool_calls" in marked:
+        marked["tool_calls"] = [{**c, "id": f"{c['id']}_{NONCE.decode()}"} for c in marked["tool_calls"]]
+    return marked
+
+
+SMALL = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hello there, how are you today?"}]})
+
+
+@dataclass
+class Target:
+    name: str
+    url: str  # ends in /v1
+    session: aiohttp.ClientSession | None = None
+    pid: int | None = None
+
+    async def open(self, connections: int = 600) -> None:
+        connector = aiohttp.TCPConnector(limit=connections, limit_per_host=0)
+        timeout = aiohttp.ClientTimeout(total=300)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def post(self, payload: bytes, query: str = "") -> float:
+        """Send one chat request and read the whole answer; the seconds it took."""
+        assert self.session is not None
+        url = f"{self.url}/chat/completions" + (f"?{query}" if query else "")
+        started = time.perf_counter()
+        async with self.session.post(url, data=payload, headers={"Content-Type": "application/json"}) as r:
+            await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"{self.name} answered {r.status}")
+        return time.perf_counter() - started
+
+
+def rotated(targets: Sequence[Target], i: int) -> list[Target]:
+    k = i % len(targets)
+    return [*targets[k:], *targets[:k]]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summary_ms(values: Sequence[float]) -> dict[str, float]:
+    return {"p50": statistics.median(values) * 1000, "p99": percentile(values, 0.99) * 1000, "n": len(values)}
+
+
+async def latency(targets: Sequence[Target], make_body: Callable[[], bytes], requests: int) -> dict[str, list[float]]:
+    """One request in flight: each body goes to every target, in a rotating order."""
+    times: dict[str, list[float]] = {t.name: [] for t in targets}
+    for i in range(requests):
+        payload = make_body()
+        for target in rotated(targets, i):
+            times[target.name].append(await target.post(payload))
+    return times
+
+
+async def throughput(
+    targets: Sequence[Target], make_body: Callable[[], bytes], clients: int, seconds: float, rounds: int
+) -> dict[str, float]:
+    """Requests per second with `clients` in a closed loop, each target given `rounds` slices of
+    `seconds`, the slices interleaved."""
+    done: dict[str, int] = {t.name: 0 for t in targets}
+    spent: dict[str, float] = {t.name: 0.0 for t in targets}
+    for r in range(rounds):
+        for target in rotated(targets, r):
+            deadline = time.perf_counter() + seconds
+            completed = [0]
+
+            async def client(
+                target: Target = target, deadline: float = deadline, completed: list[int] = completed
+            ) -> None:
+                while time.perf_counter() < deadline:
+                    await target.post(make_body())
+                    completed[0] += 1
+
+            started = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(clients)))
+            spent[target.name] += time.perf_counter() - started
+            done[target.name] += completed[0]
+    return {name: done[name] / spent[name] for name in done}
+
+
+@dataclass
+class StreamTiming:
+    first_byte: float
+    gaps: list[float] = field(default_factory=list)
+    chunks: int = 0
+
+
+async def stream_once(target: Target, payload: bytes, query: str) -> StreamTiming:
+    """Time to the first byte of the answer, then the gap between each SSE event and the next."""
+    assert target.session is not None
+    started = time.perf_counter()
+    async with target.session.post(
+        f"{target.url}/chat/completions?{query}", data=payload, headers={"Content-Type": "application/json"}
+    ) as r:
+        if r.status != 200:
+            raise RuntimeError(f"{target.name} answered {r.status}")
+        timing: StreamTiming | None = None
+        last = started
+        async for _ in r.content:  # one line at a time; each event is a data line then a blank line
+            now = time.perf_counter()
+            if timing is None:
+                timing = StreamTiming(now - started)
+            elif now - last > 0.001:  # the blank line after an event arrives with it
+                timing.gaps.append(now - last)
+            timing.chunks += 1
+            last = now
+    assert timing is not None
+    return timing
+
+
+async def streams(target: Target, payload: bytes, query: str, concurrent: int) -> dict[str, float]:
+    """`concurrent` streams at once through one target: all must finish; the longest gap says
+    whether any stalled."""
+    started = time.perf_counter()
+    results = await asyncio.gather(*(stream_once(target, payload, query) for _ in range(concurrent)))
+    gaps = [g for t in results for g in t.gaps]
+    return {
+        "seconds": time.perf_counter() - started,
+        "completed": float(len(results)),
+        "first_byte_p99_ms": percentile([t.first_byte for t in results], 0.99) * 1000,
+        "gap_p99_ms": percentile(gaps, 0.99) * 1000,
+        "gap_max_ms": max(gaps) * 1000,
+    }
+
+
+async def small_latency_while(target: Target, load: Callable[[], bytes] | None, requests: int) -> list[float]:
+    """Small requests one at a time, while (with `load`) another client keeps one large body in flight."""
+    stop = asyncio.Event()
+
+    async def background() -> None:
+        while not stop.is_set():
+            await target.post(load())  # type: ignore[misc]  # only started when load is given
+
+    task = asyncio.create_task(background()) if load is not None else None
+    if task is not None:
+        await asyncio.sleep(0.2)  # let the first large body arrive
+    try:
+        return [await target.post(SMALL) for _ in range(requests)]
+    finally:
+        stop.set()
+        if task is not None:
+            await task
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def process_tree_rss_mb(pid: int) -> float:
+    """RSS of a process and its children (a supervisor and its workers)."""
+    total = rss_mb(pid)
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        for child in children.read_text().split():
+            total += process_tree_rss_mb(int(child))
+    return total
+
+
+async def peak_rss_during(pid: int, work: Callable[[], Any]) -> tuple[float, Any]:
+    """The highest RSS of `pid` sampled every 20 ms while `work()` runs, and its result."""
+    peak = rss_mb(pid)
+    task = asyncio.ensure_future(work())
+    while not task.done():
+        peak = max(peak, rss_mb(pid))
+        await asyncio.sleep(0.02)
+    return peak, task.result()
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0))

@@ -1,0 +1,115 @@
+"""The two servers the benchmark runs beside context-guard, each in its own process.
+
+- `upstream PORT`: a fake LLM endpoint. `POST .../chat/completions` reads the whole body and
+  answers one fixed completion. With `?deltas=N&gap_ms=G` it streams N SSE deltas G ms apart
+  instead; with `?bytes=B` it streams B bytes of SSE data as fast as the client takes them.
+  The query string, not the body, says what to do, so the upstream never parses a body and
+  costs the same behind every proxy.
+- `bare PORT UPSTREAM_URL`: the floor for an aiohttp design, a pass-through proxy that reads the
+  body, forwards it with the client's headers, and streams the answer back chunk by chunk.
+  No parsing, no counting, no logging. Configured as context-guard configures aiohttp (handler
+  cancellation, no access log, one pooled client session without decompression).
+
+Run: python bench/servers.py upstream 8001 | python bench/servers.py bare 8002 http://127.0.0.1:8001
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+ANSWER = (
+    b'{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4.1",'
+    b'"choices":[{"index":0,"message":{"role":"assistant","content":"Fine."},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}'
+)
+DELTA = (
+    b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"gpt-4.1",'
+    b'"choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}\n\n'
+)
+DONE = b"data: [DONE]\n\n"
+BULK_CHUNK = 64 * 1024
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
+    | {"transfer-encoding", "upgrade", "host", "content-length"}
+)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    deltas = int(request.query.get("deltas", 0))
+    size = int(request.query.get("bytes", 0))
+    if not deltas and not size:
+        return web.Response(body=ANSWER, content_type="application/json")
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    if deltas:
+        gap = float(request.query.get("gap_ms", 0)) / 1000
+        for i in range(deltas):
+            if i and gap:
+                await asyncio.sleep(gap)
+            await response.write(DELTA)
+    else:
+        line = b"data: " + b"x" * (BULK_CHUNK - 8) + b"\n\n"
+        for _ in range(size // BULK_CHUNK):
+            await response.write(line)
+    await response.write(DONE)
+    await response.write_eof()
+    return response
+
+
+def upstream_app() -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/{tail:.*}", completions)
+    return app
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def bare_app(upstream: str) -> web.Application:
+    session_key = web.AppKey("session", aiohttp.ClientSession)
+
+    async def session_ctx(app: web.Application) -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=512, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+            app[session_key] = session
+            yield
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        path = request.path.removeprefix("/v1")
+        url = f"{upstream}{path}" + (f"?{request.query_string}" if request.query_string else "")
+        async with request.app[session_key].request(request.method, url, data=body, headers=headers) as answer:
+            response = web.StreamResponse(
+                status=answer.status,
+                headers={k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP},
+            )
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.cleanup_ctx.append(session_ctx)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+def main(argv: list[str]) -> None:
+    kind, port = argv[0], int(argv[1])
+    app = upstream_app() if kind == "upstream" else bare_app(argv[2].rstrip("/"))
+    web.run_app(app, host="127.0.0.1", port=port, handler_cancellation=True, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
