@@ -28,7 +28,7 @@ from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_outp
 from proxy.core.cuts import HistoryCut
 from proxy.core.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
 from proxy.core.tokens import RequestCount, RequestCounter
-from proxy.core.turns import Conversation, split_conversation
+from proxy.core.turns import Conversation, pinned_and_protected, split_conversation
 
 RemovalKind = Literal["dropped", "truncated", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
@@ -165,10 +165,10 @@ class TrimState:
         if self.output_override is not None:
             key, value = self.output_override
             body = {**self.body, key: value}
-        pinned = self.fixed_tokens + sum(
-            self.counts[i] for i in (*self.conversation.pinned, *self.conversation.protected) if i not in self.dropped
+        indices = (i for i in (*self.conversation.pinned, *self.conversation.protected) if i not in self.dropped)
+        return input_budget(
+            self.context_window, body, self.total, self.fixed_tokens + sum(self.counts[i] for i in indices), self.policy
         )
-        return input_budget(self.context_window, body, self.total, pinned, self.policy)
 
     def over(self) -> int:
         """Tokens still to remove; zero or less once the request fits. O(1): strategies call it
@@ -246,6 +246,12 @@ def trim(
 ) -> TrimResult:
     """Cut `body` down to its budget with `strategies`, in order; see the module docstring."""
     compaction = compaction or CompactionPolicy()
+    untouchable = pinned_and_protected(body.get("messages") or ())
+    if untouchable is not None:  # most requests fit: decide that without splitting them into turns
+        pinned = count.fixed_tokens + sum(count.messages[i].tokens for group in untouchable for i in group)
+        before = input_budget(context_window, body, count.total, pinned, policy)
+        if before.fits:
+            return TrimResult(body, "unchanged", count.total, count.total, before)
     state = TrimState.start(body, count, counter, policy, context_window)
     before = state.budget()
     if before.fits:

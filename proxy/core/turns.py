@@ -89,6 +89,26 @@ def split_conversation(messages: Sequence[Any]) -> Conversation:
     return Conversation(pinned, protected, tuple(Turn(tuple(t)) for t in turns))
 
 
+def pinned_and_protected(messages: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """`split_conversation(messages)`'s pinned and protected indices without splitting the history
+    into turns, or None when that needs the full split.
+
+    It does not when a user message exists and no tool result follows it: a unit only reaches past
+    its first message through tool results, so then no unit can reach across the latest user
+    message, and the protected tail starts exactly there. This is the common shape of a request,
+    and deciding that a request fits needs only these indices.
+    """
+    latest = latest_user_index(messages)
+    if latest is None:
+        return None
+    for message in messages[latest + 1 :]:
+        if isinstance(message, Mapping) and message.get("role") in TOOL_RESULT_ROLES:
+            return None
+    pinned = tuple(i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") in PINNED_ROLES)
+    pinned_set = set(pinned)
+    return pinned, tuple(i for i in range(latest, len(messages)) if i not in pinned_set)
+
+
 def _units(messages: Sequence[Any], roles: Sequence[object]) -> list[Unit]:
     """Non-pinned messages in order, each tool call grouped with its results."""
     units: list[Unit] = []

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.tokens import RequestCounter
-from proxy.core.turns import validity_problems
+from proxy.core.turns import pinned_and_protected, split_conversation, validity_problems
 from tests.conftest import png_data_url
 from tests.core.trimming import fit, profile, tokenizer
 
@@ -205,3 +205,12 @@ def test_appending_a_turn_never_moves_the_cut_back(body, window, options):
     second = fit(grown, window, options=options).result
     if first.cut is not None and second.cut is not None and first.cut.reason == second.cut.reason == "low_water":
         assert second.cut.position >= first.cut.position
+
+
+@given(body=conversation())
+@settings(max_examples=300, deadline=None)
+def test_the_quick_pinned_and_protected_indices_always_match_the_full_split(body):
+    quick = pinned_and_protected(body["messages"])
+    split = split_conversation(body["messages"])
+    event("quick" if quick is not None else "full split needed")
+    assert quick is None or quick == (split.pinned, split.protected)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.core.turns import split_conversation, validity_problems
+from proxy.core.turns import pinned_and_protected, split_conversation, validity_problems
 
 
 def call(*ids: str) -> dict:
@@ -54,6 +54,24 @@ class TestSplitConversation:
     def test_without_a_user_message_the_last_message_is_protected(self):
         conversation = split_conversation([SYSTEM, A, A])
         assert conversation.protected == (2,)
+
+
+class TestPinnedAndProtected:
+    def test_without_a_tool_result_after_the_latest_user_message_it_matches_the_full_split(self):
+        for messages in (
+            [SYSTEM, U, A, U],
+            [SYSTEM, U, call("a"), result("a"), A, {"role": "developer", "content": "d"}, U, A],
+            [U, call("a", "b"), result("b"), result("a"), U],
+            [A, SYSTEM, U],
+        ):
+            conversation = split_conversation(messages)
+            assert pinned_and_protected(messages) == (conversation.pinned, conversation.protected)
+
+    def test_a_tool_result_after_the_latest_user_message_needs_the_full_split(self):
+        assert pinned_and_protected([U, call("x"), U, result("x")]) is None
+
+    def test_a_conversation_without_a_user_message_needs_the_full_split(self):
+        assert pinned_and_protected([SYSTEM, A, A]) is None
 
 
 class TestValidityProblems:
