@@ -162,6 +162,20 @@ class CountCache:
         self.hits += 1
         return value
 
+    def get_many(self, keys: list[Hashable | None]) -> list[Any]:
+        """`get()` of each key (None for a None key), in one call: a request asks for every message."""
+        entries = self._entries
+        found: list[Any] = []
+        hits = 0
+        for key in keys:
+            value = entries.pop(key, None) if key is not None else None
+            if value is not None:
+                entries[key] = value  # most recently used goes last
+                hits += 1
+            found.append(value)
+        self.hits += hits
+        return found
+
     def put(self, key: Hashable, value: Any) -> None:
         self.misses += 1
         self._entries[key] = value

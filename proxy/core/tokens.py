@@ -37,7 +37,7 @@ from proxy.core.images import image_cost
 from proxy.core.models import ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
 from proxy.core.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_contexts, result_framing
-from proxy.core.tools import response_format_tokens, tool_definitions_tokens
+from proxy.core.tools import ToolsCount, response_format_tokens, tool_definitions_tokens
 
 COMPONENTS = (
     "system",
@@ -139,13 +139,36 @@ class RequestCounter:
             n = self._small[text] = self.tokenizer.count(text)
         return n
 
-    def _message_key(self, message: object, index: int) -> Hashable | None:
-        """A cache key for a message: the hash of its compact JSON (which tells `1`, `1.0` and
+    def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
+        """Tool definitions' count, from the cache when the same definitions were counted before:
+        an agent sends the same tools with every request."""
+        if self.cache is None or not (body.get("tools") or body.get("functions")):
+            return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+        fields = [body.get(k) for k in ("tools", "functions", "tool_choice", "function_call")]
+        try:
+            key = (self._scope, "tools", hash(orjson.dumps(fields)))
+        except TypeError:
+            return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+        count: ToolsCount | None = self.cache.get(key)
+        if count is None:
+            count = tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+            self.cache.put(key, count)
+        return count
+
+    def _message_keys(self, messages: list[Any]) -> list[Hashable | None]:
+        """A cache key per message: the hash of its compact JSON (which tells `1`, `1.0` and
         `true` apart), scoped to this tokenizer, chat format and image pricing, and for a tool
         result to the call it answers. None without a cache, or for a message orjson cannot
         render (integers beyond 64 bits)."""
         if self.cache is None:
-            return None
+            return [None] * len(messages)
+        scope, dumps, results = self._scope, orjson.dumps, self._results
+        try:  # one loop with no call of ours per message: this runs for every message of every request
+            return [(scope, hash(dumps(m)), results.get(i)) for i, m in enumerate(messages)]
+        except TypeError:
+            return [self._message_key(m, i) for i, m in enumerate(messages)]
+
+    def _message_key(self, message: object, index: int) -> Hashable | None:
         try:
             return (self._scope, hash(orjson.dumps(message)), self._results.get(index))
         except TypeError:
@@ -179,7 +202,7 @@ class RequestCounter:
         messages = messages if isinstance(messages, list) else []
         self._results = result_contexts(messages)
         counts = self._count_messages(messages)
-        tool_count = tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+        tool_count = self._tool_definitions(body)
         format_count = response_format_tokens(body, self.tokenizer, self.fmt)
         tools, response_format = tool_count.tokens, format_count.tokens
         components = dict.fromkeys(COMPONENTS, 0)
@@ -189,10 +212,12 @@ class RequestCounter:
         latest = latest_user_index(messages)
         notes: list[str] = [*tool_count.notes, *format_count.notes]
         media = calls = 0
-        for count in counts:
+        for count in counts:  # once per message of every request: no call of ours in it
             media += count.media_tokens
             calls += count.tool_call_tokens
-            components[component_of(count.role, count.index == latest)] += count.text_tokens
+            role = count.role
+            component = _COMPONENT_OF_ROLE.get(role) or ("latest_user" if count.index == latest else "history")
+            components[component] += count.tokens - count.media_tokens - count.tool_call_tokens
             if count.notes:
                 notes += (f"messages[{count.index}]: {note}" for note in count.notes)
         components["images"] += media
@@ -217,14 +242,12 @@ class RequestCounter:
     def _count_messages(self, messages: list[Any]) -> tuple[MessageCount, ...]:
         """Every message's count: whole messages from the cache where it has them, the rest
         counted with their large texts encoded together first."""
+        keys = self._message_keys(messages)
         counts: list[MessageCount | None] = [None] * len(messages)
-        keys = [self._message_key(m, i) for i, m in enumerate(messages)]
         if self.cache is not None:
-            for i, key in enumerate(keys):
-                if key is not None:
-                    hit = self.cache.get(key)
-                    if hit is not None:
-                        counts[i] = hit if hit.index == i else replace(hit, index=i)
+            for i, hit in enumerate(self.cache.get_many(keys)):
+                if hit is not None:
+                    counts[i] = hit if hit.index == i else replace(hit, index=i)
         missing = [i for i, c in enumerate(counts) if c is None]
         self._prefetch([messages[i] for i in missing])
         try:
@@ -384,12 +407,14 @@ class RequestCounter:
         return 0, tokens, [f"file of {pages} page(s) estimated at {tokens} tokens"]
 
 
+_COMPONENT_OF_ROLE = {
+    **dict.fromkeys(PINNED_ROLES, "system"),
+    **dict.fromkeys(TOOL_RESULT_ROLES, "tool_results"),
+}
+
+
 def component_of(role: str, is_latest_user: bool) -> str:
-    if role in PINNED_ROLES:
-        return "system"
-    if role in TOOL_RESULT_ROLES:
-        return "tool_results"
-    return "latest_user" if is_latest_user else "history"
+    return _COMPONENT_OF_ROLE.get(role) or ("latest_user" if is_latest_user else "history")
 
 
 def _b64_decode(data: str) -> bytes:

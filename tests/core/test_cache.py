@@ -88,3 +88,30 @@ class TestCountCache:
         a, b = EncoderTokenizer("words", str.split), EncoderTokenizer("chars", list)
         assert cache.count(a, "two words") == 2
         assert cache.count(b, "two words") == 9
+
+
+def _tools(description: str) -> list[dict[str, object]]:
+    parameters = {"type": "object", "properties": {"q": {"type": "string", "description": description}}}
+    return [{"type": "function", "function": {"name": "search", "description": description, "parameters": parameters}}]
+
+
+class TestToolDefinitionsCache:
+    def test_the_same_tool_definitions_re_sent_are_not_encoded_again(self, registry):
+        tokenizer, cache = CountingTokenizer(), CountCache()
+        counter = RequestCounter(registry.profile("gpt-4o"), tokenizer, cache)
+        body = {"messages": _conversation(2), "tools": _tools("Search the web for pages. " * 20)}
+        first = counter.request(body)
+        tokenizer.encoded_chars = 0
+        again = counter.request({**body, "messages": _conversation(2)})
+        assert tokenizer.encoded_chars == 0
+        assert again.components["tool_definitions"] == first.components["tool_definitions"] > 0
+
+    def test_changed_tool_definitions_or_tool_choice_are_counted_afresh(self, registry, tokenizers):
+        profile = registry.profile("gpt-4o")
+        cached = RequestCounter(profile, tokenizers.get(profile.tokenizer), CountCache())
+        fresh = RequestCounter(profile, tokenizers.get(profile.tokenizer))
+        base = {"messages": _conversation(2), "tools": _tools("Search the web.")}
+        forced = {**base, "tool_choice": {"type": "function", "function": {"name": "search"}}}
+        edited = {**base, "tools": _tools("Search the web and the intranet, then rank the results.")}
+        for body in (base, forced, edited):
+            assert cached.request(body).total == fresh.request(body).total
