@@ -31,10 +31,10 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check proxy tests bench examples
 	$(BIN)/mypy proxy
 
+# `make bench`: the full run (about 20 minutes on this shared 2-core machine); `make bench ARGS=--quick`:
+# a short one. It rewrites bench/results.json, docs/benchmarks.md and the README's figures.
 bench: $(BIN)/.installed
-	$(BIN)/python bench/counting.py
-	$(BIN)/python bench/trimming.py
-	$(BIN)/python bench/proxy_overhead.py
+	$(BIN)/python bench/run.py $(ARGS)
 	$(BIN)/python bench/adapters.py
 
 # The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
