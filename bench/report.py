@@ -113,6 +113,19 @@ def benchmarks_md(results: dict[str, Any], root: Path) -> str:
         "",
         METHOD,
     ]
+    if results.get("trimming_quality"):
+        parts += [
+            "## Trimming quality (bench/trimming.py)",
+            "",
+            "Valid: no orphaned tool result, no call missing a result, history opening on a user turn,",
+            "the latest user message and the system messages kept (compared by text). Fit: within the",
+            "budget by an exact count. History kept: mean tokens of history in results both valid and fitting.",
+            "",
+            "```",
+            results["trimming_quality"],
+            "```",
+            "",
+        ]
     for name in HAND_WRITTEN:
         path = root / "bench" / name
         if path.is_file():

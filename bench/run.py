@@ -5,8 +5,9 @@ pass-through proxy in front of it (the floor: read, forward, stream back, nothin
 context-guard in front of it (one worker; and with `--workers 2` too when `serve` has that flag).
 This process is the client. Every scenario sends to the targets interleaved, and reports
 context-guard as a ratio to the bare proxy measured in the same slices of time. Then it runs the
-single-threaded core figures (bench/core_speed.py), prints one table, writes bench/results.json,
-and regenerates docs/benchmarks.md and the README's figures from them (bench/report.py).
+single-threaded core figures (bench/core_speed.py) and, in a full run, the trimming quality
+comparison (bench/trimming.py), prints one table, writes bench/results.json, and regenerates
+docs/benchmarks.md and the README's figures from them (bench/report.py).
 
 Run: python bench/run.py [--quick] [--no-docs]   (--quick: about 2 minutes, fewer repetitions)
 """
@@ -394,6 +395,15 @@ def core_rows(figures: dict[str, Any]) -> list[Row]:
     ]
 
 
+def trimming_quality() -> str:
+    """bench/trimming.py's output: context-guard's cuts against litellm's and LangChain's (about 4 minutes)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [*python(), str(ROOT / "bench/trimming.py")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
+    )
+    return out.stdout.strip() if out.returncode == 0 else f"bench/trimming.py failed: {out.stderr.strip()[-500:]}"
+
+
 def machine() -> str:
     import aiohttp
     import tiktoken
@@ -458,6 +468,7 @@ def main(argv: list[str] | None = None) -> None:
         "seconds": round(time.perf_counter() - began),
         "workers_measured": workers,
         "rows": rows,
+        "trimming_quality": None if args.quick else trimming_quality(),
     }
     report.write_json(results, args.out)
     print(report.table(results))

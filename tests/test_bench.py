@@ -57,6 +57,7 @@ def _results() -> dict[str, Any]:
         "seconds": 120,
         "workers_measured": False,
         "rows": [row, untargeted],
+        "trimming_quality": "quality: 200 generated agent conversations",
     }
 
 
@@ -73,7 +74,7 @@ class TestReport:
         assert "| s | m | 2.00 ms | 3.00 ms | 1.50x | <= 2x |" in readme
         assert "other" not in readme and "other" in docs
         assert "`python bench/run.py --quick`" in readme and "2 cores" in docs
-        assert "## Changes" in docs
+        assert "## Changes" in docs and "quality: 200 generated agent conversations" in docs
 
     def test_the_printed_table_has_a_line_per_row(self):
         lines = report.table(_results()).splitlines()
