@@ -27,12 +27,13 @@ def test_a_fresh_process_loads_both_encodings_and_the_model_map_with_the_network
         "from proxy.guard import Guard\nfrom proxy.settings import Settings\n"
         "g = Guard(Settings())\n"
         "p = g.profile('gpt-4o'); print(g.tokenizer(p).count('hello world'), p.context_window)\n"
+        "print(g.tokenizer(g.profile('gpt-4')).count('hello world'))\n"
         "import sys; print('litellm' in sys.modules)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["2", "128000", "False"]
+    assert out.stdout.split() == ["2", "128000", "2", "False"]
 
 
 def test_a_missing_encoding_is_a_clear_startup_error_not_a_download(tmp_path: Path, monkeypatch):
