@@ -29,8 +29,9 @@ METHOD = """\
 - Interleaved: at one request in flight each body goes to the upstream, the bare proxy and
   context-guard in a rotating order; throughput runs each target for a slice of seconds in turn,
   several rounds. A noisy neighbour slows all targets alike.
-- "Added" latency is a proxy's latency less the upstream's own at the same quantile. The ratio
-  column is context-guard / bare proxy (for counting: throughput over raw `encode_ordinary`;
+- "Added" latency is, per body, a proxy's latency less the upstream's own for the same body sent
+  moments apart; p50 and p99 are taken over those differences. The ratio column is
+  context-guard / bare proxy (for counting: throughput over raw `encode_ordinary`;
   for the pool and warm lines: the speedup).
 - Cold: every message of every body is new (a nonce in each message and tool call id), so no
   cache can help. Warm: one fixed conversation re-sent with one new turn, after it was seen once.

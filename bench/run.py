@@ -137,8 +137,10 @@ def row(scenario: str, metric: str, bare: float | None, guard: float, unit: str,
 
 
 def added(times: dict[str, list[float]], name: str, q: str) -> float:
-    """A proxy's latency at quantile `q` less the upstream's own, in ms."""
-    return summary_ms(times[name])[q] - summary_ms(times["upstream"])[q]
+    """The quantile `q`, in ms, of what a proxy added to each request: its latency less the
+    upstream's own for the same body, sent moments apart (quantiles of two separate
+    distributions cannot be subtracted: their tails fall on different requests)."""
+    return summary_ms([p - u for p, u in zip(times[name], times["upstream"], strict=True)])[q]
 
 
 async def servers_scenarios(plan: Plan, ports: dict[str, int], pids: dict[str, int], workers: bool) -> list[Row]:
