@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = measure(plan, workers)
     rows += core_rows(core_speed.run(args.quick))
     results = {
-        "command": "python bench/run.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": " ".join(["python bench/run.py", shlex.join(sys.argv[1:] if argv is None else argv)]).strip(),
         "machine": machine(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seconds": round(time.perf_counter() - began),
