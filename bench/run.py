@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import platform
 import shlex
@@ -83,10 +84,15 @@ def python() -> list[str]:
 
 
 def guard_command(config: Path, port: int, workers: int | None = None) -> list[str]:
+    """`serve` with `workers` workers; one when None (and `serve` has the flag, whose default is
+    every core: the one-worker figures must not get two by default)."""
     command = [*python(), "-m", "proxy", "serve", "--config", str(config), "--port", str(port)]
+    if workers is None and supports_workers():
+        workers = 1
     return [*command, "--workers", str(workers)] if workers else command
 
 
+@functools.cache
 def supports_workers() -> bool:
     out = subprocess.run([*python(), "-m", "proxy", "serve", "--help"], capture_output=True, text=True, cwd=ROOT)
     return "--workers" in out.stdout
