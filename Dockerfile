@@ -13,7 +13,7 @@ COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY config ./config
 RUN pip install . \
- && python -c "from proxy.guard import Guard; from proxy.settings import Settings; Guard(Settings())" \
+ && python -c "from proxy.core.models import TokenizerSpec as T; from proxy.encodings import Tokenizers; Tokenizers().preload([T('tiktoken', 'o200k_base'), T('tiktoken', 'cl100k_base')])" \
  && useradd --create-home --uid 10001 guard
 
 USER guard

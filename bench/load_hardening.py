@@ -116,11 +116,26 @@ def trend(values: list[float]) -> str:
     return f"{'flat' if growth <= 0.10 else 'GROWING'} ({growth:+.0%} from the first fifth to the end)"
 
 
+def markdown(lines: list[str], load: float) -> str:
+    """The docs/benchmarks.md section of this run (`make bench` pulls bench/hardening.md in)."""
+    body = "\n".join(lines)
+    return (
+        "## Hardening load check (`bench/load_hardening.py`)\n\n"
+        "A real `context-guard serve --workers 1` in front of a fake upstream, both on 127.0.0.1, this\n"
+        f"machine's two cores shared with other work (load average {load:.1f} at the end). Written by\n"
+        "`python bench/load_hardening.py --markdown bench/hardening.md`.\n\n"
+        f"```\n{body}\n```\n\n"
+        "The `model` label of every metric is a configured or known model name, or `other`, so `/metrics`\n"
+        "stays the same size however many names clients invent.\n"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=600)
     parser.add_argument("--stream-seconds", type=float, default=5.0)
     parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--markdown", help="also write the docs section to this file (bench/hardening.md)")
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
 
@@ -146,16 +161,21 @@ async def main() -> None:
             base, f"http://127.0.0.1:{proxy_port}/metrics", args.requests, args.concurrency, proxy.pid
         )
         samples = result["samples"]
-        print(
+        lines = [
+            f"{args.streams} concurrent slow streams ({args.stream_seconds:g} s each upstream): "
+            f"{complete}/{args.streams} arrived whole in {seconds:.1f} s",
             f"{args.requests} requests, each naming a new model and cut to fit: "
             f"{result['ok']}/{args.requests} answered correctly in {result['seconds']:.1f} s "
-            f"({args.requests / result['seconds']:.0f} req/s)"
-        )
-        print("  requests done:  " + " ".join(f"{done:>8}" for done, _, _ in samples))
-        print("  /metrics bytes: " + " ".join(f"{size:>8}" for _, size, _ in samples))
-        print("  proxy RSS MB:   " + " ".join(f"{rss:>8.0f}" for _, _, rss in samples))
-        print(f"  /metrics size: {trend([float(size) for _, size, _ in samples])}")
-        print(f"  proxy RSS:     {trend([rss for _, _, rss in samples])}")
+            f"({args.requests / result['seconds']:.0f} req/s)",
+            "  requests done:  " + " ".join(f"{done:>8}" for done, _, _ in samples),
+            "  /metrics bytes: " + " ".join(f"{size:>8}" for _, size, _ in samples),
+            "  proxy RSS MB:   " + " ".join(f"{rss:>8.0f}" for _, _, rss in samples),
+            f"  /metrics size: {trend([float(size) for _, size, _ in samples])}",
+            f"  proxy RSS:     {trend([rss for _, _, rss in samples])}",
+        ]
+        print("\n".join(lines[1:]))
+        if args.markdown:
+            Path(args.markdown).write_text(markdown(lines, os.getloadavg()[0]), encoding="utf-8")
     finally:
         for process in (proxy, upstream):
             process.terminate()

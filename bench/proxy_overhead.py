@@ -51,7 +51,8 @@ def rss_mb(pid: int) -> float:
 
 def serve_proxy(port: int, upstream_url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """`context-guard serve` on `port` in front of `upstream_url`, its log discarded."""
-    command = [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream_url]
+    command = [sys.executable, "-m", "proxy", "serve", "--workers", "1", "--port", str(port)]
+    command += ["--upstream", upstream_url]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -43,7 +43,7 @@ def configure_logging(fmt: str = "auto", level: str = "info", stream: Any = None
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=True,
     )
 
 

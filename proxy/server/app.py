@@ -15,7 +15,7 @@ One catch-all route then dispatches on the canonical path.
 from __future__ import annotations
 
 import asyncio
-import uuid
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
@@ -155,7 +155,7 @@ def request_id_of(given: str | None) -> str:
     else a fresh one (a log line or response header must never carry what a client smuggled in)."""
     if given and len(given) <= 128 and given.isascii() and given.isprintable() and " " not in given:
         return given
-    return uuid.uuid4().hex
+    return secrets.token_hex(16)
 
 
 @web.middleware

@@ -116,7 +116,9 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         correction=correction,
         self_correct=gw.settings.self_correction.policy,
     )
-    decision = await asyncio.to_thread(attempts.start) if large else attempts.start()
+    # A large body, or a vocabulary not loaded yet (about a second), is counted off the event loop.
+    offload = large or profile.tokenizer not in gw.guard.tokenizers.loaded
+    decision = await asyncio.to_thread(attempts.start) if offload else attempts.start()
     while True:
         decision = await _summarised(gw, endpoint, parsed, attempts, decision)
         record.plan, record.attempts = attempts.plan, attempts.attempt

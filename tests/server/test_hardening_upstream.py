@@ -162,7 +162,7 @@ class TestPool:
 
     @pytest.mark.parametrize(("size", "wait"), [(0, 1.0), (True, 1.0), (4, -1)])
     def test_a_bad_pool_setting_is_a_value_error(self, size, wait):
-        with pytest.raises(ValueError, match="upstream_connections|connection_wait_seconds"):
+        with pytest.raises(ValueError, match=r"upstream_connections|connection_wait_seconds"):
             PoolPolicy(size=size, wait=wait)
 
 
