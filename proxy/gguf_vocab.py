@@ -126,9 +126,10 @@ def tokenizer_json(metadata: dict[str, Any], source: str = "the GGUF file") -> s
     merges: list[str] = metadata.get("tokenizer.ggml.merges") or []
     types: list[int] = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     # Control (3) and user-defined (4) tokens are matched whole, as llama.cpp does when it renders a template.
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
     added = [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
-        for i, (t, kind) in enumerate(zip(tokens, types, strict=False))
+        {"id": i, "content": token, **flags}
+        for i, (token, kind) in enumerate(zip(tokens, types, strict=False))
         if kind in (3, 4)
     ]
     document = {
