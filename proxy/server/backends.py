@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -52,6 +53,7 @@ class BackendProfile:
     overflow_texts: tuple[str, ...]  # phrases of its context-overflow errors
     signals_overflow: bool = True  # False: it truncates silently, so the guard must never be late
     empty_stream_on_overflow: bool = False  # an over-window stream is a 200 with an empty body
+    request_id_must_be_uuid: bool = False  # any other `x-request-id` is refused with an empty 400
 
 
 PROFILES: Mapping[str, BackendProfile] = {
@@ -72,6 +74,7 @@ PROFILES: Mapping[str, BackendProfile] = {
         True,
         ("exceed_context_size_error", "exceeds the available context size", "maximum context length is"),
         empty_stream_on_overflow=True,
+        request_id_must_be_uuid=True,  # llama-cpp-python's starlette-context RequestIdPlugin
     ),
     "ollama": BackendProfile("ollama", False, True, (), signals_overflow=False),
     "generic": BackendProfile("generic", True, False, ("maximum context length", "context length", "too long")),
@@ -272,6 +275,17 @@ async def ollama_window(
     """The window Ollama runs `model` with, or None if it does not know the model."""
     data = await upstream_json(session, "POST", f"{server_root(base_url)}/api/show", {"model": model}, headers)
     return ollama_show_window(data) if isinstance(data, dict) else None
+
+
+def forwardable_request_id(profile: BackendProfile, value: str) -> bool:
+    """Whether a client's `x-request-id` may go to this upstream as it is."""
+    if not profile.request_id_must_be_uuid:
+        return True
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def output_reserve(profile: BackendProfile, requested: int | None, default_reserve: int) -> int:
