@@ -212,6 +212,15 @@ def ask_for_usage(body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     return {**body, "stream_options": {**(options or {}), "include_usage": True}}, True
 
 
+def overflow_probe(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What to send when a stream came back empty from a server that answers an over-window
+    stream that way (llama-cpp-python): the same prompt, not streamed, for one token. An
+    overflow is refused before any generation, and this time the error says the window and
+    the server's count, so the guard can self-correct as for any other overflow."""
+    probe = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "max_completion_tokens")}
+    return {**probe, "max_tokens": 1}
+
+
 class UsageTap:
     """Passes an SSE stream through, event by event, and keeps the usage it carries.
 

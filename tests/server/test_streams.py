@@ -21,6 +21,7 @@ from proxy.server.streams import (
     UsageTap,
     ask_for_usage,
     is_stale_connection,
+    overflow_probe,
     peek_first_event,
     replay,
     stale_retry,
@@ -176,6 +177,13 @@ class TestAskForUsage:
     @pytest.mark.parametrize("body", [{}, {"stream": False}, {"stream": True, "stream_options": "bad"}])
     def test_leaves_other_requests_alone(self, body):
         assert ask_for_usage(body) == (body, False)
+
+
+class TestOverflowProbe:
+    def test_asks_for_the_same_prompt_unstreamed_and_one_token(self):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                "stream_options": {"include_usage": True}, "max_completion_tokens": 900, "seed": 7}
+        assert overflow_probe(body) == {"model": "m", "messages": body["messages"], "seed": 7, "max_tokens": 1}
 
 
 class TestUsageFromBody:
