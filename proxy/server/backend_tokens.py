@@ -11,6 +11,8 @@ renders (or, on llama-cpp-python, which cannot render without generating, answer
     [system, user, assistant, user]     -> 4 frames + reply priming
     [user]                              -> 1 frame + reply priming + a default system prompt, if
                                            the template adds one when the client sent none
+    [system, user, assistant+call, tool] -> how a tool call is rendered (SmolLM2's template
+                                           drops calls: their names and arguments cost nothing)
 
 and becomes the `ChatFormat` the core counts with. Each request's calls run under one deadline;
 a text the backend did not count in time is counted by the local estimate, and the count says
@@ -131,26 +133,43 @@ class Framing:
     per_message: int  # beyond the role's own tokens
     reply_priming: int
     implicit_system: int  # added when the first message is not a system message
+    per_tool_call: int | None = None  # around a call's name and arguments; None: not measured
+    renders_tool_calls: bool = True  # False: the template drops assistant tool calls entirely
 
     def chat_format(self, base: ChatFormat) -> ChatFormat:
-        return replace(base, per_message=self.per_message, reply_priming=self.reply_priming)
+        fmt = replace(base, per_message=self.per_message, reply_priming=self.reply_priming)
+        if not self.renders_tool_calls:
+            return replace(fmt, per_tool_call=0)
+        return fmt if self.per_tool_call is None else replace(fmt, per_tool_call=self.per_tool_call)
+
+
+def _say(role: str) -> dict[str, Any]:
+    return {"role": role, "content": PROBE}
+
+
+_CALL = {"id": "call_1", "type": "function", "function": {"name": PROBE, "arguments": "{}"}}
+_TOOL_EXCHANGE = [
+    _say("system"),
+    _say("user"),
+    {"role": "assistant", "content": PROBE, "tool_calls": [_CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": PROBE},
+]
 
 
 async def measure_framing(calls: TokenizeCalls, count: Callable[[str], Any]) -> Framing | None:
-    """The framing of `calls`' template, from three probe conversations; None if any call fails
-    or the numbers make no sense (a template that is not one frame per message)."""
-
-    def say(role: str) -> dict[str, str]:
-        return {"role": role, "content": PROBE}
-
-    pieces = await asyncio.gather(count(PROBE), count("system"), count("user"), count("assistant"))
+    """The framing of `calls`' template, from probe conversations; None if a call fails or the
+    numbers make no sense (a template that is not one frame per message). A fourth probe, with
+    a tool call, tells how the template renders calls; a server that refuses it leaves the
+    core's default for them."""
+    pieces = await asyncio.gather(*(count(t) for t in (PROBE, "system", "user", "assistant", "tool", "{}")))
     if any(p is None for p in pieces):
         return None
-    text, system, user, assistant = pieces
-    two, four, one = await asyncio.gather(
-        calls.conversation([say("system"), say("user")]),
-        calls.conversation([say("system"), say("user"), say("assistant"), say("user")]),
-        calls.conversation([say("user")]),
+    text, system, user, assistant, tool, arguments = pieces
+    two, four, one, exchange = await asyncio.gather(
+        calls.conversation([_say("system"), _say("user")]),
+        calls.conversation([_say("system"), _say("user"), _say("assistant"), _say("user")]),
+        calls.conversation([_say("user")]),
+        calls.conversation(_TOOL_EXCHANGE),
     )
     if two is None or four is None or one is None:
         return None
@@ -159,7 +178,27 @@ async def measure_framing(calls: TokenizeCalls, count: Callable[[str], Any]) -> 
     implicit = one - (per_message + user + text + priming)
     if per_message < 0 or priming < 0 or implicit < 0:
         return None
-    return Framing(per_message, priming, implicit)
+    framing = Framing(per_message, priming, implicit)
+    if exchange is None:
+        return framing
+    plain = 4 * per_message + system + user + assistant + tool + 4 * text + priming
+    call = exchange - plain  # what the one call added: its framing, its name ("x") and arguments ("{}")
+    if call <= 0:
+        return replace(framing, per_tool_call=0, renders_tool_calls=False)
+    return replace(framing, per_tool_call=max(0, call - text - arguments))
+
+
+def tool_call_texts(body: Mapping[str, Any]) -> set[str]:
+    """The names and arguments of the assistant tool calls in `body`."""
+    texts: set[str] = set()
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                texts.update(v for v in (function.get("name"), function.get("arguments")) if isinstance(v, str))
+    return texts
 
 
 @dataclass
@@ -294,6 +333,10 @@ class BackendCounter:
         recorder = RecordingTokenizer(fallback)
         RequestCounter(counted_profile, recorder).request(body)
         counts: dict[str, int] = {}
+        if not framing.renders_tool_calls:  # the template drops them: what they say costs nothing
+            dropped = tool_call_texts(body) & recorder.texts
+            counts.update(dict.fromkeys(dropped, 0))
+            recorder.texts -= dropped
         missing: list[str] = []
         for text in recorder.texts:
             hit = self.cache.get(self._key(text))
@@ -311,6 +354,7 @@ class BackendCounter:
                 if n is not None:
                     counts[tasks[task]] = n
         tokenizer = PrefetchedTokenizer(self.name, counts, fallback)
-        complete = len(counts) == len(recorder.texts)
-        note = None if complete else f"{len(recorder.texts) - len(counts)} texts counted locally (backend too slow)"
+        uncounted = len(recorder.texts - counts.keys())
+        complete = uncounted == 0
+        note = None if complete else f"{uncounted} texts counted locally (backend too slow)"
         return Prepared(counted_profile, tokenizer, complete, len(missing), note)

@@ -22,9 +22,10 @@ DEFAULT_SYSTEM = "You are a helpful assistant named Chatty"
 
 
 class ChatMlServer:
-    def __init__(self, delay: float = 0.0, fail: bool = False) -> None:
+    def __init__(self, delay: float = 0.0, fail: bool = False, call_frame: int | None = None) -> None:
         self.delay = delay
         self.fail = fail
+        self.call_frame = call_frame  # tokens around a tool call's name and arguments; None: calls dropped
         self.text_calls: list[str] = []
         self.conversation_calls = 0
 
@@ -45,6 +46,11 @@ class ChatMlServer:
         if messages[0]["role"] != "system":
             messages = [{"role": "system", "content": DEFAULT_SYSTEM}, *messages]
         framed = sum(3 + self.words(m["content"]) for m in messages)  # <|im_start|> role ... <|im_end|>
+        if self.call_frame is not None:
+            for m in messages:
+                for call in m.get("tool_calls", ()):
+                    function = call["function"]
+                    framed += self.call_frame + self.words(function["name"]) + self.words(function["arguments"])
         return 1 + framed + 2  # BOS, the messages, <|im_start|> assistant
 
 
@@ -86,7 +92,21 @@ class TestMeasureFraming:
             return server.words(text)
 
         framing = await measure_framing(server, words)
-        assert framing == Framing(per_message=2, reply_priming=3, implicit_system=3 + server.words(DEFAULT_SYSTEM))
+        assert framing is not None
+        assert (framing.per_message, framing.reply_priming, framing.implicit_system) == (
+            2,
+            3,
+            3 + server.words(DEFAULT_SYSTEM),
+        )
+
+    async def test_tells_a_template_that_drops_tool_calls_from_one_that_frames_them(self):
+        async def words(text: str) -> int:
+            return len(text.split())
+
+        dropping = await measure_framing(ChatMlServer(), words)
+        framing = await measure_framing(ChatMlServer(call_frame=5), words)
+        assert dropping is not None and not dropping.renders_tool_calls
+        assert framing == Framing(2, 3, 3 + len(DEFAULT_SYSTEM.split()), per_tool_call=5)
 
     async def test_is_none_when_the_server_cannot_render(self):
         async def words(text: str) -> int:
@@ -95,7 +115,26 @@ class TestMeasureFraming:
         assert await measure_framing(ChatMlServer(fail=True), words) is None
 
 
+def with_tool_calls(body: dict[str, Any]) -> dict[str, Any]:
+    messages = [*body["messages"][:-1]]
+    call = {"id": "c1", "type": "function", "function": {"name": "look_up", "arguments": '{"city": "Oslo"}'}}
+    messages += [
+        {"role": "assistant", "content": "let me check", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny and mild"},
+        body["messages"][-1],
+    ]
+    return {**body, "messages": messages}
+
+
 class TestBackendCounter:
+    @pytest.mark.parametrize("call_frame", [None, 4])
+    async def test_counts_tool_calls_as_the_template_renders_them_or_not_at_all(self, profile, call_frame):
+        server = ChatMlServer(call_frame=call_frame)
+        counter = BackendCounter("local/model", server, CountCache())
+        body = with_tool_calls(conversation(2))
+        total, prepared = await count(counter, body, profile)
+        assert total == server.render(body["messages"]) and prepared.remote
+
     @pytest.mark.parametrize("system", [True, False])
     async def test_counts_a_conversation_as_the_server_renders_it(self, profile, system):
         server = ChatMlServer()
@@ -110,7 +149,7 @@ class TestBackendCounter:
         counter = BackendCounter("local/model", server, CountCache())
         await count(counter, conversation(1), profile)
         await count(counter, conversation(2), profile)
-        assert server.conversation_calls == 3
+        assert server.conversation_calls == 4
 
     async def test_a_resent_conversation_costs_only_its_new_texts(self, profile):
         server = ChatMlServer()
