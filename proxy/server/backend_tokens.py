@@ -272,14 +272,16 @@ class BackendCounter:
         name: str,
         calls: TokenizeCalls,
         cache: CountCache,
-        timeout: float = 1.0,
+        timeout: float = 2.0,
         concurrency: int = 4,
         clock: Callable[[], float] = time.monotonic,
+        framing_timeout: float = 30.0,
     ) -> None:
         self.name = f"backend:{name}"
         self.calls = calls
         self.cache = cache
         self.timeout = timeout
+        self.framing_timeout = framing_timeout
         self.clock = clock
         self._limit = asyncio.Semaphore(concurrency)
         self._framing: Framing | None = None
@@ -319,7 +321,7 @@ class BackendCounter:
         if self.clock() < self._down_until:
             return Prepared(profile, fallback, False, note="backend tokenizer failed recently")
         try:
-            framing = await asyncio.wait_for(self.framing(), self.timeout * 3)
+            framing = await asyncio.wait_for(self.framing(), self.framing_timeout)
         except TimeoutError:
             framing = None
         if framing is None:

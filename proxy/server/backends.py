@@ -91,12 +91,13 @@ def profile_for(kind: str) -> BackendProfile:
 @dataclass(frozen=True, slots=True)
 class BackendOptions:
     """Per-upstream options (YAML `upstreams.<name>.kind`, `.tokenize`, `.discovery_timeout`,
-    `.tokenize_timeout`)."""
+    `.tokenize_timeout`, `.framing_timeout`, `.tokenize_concurrency`)."""
 
     kind: Kind | Literal["auto"] = "auto"
     tokenize: TokenizeMode = "auto"  # auto: the backend's tokenizer where it has one
     discovery_timeout: float = 3.0  # all of discovery, at start
-    tokenize_timeout: float = 1.0  # the remote counting of one request, all calls together
+    tokenize_timeout: float = 2.0  # the remote counting of one request, all calls together
+    framing_timeout: float = 30.0  # measuring the template's framing, once per model
     tokenize_concurrency: int = 4
 
     def __post_init__(self) -> None:
@@ -108,6 +109,8 @@ class BackendOptions:
             raise ValueError("discovery_timeout must be between 0 and 60 seconds")
         if not 0 < self.tokenize_timeout <= 60:
             raise ValueError("tokenize_timeout must be between 0 and 60 seconds")
+        if not 0 < self.framing_timeout <= 300:
+            raise ValueError("framing_timeout must be between 0 and 300 seconds")
         if not 1 <= self.tokenize_concurrency <= 64:
             raise ValueError("tokenize_concurrency must be between 1 and 64")
 

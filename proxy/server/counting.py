@@ -137,7 +137,12 @@ class Counting:
             if calls is None:
                 return None
             counter = BackendCounter(
-                f"{upstream}/{model}", calls, self.cache, options.tokenize_timeout, options.tokenize_concurrency
+                f"{upstream}/{model}",
+                calls,
+                self.cache,
+                options.tokenize_timeout,
+                options.tokenize_concurrency,
+                framing_timeout=options.framing_timeout,
             )
             self._counters[key] = counter
         return counter
