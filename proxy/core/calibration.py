@@ -130,6 +130,10 @@ class CalibratedTokenizer:
         return f"{self.base.name}~{self.factor:.3g}"
 
     @property
+    def identity(self) -> str:
+        return f"{self.base.identity}~{self.factor!r}"
+
+    @property
     def exact(self) -> bool:
         return False
 

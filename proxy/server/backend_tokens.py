@@ -135,12 +135,20 @@ class Framing:
     implicit_system: int  # added when the first message is not a system message
     per_tool_call: int | None = None  # around a call's name and arguments; None: not measured
     renders_tool_calls: bool = True  # False: the template drops assistant tool calls entirely
+    # A `tool` result as the template shows it (role `tool` and its content), relative to the
+    # core's accounting of one (a `function` message named after its call, less `per_name`);
+    # None: not measured.
+    tool_result_adjust: int | None = None
 
     def chat_format(self, base: ChatFormat) -> ChatFormat:
         fmt = replace(base, per_message=self.per_message, reply_priming=self.reply_priming)
+        if self.tool_result_adjust is not None:
+            fmt = replace(fmt, function_message_adjust=self.tool_result_adjust - base.per_name)
         if not self.renders_tool_calls:
-            return replace(fmt, per_tool_call=0)
-        return fmt if self.per_tool_call is None else replace(fmt, per_tool_call=self.per_tool_call)
+            return replace(fmt, function_call_overhead=0, tool_call_margin=0)
+        if self.per_tool_call is None:
+            return fmt
+        return replace(fmt, function_call_overhead=self.per_tool_call)
 
 
 def _say(role: str) -> dict[str, Any]:
@@ -161,10 +169,10 @@ async def measure_framing(calls: TokenizeCalls, count: Callable[[str], Any]) -> 
     numbers make no sense (a template that is not one frame per message). A fourth probe, with
     a tool call, tells how the template renders calls; a server that refuses it leaves the
     core's default for them."""
-    pieces = await asyncio.gather(*(count(t) for t in (PROBE, "system", "user", "assistant", "tool", "{}")))
+    pieces = await asyncio.gather(*(count(t) for t in (PROBE, "system", "user", "assistant", "tool", "{}", "function")))
     if any(p is None for p in pieces):
         return None
-    text, system, user, assistant, tool, arguments = pieces
+    text, system, user, assistant, tool, arguments, function = pieces
     two, four, one, exchange = await asyncio.gather(
         calls.conversation([_say("system"), _say("user")]),
         calls.conversation([_say("system"), _say("user"), _say("assistant"), _say("user")]),
@@ -184,8 +192,12 @@ async def measure_framing(calls: TokenizeCalls, count: Callable[[str], Any]) -> 
     plain = 4 * per_message + system + user + assistant + tool + 4 * text + priming
     call = exchange - plain  # what the one call added: its framing, its name ("x") and arguments ("{}")
     if call <= 0:
-        return replace(framing, per_tool_call=0, renders_tool_calls=False)
-    return replace(framing, per_tool_call=max(0, call - text - arguments))
+        # Calls are dropped, and their names with them (counted as nothing, see `prepare`): a
+        # result costs its frame, its role and its content, as any message does.
+        return replace(framing, per_tool_call=0, renders_tool_calls=False, tool_result_adjust=tool - function)
+    # Calls are rendered; a result is taken to be shown as any message is, by its role. The core
+    # also counts the result's call name, which such templates rarely show: that errs high.
+    return replace(framing, per_tool_call=max(0, call - text - arguments), tool_result_adjust=tool - function)
 
 
 def tool_call_texts(body: Mapping[str, Any]) -> set[str]:
@@ -213,6 +225,10 @@ class RecordingTokenizer:
         return self.base.name
 
     @property
+    def identity(self) -> str:
+        return self.base.identity
+
+    @property
     def exact(self) -> bool:
         return self.base.exact
 
@@ -235,6 +251,10 @@ class PrefetchedTokenizer:
     counts: Mapping[str, int]
     fallback: Tokenizer
     missed: int = 0
+
+    @property
+    def identity(self) -> str:
+        return self.name
 
     @property
     def exact(self) -> bool:

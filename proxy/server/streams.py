@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+from yarl import URL
 
 MAX_PEEK_BYTES = 256 * 1024  # a first event larger than this is relayed as data, unread
 _EVENT_END = (b"\r\n\r\n", b"\n\n", b"\r\r")
@@ -293,7 +294,9 @@ class Sent:
 
 
 @contextlib.asynccontextmanager
-async def stale_retry(session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> AsyncIterator[Sent]:
+async def stale_retry(
+    session: aiohttp.ClientSession, method: str, url: str | URL, **kwargs: Any
+) -> AsyncIterator[Sent]:
     """`session.request(method, url, **kwargs)`, sent once more on a new connection (never a
     pooled one) if the first attempt failed on a connection the server had already closed."""
     fresh: aiohttp.ClientSession | None = None

@@ -106,7 +106,7 @@ class TestMeasureFraming:
         dropping = await measure_framing(ChatMlServer(), words)
         framing = await measure_framing(ChatMlServer(call_frame=5), words)
         assert dropping is not None and not dropping.renders_tool_calls
-        assert framing == Framing(2, 3, 3 + len(DEFAULT_SYSTEM.split()), per_tool_call=5)
+        assert framing == Framing(2, 3, 3 + len(DEFAULT_SYSTEM.split()), per_tool_call=5, tool_result_adjust=0)
 
     async def test_is_none_when_the_server_cannot_render(self):
         async def words(text: str) -> int:
@@ -133,7 +133,11 @@ class TestBackendCounter:
         counter = BackendCounter("local/model", server, CountCache())
         body = with_tool_calls(conversation(2))
         total, prepared = await count(counter, body, profile)
-        assert total == server.render(body["messages"]) and prepared.remote
+        # Where calls are rendered, the core keeps its margins around a call and counts the result's
+        # call name too, though the template does not show it: a few tokens high, never low.
+        slack = 0 if call_frame is None else 6
+        assert server.render(body["messages"]) <= total <= server.render(body["messages"]) + slack
+        assert prepared.remote
 
     @pytest.mark.parametrize("system", [True, False])
     async def test_counts_a_conversation_as_the_server_renders_it(self, profile, system):

@@ -297,7 +297,7 @@ class TestStaleConnectionThroughTheProxy:
                 async with client.post(proxy.make_url("/v1/chat/completions"), json=body) as response:
                     assert response.status == 200
                     assert await response.json() == {"ok": True}
-        assert behaviour.connections == 2
+        assert behaviour.requests >= 3  # the second request was sent twice: once on the closed connection
 
 
 class TestIsStaleConnection:
