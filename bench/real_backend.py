@@ -5,7 +5,7 @@ scripts/install-llama.sh), and for each kind of content compares the guard's cou
 with the server's `usage.prompt_tokens`:
 
     estimate     what an unknown model gets: cl100k_base x1.6 and a template upper bound
-    calibrated   the same estimate, scaled by what calibration learned from 4 earlier requests
+    calibrated   the same estimate, scaled by what calibration learned from 3 earlier requests
     gguf         `huggingface:<the server's .gguf>`: the real vocabulary, the template's framing guessed
     backend      the server's own tokenizer, the template framing measured (proxy.server.backend_tokens)
 
@@ -87,19 +87,19 @@ class Methods:
 
 
 async def ratios_by_kind(llama: LlamaServer, guard: Guard) -> dict[str, dict[str, float]]:
-    """Guard count / server count, per kind and method: the mean over three requests of that kind
-    that fit the window, calibration learned from four earlier requests of the same kind."""
+    """Guard count / server count, per kind and method: the mean over two requests of that kind
+    that fit the window, calibration learned from three earlier requests of the same kind."""
     table: dict[str, dict[str, float]] = {}
     async with aiohttp.ClientSession() as session:
         for kind in KINDS:
             methods = Methods(guard, llama, session)
-            for size in (1, 2, 1, 2):  # calibration's warm-up, on other requests of this kind
+            for size in (1, 2, 1):  # calibration's warm-up, on other requests of this kind
                 request = body(kind, size, MODEL)
                 server = await server_count(session, llama, request)
                 if server is not None:
                     methods.learn(request, server)
             ratios: dict[str, list[float]] = {m: [] for m in METHODS}
-            for size in (1, 2, 3):
+            for size in (2, 3):
                 request = body(kind, size, MODEL)
                 request["messages"][-1]["content"] += " (measured)"
                 server = await server_count(session, llama, request)
@@ -117,7 +117,7 @@ async def window_use(llama: LlamaServer, guard: Guard) -> dict[str, tuple[float,
     result: dict[str, tuple[float, int, int]] = {}
     async with aiohttp.ClientSession() as session:
         methods = Methods(guard, llama, session)
-        for size in (1, 2):  # calibration learns from a few ordinary requests first
+        for size in (1,):  # calibration learns from a few ordinary requests first
             for kind in KINDS:
                 request = body(kind, size, MODEL)
                 server = await server_count(session, llama, request)
