@@ -1,11 +1,13 @@
 # Two commands on a fresh machine: `make run` starts the proxy, `make test` runs the tests.
 # `make demo` shows a real trim, with no API key and no network.
 # Both create .venv and install the project into it first (once, and again when pyproject.toml changes).
+# `make test-real` runs the guard in front of a real llama.cpp server (scripts/install-llama.sh builds it
+# once into the user's cache directory: 10-15 minutes the first time, seconds after).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-components demo lint bench capacity clean
+.PHONY: run test test-components test-real demo lint bench bench-real capacity clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +29,10 @@ test-components: $(BIN)/.installed
 	bash scripts/install-components.sh
 	$(BIN)/pytest -q -m components
 
+test-real: $(BIN)/.installed
+	bash scripts/install-llama.sh >/dev/null
+	$(BIN)/pytest -q -m real tests/real
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check proxy tests bench examples
 	$(BIN)/mypy proxy
@@ -40,6 +46,10 @@ bench: $(BIN)/.installed
 # The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
 capacity: $(BIN)/.installed
 	$(BIN)/python bench/capacity.py
+
+bench-real: $(BIN)/.installed
+	bash scripts/install-llama.sh >/dev/null
+	$(BIN)/python bench/real_backend.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,4 +1,5 @@
-"""Loads tokenizers from local files only: tiktoken encodings, Hugging Face `tokenizer.json` files.
+"""Loads tokenizers from local files only: tiktoken encodings, Hugging Face `tokenizer.json` files,
+and the vocabulary inside a GGUF model file (`proxy.gguf_vocab`).
 
 tiktoken fetches an encoding from the network unless its file is already in the directory named
 by `TIKTOKEN_CACHE_DIR`, under the SHA-1 of its download URL. litellm ships the `cl100k_base`
@@ -19,6 +20,7 @@ import contextlib
 import ctypes
 import hashlib
 import os
+import struct
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +31,7 @@ from proxy.bundled import litellm_file
 from proxy.core.models import TokenizerSpec
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
 from proxy.errors import ConfigError, GuardError
+from proxy.gguf_vocab import gguf_encoder
 
 if TYPE_CHECKING:
     import tiktoken
@@ -186,10 +189,16 @@ def tokenizer_file_id(path: str) -> str:
 
 
 def _hf_encoder(path: str):  # type: ignore[no-untyped-def]  # returns a closure over the tokenizer
+    """`huggingface:<path>`: a `tokenizer.json` file, or the vocabulary inside a `.gguf` model file."""
     from tokenizers import Tokenizer as HfTokenizer
 
     if not Path(path).is_file():
         raise TokenizerUnavailable(f"Hugging Face tokenizer file {path!r} does not exist")
+    if path.lower().endswith(".gguf"):
+        try:
+            return gguf_encoder(path)
+        except (OSError, ValueError, KeyError, struct.error) as exc:
+            raise TokenizerUnavailable(f"the vocabulary of GGUF file {path!r} failed to load: {exc}") from exc
     try:
         tokenizer = HfTokenizer.from_file(path)
     except Exception as exc:

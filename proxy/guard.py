@@ -70,30 +70,47 @@ class Guard:
             return "none"
         return self.profile(model).matched or "other"
 
-    def plan(self, body: Mapping[str, Any], model: str, context_window: int | None = None) -> Plan:
-        profile = self.profile(model)
+    def plan(
+        self,
+        body: Mapping[str, Any],
+        model: str,
+        context_window: int | None = None,
+        counting: tuple[ModelProfile, Tokenizer] | None = None,
+    ) -> Plan:
+        """Count and trim `body` for `model`. `counting` replaces the model's own profile and
+        tokenizer for this request (the backend's tokenizer, a calibrated estimate); its counts
+        bypass the shared cache, whose entries are keyed by tokenizer name."""
+        profile, tokenizer = counting if counting is not None else (self.profile(model), None)
         return plan_request(
             body,
             profile,
-            self.tokenizer(profile),
+            tokenizer if tokenizer is not None else self.tokenizer(profile),
             self.policy,
-            self.cache,
+            self.cache if tokenizer is None else None,
             context_window=context_window,
             clock=time.perf_counter,
         )
 
-    def fit(self, adapter: Adapter, parsed: Parsed, model: str, context_window: int | None = None) -> Fitted:
-        """Count and trim a parsed request of any API shape for `model`, written back in its shape."""
-        profile = self.profile(model)
+    def fit(
+        self,
+        adapter: Adapter,
+        parsed: Parsed,
+        model: str,
+        context_window: int | None = None,
+        counting: tuple[ModelProfile, Tokenizer] | None = None,
+    ) -> Fitted:
+        """Count and trim a parsed request of any API shape for `model`, written back in its shape.
+        `counting` is as for `plan()`."""
+        profile, tokenizer = counting if counting is not None else (self.profile(model), None)
         # The budget note is written into chat completions only; other shapes are cut without it.
         policy = self.policy if adapter.name == "chat" else self._without_note
         return fit(
             adapter,
             parsed,
             profile,
-            self.tokenizer(profile),
+            tokenizer if tokenizer is not None else self.tokenizer(profile),
             policy,
-            self.cache,
+            self.cache if tokenizer is None else None,
             context_window=context_window,
             clock=time.perf_counter,
         )

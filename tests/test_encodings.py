@@ -130,3 +130,68 @@ class TestSingleCopyOfRanks:
         encodings = [e for (name, _), e in _ENCODINGS.items() if name == "o200k_base"]
         # tiktoken keeps the dict it was built from only to pickle itself; the Rust copy encodes.
         assert encodings and all(len(e._mergeable_ranks) == 0 for e in encodings)
+
+def write_gguf(path: Path, metadata: dict[str, object]) -> Path:
+    """A GGUF v3 file holding `metadata` (strings, ints, bools, lists of those) and no tensors."""
+    import struct
+
+    def string(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    def value(v: object) -> tuple[int, bytes]:
+        if isinstance(v, bool):
+            return 7, struct.pack("<?", v)
+        if isinstance(v, int):
+            return 5, struct.pack("<i", v)
+        if isinstance(v, str):
+            return 8, string(v)
+        assert isinstance(v, list) and v
+        kind = value(v[0])[0]
+        return 9, struct.pack("<IQ", kind, len(v)) + b"".join(value(item)[1] for item in v)
+
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(metadata))
+    for key, v in metadata.items():
+        kind, raw = value(v)
+        body += string(key) + struct.pack("<I", kind) + raw
+    path.write_bytes(body)
+    return path
+
+
+# A byte-level BPE vocabulary small enough to reason about: bytes "a", "b", "Ġ" (space), "1", "2",
+# a merge "a b" -> "ab", and a control token. The "smollm" pre-tokenizer splits digits one by one.
+TINY_VOCAB = {
+    "general.name": "tiny",
+    "tokenizer.ggml.model": "gpt2",
+    "tokenizer.ggml.pre": "smollm",
+    "tokenizer.ggml.tokens": ["<|end|>", "a", "b", "Ġ", "1", "2", "ab", "Ġab"],
+    "tokenizer.ggml.token_type": [3, 1, 1, 1, 1, 1, 1, 1],
+    "tokenizer.ggml.merges": ["a b", "Ġ ab"],
+    "tokenizer.ggml.add_bos_token": False,
+}
+
+
+class TestGgufVocabulary:
+    def test_a_gguf_file_vocabulary_loads_as_a_hugging_face_tokenizer(self, tmp_path: Path):
+        path = write_gguf(tmp_path / "tiny.gguf", TINY_VOCAB)
+        tokenizer = Tokenizers().get(TokenizerSpec("huggingface", str(path)))
+        assert tokenizer.exact
+        assert tokenizer.count("ab ab") == 2  # "ab", "Ġab"
+        assert tokenizer.count("12") == 2  # digits split one by one
+        assert tokenizer.count("<|end|>") == 1  # a control token is matched whole
+
+    def test_a_vocabulary_that_is_not_byte_level_bpe_is_a_clear_error(self, tmp_path: Path):
+        path = write_gguf(tmp_path / "spm.gguf", {**TINY_VOCAB, "tokenizer.ggml.model": "llama"})
+        with pytest.raises(ConfigError, match=r"'llama' tokenizer; only byte-level BPE"):
+            Tokenizers().get(TokenizerSpec("huggingface", str(path)))
+
+    def test_an_unknown_pre_tokenizer_is_a_clear_error_listing_the_known_ones(self, tmp_path: Path):
+        path = write_gguf(tmp_path / "odd.gguf", {**TINY_VOCAB, "tokenizer.ggml.pre": "odd"})
+        with pytest.raises(ConfigError, match=r"pre-tokenizer 'odd'.*known: .*smollm"):
+            Tokenizers().get(TokenizerSpec("huggingface", str(path)))
+
+    def test_a_file_that_is_not_gguf_is_a_clear_error(self, tmp_path: Path):
+        path = tmp_path / "fake.gguf"
+        path.write_bytes(b"not a model")
+        with pytest.raises(ConfigError, match="is not a GGUF file"):
+            Tokenizers().get(TokenizerSpec("huggingface", str(path)))

@@ -22,7 +22,7 @@ import fnmatch
 import json
 import math
 import zlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -32,6 +32,7 @@ from yarl import URL
 
 from proxy.errors import ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
+from proxy.server.streams import stale_retry
 from proxy.settings import Route, Settings, UpstreamSettings
 
 HOP_BY_HOP = frozenset(
@@ -206,11 +207,15 @@ async def send(
     headers: CIMultiDict[str],
     body: bytes,
     pool: UpstreamPool,
+    on_retry: Callable[[], None] | None = None,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
+    """The upstream's response to one request; a pooled connection the upstream had closed is
+    replaced by a fresh one once (`on_retry` is told), before any byte of response."""
     timeout = aiohttp.ClientTimeout(total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout)
     async with pool.slot():
         with upstream_errors(upstream):
-            async with session.request(
+            async with stale_retry(
+                session,
                 method,
                 url,
                 headers=headers,
@@ -218,8 +223,10 @@ async def send(
                 timeout=timeout,
                 allow_redirects=False,
                 auto_decompress=False,
-            ) as response:
-                yield response
+            ) as sent:
+                if sent.retried and on_retry is not None:
+                    on_retry()
+                yield sent.response
 
 
 async def read_error_body(upstream: UpstreamSettings, response: aiohttp.ClientResponse) -> bytes:
@@ -254,8 +261,10 @@ async def relay(
     upstream: UpstreamSettings,
     response: aiohttp.ClientResponse,
     extra_headers: Mapping[str, str],
+    chunks: AsyncIterator[bytes] | None = None,
 ) -> Relayed:
-    """Stream `response` to the client as it arrives. A client that goes away ends the relay
+    """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
+    begun or filtered; see `proxy.server.streams`). A client that goes away ends the relay
     (and, by leaving `send()`, closes the upstream connection). An upstream that breaks
     mid-stream ends an event stream cleanly, with an SSE error event then EOF; any other body
     (or an event stream of announced length) is cut off by closing the client's connection, so
@@ -268,7 +277,7 @@ async def relay(
     await out.prepare(request)
     relayed = Relayed(out)
     try:
-        async for chunk in response.content.iter_any():
+        async for chunk in response.content.iter_any() if chunks is None else chunks:
             await out.write(chunk)
     except ConnectionResetError:
         relayed.client_gone = True

@@ -1,0 +1,300 @@
+"""What kind of server an upstream is, and what it can tell the guard about itself.
+
+A backend profile says, per kind (`openai`, `vertex`, `vllm`, `llamacpp`, `ollama`, `generic`):
+whether prompt + `max_tokens` must fit the window (OpenAI, vLLM and Vertex refuse a request
+whose sum does not; llama.cpp lowers `max_tokens` itself, so only the prompt must fit), whether
+it honours `stream_options.include_usage`, what its overflow errors say, and whether it signals
+an overflow at all (Ollama cuts the prompt silently; llama-cpp-python answers an over-window
+*stream* with `200` and an empty body).
+
+`discover()` asks the server itself, each call under one deadline, and every failure leaves the
+answer unknown (the model map and the local estimate stay in force):
+
+    llama.cpp's llama-server   GET /props               default_generation_settings.n_ctx
+                               POST /tokenize, POST /apply-template
+    llama-cpp-python           POST /extras/tokenize/count   (no window endpoint: the first
+                                                              overflow error teaches it)
+    vLLM                       GET /v1/models           data[].max_model_len
+                               POST /tokenize           (with `messages`: the chat template applied)
+    Ollama                     GET /api/version, POST /api/show   parameters `num_ctx`
+
+The response parsers are pure functions, tested against responses recorded from real servers
+(tests/data/backends/).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+import aiohttp
+
+Kind = Literal["openai", "vertex", "vllm", "llamacpp", "ollama", "generic"]
+KINDS: tuple[str, ...] = get_args(Kind)
+Flavor = Literal["llama-server", "llama-cpp-python", "vllm", "ollama"]
+TokenizeMode = Literal["auto", "local", "backend"]
+TOKENIZE_MODES: tuple[str, ...] = get_args(TokenizeMode)
+
+# Ollama runs a model with `num_ctx` tokens of context unless told otherwise, and silently drops the
+# start of a longer prompt. Its default has been 2048 for most releases; a smaller window guessed
+# only trims more, a larger one would let Ollama cut the system prompt.
+OLLAMA_DEFAULT_NUM_CTX = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class BackendProfile:
+    kind: Kind
+    output_must_fit: bool  # prompt + max_tokens must fit the window; False: only the prompt must
+    usage_in_streams: bool  # honours `stream_options.include_usage`
+    overflow_texts: tuple[str, ...]  # phrases of its context-overflow errors
+    signals_overflow: bool = True  # False: it truncates silently, so the guard must never be late
+    empty_stream_on_overflow: bool = False  # an over-window stream is a 200 with an empty body
+    request_id_must_be_uuid: bool = False  # any other `x-request-id` is refused with an empty 400
+
+
+PROFILES: Mapping[str, BackendProfile] = {
+    "openai": BackendProfile(
+        "openai", True, True, ("maximum context length is", "context_length_exceeded", "your messages resulted in")
+    ),
+    "vertex": BackendProfile(
+        "vertex", True, True, ("input token count", "exceeds the maximum number of tokens allowed")
+    ),
+    "vllm": BackendProfile(
+        "vllm", True, True, ("maximum context length is", "your request has", "in the messages")
+    ),
+    # llama-server says `exceed_context_size_error`; llama-cpp-python, OpenAI's words (non-streaming
+    # only: a stream is answered 200 with an empty body).
+    "llamacpp": BackendProfile(
+        "llamacpp",
+        False,
+        True,
+        ("exceed_context_size_error", "exceeds the available context size", "maximum context length is"),
+        empty_stream_on_overflow=True,
+        request_id_must_be_uuid=True,  # llama-cpp-python's starlette-context RequestIdPlugin
+    ),
+    "ollama": BackendProfile("ollama", False, True, (), signals_overflow=False),
+    "generic": BackendProfile("generic", True, False, ("maximum context length", "context length", "too long")),
+}
+
+
+def profile_for(kind: str) -> BackendProfile:
+    try:
+        return PROFILES[kind]
+    except KeyError:
+        raise ValueError(f"unknown upstream kind {kind!r}; known: {', '.join(KINDS)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """Per-upstream options (YAML `upstreams.<name>.kind`, `.tokenize`, `.discovery_timeout`,
+    `.tokenize_timeout`, `.framing_timeout`, `.tokenize_concurrency`)."""
+
+    kind: Kind | Literal["auto"] = "auto"
+    tokenize: TokenizeMode = "auto"  # auto: the backend's tokenizer where it has one
+    discovery_timeout: float = 3.0  # all of discovery, at start
+    tokenize_timeout: float = 2.0  # the remote counting of one request, all calls together
+    framing_timeout: float = 30.0  # measuring the template's framing, once per model
+    tokenize_concurrency: int = 4
+
+    def __post_init__(self) -> None:
+        if self.kind != "auto" and self.kind not in KINDS:
+            raise ValueError(f"kind must be auto or one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.tokenize not in TOKENIZE_MODES:
+            raise ValueError(f"tokenize must be one of {', '.join(TOKENIZE_MODES)}, not {self.tokenize!r}")
+        if not 0 < self.discovery_timeout <= 60:
+            raise ValueError("discovery_timeout must be between 0 and 60 seconds")
+        if not 0 < self.tokenize_timeout <= 60:
+            raise ValueError("tokenize_timeout must be between 0 and 60 seconds")
+        if not 0 < self.framing_timeout <= 300:
+            raise ValueError("framing_timeout must be between 0 and 300 seconds")
+        if not 1 <= self.tokenize_concurrency <= 64:
+            raise ValueError("tokenize_concurrency must be between 1 and 64")
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What an upstream said about itself. Windows are per model id as the server names it;
+    `default_window` is the window of a server that runs one model under any name."""
+
+    kind: Kind
+    flavor: Flavor | None = None
+    windows: Mapping[str, int] = field(default_factory=dict)
+    default_window: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def profile(self) -> BackendProfile:
+        return PROFILES[self.kind]
+
+    @property
+    def can_tokenize(self) -> bool:
+        return self.flavor in ("llama-server", "llama-cpp-python", "vllm")
+
+    def window(self, model: str) -> int | None:
+        return self.windows.get(model, self.default_window)
+
+
+# ---- parsers of the servers' own answers (pure) ----
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def llama_server_props(data: object) -> tuple[str | None, int] | None:
+    """llama-server's `GET /props`: (model alias, n_ctx per slot), or None if it is not that."""
+    if not isinstance(data, dict):
+        return None
+    settings = data.get("default_generation_settings")
+    n_ctx = _positive(settings.get("n_ctx")) if isinstance(settings, dict) else _positive(data.get("n_ctx"))
+    if n_ctx is None:
+        return None
+    alias = data.get("model_alias")
+    return (alias if isinstance(alias, str) else None), n_ctx
+
+
+def model_list_windows(data: object) -> tuple[Flavor | None, dict[str, int]]:
+    """`GET /v1/models`: the windows it states (vLLM's `max_model_len`, llama-server's
+    `meta.n_ctx`) and the flavor those fields give away."""
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return None, {}
+    flavor: Flavor | None = None
+    windows: dict[str, int] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        meta = entry.get("meta")
+        if (n := _positive(entry.get("max_model_len"))) is not None:
+            flavor, windows[entry["id"]] = "vllm", n
+        elif isinstance(meta, dict) and (n := _positive(meta.get("n_ctx"))) is not None:
+            flavor, windows[entry["id"]] = "llama-server", n
+    return flavor, windows
+
+
+_NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.M)
+
+
+def ollama_show_window(data: object) -> int:
+    """Ollama's `POST /api/show`: the `num_ctx` the model runs with (its Modelfile's, else
+    Ollama's default), never more than the model was trained for."""
+    if not isinstance(data, dict):
+        return OLLAMA_DEFAULT_NUM_CTX
+    parameters = data.get("parameters")
+    match = _NUM_CTX.search(parameters) if isinstance(parameters, str) else None
+    window = int(match.group(1)) if match else OLLAMA_DEFAULT_NUM_CTX
+    info = data.get("model_info")
+    trained = [v for k, v in info.items() if k.endswith(".context_length")] if isinstance(info, dict) else []
+    limit = next((n for v in trained if (n := _positive(v)) is not None), None)
+    return min(window, limit) if limit else window
+
+
+def token_count(data: object) -> int | None:
+    """The number of tokens in a tokenize answer: vLLM's `count`, llama-cpp-python's `count`,
+    or the length of `tokens` (llama-server, llama-cpp-python's /extras/tokenize)."""
+    if not isinstance(data, dict):
+        return None
+    count = data.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return count
+    tokens = data.get("tokens")
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+# ---- asking the server ----
+
+
+def server_root(base_url: str) -> str:
+    """The server's root: the upstream's base URL less its trailing API version (`/v1`)."""
+    return re.sub(r"/v\d+[a-z0-9]*/?$", "", base_url.rstrip("/"))
+
+
+async def upstream_json(
+    session: aiohttp.ClientSession, method: str, url: str, body: object = None, headers: Mapping[str, str] | None = None
+) -> object:
+    """The JSON of a 2xx answer, or None for anything else (an error status, not JSON, a failure)."""
+    try:
+        async with session.request(method, url, json=body, headers=headers, allow_redirects=False) as response:
+            if response.status >= 300:
+                return None
+            return await response.json(content_type=None)
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        return None
+
+
+async def discover(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    options: BackendOptions,
+    headers: Mapping[str, str] | None = None,
+) -> Discovery:
+    """Ask the server at `base_url` what it is, within `options.discovery_timeout` in all. A
+    declared kind is trusted; `auto` is decided by which endpoints answer. Hosted APIs (`openai`,
+    `vertex`) are never probed."""
+    if options.kind in ("openai", "vertex"):
+        return Discovery(options.kind)
+    try:
+        return await asyncio.wait_for(_discover(session, base_url, options, headers), options.discovery_timeout)
+    except TimeoutError:
+        kind: Kind = "generic" if options.kind == "auto" else options.kind
+        return Discovery(kind, notes=(f"discovery took over {options.discovery_timeout:g}s; nothing learned",))
+
+
+async def _discover(
+    session: aiohttp.ClientSession, base_url: str, options: BackendOptions, headers: Mapping[str, str] | None
+) -> Discovery:
+    root = server_root(base_url)
+    props, models, version = await asyncio.gather(
+        upstream_json(session, "GET", f"{root}/props", headers=headers),
+        upstream_json(session, "GET", f"{base_url.rstrip('/')}/models", headers=headers),
+        upstream_json(session, "GET", f"{root}/api/version", headers=headers),
+    )
+    flavor, windows = model_list_windows(models)
+    server = llama_server_props(props)
+    if server is not None:
+        alias, n_ctx = server
+        return Discovery("llamacpp", "llama-server", {**windows, **({alias: n_ctx} if alias else {})}, n_ctx)
+    if flavor is not None:
+        single = next(iter(windows.values())) if len(windows) == 1 else None
+        return Discovery("vllm" if flavor == "vllm" else "llamacpp", flavor, windows, single)
+    if isinstance(version, dict) and isinstance(version.get("version"), str):
+        return Discovery("ollama", "ollama")
+    counted = await upstream_json(session, "POST", f"{root}/extras/tokenize/count", {"input": "ping"}, headers)
+    if token_count(counted) is not None:
+        return Discovery(
+            "llamacpp", "llama-cpp-python", notes=("llama-cpp-python states no window; overflow errors teach it",)
+        )
+    kind: Kind = "generic" if options.kind == "auto" else options.kind
+    return Discovery(kind, notes=("the server answered none of the known discovery endpoints",))
+
+
+async def ollama_window(
+    session: aiohttp.ClientSession, base_url: str, model: str, headers: Mapping[str, str] | None = None
+) -> int | None:
+    """The window Ollama runs `model` with, or None if it does not know the model."""
+    data = await upstream_json(session, "POST", f"{server_root(base_url)}/api/show", {"model": model}, headers)
+    return ollama_show_window(data) if isinstance(data, dict) else None
+
+
+def forwardable_request_id(profile: BackendProfile, value: str) -> bool:
+    """Whether a client's `x-request-id` may go to this upstream as it is."""
+    if not profile.request_id_must_be_uuid:
+        return True
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def output_reserve(profile: BackendProfile, requested: int | None, default_reserve: int) -> int:
+    """The output tokens the budget must keep free. A server that must fit prompt + `max_tokens`
+    needs all of what was requested; llama.cpp lowers `max_tokens` to what is left, so asking
+    for more than the default reserve does not make the prompt any less welcome."""
+    if requested is None:
+        return default_reserve
+    return requested if profile.output_must_fit else min(requested, default_reserve)

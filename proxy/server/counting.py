@@ -1,0 +1,165 @@
+"""How each request is counted for its upstream: the backend's tokenizer, a calibrated estimate,
+or the model's own tokenizer; and what each response teaches.
+
+One `Counting` per app holds, per upstream, what discovery found at start, a `BackendCounter`
+per model (the backend's tokenizer behind the shared count cache), and the calibration table.
+The handler asks it three things:
+
+    counting.window(upstream, model)                  the window the server stated, if it did
+    await counting.choose(...)                        (profile, tokenizer) to plan with, and why
+    counting.observe(...)                             after a response with `usage.prompt_tokens`
+
+The choice, in order: the backend's tokenizer when the upstream's `tokenize` option allows it
+and the server can tokenize (and answered in time); else the model's own tokenizer when it is
+exact; else the estimate, scaled by what calibration learned for this upstream and model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+
+from proxy.core.calibration import Calibration, CalibrationTable, calibrated
+from proxy.core.models import ModelProfile
+from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokens import RequestCounter
+from proxy.server.backend_tokens import BackendCounter, calls_for
+from proxy.server.backends import BackendOptions, Discovery, discover, ollama_window
+
+Source = Literal["backend", "model", "calibrated", "estimate"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What to plan one request with. `source` is for the log: `backend` (the server's own
+    tokenizer), `model` (the model's exact tokenizer), `calibrated` or `estimate`."""
+
+    profile: ModelProfile
+    tokenizer: Tokenizer
+    source: Source
+    calibration: Calibration | None = None
+    note: str | None = None
+    backend_calls: int = 0
+
+    @property
+    def bypasses_cache(self) -> bool:
+        """Counts made with this choice must not enter the shared cache under the model's name."""
+        return self.source in ("backend", "calibrated")
+
+
+@dataclass
+class Counting:
+    options: Mapping[str, BackendOptions] = field(default_factory=dict)  # by upstream name
+    cache: CountCache = field(default_factory=CountCache)
+    calibration: CalibrationTable = field(default_factory=CalibrationTable)
+    discoveries: dict[str, Discovery] = field(default_factory=dict)
+    _counters: dict[tuple[str, str], BackendCounter] = field(default_factory=dict)
+    _windows: dict[tuple[str, str], int | None] = field(default_factory=dict)
+
+    def options_for(self, upstream: str) -> BackendOptions:
+        return self.options.get(upstream, BackendOptions())
+
+    async def discover(
+        self, session: aiohttp.ClientSession, upstream: str, base_url: str, headers: Mapping[str, str] | None = None
+    ) -> Discovery:
+        """Ask one upstream what it is (at start, under its discovery deadline) and remember it."""
+        found = await discover(session, base_url, self.options_for(upstream), headers)
+        self.discoveries[upstream] = found
+        return found
+
+    async def window(
+        self,
+        session: aiohttp.ClientSession,
+        upstream: str,
+        base_url: str,
+        model: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> int | None:
+        """The window the upstream states for `model` (Ollama is asked once per model)."""
+        found = self.discoveries.get(upstream)
+        if found is None:
+            return None
+        if found.kind != "ollama":
+            return found.window(model)
+        key = (upstream, model)
+        if key not in self._windows:
+            self._windows[key] = await ollama_window(session, base_url, model, headers)
+        return self._windows[key]
+
+    async def choose(
+        self,
+        session: aiohttp.ClientSession,
+        upstream: str,
+        base_url: str,
+        model: str,
+        body: Mapping[str, Any],
+        profile: ModelProfile,
+        local: Tokenizer,
+        headers: Mapping[str, str] | None = None,
+    ) -> Choice:
+        """The profile and tokenizer to plan `body` with. `local` is the model's own tokenizer
+        (the guard's choice from the model map or an override)."""
+        note = None
+        options = self.options_for(upstream)
+        found = self.discoveries.get(upstream)
+        if options.tokenize != "local" and found is not None and found.can_tokenize:
+            counter = self._counter(session, upstream, base_url, model, found, options, headers)
+            if counter is not None:
+                prepared = await counter.prepare(body, profile, local)
+                if prepared.remote:
+                    return Choice(prepared.profile, prepared.tokenizer, "backend", backend_calls=prepared.calls)
+                note = prepared.note
+        elif options.tokenize == "backend":
+            note = "tokenize: backend, but the upstream offers no tokenize endpoint the guard knows"
+        if local.exact and profile.tokenizer_exact:
+            return Choice(profile, local, "model", note=note)
+        learned = self.calibration.get(upstream, model)
+        scaled = calibrated(local, learned)
+        return Choice(profile, scaled, "calibrated" if scaled is not local else "estimate", learned, note)
+
+    def _counter(
+        self,
+        session: aiohttp.ClientSession,
+        upstream: str,
+        base_url: str,
+        model: str,
+        found: Discovery,
+        options: BackendOptions,
+        headers: Mapping[str, str] | None,
+    ) -> BackendCounter | None:
+        key = (upstream, model)
+        counter = self._counters.get(key)
+        if counter is None:
+            calls = calls_for(found, session, base_url, model, headers)
+            if calls is None:
+                return None
+            counter = BackendCounter(
+                f"{upstream}/{model}",
+                calls,
+                self.cache,
+                options.tokenize_timeout,
+                options.tokenize_concurrency,
+                framing_timeout=options.framing_timeout,
+            )
+            self._counters[key] = counter
+        return counter
+
+    def observe(
+        self,
+        upstream: str,
+        model: str,
+        provider_prompt_tokens: int,
+        sent: Mapping[str, Any],
+        choice: Choice,
+        local: Tokenizer,
+        cache: CountCache | None = None,
+    ) -> Calibration | None:
+        """Learn from a response's `usage.prompt_tokens` for `sent`, the body that was sent.
+        Only estimates learn: a count by the backend or an exact tokenizer has nothing to correct."""
+        if choice.source not in ("calibrated", "estimate") or local.exact:
+            return None
+        estimated = RequestCounter(choice.profile, local, cache).request(sent).total
+        return self.calibration.observe(upstream, model, provider_prompt_tokens, estimated)

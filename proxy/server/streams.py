@@ -1,0 +1,320 @@
+"""Reading an upstream's response before the client sees any of it, and the `usage` it carries.
+
+Three things a relay needs that a plain byte pipe cannot give:
+
+- **The first event, before committing.** Some servers send `200` and then nothing (llama-cpp-python
+  on an over-window stream), or `200` and then an error event. `peek_first_event()` reads up to the
+  first complete SSE event (or the first bytes of any other body) and says which it is: data, an
+  error, or an empty body. Until the client's response is prepared, the handler can still retry or
+  answer an error; the bytes read are replayed first by `replay()`.
+- **Usage.** `usage_from_body()` reads `usage` from a JSON response; `UsageTap` watches an SSE
+  stream for its usage chunk, and drops that chunk when the guard asked for it on the client's
+  behalf (`ask_for_usage()` adds `stream_options.include_usage` to a stream that did not).
+- **Stale pooled connections.** A kept-alive connection the server closed fails the next request
+  before a byte of response (`ServerDisconnectedError`); aiohttp retries that only for idempotent
+  methods. `stale_retry()` sends a POST once more on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import zlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+from yarl import URL
+
+MAX_PEEK_BYTES = 256 * 1024  # a first event larger than this is relayed as data, unread
+_EVENT_END = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+FirstKind = Literal["data", "error", "empty"]
+
+
+@dataclass(frozen=True, slots=True)
+class FirstEvent:
+    """What an upstream response began with. `head` holds every byte read, as received."""
+
+    kind: FirstKind
+    head: bytes
+    error: Mapping[str, Any] | None = None  # the error object of an error event
+
+    @property
+    def message(self) -> str:
+        """The error's message, or a sentence saying the body was empty."""
+        if self.kind == "empty":
+            return "the upstream answered with an empty body"
+        message = self.error.get("message") if self.error else None
+        return message if isinstance(message, str) else "the upstream's stream began with an error event"
+
+
+def is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return response.headers.get("Content-Type", "").startswith("text/event-stream")
+
+
+class _Decoder:
+    """Undoes gzip or deflate for reading only; the bytes relayed stay as received."""
+
+    def __init__(self, content_encoding: str | None) -> None:
+        encoding = (content_encoding or "").strip().lower()
+        wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(encoding)
+        self._inflate = zlib.decompressobj(wbits) if wbits is not None else None
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if self._inflate is None:
+            return chunk
+        try:
+            return self._inflate.decompress(chunk)
+        except zlib.error:
+            self._inflate = None  # not what it said it was: read the rest as it comes
+            return chunk
+
+
+async def peek_first_event(response: aiohttp.ClientResponse, max_bytes: int = MAX_PEEK_BYTES) -> FirstEvent:
+    """Read `response` up to its first SSE event with data (skipping comments such as keep-alive
+    pings), or, for any other body, its first bytes; and classify it. aiohttp's errors pass through."""
+    decode = _Decoder(response.headers.get("Content-Encoding"))
+    stream = is_event_stream(response)
+    head = bytearray()
+    text = bytearray()
+    while len(head) < max_bytes:
+        chunk = await response.content.readany()
+        if not chunk:
+            break
+        head += chunk
+        text += decode(chunk)
+        if not stream:
+            return _classify_body(bytes(head), bytes(text))
+        for event in _complete_events(bytes(text)):
+            data = event_data(event)
+            if data is not None:
+                return _classify_event(bytes(head), event, data)
+    if not text.strip():
+        return FirstEvent("empty", bytes(head))
+    if stream:
+        # The body ended (or grew too long) before a complete event: classify what there is.
+        data = event_data(bytes(text))
+        if data is not None and _error_of(data) is not None:
+            return _classify_event(bytes(head), bytes(text), data)
+    return FirstEvent("data", bytes(head))
+
+
+def _classify_body(head: bytes, text: bytes) -> FirstEvent:
+    return FirstEvent("data", head) if text.strip() else FirstEvent("empty", head)
+
+
+def _classify_event(head: bytes, event: bytes, data: bytes) -> FirstEvent:
+    error = _error_of(data)
+    if error is None and _event_name(event) == "error":
+        error = {"message": data.decode("utf-8", "replace")}
+    return FirstEvent("error", head, error) if error is not None else FirstEvent("data", head)
+
+
+def _complete_events(text: bytes) -> list[bytes]:
+    events: list[bytes] = []
+    rest = text
+    while True:
+        end, size = _event_end(rest)
+        if end < 0:
+            return events
+        events.append(rest[:end])
+        rest = rest[end + size :]
+
+
+def _event_end(text: bytes) -> tuple[int, int]:
+    """Where the first event in `text` ends and the length of its terminator; (-1, 0) if none does."""
+    found = [(i, len(sep)) for sep in _EVENT_END if (i := text.find(sep)) >= 0]
+    return min(found) if found else (-1, 0)
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The `data:` of one SSE event (lines joined by newlines), or None for a comment-only event."""
+    lines = [line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+def _event_name(event: bytes) -> str | None:
+    for line in event.splitlines():
+        if line.startswith(b"event:"):
+            return line[6:].strip().decode("utf-8", "replace")
+    return None
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _error_of(data: bytes) -> Mapping[str, Any] | None:
+    payload = _json(data)
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        return error
+    if isinstance(error, str):
+        return {"message": error}
+    return None
+
+
+async def replay(head: bytes, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The bytes `peek_first_event()` read, then the rest of the response as it arrives."""
+    if head:
+        yield head
+    async for chunk in response.content.iter_any():
+        yield chunk
+
+
+async def tapped(chunks: AsyncIterator[bytes], tap: UsageTap) -> AsyncIterator[bytes]:
+    """`chunks` through `tap`: usage recorded, the usage chunk dropped if the tap strips it."""
+    async for chunk in chunks:
+        out = tap.feed(chunk)
+        if out:
+            yield out
+    rest = tap.finish()
+    if rest:
+        yield rest
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int | None = None
+
+
+def usage_of(payload: object) -> Usage | None:
+    """The `usage` of a chat completion (or of one streamed chunk), if it has a prompt count."""
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt < 0:
+        return None
+    completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return Usage(prompt, completion if isinstance(completion, int) and not isinstance(completion, bool) else None)
+
+
+def usage_from_body(body: bytes, content_encoding: str | None = None) -> Usage | None:
+    """The usage of a whole (non-streamed) response body, compressed or not."""
+    return usage_of(_json(_Decoder(content_encoding)(body)))
+
+
+def ask_for_usage(body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`body` with `stream_options.include_usage` set when it streams and did not ask for usage;
+    and whether it was added (so the usage chunk is stripped from what the client sees)."""
+    if body.get("stream") is not True:
+        return dict(body), False
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return dict(body), False  # malformed: the upstream answers it, as the client sent it
+    if options and "include_usage" in options:
+        return dict(body), False
+    return {**body, "stream_options": {**(options or {}), "include_usage": True}}, True
+
+
+def overflow_probe(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What to send when a stream came back empty from a server that answers an over-window
+    stream that way (llama-cpp-python): the same prompt, not streamed, for one token. An
+    overflow is refused before any generation, and this time the error says the window and
+    the server's count, so the guard can self-correct as for any other overflow."""
+    probe = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "max_completion_tokens")}
+    return {**probe, "max_tokens": 1}
+
+
+class UsageTap:
+    """Passes an SSE stream through, event by event, and keeps the usage it carries.
+
+    With `strip` set, the usage-only chunk (`choices: []` and a `usage`) is dropped from the
+    output. Event bytes are forwarded exactly as received; a partial event waits for its end.
+    A compressed stream cannot be read: it is passed through as it is, and `usage` stays None.
+    """
+
+    def __init__(self, strip: bool, content_encoding: str | None = None) -> None:
+        self.strip = strip
+        self.usage: Usage | None = None
+        self._readable = not (content_encoding or "").strip() or content_encoding == "identity"
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What to forward of `chunk` now."""
+        if not self._readable:
+            return chunk
+        text = self._pending + chunk
+        out = bytearray()
+        while True:
+            end, size = _event_end(text)
+            if end < 0:
+                break
+            event, text = text[: end + size], text[end + size :]
+            if self._keep(event[:end]):
+                out += event
+        self._pending = text
+        return bytes(out)
+
+    def finish(self) -> bytes:
+        """What is left at the end of the stream (an event with no terminator)."""
+        rest, self._pending = self._pending, b""
+        if rest and self._readable and not self._keep(rest):
+            return b""
+        return rest
+
+    def _keep(self, event: bytes) -> bool:
+        data = event_data(event)
+        if data is None or data.strip() == b"[DONE]":
+            return True
+        payload = _json(data)
+        usage = usage_of(payload)
+        if usage is None:
+            return True
+        self.usage = usage
+        return not (self.strip and isinstance(payload, dict) and payload.get("choices") == [])
+
+
+# A pooled connection the server has closed fails in one of these ways before any response byte.
+_STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+
+
+def is_stale_connection(exc: BaseException) -> bool:
+    """True for a failure that a fresh connection would not have: the server closed the pooled
+    one. A refused connection, a DNS failure or a timeout is not that."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _STALE_ERRNOS
+
+
+@dataclass
+class Sent:
+    """An upstream response, and whether it took a second attempt on a fresh connection."""
+
+    response: aiohttp.ClientResponse
+    retried: bool = False
+
+
+@contextlib.asynccontextmanager
+async def stale_retry(
+    session: aiohttp.ClientSession, method: str, url: str | URL, **kwargs: Any
+) -> AsyncIterator[Sent]:
+    """`session.request(method, url, **kwargs)`, sent once more on a new connection (never a
+    pooled one) if the first attempt failed on a connection the server had already closed."""
+    fresh: aiohttp.ClientSession | None = None
+    try:
+        try:
+            sent = Sent(await session.request(method, url, **kwargs))
+        except aiohttp.ClientError as exc:
+            if not is_stale_connection(exc):
+                raise
+            fresh = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True), auto_decompress=False, trust_env=False
+            )
+            sent = Sent(await fresh.request(method, url, **kwargs), retried=True)
+        try:
+            yield sent
+        finally:
+            sent.response.release()
+            await sent.response.wait_for_close()
+    finally:
+        if fresh is not None:
+            await fresh.close()

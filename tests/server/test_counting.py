@@ -1,0 +1,123 @@
+"""Choosing how to count a request for its upstream, and learning from each response.
+
+The upstream is an in-process imitation of llama-cpp-python's server: a token is a word, its
+template is ChatML, `/extras/tokenize/count` counts words and a chat completion reports
+`usage.prompt_tokens` of the rendered prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from proxy.core.models import ModelRegistry
+from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
+from proxy.core.tokens import RequestCounter
+from proxy.server.backends import BackendOptions
+from proxy.server.counting import Counting
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def rendered(messages: list[dict[str, Any]]) -> int:
+    return sum(3 + words(m.get("content") or "") for m in messages) + 2
+
+
+def llama_cpp_python_like() -> tuple[web.Application, list[str]]:
+    asked: list[str] = []
+
+    async def count(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"count": words((await request.json())["input"])})
+
+    async def chat(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        body = await request.json()
+        return web.json_response({"choices": [], "usage": {"prompt_tokens": rendered(body["messages"])}})
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "/models/smol.gguf", "owned_by": "me"}]})
+
+    app = web.Application()
+    app.router.add_post("/extras/tokenize/count", count)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    return app, asked
+
+
+@pytest.fixture
+async def llama(aiohttp_server: Any) -> tuple[str, list[str]]:
+    app, asked = llama_cpp_python_like()
+    server = await aiohttp_server(app)
+    return str(server.make_url("/v1")), asked
+
+
+def chat(turns: int) -> dict[str, Any]:
+    messages = [{"role": "system", "content": "be brief"}]
+    for i in range(turns):
+        messages += [{"role": "user", "content": f"tell me fact {i} please"}, {"role": "assistant", "content": "ok"}]
+    return {"model": "smol", "messages": [*messages, {"role": "user", "content": "thanks"}]}
+
+
+REGISTRY = ModelRegistry({"gpt-4o": {"max_input_tokens": 128000, "mode": "chat"}})
+ESTIMATE = CharEstimateTokenizer(3.0)
+EXACT = EncoderTokenizer("words", str.split)
+
+
+class TestChoose:
+    async def test_uses_the_backend_tokenizer_where_the_upstream_has_one(self, llama):
+        url, _ = llama
+        counting = Counting()
+        async with aiohttp.ClientSession() as session:
+            await counting.discover(session, "local", url)
+            choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+        assert choice.source == "backend" and choice.bypasses_cache
+        assert RequestCounter(choice.profile, choice.tokenizer).request(chat(2)).total == rendered(chat(2)["messages"])
+
+    async def test_tokenize_local_keeps_the_guard_s_own_count(self, llama):
+        url, asked = llama
+        counting = Counting({"local": BackendOptions(tokenize="local")})
+        async with aiohttp.ClientSession() as session:
+            await counting.discover(session, "local", url)
+            asked.clear()
+            choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+        assert choice.source == "estimate" and asked == []
+
+    async def test_an_exact_model_tokenizer_is_used_when_the_upstream_cannot_tokenize(self):
+        counting = Counting()
+        async with aiohttp.ClientSession() as session:
+            choice = await counting.choose(session, "openai", "http://unused/v1", "gpt-4o", chat(1), REGISTRY.profile("gpt-4o"), EXACT)
+        assert choice.source == "model" and choice.tokenizer is EXACT
+
+    async def test_asking_for_the_backend_tokenizer_where_there_is_none_says_so(self):
+        counting = Counting({"hosted": BackendOptions(tokenize="backend")})
+        async with aiohttp.ClientSession() as session:
+            choice = await counting.choose(session, "hosted", "http://unused/v1", "smol", chat(1), REGISTRY.profile("smol"), ESTIMATE)
+        assert choice.source == "estimate" and "no tokenize endpoint" in (choice.note or "")
+
+
+class TestObserve:
+    async def test_an_estimate_learns_from_usage_and_is_then_calibrated(self):
+        counting = Counting()
+        profile = REGISTRY.profile("smol")
+        async with aiohttp.ClientSession() as session:
+            for _ in range(4):
+                choice = await counting.choose(session, "up", "http://unused/v1", "smol", chat(30), profile, ESTIMATE)
+                counting.observe("up", "smol", 300, chat(30), choice, ESTIMATE)
+            choice = await counting.choose(session, "up", "http://unused/v1", "smol", chat(30), profile, ESTIMATE)
+        assert choice.source == "calibrated" and choice.calibration is not None
+        assert choice.calibration.observations == 4
+
+    async def test_the_backend_s_or_the_model_s_own_count_learns_nothing(self, llama):
+        url, _ = llama
+        counting = Counting()
+        async with aiohttp.ClientSession() as session:
+            await counting.discover(session, "local", url)
+            choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+        assert counting.observe("local", "smol", 999, chat(2), choice, ESTIMATE) is None
+        assert counting.calibration.get("local", "smol") is None
