@@ -5,7 +5,7 @@ Two phases through a real `context-guard serve` process to a fake upstream proce
 
 1. `--streams` (600) concurrent streamed chat requests, each of which the upstream trickles out
    over `--stream-seconds` (5 s); every stream must arrive whole (all its parts, then `[DONE]`).
-   This needs the upstream pool (`server.upstream_connections`, 512 by default) to hold them all.
+   This needs the upstream pool (`server.upstream_connections`, 1024 by default) to hold them all.
 2. `--requests` (10,000) chat requests, each naming a model never seen before, sized to be cut
    to the fallback window so that every per-model metric is touched; every answer must be 200
    and name the model asked for. `/metrics` size and the proxy's resident memory are sampled at

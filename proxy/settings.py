@@ -67,7 +67,7 @@ class ServerSettings(Section):
     max_json_depth: Annotated[int, Field(ge=8, le=10_000)] = 64
     # Which other paths are forwarded: all, none, or these prefixes (the OpenAI API surface by default).
     passthrough: Literal["all", "none"] | tuple[str, ...] = ("/v1/",)
-    upstream_connections: Annotated[int, Field(ge=1)] = 512
+    upstream_connections: Annotated[int, Field(ge=1)] = 1024
     connection_wait_seconds: PositiveFloat = 5.0  # a full pool answers 503 overloaded after this
     workers: Annotated[int, Field(ge=0, le=256)] = 0  # 0: one per available core
     drain_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 0.0

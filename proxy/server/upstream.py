@@ -148,7 +148,7 @@ class PoolPolicy:
     """`size`: upstream calls in flight at once (streams hold theirs until they end);
     `wait`: seconds a request may wait for a free one before it gets 503."""
 
-    size: int = 512
+    size: int = 1024
     wait: float = 5.0
 
     def __post_init__(self) -> None:
