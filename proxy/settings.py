@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
@@ -30,17 +30,27 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from proxy.apis.completions import CompletionsOptions
 from proxy.config_errors import config_error, expand_environment
 from proxy.core.budget import BudgetPolicy
+from proxy.core.calibration import CalibrationPolicy
 from proxy.core.corrections import CorrectionPolicy
 from proxy.core.models import ModelOverride, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
 from proxy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from proxy.server.backends import BackendOptions
 from proxy.state.store import StateOptions
 
 Mode = Literal["enforce", "dry_run", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "dry_run", "off")
-UpstreamKind = Literal["openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"]
+UpstreamKind = Literal[
+    "auto", "openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
+]
+# Kinds whose server is asked at start what it is (its window, whether it can tokenize).
+DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
+# How each kind behaves as a backend (proxy.server.backends); hosted APIs are never probed.
+_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai"}
 ApiName = Literal["chat", "responses", "completions", "messages"]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -230,7 +240,15 @@ class ModelsSettings(Section):
 class UpstreamSettings(Section):
     name: str = ""  # filled from the key under `upstreams`
     base_url: str
-    kind: UpstreamKind = "generic"  # says which API shapes it serves and how it authenticates
+    # Which API shapes it serves, how it authenticates, and how it counts: `auto` asks the server at
+    # start (vLLM, llama.cpp, Ollama: its window, its tokenizer; `--upstream URL` is `auto`);
+    # `generic` asks nothing.
+    kind: UpstreamKind = "generic"
+    tokenize: Literal["auto", "local", "backend"] = "auto"  # count with the server's own tokenizer where it has one
+    discovery_timeout: Annotated[float, Field(gt=0, le=60)] = 3.0
+    tokenize_timeout: Annotated[float, Field(gt=0, le=60)] = 2.0  # one request's tokenize calls together
+    framing_timeout: Annotated[float, Field(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
+    tokenize_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
     api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
@@ -246,6 +264,20 @@ class UpstreamSettings(Section):
         check_url(url)
         return url.rstrip("/")
 
+    @property
+    def backend_options(self) -> BackendOptions:
+        from proxy.server.backends import BackendOptions  # aiohttp's world: loaded only by the server
+
+        kind = _BACKEND_KIND.get(self.kind, self.kind)
+        return BackendOptions(
+            kind=kind,  # type: ignore[arg-type]  # the kinds map onto the backend kinds above
+            tokenize=self.tokenize,
+            discovery_timeout=self.discovery_timeout,
+            tokenize_timeout=self.tokenize_timeout,
+            framing_timeout=self.framing_timeout,
+            tokenize_concurrency=self.tokenize_concurrency,
+        )
+
     def serves(self, api: str) -> bool:
         return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])
 
@@ -260,6 +292,7 @@ KIND_APIS: Mapping[str, tuple[str, ...]] = {
     "anthropic": ("messages",),
     "generic": ("chat", "responses", "completions", "messages"),
     "echo": ("chat", "responses", "completions", "messages"),
+    "auto": ("chat", "responses", "completions", "messages"),
 }
 
 
@@ -319,6 +352,24 @@ class ApisSettings(Section):
     completions: CompletionsSettings = CompletionsSettings()
 
 
+class CalibrationSettings(Section):
+    """Learning each estimated model's real count from `usage.prompt_tokens` (never applied to an
+    exact tokenizer): undercounts corrected at once, overcounts loosened slowly, with evidence."""
+
+    quantile: Annotated[float, Field(ge=0.5, le=1.0)] = 0.9  # of the recent ratios
+    window: Annotated[int, Field(ge=1)] = 32  # recent ratios kept per upstream and model
+    min_samples: Annotated[int, Field(ge=1)] = 3  # observations before the factor may go down
+    max_step: Annotated[float, Field(gt=0, le=1)] = 0.25  # the most the factor falls per observation
+    min_factor: Annotated[float, Field(gt=0)] = 0.25
+    max_factor: Annotated[float, Field(gt=0)] = 4.0
+    headroom: Annotated[float, Field(ge=0, le=0.5)] = 0.02  # on top of the learned ratio
+    min_tokens: Annotated[int, Field(ge=0)] = 64  # smaller requests teach nothing
+
+    @cached_property
+    def policy(self) -> CalibrationPolicy:
+        return CalibrationPolicy(**self.model_dump())
+
+
 class PageSettings(Section):
     enabled: bool = True  # GET /context-guard/recent: the last decisions, no content ever
     size: Annotated[int, Field(ge=1, le=100_000)] = 500
@@ -347,6 +398,7 @@ class Settings(Section):
     readiness: ReadinessSettings = ReadinessSettings()
     page: PageSettings = PageSettings()
     apis: ApisSettings = ApisSettings()
+    calibration: CalibrationSettings = CalibrationSettings()
 
     @field_validator("upstreams", mode="before")
     @classmethod
@@ -394,7 +446,7 @@ class Settings(Section):
 
     def with_upstream_url(self, url: str) -> Settings:
         """The `--upstream` flag: every route goes to one upstream at `url`, whose kind is unknown."""
-        upstream = UpstreamSettings(name="cli", base_url=url, kind="generic")
+        upstream = UpstreamSettings(name="cli", base_url=url, kind="auto")
         return self.revalidated(upstreams={"cli": upstream}, routes=(Route(match="*", upstream="cli"),))
 
     def revalidated(self, **changes: Any) -> Settings:

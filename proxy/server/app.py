@@ -22,11 +22,14 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.registry import AdapterRegistry
+from proxy.core.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.guard import Guard
 from proxy.logging import get_logger
+from proxy.server.backends import Discovery
 from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
 from proxy.server.compaction import Summariser, SummariserOptions
+from proxy.server.counting import Counting
 from proxy.server.credentials import UpstreamAuth, holds_client_key
 from proxy.server.handlers import GATEWAY, RECORD, Gateway, guarded, metrics, passthrough
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
@@ -35,8 +38,8 @@ from proxy.server.metrics import Metrics
 from proxy.server.page import PAGE_HANDLERS, RECENT, RecentDecisions, install_page, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.record import RequestRecord, log_event
-from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
-from proxy.settings import Settings
+from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool, request_headers
+from proxy.settings import DISCOVERED_KINDS, Settings, UpstreamSettings
 from proxy.state import open_store
 from proxy.strict_json import JsonLimits
 
@@ -74,6 +77,15 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
         log=log,
         apis=AdapterRegistry(settings.apis.completions.options),
         store=store,
+        counting=Counting(
+            options={name: upstream.backend_options for name, upstream in settings.upstreams.items()},
+            cache=guard.cache,
+            calibration=previous.counting.calibration if previous is not None else CalibrationTable(
+                settings.calibration.policy
+            ),
+            # What the servers said about themselves at start holds until a restart.
+            discoveries=dict(previous.counting.discoveries) if previous is not None else {},
+        ),
     )
     if previous is not None and previous.session is not None:
         gateway.session = previous.session
@@ -122,11 +134,37 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False) as session:
         gateway.session = session
         gateway.summariser = open_summariser(gateway.settings, session)
+        await discover_upstreams(gateway, session)
         await gateway.store.open()  # connected before the first request, so it does not pay for it
         yield
         current = app[GATEWAY]  # a reload may have replaced the gateway the session was opened with
         current.session = current.summariser = None
     await app[GATEWAY].store.close()
+
+
+async def discover_upstreams(gateway: Gateway, session: aiohttp.ClientSession) -> None:
+    """Ask each self-hosted upstream what it is, once, at start (each under its own deadline): its
+    window, whether it can tokenize. Hosted APIs and `generic` upstreams are not asked."""
+
+    async def one(upstream: UpstreamSettings) -> None:
+        options = upstream.backend_options
+        if upstream.kind not in DISCOVERED_KINDS:
+            kind = options.kind if options.kind != "auto" else "generic"
+            gateway.counting.discoveries[upstream.name] = Discovery(kind)
+            return
+        headers = dict(request_headers({}, upstream, await _credential(gateway, upstream)))
+        found = await gateway.counting.discover(session, upstream.name, upstream.base_url, headers)
+        gateway.log.info("upstream_discovered", upstream=upstream.name, kind=found.kind, flavor=found.flavor,
+                         windows=dict(found.windows), notes=list(found.notes))  # fmt: skip
+
+    await asyncio.gather(*(one(upstream) for upstream in gateway.settings.upstreams.values()))
+
+
+async def _credential(gateway: Gateway, upstream: UpstreamSettings) -> str | None:
+    try:
+        return await gateway.auths[upstream.name].header(None, False)
+    except GuardError:
+        return None
 
 
 def open_summariser(settings: Settings, session: aiohttp.ClientSession) -> Summariser | None:

@@ -27,7 +27,7 @@ from proxy.core.models import ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.tokens import RequestCounter
 from proxy.server.backend_tokens import BackendCounter, calls_for
-from proxy.server.backends import BackendOptions, Discovery, discover, ollama_window
+from proxy.server.backends import BackendOptions, BackendProfile, Discovery, discover, ollama_window, profile_for
 
 Source = Literal["backend", "model", "calibrated", "estimate"]
 
@@ -58,6 +58,11 @@ class Counting:
     discoveries: dict[str, Discovery] = field(default_factory=dict)
     _counters: dict[tuple[str, str], BackendCounter] = field(default_factory=dict)
     _windows: dict[tuple[str, str], int | None] = field(default_factory=dict)
+
+    def profile_of(self, upstream: str) -> BackendProfile:
+        """How the upstream behaves as a backend: what discovery found, else a generic server."""
+        found = self.discoveries.get(upstream)
+        return found.profile if found is not None else profile_for("generic")
 
     def options_for(self, upstream: str) -> BackendOptions:
         return self.options.get(upstream, BackendOptions())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -28,16 +29,30 @@ from proxy.chat_body import check_chat_body
 from proxy.codec import dumps, loads
 from proxy.core.compaction import summary_request, with_summary
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
+from proxy.core.models import ModelProfile
 from proxy.core.plan import InvalidBody, Plan
-from proxy.errors import BadRequest, ContextLengthExceeded, GuardError, HTTPRefusal, ModelNotRouted
+from proxy.core.tokenizer import Tokenizer
+from proxy.errors import (
+    BadRequest,
+    ContextLengthExceeded,
+    GuardError,
+    HTTPRefusal,
+    ModelNotRouted,
+    UpstreamUnavailable,
+)
 from proxy.guard import Guard
+from proxy.server import answers
 from proxy.server import body as request_body
+from proxy.server.answers import UsageReader, first_event
+from proxy.server.backends import forwardable_request_id
 from proxy.server.compaction import Summariser
+from proxy.server.counting import Choice, Counting
 from proxy.server.credentials import UpstreamAuth, without_client_keys
 from proxy.server.health import HEALTH
 from proxy.server.metrics import Metrics
 from proxy.server.paths import PATH_ROUTE, upstream_url
 from proxy.server.record import RequestRecord, report_headers
+from proxy.server.streams import ask_for_usage, overflow_probe
 from proxy.server.upstream import (
     UPSTREAM_POOL,
     Router,
@@ -49,7 +64,7 @@ from proxy.server.upstream import (
     response_headers,
     send,
 )
-from proxy.settings import MODES, Mode, Settings
+from proxy.settings import MODES, Mode, Settings, UpstreamSettings
 from proxy.state import MemoryStore, StateStore
 from proxy.state.corrections import SharedCorrections
 from proxy.strict_json import AmbiguousJson, loads_strict
@@ -72,6 +87,7 @@ class Gateway:
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
+    counting: Counting = field(default_factory=Counting)  # backend tokenizers, stated windows, calibration
 
     @property
     def corrections(self) -> SharedCorrections:
@@ -106,19 +122,34 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     record.window_source = profile.window_source
     if profile.window_source == "fallback":
         _note(record, "fallback_window")
-    correction = await gw.corrections.get(target.upstream.name, served)
+    upstream, session = target.upstream, gw.session
+    assert session is not None, "the app's upstream session is opened at startup"
+    service = await _service_headers(gw, upstream)
+    stated = await gw.counting.window(session, upstream.name, upstream.base_url, served, service)
+    if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
+        profile = dataclasses.replace(profile, context_window=stated)
+        record.window_source = "backend"
+    local = await _tokenizer(gw, profile)
+    choice = await gw.counting.choose(
+        session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, service
+    )
+    record.count_source = choice.source
+    if choice.calibration is not None:
+        record.calibration = choice.calibration.factor
+    correction = await gw.corrections.get(upstream.name, served)
     if correction is not None:
         record.applied_correction, record.window_source = correction, "correction"
     attempts = Attempts(
-        lambda window: _plan(gw, record, endpoint, parsed, served, window),
+        lambda window: _plan(gw, record, endpoint, parsed, served, window, choice),
         mode,
         known_window=profile.context_window,
         correction=correction,
         self_correct=gw.settings.self_correction.policy,
     )
-    # A large body, or a vocabulary not loaded yet (about a second), is counted off the event loop.
-    offload = large or profile.tokenizer not in gw.guard.tokenizers.loaded
-    decision = await asyncio.to_thread(attempts.start) if offload else attempts.start()
+    decision = await asyncio.to_thread(attempts.start) if large else attempts.start()
+    backend = gw.counting.profile_of(upstream.name)
+    # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
+    learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:
         decision = await _summarised(gw, endpoint, parsed, attempts, decision)
         record.plan, record.attempts = attempts.plan, attempts.attempt
@@ -129,22 +160,37 @@ async def guarded(request: web.Request) -> web.StreamResponse:
             )
         assert isinstance(decision, Forward)
         record.outcome = _outcome(mode, decision)
-        payload = _outgoing(target, model, parsed.body, raw, decision.body)
+        sent = decision.body if decision.body is not None else parsed.body
+        with_usage, added = ask_for_usage(sent) if learns and record.stream else (sent, False)
+        payload = _outgoing(target, model, parsed.body, raw, with_usage if added else decision.body)
         extra = {"x-request-id": record.request_id, **report_headers(record)}
+        raw_error = b""
         async with _upstream_call(request, gw, record, target, payload) as response:
             if response.status < 400:
-                out = await _relay(request, gw, record, target, response, extra)
-                await _commit(gw, record, attempts, target, served)
-                _previews(gw, record, parsed)
-                return out
-            error_body = await read_error_body(target.upstream, response)
-            following = attempts.upstream_failed(
-                response.status, decoded(error_body, response.headers.get("Content-Encoding")), payload
-            )
+                first = await first_event(response, record.stream)
+                if first is None or first.kind == "data":
+                    reader = UsageReader(response, strip=added)
+                    head = first.head if first is not None else b""
+                    out = await _relay(request, gw, record, target, response, extra, reader.relayed(head, response))
+                    await _commit(gw, record, attempts, target, served)
+                    _learn(gw, record, upstream.name, served, reader, sent, choice, local, endpoint.api)
+                    _previews(gw, record, parsed)
+                    return out
+                # The status line said 200, then nothing came, or an error: not an answer.
+                status, error_body = 502, answers.error_body(first)
+                if first.kind == "empty" and backend.empty_stream_on_overflow:
+                    _note(record, "empty_stream")
+                    status, error_body = await _probe(request, gw, record, target, sent)
+            else:
+                status, raw_error = response.status, await read_error_body(upstream, response)
+                error_body = decoded(raw_error, response.headers.get("Content-Encoding"))
+            following = attempts.upstream_failed(status, error_body, payload)
             record.learned_correction = attempts.learned
             record.correction_note = attempts.ignored_overflow
             if isinstance(following, Relay):
-                return _buffered(response, error_body, extra)
+                if response.status < 400:  # an empty or error stream the guard cannot fix
+                    raise UpstreamUnavailable(f"upstream {upstream.name!r}: {json_message(error_body)}")
+                return _buffered(response, raw_error, extra)
         decision = following
 
 
@@ -164,6 +210,65 @@ async def _summarised(
     outcome = await gw.summariser.summarise(request, dict(request_headers({}, upstream, auth)))
     result = with_summary(plan.result, request, outcome.text, outcome.status, plan.counter)
     return attempts.revised(dataclasses.replace(plan, result=result))
+
+
+async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> dict[str, str]:
+    """The headers the guard's own calls to an upstream carry (tokenize, window): its credential."""
+    try:
+        auth = await gw.auths[upstream.name].header(None, False)
+    except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
+        auth = None
+    return dict(request_headers({}, upstream, auth))
+
+
+async def _tokenizer(gw: Gateway, profile: ModelProfile) -> Tokenizer:
+    """The model's own tokenizer; a vocabulary not loaded yet (about a second) loads off the loop."""
+    if profile.tokenizer in gw.guard.tokenizers.loaded:
+        return gw.guard.tokenizer(profile)
+    return await asyncio.to_thread(gw.guard.tokenizer, profile)
+
+
+async def _probe(
+    request: web.Request, gw: Gateway, record: RequestRecord, target: Target, sent: Mapping[str, Any]
+) -> tuple[int, bytes]:
+    """A server that answers an over-window stream with an empty 200 is asked the same prompt, not
+    streamed, for one token: its error then says the window and its count."""
+    async with _upstream_call(request, gw, record, target, dumps(overflow_probe(sent))) as response:
+        body = await read_error_body(target.upstream, response)
+        if response.status < 400:
+            return 502, b'{"error": {"message": "the upstream answered a stream with an empty body"}}'
+        return response.status, decoded(body, response.headers.get("Content-Encoding"))
+
+
+def _learn(
+    gw: Gateway,
+    record: RequestRecord,
+    upstream: str,
+    model: str,
+    reader: UsageReader,
+    sent: Mapping[str, Any],
+    choice: Choice,
+    local: Tokenizer,
+    api: str,
+) -> None:
+    """An estimate learns from the prompt tokens the upstream reports (chat completions)."""
+    usage = reader.usage
+    if usage is None or api != "chat" or record.client_disconnected or record.stream_broken:
+        return
+    record.provider_prompt_tokens = usage.prompt_tokens
+    learned = gw.counting.observe(upstream, model, usage.prompt_tokens, sent, choice, local, gw.guard.cache)
+    if learned is not None:
+        record.calibration = learned.factor
+
+
+def json_message(body: bytes) -> str:
+    """The message of an OpenAI-shaped error body, for the guard's own error saying what came."""
+    try:
+        error = json.loads(body).get("error") or {}
+    except (ValueError, AttributeError):
+        return "an answer the guard cannot read"
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else "an answer the guard cannot read"
 
 
 def _parse(endpoint: Endpoint, raw: bytes, request: web.Request) -> Parsed:
@@ -189,10 +294,18 @@ async def _read(request: web.Request, gw: Gateway) -> bytes:
 
 
 def _plan(
-    gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str, window: int | None
+    gw: Gateway,
+    record: RequestRecord,
+    endpoint: Endpoint,
+    parsed: Parsed,
+    model: str,
+    window: int | None,
+    choice: Choice | None = None,
 ) -> Plan:
-    """Count and trim for `window`; the plan's body is written back in the API's own shape."""
-    fitted = gw.guard.fit(endpoint.adapter, parsed, model, window)
+    """Count and trim for `window` with the tokenizer `choice` names (the backend's own, the
+    model's, or a calibrated estimate); the plan's body is written back in the API's own shape."""
+    counting = (choice.profile, choice.tokenizer) if choice is not None else None
+    fitted = gw.guard.fit(endpoint.adapter, parsed, model, window, counting)
     if not fitted.exact:
         _note(record, "estimate")
     if parsed.server_state:
@@ -269,6 +382,8 @@ async def _upstream_call(
     query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
     url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
     headers = request_headers(request.headers, upstream, auth, keys)
+    if not forwardable_request_id(gw.counting.profile_of(upstream.name), headers.get("x-request-id", "")):
+        headers.popall("x-request-id", None)  # llama-cpp-python refuses any id that is not a UUID
     assert gw.session is not None, "the app's upstream session is opened at startup"
     started = time.perf_counter()
     try:
@@ -291,8 +406,9 @@ async def _relay(
     target: Target,
     response: aiohttp.ClientResponse,
     extra: dict[str, str],
+    chunks: AsyncIterator[bytes] | None = None,
 ) -> web.StreamResponse:
-    relayed = await relay(request, target.upstream, response, extra)
+    relayed = await relay(request, target.upstream, response, extra, chunks)
     if relayed.broken:
         record.stream_broken = relayed.broken
         gw.metrics.upstream_errors.labels(target.upstream.name, "stream_broken").inc()

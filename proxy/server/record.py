@@ -55,6 +55,9 @@ class RequestRecord:
     stream: bool = False
     stream_broken: str | None = None
     client_disconnected: bool = False
+    count_source: str | None = None  # backend (the server's tokenizer), model, calibrated or estimate
+    calibration: float | None = None  # the factor a calibrated estimate was scaled by
+    provider_prompt_tokens: int | None = None  # what the upstream's usage said it counted
     notes: list[str] = field(default_factory=list)  # e.g. fallback_window, estimate, server_state
     previews: dict[int, str] = field(default_factory=dict)  # opt-in removal previews by message index
     total_ms: float = 0.0
@@ -205,6 +208,12 @@ def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, An
             details["summary"] = result.summary.to_dict()
         if result.note_tokens:
             details["note_tokens"] = result.note_tokens
+    if record.count_source is not None:
+        details["count_source"] = record.count_source
+    if record.calibration is not None:
+        details["calibration"] = round(record.calibration, 4)
+    if record.provider_prompt_tokens is not None:
+        details["provider_prompt_tokens"] = record.provider_prompt_tokens
     if record.applied_correction is not None:
         details["applied_correction"] = record.applied_correction.to_dict()
     if record.learned_correction is not None:

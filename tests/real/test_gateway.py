@@ -22,7 +22,9 @@ pytestmark = pytest.mark.real
 
 async def start_guard(aiohttp_server: Any, llama: LlamaServer, **upstream: Any) -> Any:
     settings = settings_from_dict(
-        {"upstreams": {"llama": {"base_url": llama.url, "read_timeout": 120, **upstream}}}, "real.yaml", {}
+        {"upstreams": {"llama": {"base_url": llama.url, "kind": "auto", "read_timeout": 120, **upstream}}},
+        "real.yaml",
+        {},
     )
     return await aiohttp_server(create_app(settings, Guard(settings)))
 

@@ -50,7 +50,8 @@ def logs() -> Logs:
 
 def gateway_settings(upstream_url: str, env: dict[str, str] | None = None, **sections: Any) -> Settings:
     """Settings as a YAML file would give them: one upstream `fake` unless `upstreams` is given."""
-    data: dict[str, Any] = {"upstreams": {"fake": {"base_url": upstream_url, "read_timeout": 5, "connect_timeout": 2}}}
+    fake = {"base_url": upstream_url, "kind": "generic", "read_timeout": 5, "connect_timeout": 2}
+    data: dict[str, Any] = {"upstreams": {"fake": fake}}
     data.update(sections)
     return settings_from_dict(data, "test.yaml", env or {})
 

@@ -75,7 +75,7 @@ async def test_the_serve_command_starts_forwards_and_stops(upstream):
         _, err = await asyncio.wait_for(process.communicate(), 20)
     assert process.returncode == 0, err.decode()
     events = [json.loads(line)["event"] for line in err.decode().splitlines() if line.startswith("{")]
-    assert events[0] == "listening" and "request" in events
+    assert "listening" in events and "request" in events
 
 
 async def test_serve_with_a_bad_config_exits_2_naming_file_and_key(tmp_path):

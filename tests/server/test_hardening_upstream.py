@@ -78,12 +78,20 @@ class TestTruncatedUpstreamBodies:
         response = await through_raw_upstream(start_proxy, reply, CHAT)
         assert response.status == 200 and response.body == b"hello" and not response.complete
 
-    async def test_a_broken_event_stream_ends_with_an_error_event(self, start_proxy):
+    async def test_an_event_stream_broken_after_its_first_event_ends_with_an_error_event(self, start_proxy):
+        reply = upstream_reply(
+            "HTTP/1.1 200 OK\nContent-Type: text/event-stream\nTransfer-Encoding: chunked\n",
+            b"a\r\ndata: {}\n\n\r\n8\r\ndata: {}\r\n",
+        )
+        response = await through_raw_upstream(start_proxy, reply, STREAM)
+        assert response.complete and response.body.startswith(b"data: {}") and b"upstream_stream_broken" in response.body
+
+    async def test_an_event_stream_broken_before_its_first_event_is_a_proper_error(self, start_proxy):
         reply = upstream_reply(
             "HTTP/1.1 200 OK\nContent-Type: text/event-stream\nTransfer-Encoding: chunked\n", b"8\r\ndata: {}\r\n"
         )
         response = await through_raw_upstream(start_proxy, reply, STREAM)
-        assert response.complete and b"upstream_stream_broken" in response.body
+        assert response.status == 502 and b"upstream_unavailable" in response.body
 
 
 class TestMalformedAndSilentUpstreams:

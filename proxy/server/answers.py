@@ -1,0 +1,72 @@
+"""Reading an upstream's answer as it is relayed, without changing a byte the client asked for.
+
+Two things the handler needs from an answer with a success status:
+- `first_event()`: how a stream began. A server may send the status line and then nothing (an
+  over-window stream on llama-cpp-python) or an error event; the client's response is not
+  committed until the first event is known, so those are handled like an error status.
+- `UsageReader`: the `usage.prompt_tokens` the upstream reports (from the usage chunk of a stream,
+  or the body of a whole answer), to calibrate estimated counts. A usage chunk the guard asked for
+  on the client's behalf is taken out of what the client sees.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from proxy.server.streams import FirstEvent, Usage, UsageTap, is_event_stream, peek_first_event, usage_from_body
+
+MAX_USAGE_BODY = 4 * 1024 * 1024  # a whole answer larger than this is relayed unread
+
+
+async def first_event(response: aiohttp.ClientResponse, streaming: bool) -> FirstEvent | None:
+    """The first event of a streamed answer (read, not yet relayed); None for a whole answer."""
+    if not streaming:
+        return None
+    return await peek_first_event(response)
+
+
+def error_body(first: FirstEvent) -> bytes:
+    """An answer that began with an error event or with nothing, as the error body it amounts to."""
+    error = dict(first.error) if first.error else {"message": first.message, "type": "upstream_error"}
+    return json.dumps({"error": error}).encode()
+
+
+class UsageReader:
+    """Relays an answer's bytes and keeps the usage it reports."""
+
+    def __init__(self, response: aiohttp.ClientResponse, strip: bool) -> None:
+        self.encoding = response.headers.get("Content-Encoding")
+        self.stream = is_event_stream(response)
+        self._tap = UsageTap(strip, self.encoding) if self.stream else None
+        self._body = bytearray()
+        self._whole: Usage | None = None
+
+    @property
+    def usage(self) -> Usage | None:
+        return self._tap.usage if self._tap is not None else self._whole
+
+    async def relayed(self, head: bytes, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """`head` (bytes already read) and the rest of `response`, as they come."""
+        if head:
+            for out in self._feed(head):
+                yield out
+        async for chunk in response.content.iter_any():
+            for out in self._feed(chunk):
+                yield out
+        if self._tap is not None:
+            rest = self._tap.finish()
+            if rest:
+                yield rest
+        elif len(self._body) <= MAX_USAGE_BODY:
+            self._whole = usage_from_body(bytes(self._body), self.encoding)
+
+    def _feed(self, chunk: bytes) -> list[bytes]:
+        if self._tap is not None:
+            out = self._tap.feed(chunk)
+            return [out] if out else []
+        if len(self._body) <= MAX_USAGE_BODY:
+            self._body += chunk
+        return [chunk]
