@@ -80,7 +80,7 @@ class TestAnEmptyStreamAfterTheStatusLine:
     async def test_a_generic_upstream_s_empty_stream_is_a_proper_error_not_an_empty_200(
         self, start_proxy, llama, logs
     ):
-        fake, url = llama
+        _, url = llama
         proxy = await start_proxy(gateway_settings(url))
         status, body, _ = await post(proxy, {"model": "local-model", "messages": long_conversation(), "stream": True})
         assert status == 502 and json.loads(body)["error"]["code"] == "upstream_unavailable"
@@ -88,7 +88,7 @@ class TestAnEmptyStreamAfterTheStatusLine:
 
 class TestCalibrationFromUsage:
     async def test_an_estimate_learns_the_servers_count_and_is_scaled_by_it(self, start_proxy, llama, logs):
-        fake, url = llama
+        _, url = llama
         proxy = await start_proxy(gateway_settings(url))
         short = [{"role": "user", "content": "tell me about rivers " * 40}]
         for _ in range(2):
