@@ -80,9 +80,16 @@ class TrimResult:
 
     def rejection_message(self) -> str:
         b = self.budget
+        if b.input_budget <= 0:
+            room = (
+                f"The model's window of {b.context_window:,} tokens leaves no room for input once the "
+                f"output reserve ({b.output_reserve:,}, {b.reserve_source.replace('_', ' ')}) and the safety "
+                f"margin ({b.safety_margin:,}) are set aside. Lower max_tokens."
+            )
+            return f"This request has {self.tokens_before:,} input tokens. {room}"
         return (
-            f"This request needs {self.tokens_before:,} input tokens after every permitted cut "
-            f"{self.tokens_after:,}, but the model's input budget is {b.input_budget:,} tokens "
+            f"This request has {self.tokens_before:,} input tokens; after every cut the guard may make it "
+            f"still has {self.tokens_after:,}, and the model's input budget is {b.input_budget:,} tokens "
             f"(context window {b.context_window:,} - output reserve {b.output_reserve:,} "
             f"- safety margin {b.safety_margin:,}). Shorten the system prompt or the latest message, "
             f"or lower max_tokens."

@@ -216,3 +216,25 @@ class TestRegistry:
     def test_a_bad_option_names_the_strategy(self):
         with pytest.raises(ValueError, match="strategy 'shrink_tool_results'"):
             build_pipeline(["shrink_tool_results"], {"shrink_tool_results": {"bogus": 1}})
+
+
+class TestRejectionMessage:
+    def test_it_states_the_numbers_plainly(self, counter_for):
+        from proxy.core.budget import BudgetPolicy
+        from proxy.core.plan import TrimPolicy, plan_request
+
+        counter = counter_for("gpt-4")
+        body = {"model": "gpt-4", "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}]}
+        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        message = result.rejection_message()
+        assert message.startswith(f"This request has {result.tokens_before:,} input tokens; after every cut")
+        assert "input budget is 6,554 tokens" in message
+
+    def test_a_window_with_no_room_for_input_says_so(self, counter_for):
+        from proxy.core.plan import TrimPolicy, plan_request
+
+        counter = counter_for("gpt-4")
+        body = {"model": "gpt-4", "max_tokens": 9000, "messages": [{"role": "user", "content": "Say hi."}]}
+        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy()).result
+        assert result.outcome == "rejected"
+        assert "leaves no room for input" in result.rejection_message() and "budget is -" not in result.rejection_message()
