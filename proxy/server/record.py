@@ -199,37 +199,23 @@ def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, An
             exact=plan.count.exact,
             count_ms=round(plan.count_seconds * 1000, 2),
             trim_ms=round(plan.trim_seconds * 1000, 2),
+            cut=_dict(plan.result.cut),
+            summary=_dict(plan.result.summary),
+            note_tokens=plan.result.note_tokens or None,
         )
-    if record.plan is not None:
-        result = record.plan.result
-        if result.cut is not None:
-            details["cut"] = result.cut.to_dict()
-        if result.summary is not None:
-            details["summary"] = result.summary.to_dict()
-        if result.note_tokens:
-            details["note_tokens"] = result.note_tokens
-    if record.count_source is not None:
-        details["count_source"] = record.count_source
-    if record.calibration is not None:
-        details["calibration"] = round(record.calibration, 4)
-    if record.provider_prompt_tokens is not None:
-        details["provider_prompt_tokens"] = record.provider_prompt_tokens
-    if record.applied_correction is not None:
-        details["applied_correction"] = record.applied_correction.to_dict()
-    if record.learned_correction is not None:
-        details["self_correction"] = record.learned_correction.to_dict()
-    if record.correction_note:
-        details["self_correction_ignored"] = record.correction_note
-    if record.attempts > 1:
-        details["attempts"] = record.attempts
-    if record.stream:
-        details["stream"] = True
-    if record.stream_broken:
-        details["stream_broken"] = record.stream_broken
-    if record.client_disconnected:
-        details["client_disconnected"] = True
-    if record.notes:
-        details["notes"] = list(record.notes)
+    details.update(
+        count_source=record.count_source,
+        calibration=round(record.calibration, 4) if record.calibration is not None else None,
+        provider_prompt_tokens=record.provider_prompt_tokens,
+        applied_correction=_dict(record.applied_correction),
+        self_correction=_dict(record.learned_correction),
+        self_correction_ignored=record.correction_note,
+        attempts=record.attempts if record.attempts > 1 else None,
+        stream=True if record.stream else None,
+        stream_broken=record.stream_broken,
+        client_disconnected=True if record.client_disconnected else None,
+        notes=list(record.notes) or None,
+    )
     event.update({k: v for k, v in details.items() if v is not None})
     if record.upstream is not None:
         event["upstream_ms"] = round(record.upstream_ms, 2)
@@ -243,6 +229,11 @@ def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, An
 
 LOGGER_FIELDS_BYTES = 160  # `"removed":[...]`, `"event":"request"`, the level, the timestamp, a worker number
 FOLDED_NOTE_BYTES = 60  # {"what":"999 more runs","tokens":123456789}
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    """A record's typed part (a cut, a summary report, a correction) as the log writes it."""
+    return value.to_dict() if value is not None else None
 
 
 def _bounded(entries: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
