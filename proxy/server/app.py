@@ -31,7 +31,9 @@ from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECON
 from proxy.server.compaction import Summariser, SummariserOptions
 from proxy.server.counting import Counting
 from proxy.server.credentials import UpstreamAuth, holds_client_key
-from proxy.server.handlers import GATEWAY, RECORD, Gateway, guarded, metrics, passthrough
+from proxy.server.forwarding import passthrough
+from proxy.server.gateway import GATEWAY, RECORD, Gateway
+from proxy.server.handlers import guarded, metrics
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
 from proxy.server.lifecycle import install_drain, track_requests
 from proxy.server.metrics import Metrics

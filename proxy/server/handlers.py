@@ -12,21 +12,16 @@ which the `records` middleware logs and counts when the request ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
-import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from proxy.apis.base import InvalidRequest, Parsed
-from proxy.apis.registry import AdapterRegistry, Endpoint
+from proxy.apis.registry import Endpoint
 from proxy.chat_body import check_chat_body
-from proxy.codec import dumps, loads
 from proxy.core.compaction import summary_request, with_summary
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
 from proxy.core.models import ModelProfile
@@ -37,64 +32,25 @@ from proxy.errors import (
     ContextLengthExceeded,
     GuardError,
     HTTPRefusal,
-    ModelNotRouted,
     UpstreamUnavailable,
 )
-from proxy.guard import Guard
 from proxy.server import answers
 from proxy.server import body as request_body
 from proxy.server.answers import UsageReader, first_event
-from proxy.server.backends import forwardable_request_id
-from proxy.server.compaction import Summariser
-from proxy.server.counting import Choice, Counting
-from proxy.server.credentials import UpstreamAuth, without_client_keys
-from proxy.server.health import HEALTH
-from proxy.server.metrics import Metrics
-from proxy.server.paths import PATH_ROUTE, upstream_url
+from proxy.server.counting import Choice
+from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
+from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
+from proxy.server.paths import PATH_ROUTE
 from proxy.server.record import RequestRecord, report_headers
-from proxy.server.streams import ask_for_usage, overflow_probe
+from proxy.server.streams import ask_for_usage
 from proxy.server.upstream import (
-    UPSTREAM_POOL,
-    Router,
     Target,
     decoded,
     read_error_body,
-    relay,
     request_headers,
-    response_headers,
-    send,
 )
-from proxy.settings import MODES, Mode, Settings, UpstreamSettings
-from proxy.state import MemoryStore, StateStore
-from proxy.state.corrections import SharedCorrections
+from proxy.settings import MODES, Mode, UpstreamSettings
 from proxy.strict_json import AmbiguousJson, loads_strict
-
-MODE_HEADER = "x-context-guard-mode"
-RECORD = web.RequestKey("record", RequestRecord)  # opened for every request by the records middleware
-
-
-@dataclass
-class Gateway:
-    """Everything the handlers share, built once per app (and again, whole, on a reload)."""
-
-    settings: Settings
-    guard: Guard
-    router: Router
-    auths: dict[str, UpstreamAuth]
-    metrics: Metrics
-    log: Any
-    apis: AdapterRegistry = field(default_factory=AdapterRegistry)
-    store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
-    session: aiohttp.ClientSession | None = None
-    summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
-    counting: Counting = field(default_factory=Counting)  # backend tokenizers, stated windows, calibration
-
-    @property
-    def corrections(self) -> SharedCorrections:
-        return SharedCorrections(self.store, self.settings.self_correction.ttl_seconds)
-
-
-GATEWAY = web.AppKey("gateway", Gateway)
 
 
 async def guarded(request: web.Request) -> web.StreamResponse:
@@ -102,7 +58,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     gw, record = request.app[GATEWAY], request[RECORD]
     endpoint = gw.apis.endpoint_for(request[PATH_ROUTE].path.value)
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
-    raw = await _read(request, gw)
+    raw = await read_body(request, gw)
     large = len(raw) > gw.settings.server.offload_bytes
     parsed = await asyncio.to_thread(_parse, endpoint, raw, request) if large else _parse(endpoint, raw, request)
     model = parsed.model or ""
@@ -162,16 +118,17 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         record.outcome = _outcome(mode, decision)
         sent = decision.body if decision.body is not None else parsed.body
         with_usage, added = ask_for_usage(sent) if learns and record.stream else (sent, False)
-        payload = _outgoing(target, model, parsed.body, raw, with_usage if added else decision.body)
+        payload = outgoing(target, model, parsed.body, raw, with_usage if added else decision.body)
         extra = {"x-request-id": record.request_id, **report_headers(record)}
         raw_error = b""
-        async with _upstream_call(request, gw, record, target, payload) as response:
+        async with upstream_call(request, gw, record, target, payload) as response:
             if response.status < 400:
                 first = await first_event(response, record.stream)
                 if first is None or first.kind == "data":
                     reader = UsageReader(response, strip=added)
                     head = first.head if first is not None else b""
-                    out = await _relay(request, gw, record, target, response, extra, reader.relayed(head, response))
+                    chunks = reader.relayed(head, response)
+                    out = await relay_answer(request, gw, record, target, response, extra, chunks)
                     await _commit(gw, record, attempts, target, served)
                     _learn(gw, record, upstream.name, served, reader, sent, choice, local, endpoint.api)
                     _previews(gw, record, parsed)
@@ -180,7 +137,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
                 status, error_body = 502, answers.error_body(first)
                 if first.kind == "empty" and backend.empty_stream_on_overflow:
                     _note(record, "empty_stream")
-                    status, error_body = await _probe(request, gw, record, target, sent)
+                    status, error_body = await probe_overflow(request, gw, record, target, sent)
             else:
                 status, raw_error = response.status, await read_error_body(upstream, response)
                 error_body = decoded(raw_error, response.headers.get("Content-Encoding"))
@@ -190,7 +147,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
             if isinstance(following, Relay):
                 if response.status < 400:  # an empty or error stream the guard cannot fix
                     raise UpstreamUnavailable(f"upstream {upstream.name!r}: {json_message(error_body)}")
-                return _buffered(response, raw_error, extra)
+                return buffered(response, raw_error, extra)
         decision = following
 
 
@@ -226,18 +183,6 @@ async def _tokenizer(gw: Gateway, profile: ModelProfile) -> Tokenizer:
     if profile.tokenizer in gw.guard.tokenizers.loaded:
         return gw.guard.tokenizer(profile)
     return await asyncio.to_thread(gw.guard.tokenizer, profile)
-
-
-async def _probe(
-    request: web.Request, gw: Gateway, record: RequestRecord, target: Target, sent: Mapping[str, Any]
-) -> tuple[int, bytes]:
-    """A server that answers an over-window stream with an empty 200 is asked the same prompt, not
-    streamed, for one token: its error then says the window and its count."""
-    async with _upstream_call(request, gw, record, target, dumps(overflow_probe(sent))) as response:
-        body = await read_error_body(target.upstream, response)
-        if response.status < 400:
-            return 502, b'{"error": {"message": "the upstream answered a stream with an empty body"}}'
-        return response.status, decoded(body, response.headers.get("Content-Encoding"))
 
 
 def _learn(
@@ -285,12 +230,6 @@ def _parse(endpoint: Endpoint, raw: bytes, request: web.Request) -> Parsed:
         return endpoint.parse(data)
     except (InvalidRequest, InvalidBody) as exc:
         raise BadRequest(str(exc), param=exc.param) from None
-
-
-async def _read(request: web.Request, gw: Gateway) -> bytes:
-    """The request body, decoded, within the size limit and the read deadline."""
-    policy = request.app[request_body.BODY_POLICY]
-    return await request_body.read_body(request, gw.settings.server.max_body_bytes, policy)
 
 
 def _plan(
@@ -358,97 +297,6 @@ def _message_text(message: object) -> str:
 def _note(record: RequestRecord, note: str) -> None:
     if note not in record.notes:
         record.notes.append(note)
-
-
-def _outgoing(target: Target, model: str, body: Mapping[str, Any], raw: bytes, changed: Any) -> bytes:
-    """The bytes to send upstream: `raw` (decoded, as received) when nothing changes; otherwise the
-    body serialised, with the model renamed when the route says so and the body names one (an
-    Azure deployment path carries its model in the path, not the body)."""
-    body = changed if changed is not None else body
-    renamed = target.model is not None and target.model != model and "model" in body
-    if changed is None and not renamed:
-        return raw
-    return dumps({**body, "model": target.model} if renamed else body)
-
-
-@contextlib.asynccontextmanager
-async def _upstream_call(
-    request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
-) -> AsyncIterator[aiohttp.ClientResponse]:
-    """`send()` with auth, URL and headers resolved, and its time and failures recorded."""
-    upstream = target.upstream
-    keys = gw.settings.server.client_keys
-    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
-    query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
-    url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
-    headers = request_headers(request.headers, upstream, auth, keys)
-    if not forwardable_request_id(gw.counting.profile_of(upstream.name), headers.get("x-request-id", "")):
-        headers.popall("x-request-id", None)  # llama-cpp-python refuses any id that is not a UUID
-    assert gw.session is not None, "the app's upstream session is opened at startup"
-    started = time.perf_counter()
-    try:
-        pool = request.app[UPSTREAM_POOL]
-        async with send(gw.session, upstream, request.method, url, headers, payload, pool) as response:
-            record.upstream_status = response.status
-            request.app[HEALTH].reachability.saw(upstream.name)
-            yield response
-    except GuardError as exc:  # the upstream's failures, as upstream_errors() mapped them
-        gw.metrics.upstream_errors.labels(upstream.name, type(exc).__name__).inc()
-        raise
-    finally:
-        record.upstream_ms += (time.perf_counter() - started) * 1000
-
-
-async def _relay(
-    request: web.Request,
-    gw: Gateway,
-    record: RequestRecord,
-    target: Target,
-    response: aiohttp.ClientResponse,
-    extra: dict[str, str],
-    chunks: AsyncIterator[bytes] | None = None,
-) -> web.StreamResponse:
-    relayed = await relay(request, target.upstream, response, extra, chunks)
-    if relayed.broken:
-        record.stream_broken = relayed.broken
-        gw.metrics.upstream_errors.labels(target.upstream.name, "stream_broken").inc()
-    if relayed.client_gone:
-        record.client_disconnected = True
-    return relayed.response
-
-
-def _buffered(response: aiohttp.ClientResponse, body: bytes, extra: dict[str, str]) -> web.Response:
-    out = web.Response(status=response.status, reason=response.reason, body=body)
-    out.headers.update(response_headers(response.headers))
-    out.headers.update(extra)
-    return out
-
-
-async def passthrough(request: web.Request) -> web.StreamResponse:
-    """Any other path the passthrough policy allows: forwarded untouched (method, query, headers,
-    body), routed by the body's `model` when it names one, else to the default upstream."""
-    gw, record = request.app[GATEWAY], request[RECORD]
-    record.kind = "passthrough"
-    raw = await _read(request, gw)
-    model = _sniff_model(request, raw)
-    try:
-        target = gw.router.route(model) if model else gw.router.default()
-    except ModelNotRouted:
-        target = gw.router.default()
-    record.model, record.upstream = model, target.upstream.name
-    async with _upstream_call(request, gw, record, target, raw) as response:
-        return await _relay(request, gw, record, target, response, {"x-request-id": record.request_id})
-
-
-def _sniff_model(request: web.Request, raw: bytes) -> str | None:
-    if not raw or "json" not in request.content_type or len(raw) > 4 * 1024 * 1024:
-        return None
-    try:
-        data = loads(raw)
-    except ValueError:
-        return None
-    model = data.get("model") if isinstance(data, dict) else None
-    return model if isinstance(model, str) and model else None
 
 
 async def metrics(request: web.Request) -> web.Response:

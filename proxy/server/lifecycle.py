@@ -32,7 +32,7 @@ from aiohttp import web
 from proxy.errors import ConfigError
 from proxy.guard import Guard
 from proxy.logging import get_logger
-from proxy.server.handlers import GATEWAY
+from proxy.server.gateway import GATEWAY
 from proxy.server.health import HEALTH, os_error_reason
 from proxy.settings import Settings
 

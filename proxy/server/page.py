@@ -34,7 +34,7 @@ from aiohttp import web
 
 from proxy.errors import HTTPRefusal, PathNotFound, Unauthorized
 from proxy.server.credentials import presented_keys as client_keys_presented
-from proxy.server.handlers import GATEWAY
+from proxy.server.gateway import GATEWAY
 from proxy.server.record import RequestRecord, folded_removals, summary
 
 PAGE_PATH = "/context-guard/recent"

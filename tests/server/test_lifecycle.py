@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from proxy.errors import ConfigError
-from proxy.server.handlers import GATEWAY
+from proxy.server.gateway import GATEWAY
 from proxy.server.lifecycle import DRAIN, Drain, ServerOptions, available_cores, reload_config
 from proxy.server.run import SettingsSource
 from proxy.settings import Settings

@@ -8,7 +8,7 @@ import random
 
 import aiohttp
 
-from proxy.server.handlers import GATEWAY
+from proxy.server.gateway import GATEWAY
 from tests.server.conftest import gateway_settings, long_conversation
 
 SMALL = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}

@@ -1,0 +1,142 @@
+"""Talking to an upstream for one request: the bytes to send, the call with its credentials and
+timing, relaying the answer, and the paths forwarded untouched (pass-through)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from proxy.codec import dumps, loads
+from proxy.errors import GuardError, ModelNotRouted
+from proxy.server import body as request_body
+from proxy.server.backends import forwardable_request_id
+from proxy.server.credentials import without_client_keys
+from proxy.server.gateway import GATEWAY, RECORD, Gateway
+from proxy.server.health import HEALTH
+from proxy.server.paths import PATH_ROUTE, upstream_url
+from proxy.server.record import RequestRecord
+from proxy.server.streams import overflow_probe
+from proxy.server.upstream import (
+    UPSTREAM_POOL,
+    Target,
+    decoded,
+    read_error_body,
+    relay,
+    request_headers,
+    response_headers,
+    send,
+)
+
+
+async def read_body(request: web.Request, gw: Gateway) -> bytes:
+    """The request body, decoded, within the size limit and the read deadline."""
+    policy = request.app[request_body.BODY_POLICY]
+    return await request_body.read_body(request, gw.settings.server.max_body_bytes, policy)
+
+
+def outgoing(target: Target, model: str, body: Mapping[str, Any], raw: bytes, changed: Any) -> bytes:
+    """The bytes to send upstream: `raw` (decoded, as received) when nothing changes; otherwise the
+    body serialised, with the model renamed when the route says so and the body names one (an
+    Azure deployment path carries its model in the path, not the body)."""
+    body = changed if changed is not None else body
+    renamed = target.model is not None and target.model != model and "model" in body
+    if changed is None and not renamed:
+        return raw
+    return dumps({**body, "model": target.model} if renamed else body)
+
+
+@contextlib.asynccontextmanager
+async def upstream_call(
+    request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """`send()` with auth, URL and headers resolved, and its time and failures recorded."""
+    upstream = target.upstream
+    keys = gw.settings.server.client_keys
+    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
+    query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
+    url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
+    headers = request_headers(request.headers, upstream, auth, keys)
+    if not forwardable_request_id(gw.counting.profile_of(upstream.name), headers.get("x-request-id", "")):
+        headers.popall("x-request-id", None)  # llama-cpp-python refuses any id that is not a UUID
+    assert gw.session is not None, "the app's upstream session is opened at startup"
+    started = time.perf_counter()
+    try:
+        pool = request.app[UPSTREAM_POOL]
+        async with send(gw.session, upstream, request.method, url, headers, payload, pool) as response:
+            record.upstream_status = response.status
+            request.app[HEALTH].reachability.saw(upstream.name)
+            yield response
+    except GuardError as exc:  # the upstream's failures, as upstream_errors() mapped them
+        gw.metrics.upstream_errors.labels(upstream.name, type(exc).__name__).inc()
+        raise
+    finally:
+        record.upstream_ms += (time.perf_counter() - started) * 1000
+
+
+async def relay_answer(
+    request: web.Request,
+    gw: Gateway,
+    record: RequestRecord,
+    target: Target,
+    response: aiohttp.ClientResponse,
+    extra: dict[str, str],
+    chunks: AsyncIterator[bytes] | None = None,
+) -> web.StreamResponse:
+    relayed = await relay(request, target.upstream, response, extra, chunks)
+    if relayed.broken:
+        record.stream_broken = relayed.broken
+        gw.metrics.upstream_errors.labels(target.upstream.name, "stream_broken").inc()
+    if relayed.client_gone:
+        record.client_disconnected = True
+    return relayed.response
+
+
+def buffered(response: aiohttp.ClientResponse, body: bytes, extra: dict[str, str]) -> web.Response:
+    out = web.Response(status=response.status, reason=response.reason, body=body)
+    out.headers.update(response_headers(response.headers))
+    out.headers.update(extra)
+    return out
+
+
+async def probe_overflow(
+    request: web.Request, gw: Gateway, record: RequestRecord, target: Target, sent: Mapping[str, Any]
+) -> tuple[int, bytes]:
+    """A server that answers an over-window stream with an empty 200 is asked the same prompt, not
+    streamed, for one token: its error then says the window and its count."""
+    async with upstream_call(request, gw, record, target, dumps(overflow_probe(sent))) as response:
+        body = await read_error_body(target.upstream, response)
+        if response.status < 400:
+            return 502, b'{"error": {"message": "the upstream answered a stream with an empty body"}}'
+        return response.status, decoded(body, response.headers.get("Content-Encoding"))
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Any other path the passthrough policy allows: forwarded untouched (method, query, headers,
+    body), routed by the body's `model` when it names one, else to the default upstream."""
+    gw, record = request.app[GATEWAY], request[RECORD]
+    record.kind = "passthrough"
+    raw = await read_body(request, gw)
+    model = _sniff_model(request, raw)
+    try:
+        target = gw.router.route(model) if model else gw.router.default()
+    except ModelNotRouted:
+        target = gw.router.default()
+    record.model, record.upstream = model, target.upstream.name
+    async with upstream_call(request, gw, record, target, raw) as response:
+        return await relay_answer(request, gw, record, target, response, {"x-request-id": record.request_id})
+
+
+def _sniff_model(request: web.Request, raw: bytes) -> str | None:
+    if not raw or "json" not in request.content_type or len(raw) > 4 * 1024 * 1024:
+        return None
+    try:
+        data = loads(raw)
+    except ValueError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) and model else None
