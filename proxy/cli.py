@@ -18,9 +18,9 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TextIO
 
+from proxy import package_version
 from proxy.chat_body import check_chat_body
 from proxy.core.plan import InvalidBody
 from proxy.errors import ConfigError
@@ -45,12 +45,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 class InputError(Exception):
     """A request file the CLI cannot use; the message is the one line the user sees."""
 
-
-def package_version() -> str:
-    try:
-        return version("context-guard")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -21,11 +21,11 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from proxy import package_version
 from proxy.settings import ReadinessSettings
 
 HEALTH_PATHS = frozenset({"/livez", "/readyz", "/healthz"})
@@ -34,12 +34,6 @@ HEALTH_PATHS = frozenset({"/livez", "/readyz", "/healthz"})
 # `readiness.*` settings: written once, in the settings schema.
 ReadinessOptions = ReadinessSettings
 
-
-def package_version() -> str:
-    try:
-        return version("context-guard")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 @dataclass

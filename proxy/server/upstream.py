@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import json
 import math
 import zlib
@@ -32,6 +31,7 @@ from yarl import URL
 
 from proxy.errors import ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
+from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
 from proxy.server.streams import stale_retry
 from proxy.settings import Route, Settings, UpstreamSettings
 
@@ -53,7 +53,6 @@ HOP_BY_HOP = frozenset(
 )
 # The body sent upstream is always the decoded one (`proxy.server.body`).
 REQUEST_ONLY_DROPPED = frozenset({"content-encoding"})
-OWN_HEADER_PREFIX = "x-context-guard-"
 MAX_ERROR_BODY = 1024 * 1024
 
 
@@ -72,7 +71,7 @@ class Router:
         """The upstream for `model`: the first route whose name or glob matches it."""
         if model is not None:
             for route in self.routes:
-                if route.match == model or fnmatch.fnmatchcase(model, route.match):
+                if route.matches(model):
                     return Target(self.upstreams[route.upstream], route.rename or model)
             raise ModelNotRouted(f"no upstream is configured for model {model!r}", param="model")
         return self.default()
@@ -105,7 +104,7 @@ def request_headers(
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client.items():
         lower = name.lower()
-        if lower in dropped or lower == "authorization" or lower.startswith(OWN_HEADER_PREFIX):
+        if lower in dropped or lower == "authorization" or lower.startswith(REPORT_PREFIX):
             continue
         if keys and names_a_client_key(value, keys):
             continue
