@@ -37,8 +37,9 @@ from proxy.server.handlers import guarded, metrics
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
 from proxy.server.lifecycle import install_drain, track_requests
 from proxy.server.metrics import Metrics
-from proxy.server.page import PAGE_HANDLERS, RECENT, RecentDecisions, install_page, is_page_path
+from proxy.server.page import PAGE_HANDLERS, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
+from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
 from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool, request_headers
 from proxy.settings import DISCOVERED_KINDS, Settings, UpstreamSettings

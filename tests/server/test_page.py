@@ -14,7 +14,8 @@ from aiohttp.test_utils import make_mocked_request
 from proxy.core.corrections import Correction
 from proxy.errors import HTTPRefusal
 from proxy.server.app import create_app
-from proxy.server.page import JSON_PATH, PAGE_PATH, RECENT, PageQuery, RecentDecisions, recent_json
+from proxy.server.page import JSON_PATH, PAGE_PATH, recent_json
+from proxy.server.recent import RECENT, PageQuery, RecentDecisions
 from proxy.server.record import RequestRecord
 from tests.server.conftest import gateway_settings, long_conversation
 
