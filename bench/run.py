@@ -149,7 +149,12 @@ def added(times: dict[str, list[float]], name: str, q: str) -> float:
     return summary_ms([p - u for p, u in zip(times[name], times["upstream"], strict=True)])[q]
 
 
-async def servers_scenarios(plan: Plan, ports: dict[str, int], pids: dict[str, int], workers: bool) -> list[Row]:
+SCENARIOS = ("start", "memory", "latency", "throughput", "streaming", "isolation", "core")
+
+
+async def servers_scenarios(
+    plan: Plan, ports: dict[str, int], pids: dict[str, int], workers: bool, only: frozenset[str]
+) -> list[Row]:
     targets = {name: Target(name, f"http://127.0.0.1:{port}/v1", pid=pids[name]) for name, port in ports.items()}
     for target in targets.values():
         await target.open()
@@ -157,11 +162,16 @@ async def servers_scenarios(plan: Plan, ports: dict[str, int], pids: dict[str, i
     rows: list[Row] = []
     try:
         # Memory first: no earlier scenario's high-water mark (10 MB bodies) hides what requests retain.
-        rows += await memory_rows(plan, bare, guard)
-        rows += await latency_rows(plan, [upstream, bare, guard])
-        rows += await throughput_rows(plan, targets, workers)
-        rows += await streaming_rows(plan, [upstream, bare, guard])
-        rows += await isolation_rows(plan, bare, guard)
+        if "memory" in only:
+            rows += await memory_rows(plan, bare, guard)
+        if "latency" in only:
+            rows += await latency_rows(plan, [upstream, bare, guard])
+        if "throughput" in only:
+            rows += await throughput_rows(plan, targets, workers)
+        if "streaming" in only:
+            rows += await streaming_rows(plan, [upstream, bare, guard])
+        if "isolation" in only:
+            rows += await isolation_rows(plan, bare, guard)
     finally:
         for target in targets.values():
             await target.close()
@@ -423,7 +433,7 @@ def machine() -> str:
     )
 
 
-def measure(plan: Plan, workers: bool) -> list[Row]:
+def measure(plan: Plan, workers: bool, only: frozenset[str]) -> list[Row]:
     with tempfile.TemporaryDirectory() as folder:
         ports = {"upstream": free_port(), "bare": free_port(), "guard": free_port()}
         if workers:
@@ -435,7 +445,9 @@ def measure(plan: Plan, workers: bool) -> list[Row]:
             "bare": [*python(), str(ROOT / "bench/servers.py"), "bare", str(ports["bare"]), upstream_url],
             "guard": guard_command(config, ports["guard"]),
         }
-        rows = start_rows(plan, config)
+        rows = start_rows(plan, config) if "start" in only else []
+        if not only - {"start", "core"}:
+            return rows
         with (
             started(commands["upstream"], ports["upstream"]) as (up, _),
             started(commands["bare"], ports["bare"]) as (bare, _),
@@ -445,9 +457,9 @@ def measure(plan: Plan, workers: bool) -> list[Row]:
             if workers:
                 with started(guard_command(config, ports["guard_workers"], 2), ports["guard_workers"]) as (many, _):
                     pids["guard_workers"] = many.pid
-                    rows += run_async(servers_scenarios(plan, ports, pids, workers))
+                    rows += run_async(servers_scenarios(plan, ports, pids, workers, only))
             else:
-                rows += run_async(servers_scenarios(plan, ports, pids, workers))
+                rows += run_async(servers_scenarios(plan, ports, pids, workers, only))
     return rows
 
 
@@ -463,12 +475,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: about 2 minutes")
     parser.add_argument("--no-docs", action="store_true", help="print and write results.json only")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results.json")
+    parser.add_argument(
+        "--only", default=",".join(SCENARIOS), help=f"comma-separated scenarios to run (of {', '.join(SCENARIOS)})"
+    )
     args = parser.parse_args(argv)
+    only = frozenset(args.only.split(","))
+    if only - set(SCENARIOS):
+        parser.error(f"unknown scenarios: {', '.join(sorted(only - set(SCENARIOS)))}")
     plan = Plan.of(args.quick)
     began = time.perf_counter()
-    workers = supports_workers()
-    rows = measure(plan, workers)
-    rows += core_rows(core_speed.run(args.quick))
+    workers = supports_workers() and "throughput" in only
+    rows = measure(plan, workers, only)
+    if "core" in only:
+        rows += core_rows(core_speed.run(args.quick))
     results = {
         "command": " ".join(["python bench/run.py", shlex.join(sys.argv[1:] if argv is None else argv)]).strip(),
         "machine": machine(),

@@ -18,6 +18,7 @@ from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
 from proxy.core.tokens import RequestCounter
 from proxy.server.backends import BackendOptions
 from proxy.server.counting import Counting
+from proxy.server.gateway import GATEWAY
 
 
 def words(text: str) -> int:
@@ -121,3 +122,30 @@ class TestObserve:
             choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
         assert counting.observe("local", "smol", 999, chat(2), choice, ESTIMATE) is None
         assert counting.calibration.get("local", "smol") is None
+
+
+class TestSharedCountCache:
+    async def test_a_request_counted_with_the_model_s_own_tokenizer_is_served_from_the_cache_when_re_sent(
+        self, proxy, upstream
+    ):
+        from tests.server.conftest import long_conversation
+
+        body = {"model": "gpt-4o", "messages": long_conversation(turns=20)}
+        async with aiohttp.ClientSession() as client:
+            for _ in range(2):
+                async with client.post(proxy.make_url("/v1/chat/completions"), json=body) as response:
+                    assert response.status == 200
+        cache = proxy.app[GATEWAY].guard.cache
+        assert len(cache) >= len(body["messages"])
+        assert cache.hits >= len(body["messages"])
+
+    async def test_a_calibrated_estimate_counts_without_the_shared_cache(self, model_map):
+        from proxy.guard import Guard
+        from proxy.settings import Settings
+
+        guard = Guard(Settings(), model_map)
+        profile = guard.profile("gpt-4o")
+        guard.plan(chat(3), "gpt-4o", counting=(profile, CharEstimateTokenizer(2.5)))
+        assert len(guard.cache) == 0
+        guard.plan(chat(3), "gpt-4o", counting=(profile, guard.tokenizer(profile)))
+        assert len(guard.cache) > 0
