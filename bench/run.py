@@ -72,7 +72,7 @@ def guard_config(folder: Path, upstream_port: int) -> Path:
     benchmark sends named in a route, so its vocabulary (o200k_base) loads at start."""
     path = folder / "context-guard.yaml"
     path.write_text(
-        "log:\n  format: json\n  level: info\n"
+        "log:\n  format: json\n  level: info\nreadiness:\n  require_upstreams: false\n"
         f"upstreams:\n  fake:\n    base_url: http://127.0.0.1:{upstream_port}/v1\n"
         f"routes:\n  - match: {load.MODEL}\n    upstream: fake\n  - match: gpt-4o\n    upstream: fake\n"
     )
@@ -98,15 +98,15 @@ def supports_workers() -> bool:
     return "--workers" in out.stdout
 
 
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60) -> float:
-    """Seconds from now until GET /healthz answers 200 (polled every 5 ms)."""
+def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60, path: str = "/healthz") -> float:
+    """Seconds from now until GET `path` answers 200 (polled every 5 ms)."""
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
         if process.poll() is not None:
             raise RuntimeError(f"{' '.join(map(str, process.args))} exited with {process.returncode}")  # type: ignore[arg-type]
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
                 if s.recv(32).startswith(b"HTTP/1.1 200"):
                     return time.perf_counter() - started
         except OSError:
@@ -116,13 +116,13 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60)
 
 
 @contextmanager
-def started(command: list[str], port: int) -> Iterator[tuple[subprocess.Popen[bytes], float]]:
-    """A server process, ready, and the seconds it took from exec to its first 200; stopped after."""
+def started(command: list[str], port: int, path: str = "/healthz") -> Iterator[tuple[subprocess.Popen[bytes], float]]:
+    """A server process, answering 200 on `path`, and the seconds it took from exec; stopped after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     launched = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_ready(port, process)
+        wait_ready(port, process, path=path)
         yield process, time.perf_counter() - launched
     finally:
         process.terminate()
@@ -342,6 +342,7 @@ async def memory_rows(plan: Plan, bare: Target, guard: Target) -> list[Row]:
 def start_rows(plan: Plan, config: Path) -> list[Row]:
     """Cold start (exec to first 200 on /healthz) and idle RSS, each server started afresh."""
     times: dict[str, list[float]] = {"bare": [], "guard": []}
+    ready: dict[str, list[float]] = {"bare": [], "guard": []}  # the bare proxy is ready when it answers
     idle: dict[str, list[float]] = {"bare": [], "guard": []}
     for _ in range(plan.cold_starts):
         for name in ("bare", "guard"):
@@ -353,12 +354,14 @@ def start_rows(plan: Plan, config: Path) -> list[Row]:
             )
             with started(command, port) as (process, seconds):
                 times[name].append(seconds)
+                ready[name].append(seconds + (wait_ready(port, process, path="/readyz") if name == "guard" else 0))
                 time.sleep(0.5)
                 idle[name].append(load.rss_mb(process.pid))
     return [
         row("start", metric, min(figures["bare"]), min(figures["guard"]), unit, target=target)
         for metric, figures, unit, target in (
             ("cold start (exec to first 200)", times, "s", "guard < 1 s"),
+            ("cold start (exec to ready: vocabulary loaded)", ready, "s", None),
             ("idle RSS, only o200k models configured", idle, "MB", "guard < 90 MB"),
         )
     ]
@@ -451,11 +454,12 @@ def measure(plan: Plan, workers: bool, only: frozenset[str]) -> list[Row]:
         with (
             started(commands["upstream"], ports["upstream"]) as (up, _),
             started(commands["bare"], ports["bare"]) as (bare, _),
-            started(commands["guard"], ports["guard"]) as (guard, _),
+            started(commands["guard"], ports["guard"], "/readyz") as (guard, _),  # its vocabulary loaded
         ):
             pids = {"upstream": up.pid, "bare": bare.pid, "guard": guard.pid}
             if workers:
-                with started(guard_command(config, ports["guard_workers"], 2), ports["guard_workers"]) as (many, _):
+                workers_command = guard_command(config, ports["guard_workers"], 2)
+                with started(workers_command, ports["guard_workers"], "/readyz") as (many, _):
                     pids["guard_workers"] = many.pid
                     rows += run_async(servers_scenarios(plan, ports, pids, workers, only))
             else:

@@ -209,10 +209,26 @@ def _return_freed_memory() -> None:
         ctypes.CDLL(None).malloc_trim(0)
 
 
+# Threads that do a large body's work (parse, count, plan) run below the event loop's priority,
+# so that a core the machine shares goes to the loop's small requests first (Linux schedules
+# threads one by one; another system keeps its one priority per process).
+BACKGROUND_NICENESS = 5
+
+
+def lower_thread_priority() -> None:
+    """Run the calling thread `BACKGROUND_NICENESS` steps below its process (a pool's initializer)."""
+    with contextlib.suppress(OSError, AttributeError):  # no per-thread priority here: the same one
+        niceness = os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICENESS
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+
+
 # tiktoken releases the GIL while it encodes: a request's many texts, split into one contiguous
-# chunk per core, count in about half the time on two cores. One pool serves every request.
+# chunk per core, count in about half the time on two cores. One pool serves every request; only
+# texts of a large body use it, so its threads run at the background priority too.
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
-_POOL = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="context-guard-encode")
+_POOL = ThreadPoolExecutor(
+    max_workers=_WORKERS, thread_name_prefix="context-guard-encode", initializer=lower_thread_priority
+)
 _PARALLEL_MIN_CHARS = 256 * 1024  # below this, threads cost more than they save
 
 

@@ -149,3 +149,28 @@ class TestSharedCountCache:
         assert len(guard.cache) == 0
         guard.plan(chat(3), "gpt-4o", counting=(profile, guard.tokenizer(profile)))
         assert len(guard.cache) > 0
+
+
+class TestOffLoop:
+    async def test_work_runs_in_a_large_body_thread_below_the_loop_s_priority(self):
+        import os
+        import threading
+
+        from proxy.encodings import BACKGROUND_NICENESS
+        from proxy.server.counting import off_loop
+
+        def where() -> tuple[str, int]:
+            return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+        name, niceness = await off_loop(where)
+        assert name.startswith("context-guard-large")
+        assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICENESS)
+
+    async def test_the_caller_s_context_variables_go_along(self):
+        import contextvars
+
+        from proxy.server.counting import off_loop
+
+        request_id = contextvars.ContextVar("request_id", default="none")
+        request_id.set("r-1")
+        assert await off_loop(request_id.get) == "r-1"
