@@ -54,7 +54,10 @@ async def test_sigterm_finishes_the_stream_in_flight_then_exits_0_saying_what_it
     assert stopped["in_flight_at_close"] == 1 and stopped["completed_after_close"] == 1 and stopped["cancelled"] == 0
 
 
-async def test_a_configured_vocabulary_that_does_not_load_stops_the_start_with_exit_status_2(tmp_path, upstream):
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_a_configured_vocabulary_that_does_not_load_stops_the_start_with_exit_status_2(
+    tmp_path, upstream, workers
+):
     from proxy.encodings import encoding_file_name
 
     encodings = tmp_path / "encodings"
@@ -65,11 +68,11 @@ async def test_a_configured_vocabulary_that_does_not_load_stops_the_start_with_e
         f"tokenizers:\n  encodings_dir: {encodings}\n"
         f"upstreams:\n  up:\n    base_url: {upstream.url}\nroutes:\n  - match: gpt-4o\n    upstream: up\n"
     )
-    guard = Guard("corrupt", free_port(), tmp_path, "--config", str(config), "--workers", "1").start()
+    guard = Guard("corrupt", free_port(), tmp_path, "--config", str(config), "--workers", workers).start()
     try:
         assert await guard.exited(60) == 2
     finally:
         guard.kill()
     assert "Traceback" not in guard.output
-    [line] = guard.events("cannot_start")
-    assert "o200k_base" in line["reason"] and "SHA-256 differs" in line["reason"]
+    lines = guard.events("cannot_start")  # one per worker that got that far
+    assert lines and all("o200k_base" in e["reason"] and "SHA-256 differs" in e["reason"] for e in lines)
