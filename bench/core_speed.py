@@ -47,6 +47,18 @@ def median_seconds(repeat: int, run: Callable[[], object], setup: Callable[[], o
     return statistics.median(times)
 
 
+def interleaved(repeat: int, *runs: Callable[[], object]) -> list[list[float]]:
+    """The times of each of `runs`, run in turn `repeat` times (the order rotating)."""
+    times: list[list[float]] = [[] for _ in runs]
+    for i in range(repeat):
+        for k in range(len(runs)):
+            j = (i + k) % len(runs)
+            started = time.perf_counter()
+            runs[j]()
+            times[j].append(time.perf_counter() - started)
+    return times
+
+
 def counting(registry: ModelRegistry, tokenizers: Tokenizers, repeat: int) -> dict[str, Any]:
     body = agent_conversation(1_000_000)
     profile = registry.profile(body["model"])
@@ -54,10 +66,15 @@ def counting(registry: ModelRegistry, tokenizers: Tokenizers, repeat: int) -> di
     assert isinstance(pooled, EncoderTokenizer)
     single: Tokenizer = EncoderTokenizer(pooled.base_name, pooled.encode, pooled.multiplier, None)
     text = all_text(body)
-    raw_s = median_seconds(repeat, lambda: pooled.encode(text))
     total = RequestCounter(profile, single, CountCache()).request(body).total
-    cold_s = median_seconds(repeat, lambda: RequestCounter(profile, single, CountCache()).request(body))
-    pool_s = median_seconds(repeat, lambda: RequestCounter(profile, pooled, CountCache()).request(body))
+    # Interleaved, run by run: on a shared machine a slow second would otherwise land on one side.
+    raw, cold, pool = interleaved(
+        repeat,
+        lambda: pooled.encode(text),
+        lambda: RequestCounter(profile, single, CountCache()).request(body),
+        lambda: RequestCounter(profile, pooled, CountCache()).request(body),
+    )
+    raw_s, cold_s, pool_s = (statistics.median(t) for t in (raw, cold, pool))
 
     grown = {**body, "messages": [*body["messages"], {"role": "assistant", "content": "Here is the summary."}]}
     caches: list[CountCache] = []
@@ -77,9 +94,9 @@ def counting(registry: ModelRegistry, tokenizers: Tokenizers, repeat: int) -> di
         "text_mb": len(text.encode()) / 1e6,
         "raw_encode_s": raw_s,
         "cold_one_thread_s": cold_s,
-        "cold_ratio": raw_s / cold_s,
+        "cold_ratio": statistics.median(r / c for r, c in zip(raw, cold, strict=True)),  # round by round
         "cold_pool_s": pool_s,
-        "pool_gain": cold_s / pool_s,
+        "pool_gain": statistics.median(c / p for c, p in zip(cold, pool, strict=True)),
         "warm_s": warm_s,
         "warm_speedup": cold_s / warm_s,
     }

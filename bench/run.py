@@ -72,7 +72,7 @@ def guard_config(folder: Path, upstream_port: int) -> Path:
     benchmark sends named in a route, so its vocabulary (o200k_base) loads at start."""
     path = folder / "context-guard.yaml"
     path.write_text(
-        "log:\n  format: json\n  level: info\n"
+        "log:\n  format: json\n  level: info\nreadiness:\n  require_upstreams: false\n"
         f"upstreams:\n  fake:\n    base_url: http://127.0.0.1:{upstream_port}/v1\n"
         f"routes:\n  - match: {load.MODEL}\n    upstream: fake\n  - match: gpt-4o\n    upstream: fake\n"
     )
@@ -98,15 +98,15 @@ def supports_workers() -> bool:
     return "--workers" in out.stdout
 
 
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60) -> float:
-    """Seconds from now until GET /healthz answers 200 (polled every 5 ms)."""
+def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60, path: str = "/healthz") -> float:
+    """Seconds from now until GET `path` answers 200 (polled every 5 ms)."""
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
         if process.poll() is not None:
             raise RuntimeError(f"{' '.join(map(str, process.args))} exited with {process.returncode}")  # type: ignore[arg-type]
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
                 if s.recv(32).startswith(b"HTTP/1.1 200"):
                     return time.perf_counter() - started
         except OSError:
@@ -116,13 +116,13 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60)
 
 
 @contextmanager
-def started(command: list[str], port: int) -> Iterator[tuple[subprocess.Popen[bytes], float]]:
-    """A server process, ready, and the seconds it took from exec to its first 200; stopped after."""
+def started(command: list[str], port: int, path: str = "/healthz") -> Iterator[tuple[subprocess.Popen[bytes], float]]:
+    """A server process, answering 200 on `path`, and the seconds it took from exec; stopped after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     launched = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_ready(port, process)
+        wait_ready(port, process, path=path)
         yield process, time.perf_counter() - launched
     finally:
         process.terminate()
@@ -149,7 +149,12 @@ def added(times: dict[str, list[float]], name: str, q: str) -> float:
     return summary_ms([p - u for p, u in zip(times[name], times["upstream"], strict=True)])[q]
 
 
-async def servers_scenarios(plan: Plan, ports: dict[str, int], pids: dict[str, int], workers: bool) -> list[Row]:
+SCENARIOS = ("start", "memory", "latency", "throughput", "streaming", "isolation", "core")
+
+
+async def servers_scenarios(
+    plan: Plan, ports: dict[str, int], pids: dict[str, int], workers: bool, only: frozenset[str]
+) -> list[Row]:
     targets = {name: Target(name, f"http://127.0.0.1:{port}/v1", pid=pids[name]) for name, port in ports.items()}
     for target in targets.values():
         await target.open()
@@ -157,11 +162,16 @@ async def servers_scenarios(plan: Plan, ports: dict[str, int], pids: dict[str, i
     rows: list[Row] = []
     try:
         # Memory first: no earlier scenario's high-water mark (10 MB bodies) hides what requests retain.
-        rows += await memory_rows(plan, bare, guard)
-        rows += await latency_rows(plan, [upstream, bare, guard])
-        rows += await throughput_rows(plan, targets, workers)
-        rows += await streaming_rows(plan, [upstream, bare, guard])
-        rows += await isolation_rows(plan, bare, guard)
+        if "memory" in only:
+            rows += await memory_rows(plan, bare, guard)
+        if "latency" in only:
+            rows += await latency_rows(plan, [upstream, bare, guard])
+        if "throughput" in only:
+            rows += await throughput_rows(plan, targets, workers)
+        if "streaming" in only:
+            rows += await streaming_rows(plan, [upstream, bare, guard])
+        if "isolation" in only:
+            rows += await isolation_rows(plan, bare, guard)
     finally:
         for target in targets.values():
             await target.close()
@@ -332,6 +342,7 @@ async def memory_rows(plan: Plan, bare: Target, guard: Target) -> list[Row]:
 def start_rows(plan: Plan, config: Path) -> list[Row]:
     """Cold start (exec to first 200 on /healthz) and idle RSS, each server started afresh."""
     times: dict[str, list[float]] = {"bare": [], "guard": []}
+    ready: dict[str, list[float]] = {"bare": [], "guard": []}  # the bare proxy is ready when it answers
     idle: dict[str, list[float]] = {"bare": [], "guard": []}
     for _ in range(plan.cold_starts):
         for name in ("bare", "guard"):
@@ -343,12 +354,14 @@ def start_rows(plan: Plan, config: Path) -> list[Row]:
             )
             with started(command, port) as (process, seconds):
                 times[name].append(seconds)
+                ready[name].append(seconds + (wait_ready(port, process, path="/readyz") if name == "guard" else 0))
                 time.sleep(0.5)
                 idle[name].append(load.rss_mb(process.pid))
     return [
         row("start", metric, min(figures["bare"]), min(figures["guard"]), unit, target=target)
         for metric, figures, unit, target in (
             ("cold start (exec to first 200)", times, "s", "guard < 1 s"),
+            ("cold start (exec to ready: vocabulary loaded)", ready, "s", None),
             ("idle RSS, only o200k models configured", idle, "MB", "guard < 90 MB"),
         )
     ]
@@ -423,7 +436,7 @@ def machine() -> str:
     )
 
 
-def measure(plan: Plan, workers: bool) -> list[Row]:
+def measure(plan: Plan, workers: bool, only: frozenset[str]) -> list[Row]:
     with tempfile.TemporaryDirectory() as folder:
         ports = {"upstream": free_port(), "bare": free_port(), "guard": free_port()}
         if workers:
@@ -435,19 +448,22 @@ def measure(plan: Plan, workers: bool) -> list[Row]:
             "bare": [*python(), str(ROOT / "bench/servers.py"), "bare", str(ports["bare"]), upstream_url],
             "guard": guard_command(config, ports["guard"]),
         }
-        rows = start_rows(plan, config)
+        rows = start_rows(plan, config) if "start" in only else []
+        if not only - {"start", "core"}:
+            return rows
         with (
             started(commands["upstream"], ports["upstream"]) as (up, _),
             started(commands["bare"], ports["bare"]) as (bare, _),
-            started(commands["guard"], ports["guard"]) as (guard, _),
+            started(commands["guard"], ports["guard"], "/readyz") as (guard, _),  # its vocabulary loaded
         ):
             pids = {"upstream": up.pid, "bare": bare.pid, "guard": guard.pid}
             if workers:
-                with started(guard_command(config, ports["guard_workers"], 2), ports["guard_workers"]) as (many, _):
+                workers_command = guard_command(config, ports["guard_workers"], 2)
+                with started(workers_command, ports["guard_workers"], "/readyz") as (many, _):
                     pids["guard_workers"] = many.pid
-                    rows += run_async(servers_scenarios(plan, ports, pids, workers))
+                    rows += run_async(servers_scenarios(plan, ports, pids, workers, only))
             else:
-                rows += run_async(servers_scenarios(plan, ports, pids, workers))
+                rows += run_async(servers_scenarios(plan, ports, pids, workers, only))
     return rows
 
 
@@ -463,12 +479,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: about 2 minutes")
     parser.add_argument("--no-docs", action="store_true", help="print and write results.json only")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results.json")
+    parser.add_argument(
+        "--only", default=",".join(SCENARIOS), help=f"comma-separated scenarios to run (of {', '.join(SCENARIOS)})"
+    )
     args = parser.parse_args(argv)
+    only = frozenset(args.only.split(","))
+    if only - set(SCENARIOS):
+        parser.error(f"unknown scenarios: {', '.join(sorted(only - set(SCENARIOS)))}")
     plan = Plan.of(args.quick)
     began = time.perf_counter()
-    workers = supports_workers()
-    rows = measure(plan, workers)
-    rows += core_rows(core_speed.run(args.quick))
+    workers = supports_workers() and "throughput" in only
+    rows = measure(plan, workers, only)
+    if "core" in only:
+        rows += core_rows(core_speed.run(args.quick))
     results = {
         "command": " ".join(["python bench/run.py", shlex.join(sys.argv[1:] if argv is None else argv)]).strip(),
         "machine": machine(),

@@ -5,6 +5,10 @@ Loading happens here, in the shell; `plan()` then hands plain data to the pure c
 vocabulary is loaded when a model that needs it is first seen, except for the models the config
 names (overrides and routes that are not globs): theirs load at construction, so a machine
 without them fails at start with a clear message. Each vocabulary costs 40-70 MB of memory.
+
+`serve` builds its Guard with `preload=False`: the files are checked at construction (a missing
+one still stops the start) and `load_configured()` loads them once the process listens, while
+`/readyz` says the tokenizers are still loading; a request that needs one meanwhile waits for it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from proxy.settings import Mode, Settings
 
 
 class Guard:
-    def __init__(self, settings: Settings, model_map: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, model_map: Mapping[str, Mapping[str, Any]] | None = None, preload: bool = True
+    ) -> None:
         self.settings = settings
         models, tokenizers = settings.models, settings.tokenizers
         if model_map is None:
@@ -49,10 +55,18 @@ class Guard:
                         source=settings.source,
                         key=f"models.overrides[{i}].tokenizer",
                     ) from None
-        self.tokenizers.preload(configured_tokenizers(settings, self.registry))
+        self.configured = configured_tokenizers(settings, self.registry)
+        for spec in self.configured:
+            self.tokenizers.check(spec)
+        if preload:
+            self.load_configured()
         self.cache = CountCache(max_entries=tokenizers.cache_entries)
         self.policy = settings.trim_policy
         self._without_note = replace(self.policy, compaction=CompactionPolicy())
+
+    def load_configured(self) -> None:
+        """Load the vocabularies of the models the config names (about half a second each)."""
+        self.tokenizers.preload(self.configured)
 
     def profile(self, model: str) -> ModelProfile:
         return self.registry.profile(model)
@@ -78,18 +92,25 @@ class Guard:
         counting: tuple[ModelProfile, Tokenizer] | None = None,
     ) -> Plan:
         """Count and trim `body` for `model`. `counting` replaces the model's own profile and
-        tokenizer for this request (the backend's tokenizer, a calibrated estimate); its counts
-        bypass the shared cache, whose entries are keyed by tokenizer name."""
-        profile, tokenizer = counting if counting is not None else (self.profile(model), None)
+        tokenizer for this request (a window the backend states, the backend's tokenizer, a
+        calibrated estimate); see `_counting` for which counts go through the shared cache."""
+        profile, tokenizer, cache = self._counting(model, counting)
         return plan_request(
-            body,
-            profile,
-            tokenizer if tokenizer is not None else self.tokenizer(profile),
-            self.policy,
-            self.cache if tokenizer is None else None,
-            context_window=context_window,
-            clock=time.perf_counter,
+            body, profile, tokenizer, self.policy, cache, context_window=context_window, clock=time.perf_counter
         )
+
+    def _counting(
+        self, model: str, counting: tuple[ModelProfile, Tokenizer] | None
+    ) -> tuple[ModelProfile, Tokenizer, CountCache | None]:
+        """The profile, tokenizer and cache to count with. The shared cache serves the profile's
+        own loaded tokenizer, whichever profile it came with; any other tokenizer (the backend's,
+        an estimate scaled by calibration, whose factor moves) counts without it."""
+        if counting is None:
+            profile = self.profile(model)
+            return profile, self.tokenizer(profile), self.cache
+        profile, tokenizer = counting
+        own = tokenizer is self.tokenizers.loaded_tokenizer(profile.tokenizer)
+        return profile, tokenizer, self.cache if own else None
 
     def fit(
         self,
@@ -101,18 +122,11 @@ class Guard:
     ) -> Fitted:
         """Count and trim a parsed request of any API shape for `model`, written back in its shape.
         `counting` is as for `plan()`."""
-        profile, tokenizer = counting if counting is not None else (self.profile(model), None)
+        profile, tokenizer, cache = self._counting(model, counting)
         # The budget note is written into chat completions only; other shapes are cut without it.
         policy = self.policy if adapter.name == "chat" else self._without_note
         return fit(
-            adapter,
-            parsed,
-            profile,
-            tokenizer if tokenizer is not None else self.tokenizer(profile),
-            policy,
-            self.cache if tokenizer is None else None,
-            context_window=context_window,
-            clock=time.perf_counter,
+            adapter, parsed, profile, tokenizer, policy, cache, context_window=context_window, clock=time.perf_counter
         )
 
 

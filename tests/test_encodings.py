@@ -54,7 +54,15 @@ def test_an_operator_folder_is_searched_first(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
     tokenizer = Tokenizers([tmp_path]).get(TokenizerSpec("tiktoken", "cl100k_base"))
     assert tokenizer.count("hello world") == 2
-    assert os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path)
+
+
+def test_a_corrupt_encoding_file_is_a_clear_error_naming_it_and_is_left_in_place(tmp_path: Path, monkeypatch):
+    corrupt = tmp_path / encoding_file_name("r50k_base")
+    corrupt.write_bytes(b"aGVsbG8= 0\nd29ybGQ= 1\n")
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    with pytest.raises(TokenizerUnavailable, match=rf"{corrupt}.*SHA-256 differs"):
+        Tokenizers([tmp_path]).get(TokenizerSpec("tiktoken", "r50k_base"))
+    assert corrupt.read_bytes() == b"aGVsbG8= 0\nd29ybGQ= 1\n"
 
 
 def test_a_hugging_face_tokenizer_file_loads(tmp_path: Path):
@@ -88,7 +96,24 @@ class TestLazyVocabularies:
         )
         assert Guard(settings).tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
 
-    def test_a_configured_model_whose_vocabulary_is_missing_stops_the_start(self, monkeypatch, tmp_path: Path):
+    def test_a_guard_built_to_serve_checks_the_configured_files_at_once_and_loads_them_when_asked(self):
+        settings = settings_from_dict(
+            {
+                "upstreams": {"up": {"base_url": "http://127.0.0.1:9"}},
+                "routes": [{"match": "gpt-4o", "upstream": "up"}],
+            },
+            "cg.yaml",
+            {},
+        )
+        guard = Guard(settings, preload=False)
+        assert guard.tokenizers.loaded == ()
+        guard.load_configured()
+        assert guard.tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
+
+    @pytest.mark.parametrize("preload", [True, False])
+    def test_a_configured_model_whose_vocabulary_is_missing_stops_the_start(
+        self, monkeypatch, tmp_path: Path, preload: bool
+    ):
         monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
         monkeypatch.setattr("proxy.encodings.bundled_encodings_dir", lambda: None)
         settings = settings_from_dict(
@@ -101,7 +126,7 @@ class TestLazyVocabularies:
             {},
         )
         with pytest.raises(ConfigError, match=r"o200k_base.*not on disk"):
-            Guard(settings)
+            Guard(settings, preload=preload)
 
     def test_a_missing_vocabulary_first_needed_by_a_request_is_a_503_error_for_that_request(
         self, monkeypatch, tmp_path: Path
@@ -116,12 +141,26 @@ class TestLazyVocabularies:
 
 
 class TestSingleCopyOfRanks:
-    def test_a_loaded_encoding_counts_exactly_as_tiktoken_s_own(self):
+    def test_a_loaded_encoding_counts_exactly_as_tiktoken_s_own(self, monkeypatch):
         import tiktoken
 
+        from proxy.encodings import bundled_encodings_dir
+
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(bundled_encodings_dir()))  # tiktoken's own, offline
         text = (Path(__file__).parent / "data/samples/code.py.txt").read_text(encoding="utf-8")
         ours = Tokenizers().get(TokenizerSpec("tiktoken", "cl100k_base"))
         assert ours.count(text) == len(tiktoken.get_encoding("cl100k_base").encode_ordinary(text))
+
+    @pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+    def test_the_ranks_read_are_those_tiktoken_s_own_reader_reads(self, name, monkeypatch):
+        from tiktoken.load import load_tiktoken_bpe
+
+        from proxy.encodings import _ranks_reader, bundled_encodings_dir
+
+        folder = bundled_encodings_dir()
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
+        url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+        assert _ranks_reader(folder)(url) == load_tiktoken_bpe(url)
 
     def test_a_loaded_encoding_keeps_no_python_copy_of_its_ranks(self):
         from proxy.encodings import _ENCODINGS

@@ -37,7 +37,7 @@ from proxy.errors import (
 from proxy.server import answers
 from proxy.server import body as request_body
 from proxy.server.answers import UsageReader, first_event
-from proxy.server.counting import Choice
+from proxy.server.counting import Choice, off_loop
 from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
@@ -60,7 +60,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
     raw = await read_body(request, gw)
     large = len(raw) > gw.settings.server.offload_bytes
-    parsed = await asyncio.to_thread(_parse, endpoint, raw, request) if large else _parse(endpoint, raw, request)
+    parsed = await off_loop(_parse, endpoint, raw, request) if large else _parse(endpoint, raw, request)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
@@ -102,7 +102,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         correction=correction,
         self_correct=gw.settings.self_correction.policy,
     )
-    decision = await asyncio.to_thread(attempts.start) if large else attempts.start()
+    decision = await off_loop(attempts.start) if large else attempts.start()
     backend = gw.counting.profile_of(upstream.name)
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams

@@ -124,7 +124,7 @@ class Health:
 
     reachability: Reachability
     config_source: str
-    tokenizers_ready: bool = True  # the Guard loads its tokenizers before the app is built
+    tokenizers_ready: bool = True  # `serve` sets it False until the configured vocabularies are loaded
     draining: bool = False
     version: str = field(default_factory=package_version)
 

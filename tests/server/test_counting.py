@@ -18,6 +18,7 @@ from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
 from proxy.core.tokens import RequestCounter
 from proxy.server.backends import BackendOptions
 from proxy.server.counting import Counting
+from proxy.server.gateway import GATEWAY
 
 
 def words(text: str) -> int:
@@ -121,3 +122,55 @@ class TestObserve:
             choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
         assert counting.observe("local", "smol", 999, chat(2), choice, ESTIMATE) is None
         assert counting.calibration.get("local", "smol") is None
+
+
+class TestSharedCountCache:
+    async def test_a_request_counted_with_the_model_s_own_tokenizer_is_served_from_the_cache_when_re_sent(
+        self, proxy, upstream
+    ):
+        from tests.server.conftest import long_conversation
+
+        body = {"model": "gpt-4o", "messages": long_conversation(turns=20)}
+        async with aiohttp.ClientSession() as client:
+            for _ in range(2):
+                async with client.post(proxy.make_url("/v1/chat/completions"), json=body) as response:
+                    assert response.status == 200
+        cache = proxy.app[GATEWAY].guard.cache
+        assert len(cache) >= len(body["messages"])
+        assert cache.hits >= len(body["messages"])
+
+    async def test_a_calibrated_estimate_counts_without_the_shared_cache(self, model_map):
+        from proxy.guard import Guard
+        from proxy.settings import Settings
+
+        guard = Guard(Settings(), model_map)
+        profile = guard.profile("gpt-4o")
+        guard.plan(chat(3), "gpt-4o", counting=(profile, CharEstimateTokenizer(2.5)))
+        assert len(guard.cache) == 0
+        guard.plan(chat(3), "gpt-4o", counting=(profile, guard.tokenizer(profile)))
+        assert len(guard.cache) > 0
+
+
+class TestOffLoop:
+    async def test_work_runs_in_a_large_body_thread_below_the_loop_s_priority(self):
+        import os
+        import threading
+
+        from proxy.encodings import BACKGROUND_NICENESS
+        from proxy.server.counting import off_loop
+
+        def where() -> tuple[str, int]:
+            return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+        name, niceness = await off_loop(where)
+        assert name.startswith("context-guard-large")
+        assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICENESS)
+
+    async def test_the_caller_s_context_variables_go_along(self):
+        import contextvars
+
+        from proxy.server.counting import off_loop
+
+        request_id = contextvars.ContextVar("request_id", default="none")
+        request_id.set("r-1")
+        assert await off_loop(request_id.get) == "r-1"

@@ -52,3 +52,27 @@ async def test_sigterm_finishes_the_stream_in_flight_then_exits_0_saying_what_it
     [stopped] = guard.events("stopped")
     assert stopped["signal"] == "SIGTERM" and stopped["worker"] == 1
     assert stopped["in_flight_at_close"] == 1 and stopped["completed_after_close"] == 1 and stopped["cancelled"] == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_a_configured_vocabulary_that_does_not_load_stops_the_start_with_exit_status_2(
+    tmp_path, upstream, workers
+):
+    from proxy.encodings import encoding_file_name
+
+    encodings = tmp_path / "encodings"
+    encodings.mkdir()
+    (encodings / encoding_file_name("o200k_base")).write_bytes(b"bm90IGEgdm9jYWJ1bGFyeQ== 0\n")
+    config = tmp_path / "cg.yaml"
+    config.write_text(
+        f"tokenizers:\n  encodings_dir: {encodings}\n"
+        f"upstreams:\n  up:\n    base_url: {upstream.url}\nroutes:\n  - match: gpt-4o\n    upstream: up\n"
+    )
+    guard = Guard("corrupt", free_port(), tmp_path, "--config", str(config), "--workers", workers).start()
+    try:
+        assert await guard.exited(60) == 2
+    finally:
+        guard.kill()
+    assert "Traceback" not in guard.output
+    lines = guard.events("cannot_start")  # one per worker that got that far
+    assert lines and all("o200k_base" in e["reason"] and "SHA-256 differs" in e["reason"] for e in lines)
