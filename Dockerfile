@@ -1,7 +1,10 @@
 # context-guard: a slim image that needs no network at start.
 # The tiktoken encodings (cl100k_base, o200k_base) and the model map ship inside litellm's wheel;
 # the build loads both once, so an image that lacks them fails to build rather than to start.
-FROM python:3.11-slim
+# BASE: any Debian-like image with Python >= 3.11 and pip (scripts/docker-smoke.sh builds a stand-in
+# with debootstrap where Docker Hub is out of reach).
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
