@@ -76,11 +76,15 @@ class ChatFormat:
     functions_overhead: int = 9  # the namespace's own message, added once when functions are given
     system_join: int = -4  # the namespace joins the first system message instead of making its own
     function_call_overhead: int = 3  # an assistant `function_call` (or single tool call) around name and arguments
+    # What a call's or a forced call's name is written after (` to=functions.NAME`): a name that
+    # starts with letters merges with the dot (`.get`), and some split differently after it
+    # (`calculator` is one token, `.calcul` + `ator` two), so the name is counted with it.
+    call_name_prefix: str = "."
     function_message_adjust: int = -2  # a `function` result message, relative to a named message
     forced_call_overhead: int = 4  # `function_call` / `tool_choice` naming a function, besides the name
     choice_none: int = 1  # `function_call: "none"`
     parallel_results_overhead: int = 10  # the joined results of one multi_tool_use.parallel call
-    tool_call_margin: int = 1  # unpublished tool_calls framing: the largest gap seen between sources
+    tool_call_margin: int = 0  # per tool call, where the call framing is not published (an upper bound)
 
 
 O200K_FORMAT = ChatFormat()
@@ -101,6 +105,7 @@ TEMPLATE_FORMAT = ChatFormat(
     choice_none=16,
     parallel_results_overhead=16,
     tool_call_margin=4,
+    call_name_prefix="",
 )
 
 

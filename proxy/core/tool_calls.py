@@ -4,9 +4,12 @@ OpenAI renders a conversation's tool traffic in two ways (tests/core/test_tools_
 pins the API-reported counts behind each rule):
 
 - **One call** (an assistant `function_call`, or `tool_calls` with one entry) is shown as a
-  call to that function: `function_call_overhead` (3) plus the name and the `arguments` string as
-  sent, whitespace included. Its `tool` result is shown as a `function` message named after the
-  call: the role, the name, `per_name`, the content and `function_message_adjust` (-2).
+  call to that function, its recipient in the message header (` to=functions.NAME`):
+  `function_call_overhead` (3: ` to`, `=`, `functions`), the name as tokenized after its dot
+  (`call_name_prefix`), and the `arguments` string as sent, whitespace included. The call's id
+  is not shown. Its `tool` result is shown as a `function` message named after the call: the
+  role, the name (on its own: no dot), `per_name`, the content and `function_message_adjust`
+  (-2).
 - **Several calls in one message** are shown as one call to `multi_tool_use.parallel` whose
   argument is `{"tool_uses": [{"recipient_name": name, "parameters": arguments}, ...]}`, and
   their results as one JSON list of the result texts, in message order; both serialised like
@@ -15,9 +18,11 @@ pins the API-reported counts behind each rule):
   texts, `function_call_overhead` and `parallel_results_overhead` (10), beside the assistant
   message's own framing; the tool messages carry no framing of their own.
 
-A single `tool_calls` entry matches the API in every published case but one, which counts one
-token more than the rule (a 2023 forum report); `tool_call_margin` covers that gap and the count
-is marked as an estimate. Custom (non-function) calls have no published rendering: their JSON.
+The dot is why the sources seemed to disagree by one token on single calls: most names start
+with a word that merges with it (`.get`, `.do`), which costs what the bare name costs, but
+`calculator` is one token alone and two after the dot. Custom (non-function) calls have no
+published rendering: their JSON. Formats whose call framing is not published add
+`tool_call_margin` per call and say so.
 
 Results are matched to calls by `tool_call_id`, so a result's cost depends on the call it
 answers: `result_contexts()` reads that once per request.
@@ -86,7 +91,7 @@ def calls_tokens(
     legacy = message.get("function_call")
     if isinstance(legacy, Mapping):
         name, arguments = single_call_parts({"function": legacy}) or ("", "")
-        total += fmt.function_call_overhead + short(name) + text(arguments)
+        total += fmt.function_call_overhead + short(fmt.call_name_prefix + name) + text(arguments)
     calls = function_calls(message)
     if len(calls) > 1 and fmt.namespace_tools and all(single_call_parts(c) for c in calls):
         uses, parsed = parallel_uses_text(calls)
@@ -99,9 +104,11 @@ def calls_tokens(
             total += fmt.function_call_overhead + text(json.dumps(call, ensure_ascii=False, default=str))
             notes.append(f"tool call of type {call.get('type')!r}: no published rendering; counted as its JSON")
             continue
-        total += fmt.function_call_overhead + short(parts[0]) + text(parts[1]) + fmt.tool_call_margin
-    if calls and len(notes) < len(calls):
-        notes.append(f"tool call framing: {fmt.tool_call_margin} token(s) of margin per call (sources differ)")
+        name, arguments = parts
+        total += fmt.function_call_overhead + short(fmt.call_name_prefix + name) + text(arguments)
+        total += fmt.tool_call_margin
+    if fmt.tool_call_margin and len(notes) < len(calls):
+        notes.append(f"tool call framing not published: {fmt.tool_call_margin} token(s) of margin per call")
     return total, notes
 
 

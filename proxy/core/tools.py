@@ -9,9 +9,10 @@ message. In tokens (`ChatFormat`): the text, plus `functions_overhead` (9), plus
 (-4) and the newline's tokens when a system message exists. These rules reproduce every
 API-reported count pinned in tests/core/test_tools_api_counts.py.
 
-Forcing costs `forced_call_overhead` (4) plus the function's name; `function_call: "none"`
-costs `choice_none` (1). Both were measured with legacy `function_call`; the same rules are used
-for `tool_choice`, and the count says so.
+Forcing costs `forced_call_overhead` (4) plus the function's name as tokenized after the dot of
+`functions.NAME` (`ChatFormat.call_name_prefix`, as for a call); `function_call: "none"` costs
+`choice_none` (1). Both were measured with legacy `function_call`; the same rules are used for
+`tool_choice`, and the count says so.
 
 Families whose chat templates write tools as JSON (`ChatFormat.namespace_tools` False) get an
 upper bound instead: each tool's JSON indented by four spaces (the widest form templates use),
@@ -125,10 +126,11 @@ def choice_tokens(
         if name is None and isinstance(nested, Mapping) and isinstance(nested.get("name"), str):
             name = nested["name"]
         if name is not None:
-            return ToolsCount(fmt.forced_call_overhead + tokenizer.count(name), notes)
+            return ToolsCount(fmt.forced_call_overhead + tokenizer.count(fmt.call_name_prefix + name), notes)
     # "required", an allowed-tools list or a hosted tool: unpublished. Bounded by forcing the
     # longest-named function, or by the choice's own JSON when it names no function.
-    longest = max((tokenizer.count(str(f.get("name", ""))) for f in functions), default=0)
+    prefix = fmt.call_name_prefix
+    longest = max((tokenizer.count(prefix + str(f.get("name", ""))) for f in functions), default=0)
     bound = fmt.forced_call_overhead + max(longest, tokenizer.count(_compact_json(choice)))
     return ToolsCount(bound, (f"tool_choice {_compact_json(choice)[:40]}: no published rendering; bounded",))
 

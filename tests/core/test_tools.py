@@ -227,15 +227,31 @@ class TestChoiceTokens:
 
 
 class TestToolCalls:
-    def test_one_call_costs_its_framing_name_arguments_as_sent_and_the_margin(self, counter_for):
+    def test_one_call_costs_its_framing_its_name_after_the_dot_and_its_arguments_as_sent(self, counter_for):
         counter = counter_for("gpt-4o")
         message = counter.message({"role": "assistant", "content": None, "tool_calls": [_call("a")]}, 0)
         fmt = counter.fmt
-        expected = (
-            fmt.function_call_overhead + counter.text("lookup") + counter.text('{"q": "x"}') + fmt.tool_call_margin
-        )
+        expected = fmt.function_call_overhead + counter.text(".lookup") + counter.text('{"q": "x"}')
         assert message.tool_call_tokens == expected
-        assert message.notes
+        assert not message.notes
+
+    def test_a_name_that_splits_after_the_dot_costs_what_it_costs_there(self, counter_for):
+        counter = counter_for("gpt-3.5-turbo")
+        call = {"id": "a", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+        message = counter.message({"role": "assistant", "tool_calls": [call]}, 0)
+        assert counter.text("calculator") == 1 and counter.text(".calculator") == 2
+        assert message.tool_call_tokens == counter.fmt.function_call_overhead + 2 + counter.text("{}")
+
+    def test_the_call_id_is_not_counted(self, counter_for):
+        counter = counter_for("gpt-4o")
+        short = counter.message({"role": "assistant", "tool_calls": [{**_call("a"), "id": "a"}]}, 0)
+        long = counter.message({"role": "assistant", "tool_calls": [{**_call("a"), "id": "call_" + "x" * 24}]}, 0)
+        assert short.tokens == long.tokens
+
+    def test_a_template_family_adds_its_margin_per_call_and_says_so(self, counter_for):
+        counter = counter_for("llama-3.1-8b-instruct")
+        message = counter.message({"role": "assistant", "tool_calls": [_call("a")]}, 0)
+        assert counter.fmt.tool_call_margin > 0 and message.notes
 
     def test_whitespace_inside_the_arguments_of_one_call_is_counted_as_sent(self, counter_for):
         counter = counter_for("gpt-4o")
