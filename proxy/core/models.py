@@ -75,7 +75,10 @@ class ChatFormat:
     namespace_tools: bool = True
     functions_overhead: int = 9  # the namespace's own message, added once when functions are given
     system_join: int = -4  # the namespace joins the first system message instead of making its own
-    function_call_overhead: int = 3  # an assistant `function_call` (or single tool call) around name and arguments
+    # An assistant `function_call` (or single tool call) around its name and arguments: ` to`, `=`,
+    # `functions` (3), and 3 more on today's models (measured in 2026 on gpt-4o, gpt-4o-mini and
+    # gpt-4.1-mini: a call with its result costs 3 more than on the 0613 models).
+    function_call_overhead: int = 6
     # What a call's or a forced call's name is written after (` to=functions.NAME`): a name that
     # starts with letters merges with the dot (`.get`), and some split differently after it
     # (`calculator` is one token, `.calcul` + `ator` two), so the name is counted with it.
@@ -84,11 +87,15 @@ class ChatFormat:
     forced_call_overhead: int = 4  # `function_call` / `tool_choice` naming a function, besides the name
     choice_none: int = 1  # `function_call: "none"`
     parallel_results_overhead: int = 10  # the joined results of one multi_tool_use.parallel call
+    parallel_calls_measured: bool = False  # True where API counts of parallel calls were pinned
     tool_call_margin: int = 0  # per tool call, where the call framing is not published (an upper bound)
 
 
 O200K_FORMAT = ChatFormat()
 CL100K_FORMAT = O200K_FORMAT  # the same framing; only the tokenizer differs
+# The 0613 models (gpt-3.5-turbo and gpt-4 in 2023, retired since): where the open-source counters
+# measured calls, parallel calls and their results against the API.
+FORMAT_0613 = ChatFormat(function_call_overhead=3, parallel_calls_measured=True)
 LEGACY_0301_FORMAT = ChatFormat(per_message=4, per_name=-1)
 # Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
 # calls are JSON inside tags, results are wrapped in tags. Bounds from those templates' text.
@@ -131,6 +138,10 @@ _OPENAI_TILES = TileCost(85, 170)
 # Gemini's and Mistral's tokenizers are not available offline: their multipliers are not measured.
 FAMILIES: tuple[tuple[str, Family], ...] = (
     ("gpt-3.5-turbo-0301*", Family(_tiktoken("cl100k_base"), LEGACY_0301_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-3.5-turbo-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-3.5-turbo-16k-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4-32k-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
     ("gpt-4o-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(2833, 5667), True)),
     ("gpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
     ("chatgpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),

@@ -97,6 +97,8 @@ def calls_tokens(
         uses, parsed = parallel_uses_text(calls)
         if not parsed:
             notes.append("parallel tool call arguments that are not JSON: counted as strings")
+        if not fmt.parallel_calls_measured:
+            notes.append("parallel tool calls: measured on the 0613 models only; counted with this model's framing")
         return total + fmt.function_call_overhead + text(uses), notes
     for call in calls:
         parts = single_call_parts(call)

@@ -260,7 +260,7 @@ class TestToolCalls:
         assert loose.tokens - tight.tokens == counter.text('{ "q" :\n\n "x" }') - counter.text('{"q":"x"}')
 
     def test_parallel_calls_are_one_call_to_the_parallel_wrapper(self, counter_for):
-        counter = counter_for("gpt-4o")
+        counter = counter_for("gpt-3.5-turbo-0613")
         calls = [_call("a"), _call("b", "fetch", '{"url": "u"}')]
         message = counter.message({"role": "assistant", "tool_calls": calls}, 0)
         uses, parsed = parallel_uses_text(calls)
@@ -272,6 +272,18 @@ class TestToolCalls:
         }
         assert message.tool_call_tokens == counter.fmt.function_call_overhead + counter.text(uses)
         assert not message.notes
+
+    def test_parallel_calls_on_todays_models_carry_their_call_framing_and_say_it_is_unmeasured(self, counter_for):
+        calls = [_call("a"), _call("b", "fetch", '{"url": "u"}')]
+        old, new = counter_for("gpt-3.5-turbo-0613"), counter_for("gpt-3.5-turbo")
+        then = old.message({"role": "assistant", "tool_calls": calls}, 0)
+        now = new.message({"role": "assistant", "tool_calls": calls}, 0)
+        assert now.tool_call_tokens == then.tool_call_tokens + 3 and now.notes
+
+    def test_one_call_on_todays_models_costs_three_more_than_on_the_0613_models(self, counter_for):
+        call = {"role": "assistant", "tool_calls": [_call("a")]}
+        then = counter_for("gpt-3.5-turbo-0613").message(call, 0)
+        assert counter_for("gpt-3.5-turbo").message(call, 0).tokens == then.tokens + 3
 
     def test_whitespace_inside_parallel_arguments_is_normalised(self, counter_for):
         counter = counter_for("gpt-4o")

@@ -55,6 +55,22 @@ def _count(counter_for: Any, case: dict[str, Any]) -> tuple[int, bool]:
     return count.total, count.exact
 
 
+def _extensions() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs of chat cases where the second request is the first with messages added."""
+    chats = [c for c in CASES if c.get("api", "chat") == "chat"]
+    return [
+        (a, b)
+        for a in chats
+        for b in chats
+        if a is not b
+        and a["model"] == b["model"]
+        and {k: v for k, v in a["body"].items() if k != "messages"}
+        == {k: v for k, v in b["body"].items() if k != "messages"}
+        and len(b["body"]["messages"]) > len(a["body"]["messages"])
+        and b["body"]["messages"][: len(a["body"]["messages"])] == a["body"]["messages"]
+    ]
+
+
 class TestApiReportedCounts:
     @pytest.mark.parametrize("case", [c for c in CASES if c["exact"]], ids=_case_id)
     def test_an_exact_count_is_the_api_count(self, counter_for, case):
@@ -68,10 +84,16 @@ class TestApiReportedCounts:
     def test_every_count_that_is_not_exact_says_why(self):
         assert all(c.get("note") for c in CASES if not c["exact"])
 
-    def test_a_single_tool_call_is_exact_whether_or_not_its_name_splits_after_the_dot(self, counter_for):
-        single = [c for c in CASES if "tool_calls: one call" in c["covers"]]
-        assert {c["source"] for c in single} == {"langtail", "forum-538914"}
-        assert all(_count(counter_for, c) == (c["prompt_tokens"], True) for c in single)
+    def test_single_tool_calls_are_pinned_on_the_0613_models_and_on_todays(self):
+        models = {c["model"] for c in CASES if "tool_calls: one call" in c["covers"] and c["exact"]}
+        assert {"gpt-3.5-turbo-0613", "gpt-4o"} <= models
+
+    @pytest.mark.parametrize(("before", "after"), _extensions(), ids=lambda c: f"{c['model']}-{c['prompt_tokens']}")
+    def test_what_a_conversation_adds_costs_what_the_api_charged_for_it(self, counter_for, before, after):
+        # Counts that are bounds as a whole (a strict function, tool_choice "required") still
+        # price the messages added between two requests exactly: a call and its result.
+        added = _count(counter_for, after)[0] - _count(counter_for, before)[0]
+        assert added == after["prompt_tokens"] - before["prompt_tokens"]
 
     def test_every_case_names_a_known_source(self):
         assert {c["source"] for c in CASES} == set(TABLE["sources"])
