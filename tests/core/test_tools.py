@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from proxy.apis.responses import ResponsesAdapter
 from proxy.core.tool_calls import parallel_results_text, parallel_uses_text, result_contexts
 from proxy.core.tool_schema import function_definition, render_function, render_namespace
 from proxy.core.tools import choice_tokens, functions_of, functions_tokens
@@ -45,6 +46,29 @@ class TestFunctionDefinition:
         functions, others = functions_of(body)
         assert functions == [WEATHER, WEATHER]
         assert others == [{"type": "file_search"}]
+
+
+ADD_TOOL = {
+    "type": "function",
+    "name": "add",
+    "parameters": {"type": "object", "properties": {"a": {"type": "number"}}},
+}
+
+
+class TestResponsesFunctionTools:
+    def _count(self, counter_for, tool):
+        chat = ResponsesAdapter().parse({"model": "gpt-4.1", "input": "2 + 2?", "tools": [tool]}).chat
+        return counter_for("gpt-4.1").request(chat)
+
+    def test_a_responses_function_tool_is_strict_unless_it_says_otherwise_and_so_not_exact(self, counter_for):
+        count = self._count(counter_for, ADD_TOOL)
+        assert not count.exact and any("strict" in note for note in count.notes)
+
+    def test_a_non_strict_responses_function_tool_counts_like_its_chat_form(self, counter_for):
+        count = self._count(counter_for, {**ADD_TOOL, "strict": False})
+        chat_tool = {"type": "function", "function": {k: v for k, v in ADD_TOOL.items() if k != "type"}}
+        chat = {"messages": [{"role": "user", "content": "2 + 2?"}], "tools": [chat_tool]}
+        assert count.exact and count.total == counter_for("gpt-4.1").request(chat).total
 
 
 class TestRenderFunction:
