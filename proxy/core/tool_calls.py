@@ -5,18 +5,23 @@ pins the API-reported counts behind each rule):
 
 - **One call** (an assistant `function_call`, or `tool_calls` with one entry) is shown as a
   call to that function, its recipient in the message header (` to=functions.NAME`):
-  `function_call_overhead` (3: ` to`, `=`, `functions`), the name as tokenized after its dot
-  (`call_name_prefix`), and the `arguments` string as sent, whitespace included. The call's id
-  is not shown. Its `tool` result is shown as a `function` message named after the call: the
-  role, the name (on its own: no dot), `per_name`, the content and `function_message_adjust`
-  (-2).
+  `function_call_overhead`, the name as tokenized after its dot (`call_name_prefix`), and the
+  `arguments` string as sent, whitespace included. The call's id is not shown. Its `tool`
+  result is shown as a `function` message named after the call: the role, the name (on its
+  own: no dot), `per_name`, the content and `function_message_adjust` (-2). The overhead is 3
+  on the 0613 models (` to`, `=`, `functions`; measured in 2023) and 6 on today's (gpt-4o,
+  gpt-4o-mini, gpt-4.1-mini, measured in 2026: a call with its result costs 3 more; where the
+  3 sit, call or result, no count tells apart, so they go with the call, which is never
+  dropped without its results).
 - **Several calls in one message** are shown as one call to `multi_tool_use.parallel` whose
   argument is `{"tool_uses": [{"recipient_name": name, "parameters": arguments}, ...]}`, and
   their results as one JSON list of the result texts, in message order; both serialised like
   Python's `json.dumps` (", " and ": " separators, non-ASCII escaped as \\uXXXX, which is why
   non-Latin results cost several times more after parallel calls). The group costs the two JSON
   texts, `function_call_overhead` and `parallel_results_overhead` (10), beside the assistant
-  message's own framing; the tool messages carry no framing of their own.
+  message's own framing; the tool messages carry no framing of their own. Measured on the 0613
+  models only: on today's models the same rule, with their larger call overhead, is an
+  estimate and says so.
 
 The dot is why the sources seemed to disagree by one token on single calls: most names start
 with a word that merges with it (`.get`, `.do`), which costs what the bare name costs, but

@@ -6,8 +6,10 @@ tools once converted) are rendered once as the `namespace functions` text of
 `proxy.core.tool_schema` and counted with the model's tokenizer. The namespace is joined to the
 first system message, which gains a trailing newline; without one it becomes its own system
 message. In tokens (`ChatFormat`): the text, plus `functions_overhead` (9), plus `system_join`
-(-4) and the newline's tokens when a system message exists. These rules reproduce every
-API-reported count pinned in tests/core/test_tools_api_counts.py.
+(-4) and the newline's tokens when a system message exists. These rules reproduce the
+API-reported counts pinned in tests/core/test_tools_api_counts.py, from gpt-3.5-turbo-0613 to
+gpt-4.1; strict functions (the Responses default) are counted the same way and flagged, since
+one measured Responses case costs less than this rendering.
 
 Forcing costs `forced_call_overhead` (4) plus the function's name as tokenized after the dot of
 `functions.NAME` (`ChatFormat.call_name_prefix`, as for a call); `function_call: "none"` costs
