@@ -88,13 +88,16 @@ class ChatFormat:
     choice_none: int = 1  # `function_call: "none"`
     parallel_results_overhead: int = 10  # the joined results of one multi_tool_use.parallel call
     parallel_calls_measured: bool = False  # True where API counts of parallel calls were pinned
+    calls_measured: bool = True  # False: single calls counted with another generation's framing
     tool_call_margin: int = 0  # per tool call, where the call framing is not published (an upper bound)
 
 
 O200K_FORMAT = ChatFormat()
-CL100K_FORMAT = O200K_FORMAT  # the same framing; only the tokenizer differs
-# The 0613 models (gpt-3.5-turbo and gpt-4 in 2023, retired since): where the open-source counters
-# measured calls, parallel calls and their results against the API.
+# gpt-3.5-turbo-1106/0125 and gpt-4-turbo: the same framing as far as it was measured; their calls
+# were not, so they take today's call framing (the larger) and say so.
+CL100K_FORMAT = replace(O200K_FORMAT, calls_measured=False)
+# The 0613 models (gpt-4, which still points at gpt-4-0613, and gpt-3.5-turbo-0613, retired):
+# where the open-source counters measured calls, parallel calls and their results in 2023.
 FORMAT_0613 = ChatFormat(function_call_overhead=3, parallel_calls_measured=True)
 LEGACY_0301_FORMAT = ChatFormat(per_message=4, per_name=-1)
 # Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
@@ -142,6 +145,8 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("gpt-3.5-turbo-16k-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
     ("gpt-4-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
     ("gpt-4-32k-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4-32k", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
     ("gpt-4o-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(2833, 5667), True)),
     ("gpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
     ("chatgpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),

@@ -116,6 +116,8 @@ def calls_tokens(
         total += fmt.tool_call_margin
     if fmt.tool_call_margin and len(notes) < len(calls):
         notes.append(f"tool call framing not published: {fmt.tool_call_margin} token(s) of margin per call")
+    elif (calls or isinstance(legacy, Mapping)) and not fmt.calls_measured:
+        notes.append("tool call framing not measured for this model: counted with today's (the larger)")
     return total, notes
 
 

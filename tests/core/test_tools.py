@@ -309,6 +309,20 @@ class TestToolCalls:
         then = counter_for("gpt-3.5-turbo-0613").message(call, 0)
         assert counter_for("gpt-3.5-turbo").message(call, 0).tokens == then.tokens + 3
 
+    def test_gpt_4_is_the_0613_model_and_frames_calls_as_measured_then(self, counter_for):
+        call = {"role": "assistant", "tool_calls": [_call("a")]}
+        now = counter_for("gpt-4").message(call, 0)
+        assert now.tokens == counter_for("gpt-3.5-turbo-0613").message(call, 0).tokens and not now.notes
+
+    def test_a_model_whose_calls_were_never_measured_takes_todays_framing_and_says_so(self, counter_for):
+        turbo = counter_for("gpt-4-turbo")
+        message = turbo.message({"role": "assistant", "tool_calls": [_call("a")]}, 0)
+        assert turbo.fmt.function_call_overhead == counter_for("gpt-4o").fmt.function_call_overhead
+        assert message.tool_call_tokens == turbo.fmt.function_call_overhead + turbo.text(".lookup") + turbo.text(
+            '{"q": "x"}'
+        )
+        assert message.notes
+
     def test_whitespace_inside_parallel_arguments_is_normalised(self, counter_for):
         counter = counter_for("gpt-4o")
         tight = [_call("a", arguments='{"q":"x"}'), _call("b")]
