@@ -18,7 +18,14 @@ request, counted through its adapter). Sources:
 - an OpenAI forum thread: one, two and three calls with their results;
 - an API relay's documentation page quoting a gpt-3.5-turbo-0125 response with one tool;
 - coder/aibridge's recorded fixtures: a chat tool on gpt-4.1, and two Responses requests (a
-  plain input on gpt-4o-mini; a function tool on gpt-4.1, the one count that is a bound).
+  plain input on gpt-4o-mini; a strict function tool on gpt-4.1, counted 7 above: a bound);
+- pydantic-ai's recorded API exchanges (2025-11 and 2026-01) on gpt-4o, gpt-4o-mini and
+  gpt-4.1-mini: strict tools, `tool_choice: "required"`, and requests that extend an earlier
+  one by a call and its result, which is how today's call framing (3 more than the 0613
+  models') was measured.
+
+The 0613-era sources asked for `gpt-3.5-turbo`, which then meant gpt-3.5-turbo-0613; the table
+says so (`requested_as`) and counts them for that model.
 
 The langtail and forum sources seemed to disagree by one token on single tool calls. They do
 not: a call's name is shown after the dot of `functions.NAME`, and `calculator` (the forum's)
