@@ -108,7 +108,10 @@ def functions_tokens(
         # The namespace joins the system message, which gains a newline (that may merge with its
         # last characters, as in "Hello:" + "\n").
         tokens += fmt.system_join + count_text(tokenizer, system + "\n", cache) - count_text(tokenizer, system, cache)
-    return ToolsCount(tokens, tuple(f"tool definitions: {reason}" for reason in rendering.estimates))
+    notes = [f"tool definitions: {reason}" for reason in rendering.estimates]
+    if not fmt.tools_measured:
+        notes.append("tool definitions: this model's tool frame is not published; bounded by the largest gap measured")
+    return ToolsCount(tokens, tuple(notes))
 
 
 def choice_tokens(

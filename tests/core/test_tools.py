@@ -201,6 +201,13 @@ class TestFunctionsTokens:
         )
         assert developer.tokens == user.tokens
 
+    def test_a_reasoning_model_adds_the_frame_measured_around_its_tools_and_says_it_is_a_bound(self, counter_for):
+        functions = [{"name": "get_file", "parameters": {"type": "object", "properties": {}}}]
+        reasoning = functions_tokens(functions, [], counter_for("gpt-5-mini").tokenizer, counter_for("gpt-5-mini").fmt)
+        chat = functions_tokens(functions, [], counter_for("gpt-4o").tokenizer, counter_for("gpt-4o").fmt)
+        assert reasoning.tokens == chat.tokens + 85
+        assert not reasoning.exact and chat.exact
+
     def test_template_families_count_their_json_as_an_estimate_above_the_namespace(self, counter_for):
         claude = counter_for("claude-sonnet-4-5")
         gpt = counter_for("gpt-4o")

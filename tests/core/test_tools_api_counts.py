@@ -24,6 +24,10 @@ request, counted through its adapter). Sources:
   one by a call and its result, which is how today's call framing (3 more than the 0613
   models') was measured.
 
+Reasoning models (gpt-5, gpt-5-mini: pydantic-ai's recordings) show tools inside a frame no
+source publishes, 80 to 85 tokens larger than the namespace; their counts carry the largest gap
+measured and are pinned as bounds.
+
 The 0613-era sources asked for `gpt-3.5-turbo`, which then meant gpt-3.5-turbo-0613; the table
 says so (`requested_as`) and counts them for that model.
 
@@ -63,8 +67,9 @@ def _count(counter_for: Any, case: dict[str, Any]) -> tuple[int, bool]:
 
 
 def _extensions() -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Pairs of chat cases where the second request is the first with messages added."""
-    chats = [c for c in CASES if c.get("api", "chat") == "chat"]
+    """Pairs of chat cases where the second request is the first with messages added (reasoning
+    models excepted: their call framing is a bound)."""
+    chats = [c for c in CASES if c.get("api", "chat") == "chat" and "reasoning model" not in c["covers"]]
     return [
         (a, b)
         for a in chats
