@@ -321,6 +321,9 @@ def _tools(tools: object, build: _Builder) -> list[Any]:
             raise InvalidRequest(f"tools[{j}] must be an object", param=f"tools[{j}]")
         if tool.get("type") == "function":
             function = {key: tool[key] for key in ("name", "description", "parameters") if key in tool}
+            # Responses function tools are strict unless they say otherwise, and strict ones have
+            # no measured rendering: the count says so (proxy.core.tool_schema).
+            function["strict"] = tool.get("strict", True)
             converted.append({"type": "function", "function": function})
         else:
             build.estimate(f"tools[{j}]: built-in tool {tool.get('type')!r} estimated from its JSON")

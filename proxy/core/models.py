@@ -75,16 +75,38 @@ class ChatFormat:
     namespace_tools: bool = True
     functions_overhead: int = 9  # the namespace's own message, added once when functions are given
     system_join: int = -4  # the namespace joins the first system message instead of making its own
-    function_call_overhead: int = 3  # an assistant `function_call` (or single tool call) around name and arguments
+    # An assistant `function_call` (or single tool call) around its name and arguments: ` to`, `=`,
+    # `functions` (3), and 3 more on today's models (measured in 2026 on gpt-4o, gpt-4o-mini and
+    # gpt-4.1-mini: a call with its result costs 3 more than on the 0613 models).
+    function_call_overhead: int = 6
+    # What a call's or a forced call's name is written after (` to=functions.NAME`): a name that
+    # starts with letters merges with the dot (`.get`), and some split differently after it
+    # (`calculator` is one token, `.calcul` + `ator` two), so the name is counted with it.
+    call_name_prefix: str = "."
     function_message_adjust: int = -2  # a `function` result message, relative to a named message
     forced_call_overhead: int = 4  # `function_call` / `tool_choice` naming a function, besides the name
     choice_none: int = 1  # `function_call: "none"`
     parallel_results_overhead: int = 10  # the joined results of one multi_tool_use.parallel call
-    tool_call_margin: int = 1  # unpublished tool_calls framing: the largest gap seen between sources
+    parallel_calls_measured: bool = False  # True where API counts of parallel calls were pinned
+    calls_measured: bool = True  # False: single calls counted with another generation's framing
+    tools_measured: bool = True  # False: tool definitions carry a bound measured only in aggregate
+    tool_call_margin: int = 0  # per tool call, where the call framing is not published (an upper bound)
 
 
 O200K_FORMAT = ChatFormat()
-CL100K_FORMAT = O200K_FORMAT  # the same framing; only the tokenizer differs
+# gpt-3.5-turbo-1106/0125 and gpt-4-turbo: the same framing as far as it was measured; their calls
+# were not, so they take today's call framing (the larger) and say so.
+CL100K_FORMAT = replace(O200K_FORMAT, calls_measured=False)
+# Reasoning models (gpt-5, the o-series, gpt-oss) show tools inside a larger, unpublished frame:
+# pydantic-ai's recorded exchanges (2025-08 to 2026-03) put gpt-5, gpt-5-mini and gpt-5.4-mini
+# 80 to 85 tokens above the namespace rendering with tools, and a call with its result up to 6
+# above today's call framing. Both are bounded by the largest gap seen and flagged.
+REASONING_FORMAT = replace(
+    O200K_FORMAT, functions_overhead=9 + 85, function_call_overhead=6 + 6, tools_measured=False, calls_measured=False
+)
+# The 0613 models (gpt-4, which still points at gpt-4-0613, and gpt-3.5-turbo-0613, retired):
+# where the open-source counters measured calls, parallel calls and their results in 2023.
+FORMAT_0613 = ChatFormat(function_call_overhead=3, parallel_calls_measured=True)
 LEGACY_0301_FORMAT = ChatFormat(per_message=4, per_name=-1)
 # Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
 # calls are JSON inside tags, results are wrapped in tags. Bounds from those templates' text.
@@ -101,6 +123,7 @@ TEMPLATE_FORMAT = ChatFormat(
     choice_none=16,
     parallel_results_overhead=16,
     tool_call_margin=4,
+    call_name_prefix="",
 )
 
 
@@ -126,6 +149,12 @@ _OPENAI_TILES = TileCost(85, 170)
 # Gemini's and Mistral's tokenizers are not available offline: their multipliers are not measured.
 FAMILIES: tuple[tuple[str, Family], ...] = (
     ("gpt-3.5-turbo-0301*", Family(_tiktoken("cl100k_base"), LEGACY_0301_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-3.5-turbo-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-3.5-turbo-16k-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4-32k-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
+    ("gpt-4-32k", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
     ("gpt-4o-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(2833, 5667), True)),
     ("gpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
     ("chatgpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
@@ -133,13 +162,13 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("gpt-4.1-nano*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(2.46), True)),
     ("gpt-4.1*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
     ("gpt-4.5*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
-    ("gpt-5-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(1.62), True)),
-    ("gpt-5-nano*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(2.46), True)),
-    ("gpt-5*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(70, 140), True)),
-    ("o4-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(1.72), True)),
-    ("o1*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(75, 150), True)),
-    ("o3*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(75, 150), True)),
-    ("gpt-oss*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
+    ("gpt-5-mini*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, PatchCost(1.62), True)),
+    ("gpt-5-nano*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, PatchCost(2.46), True)),
+    ("gpt-5*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, TileCost(70, 140), True)),
+    ("o4-mini*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, PatchCost(1.72), True)),
+    ("o1*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, TileCost(75, 150), True)),
+    ("o3*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, TileCost(75, 150), True)),
+    ("gpt-oss*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, _OPENAI_TILES, True)),
     ("gpt-4*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
     ("gpt-3.5*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
     ("*claude*", Family(_tiktoken("cl100k_base", 1.45), TEMPLATE_FORMAT, AreaCost(), False)),

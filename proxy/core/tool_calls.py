@@ -4,20 +4,30 @@ OpenAI renders a conversation's tool traffic in two ways (tests/core/test_tools_
 pins the API-reported counts behind each rule):
 
 - **One call** (an assistant `function_call`, or `tool_calls` with one entry) is shown as a
-  call to that function: `function_call_overhead` (3) plus the name and the `arguments` string as
-  sent, whitespace included. Its `tool` result is shown as a `function` message named after the
-  call: the role, the name, `per_name`, the content and `function_message_adjust` (-2).
+  call to that function, its recipient in the message header (` to=functions.NAME`):
+  `function_call_overhead`, the name as tokenized after its dot (`call_name_prefix`), and the
+  `arguments` string as sent, whitespace included. The call's id is not shown. Its `tool`
+  result is shown as a `function` message named after the call: the role, the name (on its
+  own: no dot), `per_name`, the content and `function_message_adjust` (-2). The overhead is 3
+  on the 0613 models (` to`, `=`, `functions`; measured in 2023) and 6 on today's (gpt-4o,
+  gpt-4o-mini, gpt-4.1-mini, measured in 2026: a call with its result costs 3 more; where the
+  3 sit, call or result, no count tells apart, so they go with the call, which is never
+  dropped without its results).
 - **Several calls in one message** are shown as one call to `multi_tool_use.parallel` whose
   argument is `{"tool_uses": [{"recipient_name": name, "parameters": arguments}, ...]}`, and
   their results as one JSON list of the result texts, in message order; both serialised like
   Python's `json.dumps` (", " and ": " separators, non-ASCII escaped as \\uXXXX, which is why
   non-Latin results cost several times more after parallel calls). The group costs the two JSON
   texts, `function_call_overhead` and `parallel_results_overhead` (10), beside the assistant
-  message's own framing; the tool messages carry no framing of their own.
+  message's own framing; the tool messages carry no framing of their own. Measured on the 0613
+  models only: on today's models the same rule, with their larger call overhead, is an
+  estimate and says so.
 
-A single `tool_calls` entry matches the API in every published case but one, which counts one
-token more than the rule (a 2023 forum report); `tool_call_margin` covers that gap and the count
-is marked as an estimate. Custom (non-function) calls have no published rendering: their JSON.
+The dot is why the sources seemed to disagree by one token on single calls: most names start
+with a word that merges with it (`.get`, `.do`), which costs what the bare name costs, but
+`calculator` is one token alone and two after the dot. Custom (non-function) calls have no
+published rendering: their JSON. Formats whose call framing is not published add
+`tool_call_margin` per call and say so.
 
 Results are matched to calls by `tool_call_id`, so a result's cost depends on the call it
 answers: `result_contexts()` reads that once per request.
@@ -86,12 +96,14 @@ def calls_tokens(
     legacy = message.get("function_call")
     if isinstance(legacy, Mapping):
         name, arguments = single_call_parts({"function": legacy}) or ("", "")
-        total += fmt.function_call_overhead + short(name) + text(arguments)
+        total += fmt.function_call_overhead + short(fmt.call_name_prefix + name) + text(arguments)
     calls = function_calls(message)
     if len(calls) > 1 and fmt.namespace_tools and all(single_call_parts(c) for c in calls):
         uses, parsed = parallel_uses_text(calls)
         if not parsed:
             notes.append("parallel tool call arguments that are not JSON: counted as strings")
+        if not fmt.parallel_calls_measured:
+            notes.append("parallel tool calls: measured on the 0613 models only; counted with this model's framing")
         return total + fmt.function_call_overhead + text(uses), notes
     for call in calls:
         parts = single_call_parts(call)
@@ -99,9 +111,13 @@ def calls_tokens(
             total += fmt.function_call_overhead + text(json.dumps(call, ensure_ascii=False, default=str))
             notes.append(f"tool call of type {call.get('type')!r}: no published rendering; counted as its JSON")
             continue
-        total += fmt.function_call_overhead + short(parts[0]) + text(parts[1]) + fmt.tool_call_margin
-    if calls and len(notes) < len(calls):
-        notes.append(f"tool call framing: {fmt.tool_call_margin} token(s) of margin per call (sources differ)")
+        name, arguments = parts
+        total += fmt.function_call_overhead + short(fmt.call_name_prefix + name) + text(arguments)
+        total += fmt.tool_call_margin
+    if fmt.tool_call_margin and len(notes) < len(calls):
+        notes.append(f"tool call framing not published: {fmt.tool_call_margin} token(s) of margin per call")
+    elif (calls or isinstance(legacy, Mapping)) and not fmt.calls_measured:
+        notes.append("tool call framing not measured for this model: counted with today's (the larger)")
     return total, notes
 
 

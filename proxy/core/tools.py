@@ -6,12 +6,15 @@ tools once converted) are rendered once as the `namespace functions` text of
 `proxy.core.tool_schema` and counted with the model's tokenizer. The namespace is joined to the
 first system message, which gains a trailing newline; without one it becomes its own system
 message. In tokens (`ChatFormat`): the text, plus `functions_overhead` (9), plus `system_join`
-(-4) and the newline's tokens when a system message exists. These rules reproduce every
-API-reported count pinned in tests/core/test_tools_api_counts.py.
+(-4) and the newline's tokens when a system message exists. These rules reproduce the
+API-reported counts pinned in tests/core/test_tools_api_counts.py, from gpt-3.5-turbo-0613 to
+gpt-4.1; strict functions (the Responses default) are counted the same way and flagged, since
+one measured Responses case costs less than this rendering.
 
-Forcing costs `forced_call_overhead` (4) plus the function's name; `function_call: "none"`
-costs `choice_none` (1). Both were measured with legacy `function_call`; the same rules are used
-for `tool_choice`, and the count says so.
+Forcing costs `forced_call_overhead` (4) plus the function's name as tokenized after the dot of
+`functions.NAME` (`ChatFormat.call_name_prefix`, as for a call); `function_call: "none"` costs
+`choice_none` (1). Both were measured with legacy `function_call`; the same rules are used for
+`tool_choice`, and the count says so.
 
 Families whose chat templates write tools as JSON (`ChatFormat.namespace_tools` False) get an
 upper bound instead: each tool's JSON indented by four spaces (the widest form templates use),
@@ -105,7 +108,10 @@ def functions_tokens(
         # The namespace joins the system message, which gains a newline (that may merge with its
         # last characters, as in "Hello:" + "\n").
         tokens += fmt.system_join + count_text(tokenizer, system + "\n", cache) - count_text(tokenizer, system, cache)
-    return ToolsCount(tokens, tuple(f"tool definitions: {reason}" for reason in rendering.estimates))
+    notes = [f"tool definitions: {reason}" for reason in rendering.estimates]
+    if not fmt.tools_measured:
+        notes.append("tool definitions: this model's tool frame is not published; bounded by the largest gap measured")
+    return ToolsCount(tokens, tuple(notes))
 
 
 def choice_tokens(
@@ -125,10 +131,11 @@ def choice_tokens(
         if name is None and isinstance(nested, Mapping) and isinstance(nested.get("name"), str):
             name = nested["name"]
         if name is not None:
-            return ToolsCount(fmt.forced_call_overhead + tokenizer.count(name), notes)
+            return ToolsCount(fmt.forced_call_overhead + tokenizer.count(fmt.call_name_prefix + name), notes)
     # "required", an allowed-tools list or a hosted tool: unpublished. Bounded by forcing the
     # longest-named function, or by the choice's own JSON when it names no function.
-    longest = max((tokenizer.count(str(f.get("name", ""))) for f in functions), default=0)
+    prefix = fmt.call_name_prefix
+    longest = max((tokenizer.count(prefix + str(f.get("name", ""))) for f in functions), default=0)
     bound = fmt.forced_call_overhead + max(longest, tokenizer.count(_compact_json(choice)))
     return ToolsCount(bound, (f"tool_choice {_compact_json(choice)[:40]}: no published rendering; bounded",))
 

@@ -156,7 +156,7 @@ class TestToolCallsAndResults:
         diff = counter.message(long, 0).tokens - counter.message(short, 0).tokens
         assert diff == counter.text(long_args) - counter.text("{}")
 
-    def test_legacy_function_call_counts_like_one_tool_call_less_its_margin(self, counter_for):
+    def test_legacy_function_call_counts_like_one_tool_call(self, counter_for):
         counter = counter_for("gpt-4o")
         tool = counter.message(
             {
@@ -166,7 +166,7 @@ class TestToolCallsAndResults:
             0,
         )
         legacy = counter.message({"role": "assistant", "function_call": {"name": "f", "arguments": "{}"}}, 0)
-        assert legacy.tokens == tool.tokens - counter.fmt.tool_call_margin
+        assert legacy.tokens == tool.tokens
 
     def test_tool_results_land_in_their_component(self, counter_for):
         body = {

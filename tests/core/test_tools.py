@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from proxy.apis.responses import ResponsesAdapter
 from proxy.core.tool_calls import parallel_results_text, parallel_uses_text, result_contexts
 from proxy.core.tool_schema import function_definition, render_function, render_namespace
 from proxy.core.tools import choice_tokens, functions_of, functions_tokens
@@ -45,6 +46,29 @@ class TestFunctionDefinition:
         functions, others = functions_of(body)
         assert functions == [WEATHER, WEATHER]
         assert others == [{"type": "file_search"}]
+
+
+ADD_TOOL = {
+    "type": "function",
+    "name": "add",
+    "parameters": {"type": "object", "properties": {"a": {"type": "number"}}},
+}
+
+
+class TestResponsesFunctionTools:
+    def _count(self, counter_for, tool):
+        chat = ResponsesAdapter().parse({"model": "gpt-4.1", "input": "2 + 2?", "tools": [tool]}).chat
+        return counter_for("gpt-4.1").request(chat)
+
+    def test_a_responses_function_tool_is_strict_unless_it_says_otherwise_and_so_not_exact(self, counter_for):
+        count = self._count(counter_for, ADD_TOOL)
+        assert not count.exact and any("strict" in note for note in count.notes)
+
+    def test_a_non_strict_responses_function_tool_counts_like_its_chat_form(self, counter_for):
+        count = self._count(counter_for, {**ADD_TOOL, "strict": False})
+        chat_tool = {"type": "function", "function": {k: v for k, v in ADD_TOOL.items() if k != "type"}}
+        chat = {"messages": [{"role": "user", "content": "2 + 2?"}], "tools": [chat_tool]}
+        assert count.exact and count.total == counter_for("gpt-4.1").request(chat).total
 
 
 class TestRenderFunction:
@@ -177,6 +201,13 @@ class TestFunctionsTokens:
         )
         assert developer.tokens == user.tokens
 
+    def test_a_reasoning_model_adds_the_frame_measured_around_its_tools_and_says_it_is_a_bound(self, counter_for):
+        functions = [{"name": "get_file", "parameters": {"type": "object", "properties": {}}}]
+        reasoning = functions_tokens(functions, [], counter_for("gpt-5-mini").tokenizer, counter_for("gpt-5-mini").fmt)
+        chat = functions_tokens(functions, [], counter_for("gpt-4o").tokenizer, counter_for("gpt-4o").fmt)
+        assert reasoning.tokens == chat.tokens + 85
+        assert not reasoning.exact and chat.exact
+
     def test_template_families_count_their_json_as_an_estimate_above_the_namespace(self, counter_for):
         claude = counter_for("claude-sonnet-4-5")
         gpt = counter_for("gpt-4o")
@@ -227,15 +258,31 @@ class TestChoiceTokens:
 
 
 class TestToolCalls:
-    def test_one_call_costs_its_framing_name_arguments_as_sent_and_the_margin(self, counter_for):
+    def test_one_call_costs_its_framing_its_name_after_the_dot_and_its_arguments_as_sent(self, counter_for):
         counter = counter_for("gpt-4o")
         message = counter.message({"role": "assistant", "content": None, "tool_calls": [_call("a")]}, 0)
         fmt = counter.fmt
-        expected = (
-            fmt.function_call_overhead + counter.text("lookup") + counter.text('{"q": "x"}') + fmt.tool_call_margin
-        )
+        expected = fmt.function_call_overhead + counter.text(".lookup") + counter.text('{"q": "x"}')
         assert message.tool_call_tokens == expected
-        assert message.notes
+        assert not message.notes
+
+    def test_a_name_that_splits_after_the_dot_costs_what_it_costs_there(self, counter_for):
+        counter = counter_for("gpt-3.5-turbo")
+        call = {"id": "a", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+        message = counter.message({"role": "assistant", "tool_calls": [call]}, 0)
+        assert counter.text("calculator") == 1 and counter.text(".calculator") == 2
+        assert message.tool_call_tokens == counter.fmt.function_call_overhead + 2 + counter.text("{}")
+
+    def test_the_call_id_is_not_counted(self, counter_for):
+        counter = counter_for("gpt-4o")
+        short = counter.message({"role": "assistant", "tool_calls": [{**_call("a"), "id": "a"}]}, 0)
+        long = counter.message({"role": "assistant", "tool_calls": [{**_call("a"), "id": "call_" + "x" * 24}]}, 0)
+        assert short.tokens == long.tokens
+
+    def test_a_template_family_adds_its_margin_per_call_and_says_so(self, counter_for):
+        counter = counter_for("llama-3.1-8b-instruct")
+        message = counter.message({"role": "assistant", "tool_calls": [_call("a")]}, 0)
+        assert counter.fmt.tool_call_margin > 0 and message.notes
 
     def test_whitespace_inside_the_arguments_of_one_call_is_counted_as_sent(self, counter_for):
         counter = counter_for("gpt-4o")
@@ -244,7 +291,7 @@ class TestToolCalls:
         assert loose.tokens - tight.tokens == counter.text('{ "q" :\n\n "x" }') - counter.text('{"q":"x"}')
 
     def test_parallel_calls_are_one_call_to_the_parallel_wrapper(self, counter_for):
-        counter = counter_for("gpt-4o")
+        counter = counter_for("gpt-3.5-turbo-0613")
         calls = [_call("a"), _call("b", "fetch", '{"url": "u"}')]
         message = counter.message({"role": "assistant", "tool_calls": calls}, 0)
         uses, parsed = parallel_uses_text(calls)
@@ -256,6 +303,32 @@ class TestToolCalls:
         }
         assert message.tool_call_tokens == counter.fmt.function_call_overhead + counter.text(uses)
         assert not message.notes
+
+    def test_parallel_calls_on_todays_models_carry_their_call_framing_and_say_it_is_unmeasured(self, counter_for):
+        calls = [_call("a"), _call("b", "fetch", '{"url": "u"}')]
+        old, new = counter_for("gpt-3.5-turbo-0613"), counter_for("gpt-3.5-turbo")
+        then = old.message({"role": "assistant", "tool_calls": calls}, 0)
+        now = new.message({"role": "assistant", "tool_calls": calls}, 0)
+        assert now.tool_call_tokens == then.tool_call_tokens + 3 and now.notes
+
+    def test_one_call_on_todays_models_costs_three_more_than_on_the_0613_models(self, counter_for):
+        call = {"role": "assistant", "tool_calls": [_call("a")]}
+        then = counter_for("gpt-3.5-turbo-0613").message(call, 0)
+        assert counter_for("gpt-3.5-turbo").message(call, 0).tokens == then.tokens + 3
+
+    def test_gpt_4_is_the_0613_model_and_frames_calls_as_measured_then(self, counter_for):
+        call = {"role": "assistant", "tool_calls": [_call("a")]}
+        now = counter_for("gpt-4").message(call, 0)
+        assert now.tokens == counter_for("gpt-3.5-turbo-0613").message(call, 0).tokens and not now.notes
+
+    def test_a_model_whose_calls_were_never_measured_takes_todays_framing_and_says_so(self, counter_for):
+        turbo = counter_for("gpt-4-turbo")
+        message = turbo.message({"role": "assistant", "tool_calls": [_call("a")]}, 0)
+        assert turbo.fmt.function_call_overhead == counter_for("gpt-4o").fmt.function_call_overhead
+        assert message.tool_call_tokens == turbo.fmt.function_call_overhead + turbo.text(".lookup") + turbo.text(
+            '{"q": "x"}'
+        )
+        assert message.notes
 
     def test_whitespace_inside_parallel_arguments_is_normalised(self, counter_for):
         counter = counter_for("gpt-4o")
