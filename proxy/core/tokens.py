@@ -222,6 +222,8 @@ class RequestCounter:
                 notes += (f"messages[{count.index}]: {note}" for note in count.notes)
         components["images"] += media
         components["tool_calls"] += calls
+        if self.fmt.messages_bound:
+            notes.append(self.fmt.messages_bound)
         if not self.profile.known:
             window = self.profile.context_window
             notes.append(f"model {self.profile.name!r} is not in the model map: assumed a {window}-token window")
@@ -393,7 +395,7 @@ class RequestCounter:
             return 0, 0, ["file part without a file; not counted"]
         data = spec.get("file_data")
         if not isinstance(data, str):
-            return 0, 0, ["file referenced by id; its content is not visible here and is not counted"]
+            return 0, 0, ["file sent by file_id: its content is not visible to the guard and is not counted"]
         raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
         pages = max(
             1,

@@ -42,6 +42,13 @@ class TestPatchFormula:
     def test_never_exceeds_the_cap(self):
         assert PatchCost(2.46).cost(10000, 10000, "high") <= PatchCost(2.46).max_cost("high")
 
+    def test_gpt_4_1_nano_adds_one_token_per_image_as_the_api_recorded(self):
+        # pydantic-ai's test_image_url_input_force_download: a 540x360 JPEG, 204 patches, 503 tokens.
+        assert PatchCost(2.46, per_image=1).cost(540, 360, "auto") == 503
+
+    def test_the_per_image_tokens_are_part_of_the_largest_cost(self):
+        assert PatchCost(2.46, per_image=1).max_cost("high") == PatchCost(2.46).max_cost("high") + 1
+
 
 class TestAreaFormula:
     def test_is_pixels_over_750_capped(self):
