@@ -6,9 +6,10 @@ The core reads plain data defensively, but a value of the wrong shape (`tools: 5
 OpenAI-shaped 400 naming the field, never a 500, and never be counted one way while the upstream
 reads another. Fields the core does not read are not looked at, and are forwarded untouched.
 
-`check_chat_body(value)` is the one check the server's chat path and the CLI's `count` / `trim`
-run on a body already read strictly; `read_chat_body(raw)` reads and checks in one call. Both
-raise `InvalidBody`, whose message is one line and whose `param` names the field.
+`check_chat_body(value)` is the one check, run by the chat adapter's `parse` (so by the server's
+chat path and the CLI's `count` / `trim` alike) on a body already read strictly;
+`read_chat_body(raw)` reads and checks in one call. Both raise `InvalidBody`, whose message is
+one line and whose `param` names the field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.core.plan import InvalidBody, validate_body
-from proxy.strict_json import DEFAULT_LIMITS, AmbiguousJson, JsonLimits, loads_strict
+from proxy.strict_json import DEFAULT_LIMITS, JsonLimits, UnreadableJson, read_json
 
 MAX_OUTPUT_TOKENS = 2**31 - 1  # above any model's output limit; larger is a client bug, not a budget
 Check = Callable[[Any, str], None]
@@ -26,11 +27,9 @@ Check = Callable[[Any, str], None]
 def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:
     """The body of a chat-completions request, checked; InvalidBody saying what is wrong."""
     try:
-        value = loads_strict(raw, limits)
-    except AmbiguousJson as exc:
-        raise InvalidBody(f"the request body is ambiguous: {exc}", param=exc.key) from None
-    except ValueError as exc:
-        raise InvalidBody(f"the request body is not valid JSON: {exc}") from None
+        value = read_json(raw, limits)
+    except UnreadableJson as exc:
+        raise InvalidBody(str(exc), param=exc.key) from None
     return check_chat_body(value, require_model=require_model)
 
 

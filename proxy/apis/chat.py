@@ -1,8 +1,9 @@
 """Chat completions: the core's own shape, so the view is the body itself.
 
-Parsing validates what the core needs (`messages`, each an object with a string `role`; a string
-`model` when present: Azure deployments name the model in the path instead). Rendering returns the
-trimmed body, which the core already built with every other field kept.
+Parsing checks every field the core reads (`proxy.chat_body`: `messages`, each an object with a
+string `role`, tools, tool calls, content parts, token limits; a string `model` when present:
+Azure deployments name the model in the path instead). Rendering returns the trimmed body, which
+the core already built with every other field kept.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
-from proxy.core.plan import InvalidBody, validate_body
+from proxy.chat_body import check_chat_body
+from proxy.core.plan import InvalidBody
 from proxy.core.trim import Removal
 
 
@@ -20,7 +22,7 @@ class ChatAdapter(Adapter):
 
     def parse(self, body: object) -> Parsed:
         try:
-            checked = validate_body(body)
+            checked = check_chat_body(body, require_model=False)
         except InvalidBody as exc:
             raise InvalidRequest(str(exc), param=exc.param) from None
         model = optional_model(checked, required=False)
