@@ -42,7 +42,8 @@ def check_chat_body(value: object, *, require_model: bool = True) -> dict[str, A
     if (require_model or model is not None) and (not isinstance(model, str) or not model):
         raise InvalidBody("'model' is required and must be a non-empty string", param="model")
     for i, message in enumerate(value["messages"]):
-        _message(message, f"messages[{i}]")
+        if not _plain_text(message):
+            _message(message, f"messages[{i}]")
     _optional(value, "tools", _array_of(_tool))
     _optional(value, "functions", _array_of(_FUNCTION))
     _optional(value, "tool_choice", _CHOICE)
@@ -51,6 +52,26 @@ def check_chat_body(value: object, *, require_model: bool = True) -> dict[str, A
     for key in ("max_tokens", "max_completion_tokens"):
         _optional(value, key, _token_limit)
     return value
+
+
+_TEXT_OR_NULL = (str, type(None))
+
+
+def _plain_text(message: object) -> bool:
+    """A message `_message` would pass with no call per field: every field it checks a string or
+    null, the role a string, no tool or function calls (most messages of most requests)."""
+    if type(message) is not dict:
+        return False
+    get = message.get
+    return (
+        type(get("role")) is str
+        and type(get("content")) in _TEXT_OR_NULL
+        and type(get("name")) in _TEXT_OR_NULL
+        and type(get("tool_call_id")) in _TEXT_OR_NULL
+        and type(get("refusal")) in _TEXT_OR_NULL
+        and get("tool_calls") is None
+        and get("function_call") is None
+    )
 
 
 def _message(message: object, where: str) -> None:

@@ -17,6 +17,23 @@ from proxy.core.plan import InvalidBody
 from proxy.core.trim import Removal
 
 
+# Every chat request of n messages has the same n sources: built once for the first few thousand
+# indices (a few hundred KB at most) and sliced per request. Grown by rebinding, never in place,
+# so a parse on another thread (a large body) always sees a consistent tuple.
+_SOURCES_KEPT = 4096
+_sources: tuple[Source, ...] = ()
+
+
+def message_sources(count: int) -> tuple[Source, ...]:
+    """`messages[i]` is where view message i came from, for i < count."""
+    global _sources
+    kept, sources = min(count, _SOURCES_KEPT), _sources
+    if len(sources) < kept:
+        sources = _sources = sources + tuple(Source((Origin("messages", i),)) for i in range(len(sources), kept))
+    head = sources[:kept]
+    return head if kept == count else head + tuple(Source((Origin("messages", i),)) for i in range(kept, count))
+
+
 class ChatAdapter(Adapter):
     name: ClassVar[str] = "chat"
 
@@ -32,7 +49,7 @@ class ChatAdapter(Adapter):
             api=self.name,
             body=checked,
             chat=checked,
-            sources=tuple(Source((Origin("messages", i),)) for i in range(len(messages))),
+            sources=message_sources(len(messages)),
             model=model,
             stream=stream_flag(checked),
             reserve_field=reserve,
