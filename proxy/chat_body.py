@@ -58,19 +58,39 @@ _TEXT_OR_NULL = (str, type(None))
 
 
 def _plain_text(message: object) -> bool:
-    """A message `_message` would pass with no call per field: every field it checks a string or
-    null, the role a string, no tool or function calls (most messages of most requests)."""
+    """A message `_message` would pass, told with no call per field: every field it checks a
+    string or null, the role a string, tool calls (if any) of strings, no legacy function call
+    (most messages of most requests). Anything else takes the full check, which names the field."""
     if type(message) is not dict:
         return False
     get = message.get
+    calls = get("tool_calls")
     return (
         type(get("role")) is str
         and type(get("content")) in _TEXT_OR_NULL
         and type(get("name")) in _TEXT_OR_NULL
         and type(get("tool_call_id")) in _TEXT_OR_NULL
         and type(get("refusal")) in _TEXT_OR_NULL
-        and get("tool_calls") is None
         and get("function_call") is None
+        and (calls is None or (type(calls) is list and all(map(_plain_call, calls))))
+    )
+
+
+def _plain_call(call: object) -> bool:
+    if type(call) is not dict:
+        return False
+    function = call.get("function")
+    return (
+        type(call.get("id")) in _TEXT_OR_NULL
+        and type(call.get("type")) in _TEXT_OR_NULL
+        and (
+            function is None
+            or (
+                type(function) is dict
+                and type(function.get("name")) in _TEXT_OR_NULL
+                and type(function.get("arguments")) in _TEXT_OR_NULL
+            )
+        )
     )
 
 

@@ -62,12 +62,14 @@ def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
     calls: dict[str, ResultContext] = {}
     contexts: dict[int, ResultContext] = {}
     for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):  # the concrete type first: 10x faster
             continue
         if message.get("role") == "tool":
             call_id = message.get("tool_call_id")
             known = calls.get(call_id) if isinstance(call_id, str) else None
             contexts[index] = known if known is not None else ResultContext(None)
+            continue
+        if not message.get("tool_calls"):  # most messages make no call
             continue
         entries = function_calls(message)
         group = index if len(entries) > 1 else None
