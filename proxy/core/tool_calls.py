@@ -138,7 +138,13 @@ def result_framing(
 def function_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The entries of an assistant message's `tool_calls`, objects only."""
     calls = message.get("tool_calls")
-    return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+    return [c for c in calls if _is_mapping(c)] if isinstance(calls, list) else []
+
+
+def _is_mapping(value: object) -> bool:
+    """`isinstance(value, Mapping)`, the concrete type first: a parsed body holds dicts, and the
+    check against the ABC alone is ten times slower (this runs for every call of every request)."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def parallel_uses_text(calls: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
@@ -171,20 +177,20 @@ def parallel_result_piece(text: str, context: ResultContext) -> str:
 def single_call_parts(call: Mapping[str, Any]) -> tuple[str, str] | None:
     """(name, arguments as sent) of a function call; None for a call that is not a function's."""
     function = call.get("function") if "function" in call else call
-    if not isinstance(function, Mapping) or call.get("type", "function") != "function":
+    if not _is_mapping(function) or call.get("type", "function") != "function":
         return None
     return _name(call), _arguments(call)
 
 
 def _name(call: Mapping[str, Any]) -> str:
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
-    name = function.get("name") if isinstance(function, Mapping) else None
+    function = call.get("function")
+    name = (function if _is_mapping(function) else call).get("name")
     return name if isinstance(name, str) else ""
 
 
 def _arguments(call: Mapping[str, Any]) -> str:
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
-    arguments = function.get("arguments") if isinstance(function, Mapping) else None
+    function = call.get("function")
+    arguments = (function if _is_mapping(function) else call).get("arguments")
     if isinstance(arguments, str):
         return arguments
     return "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
