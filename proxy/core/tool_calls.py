@@ -37,19 +37,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.core.models import ChatFormat
 
 PARALLEL_RECIPIENT = "multi_tool_use.parallel"
 
 
-@dataclass(frozen=True, slots=True)
-class ResultContext:
+class ResultContext(NamedTuple):
     """What a `tool` message answers: the called function's name (None when no earlier call has
     its id) and, for a result of a parallel call, the index of the assistant message that made it
-    and whether the result opens or closes the joined list."""
+    and whether the result opens or closes the joined list. A named tuple, not a dataclass: it is
+    part of every tool result's cache key, hashed and compared at C speed on every request."""
 
     name: str | None
     group: int | None = None
@@ -83,8 +82,8 @@ def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
             members.setdefault(context.group, []).append(index)
     for indices in members.values():
         first, last = min(indices), max(indices)
-        contexts[first] = replace(contexts[first], first=True)
-        contexts[last] = replace(contexts[last], last=True)
+        contexts[first] = contexts[first]._replace(first=True)
+        contexts[last] = contexts[last]._replace(last=True)
     return contexts
 
 
