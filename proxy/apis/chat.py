@@ -16,7 +16,6 @@ from proxy.chat_body import check_chat_body
 from proxy.core.plan import InvalidBody
 from proxy.core.trim import Removal
 
-
 # Every chat request of n messages has the same n sources: built once for the first few thousand
 # indices (a few hundred KB at most) and sliced per request. Grown by rebinding, never in place,
 # so a parse on another thread (a large body) always sees a consistent tuple.
