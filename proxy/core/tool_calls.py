@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from proxy.core.models import ChatFormat
 
@@ -140,7 +140,7 @@ def function_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in calls if _is_mapping(c)] if isinstance(calls, list) else []
 
 
-def _is_mapping(value: object) -> bool:
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
     """`isinstance(value, Mapping)`, the concrete type first: a parsed body holds dicts, and the
     check against the ABC alone is ten times slower (this runs for every call of every request)."""
     return type(value) is dict or isinstance(value, Mapping)
