@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,29 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import load  # noqa: E402
 from bench.load import Bodies, Target, summary_ms  # noqa: E402
-from bench.run import SSE_QUERY, free_port, guard_config, python, wait_ready  # noqa: E402
-
-
-def start(stack: ExitStack, command: list[str], port: int, source: Path) -> int:
-    process = subprocess.Popen(
-        command,
-        cwd=source,
-        env={**os.environ, "PYTHONPATH": str(source)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def stop() -> None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    stack.callback(stop)
-    wait_ready(port, process)
-    return process.pid
+from bench.run import SSE_QUERY, free_port, guard_config, python, started  # noqa: E402
 
 
 def added_ms(times: dict[str, list[float]], name: str, q: str) -> float:
@@ -108,11 +84,11 @@ def main() -> None:
         upstream_url = f"http://127.0.0.1:{ports['upstream']}/v1"
         config = guard_config(Path(folder), ports["upstream"])
         servers = str(ROOT / "bench/servers.py")
-        start(stack, [*python(), servers, "upstream", str(ports["upstream"])], ports["upstream"], ROOT)
-        start(stack, [*python(), servers, "bare", str(ports["bare"]), upstream_url], ports["bare"], ROOT)
+        stack.enter_context(started([*python(), servers, "upstream", str(ports["upstream"])], ports["upstream"]))
+        stack.enter_context(started([*python(), servers, "bare", str(ports["bare"]), upstream_url], ports["bare"]))
         for name, source in sources.items():
             command = [*python(), "-m", "proxy", "serve", "--config", str(config), "--port", str(ports[name])]
-            start(stack, [*command, "--workers", "1"], ports[name], source)
+            stack.enter_context(started([*command, "--workers", "1"], ports[name], "/readyz", source))
         targets = {name: Target(name, f"http://127.0.0.1:{port}/v1") for name, port in ports.items()}
         asyncio.run(scenarios(targets, list(sources), args))
     print(f"({time.perf_counter() - began:.0f} s)")

@@ -117,14 +117,21 @@ def _loads_exact(raw: bytes, limits: JsonLimits) -> Any:
     return value
 
 
-def _shape(value: Any, stop_past: int) -> tuple[int, bool]:
-    """How many containers deep `value` goes (counting stops once past `stop_past`), and whether
-    it holds a float that may have been an integer beyond 64 bits; one walk, a level at a time."""
+def nesting_depth(value: Any, stop_past: int) -> int:
+    """How many containers deep `value` goes, counting stops once past `stop_past`."""
+    return _shape(value, stop_past, big_integers=False)[0]
+
+
+def _shape(value: Any, stop_past: int, big_integers: bool = True) -> tuple[int, bool]:
+    """How many containers deep `value` goes (counting stops once past `stop_past`), and (with
+    `big_integers`) whether it holds a float that may have been an integer beyond 64 bits, which
+    ends the walk; one walk, a level at a time."""
     level, depth = [value], 0
     while level:
-        floats = [x for x in level if type(x) is float]
-        if floats and any(abs(x) >= _INT64_LIMIT and x.is_integer() for x in floats):
-            return depth, True
+        if big_integers:
+            floats = [x for x in level if type(x) is float]
+            if floats and any(abs(x) >= _INT64_LIMIT and x.is_integer() for x in floats):
+                return depth, True
         containers = [x for x in level if type(x) is dict or type(x) is list]
         if not containers:
             break
@@ -133,20 +140,6 @@ def _shape(value: Any, stop_past: int) -> tuple[int, bool]:
             break
         level = [x for c in containers for x in (c.values() if type(c) is dict else c)]
     return depth, False
-
-
-def nesting_depth(value: Any, stop_past: int) -> int:
-    """How many containers deep `value` goes, counting stops once past `stop_past`."""
-    level, depth = [value], 0
-    while level:
-        containers = [x for x in level if type(x) is dict or type(x) is list]
-        if not containers:
-            break
-        depth += 1
-        if depth > stop_past:
-            break
-        level = [x for c in containers for x in (c.values() if type(c) is dict else c)]
-    return depth
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
