@@ -116,11 +116,14 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60,
 
 
 @contextmanager
-def started(command: list[str], port: int, path: str = "/healthz") -> Iterator[tuple[subprocess.Popen[bytes], float]]:
-    """A server process, answering 200 on `path`, and the seconds it took from exec; stopped after."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def started(
+    command: list[str], port: int, path: str = "/healthz", source: Path = ROOT
+) -> Iterator[tuple[subprocess.Popen[bytes], float]]:
+    """A server process run from the source tree `source`, answering 200 on `path`, and the seconds
+    it took from exec; stopped after."""
+    env = {**os.environ, "PYTHONPATH": str(source)}
     launched = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, cwd=source, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_ready(port, process, path=path)
         yield process, time.perf_counter() - launched

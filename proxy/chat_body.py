@@ -6,9 +6,10 @@ The core reads plain data defensively, but a value of the wrong shape (`tools: 5
 OpenAI-shaped 400 naming the field, never a 500, and never be counted one way while the upstream
 reads another. Fields the core does not read are not looked at, and are forwarded untouched.
 
-`check_chat_body(value)` is the one check the server's chat path and the CLI's `count` / `trim`
-run on a body already read strictly; `read_chat_body(raw)` reads and checks in one call. Both
-raise `InvalidBody`, whose message is one line and whose `param` names the field.
+`check_chat_body(value)` is the one check, run by the chat adapter's `parse` (so by the server's
+chat path and the CLI's `count` / `trim` alike) on a body already read strictly;
+`read_chat_body(raw)` reads and checks in one call. Both raise `InvalidBody`, whose message is
+one line and whose `param` names the field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.core.plan import InvalidBody, validate_body
-from proxy.strict_json import DEFAULT_LIMITS, AmbiguousJson, JsonLimits, loads_strict
+from proxy.strict_json import DEFAULT_LIMITS, JsonLimits, UnreadableJson, read_json
 
 MAX_OUTPUT_TOKENS = 2**31 - 1  # above any model's output limit; larger is a client bug, not a budget
 Check = Callable[[Any, str], None]
@@ -26,11 +27,9 @@ Check = Callable[[Any, str], None]
 def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:
     """The body of a chat-completions request, checked; InvalidBody saying what is wrong."""
     try:
-        value = loads_strict(raw, limits)
-    except AmbiguousJson as exc:
-        raise InvalidBody(f"the request body is ambiguous: {exc}", param=exc.key) from None
-    except ValueError as exc:
-        raise InvalidBody(f"the request body is not valid JSON: {exc}") from None
+        value = read_json(raw, limits)
+    except UnreadableJson as exc:
+        raise InvalidBody(str(exc), param=exc.key) from None
     return check_chat_body(value, require_model=require_model)
 
 
@@ -43,7 +42,8 @@ def check_chat_body(value: object, *, require_model: bool = True) -> dict[str, A
     if (require_model or model is not None) and (not isinstance(model, str) or not model):
         raise InvalidBody("'model' is required and must be a non-empty string", param="model")
     for i, message in enumerate(value["messages"]):
-        _message(message, f"messages[{i}]")
+        if not _plain_text(message):
+            _message(message, f"messages[{i}]")
     _optional(value, "tools", _array_of(_tool))
     _optional(value, "functions", _array_of(_FUNCTION))
     _optional(value, "tool_choice", _CHOICE)
@@ -52,6 +52,46 @@ def check_chat_body(value: object, *, require_model: bool = True) -> dict[str, A
     for key in ("max_tokens", "max_completion_tokens"):
         _optional(value, key, _token_limit)
     return value
+
+
+_TEXT_OR_NULL = (str, type(None))
+
+
+def _plain_text(message: object) -> bool:
+    """A message `_message` would pass, told with no call per field: every field it checks a
+    string or null, the role a string, tool calls (if any) of strings, no legacy function call
+    (most messages of most requests). Anything else takes the full check, which names the field."""
+    if type(message) is not dict:
+        return False
+    get = message.get
+    calls = get("tool_calls")
+    return (
+        type(get("role")) is str
+        and type(get("content")) in _TEXT_OR_NULL
+        and type(get("name")) in _TEXT_OR_NULL
+        and type(get("tool_call_id")) in _TEXT_OR_NULL
+        and type(get("refusal")) in _TEXT_OR_NULL
+        and get("function_call") is None
+        and (calls is None or (type(calls) is list and all(map(_plain_call, calls))))
+    )
+
+
+def _plain_call(call: object) -> bool:
+    if type(call) is not dict:
+        return False
+    function = call.get("function")
+    return (
+        type(call.get("id")) in _TEXT_OR_NULL
+        and type(call.get("type")) in _TEXT_OR_NULL
+        and (
+            function is None
+            or (
+                type(function) is dict
+                and type(function.get("name")) in _TEXT_OR_NULL
+                and type(function.get("arguments")) in _TEXT_OR_NULL
+            )
+        )
+    )
 
 
 def _message(message: object, where: str) -> None:

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from proxy import package_version
-from proxy.chat_body import check_chat_body
 from proxy.core.plan import InvalidBody
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings, masked
-from proxy.strict_json import AmbiguousJson, loads_strict
+from proxy.strict_json import UnreadableJson, read_json
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -146,8 +145,6 @@ def _load(args: argparse.Namespace) -> _Request:
         notes.append('the file holds a list of messages; read as {"messages": [...]}')
     registry = AdapterRegistry(settings.apis.completions.options)
     adapter = registry.by_name(args.api) if args.api else registry.detect(data)
-    if adapter.name == "chat":  # every field the core reads, type-checked as the proxy does
-        check_chat_body(data, require_model=False)
     try:
         parsed = adapter.parse(data).with_model(args.model)
     except InvalidRequest as exc:
@@ -223,11 +220,9 @@ def _read_json(name: str, stdin: TextIO) -> object:
     except OSError as exc:
         raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
     try:
-        return loads_strict(data)
-    except AmbiguousJson as exc:
-        raise InputError(f"{'standard input' if name == '-' else name}: the request body is ambiguous: {exc}") from None
-    except ValueError as exc:
-        raise InputError(f"{'standard input' if name == '-' else name} is not valid JSON: {exc}") from None
+        return read_json(data)
+    except UnreadableJson as exc:
+        raise InputError(f"{'standard input' if name == '-' else name}: {exc}") from None
 
 
 def _print(value: object) -> None:

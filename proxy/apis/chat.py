@@ -1,8 +1,9 @@
 """Chat completions: the core's own shape, so the view is the body itself.
 
-Parsing validates what the core needs (`messages`, each an object with a string `role`; a string
-`model` when present: Azure deployments name the model in the path instead). Rendering returns the
-trimmed body, which the core already built with every other field kept.
+Parsing checks every field the core reads (`proxy.chat_body`: `messages`, each an object with a
+string `role`, tools, tool calls, content parts, token limits; a string `model` when present:
+Azure deployments name the model in the path instead). Rendering returns the trimmed body, which
+the core already built with every other field kept.
 """
 
 from __future__ import annotations
@@ -11,8 +12,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
-from proxy.core.plan import InvalidBody, validate_body
+from proxy.chat_body import check_chat_body
+from proxy.core.plan import InvalidBody
 from proxy.core.trim import Removal
+
+# Every chat request of n messages has the same n sources: built once for the first few thousand
+# indices (a few hundred KB at most) and sliced per request. Grown by rebinding, never in place,
+# so a parse on another thread (a large body) always sees a consistent tuple.
+_SOURCES_KEPT = 4096
+_sources: tuple[Source, ...] = ()
+
+
+def message_sources(count: int) -> tuple[Source, ...]:
+    """`messages[i]` is where view message i came from, for i < count."""
+    global _sources
+    kept, sources = min(count, _SOURCES_KEPT), _sources
+    if len(sources) < kept:
+        sources = _sources = sources + tuple(Source((Origin("messages", i),)) for i in range(len(sources), kept))
+    head = sources[:kept]
+    return head if kept == count else head + tuple(Source((Origin("messages", i),)) for i in range(kept, count))
 
 
 class ChatAdapter(Adapter):
@@ -20,7 +38,7 @@ class ChatAdapter(Adapter):
 
     def parse(self, body: object) -> Parsed:
         try:
-            checked = validate_body(body)
+            checked = check_chat_body(body, require_model=False)
         except InvalidBody as exc:
             raise InvalidRequest(str(exc), param=exc.param) from None
         model = optional_model(checked, required=False)
@@ -30,7 +48,7 @@ class ChatAdapter(Adapter):
             api=self.name,
             body=checked,
             chat=checked,
-            sources=tuple(Source((Origin("messages", i),)) for i in range(len(messages))),
+            sources=message_sources(len(messages)),
             model=model,
             stream=stream_flag(checked),
             reserve_field=reserve,

@@ -21,7 +21,6 @@ from aiohttp import web
 
 from proxy.apis.base import InvalidRequest, Parsed
 from proxy.apis.registry import Endpoint
-from proxy.chat_body import check_chat_body
 from proxy.core.compaction import summary_request, with_summary
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
 from proxy.core.models import ModelProfile
@@ -50,7 +49,7 @@ from proxy.server.upstream import (
     request_headers,
 )
 from proxy.settings import MODES, Mode, UpstreamSettings
-from proxy.strict_json import AmbiguousJson, loads_strict
+from proxy.strict_json import UnreadableJson, read_json
 
 
 async def guarded(request: web.Request) -> web.StreamResponse:
@@ -217,18 +216,13 @@ def json_message(body: bytes) -> str:
 
 
 def _parse(endpoint: Endpoint, raw: bytes, request: web.Request) -> Parsed:
-    """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter."""
+    """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter
+    (the chat adapter type-checks every field the core reads)."""
     try:
-        data = loads_strict(raw, request.app[request_body.JSON_LIMITS])
-    except AmbiguousJson as exc:
-        raise BadRequest(f"the request body is ambiguous: {exc}", param=exc.key) from None
-    except ValueError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-    try:
-        if endpoint.api == "chat":  # every field the core reads, type-checked at the edge
-            check_chat_body(data, require_model=endpoint.path_model is None)
-        return endpoint.parse(data)
-    except (InvalidRequest, InvalidBody) as exc:
+        return endpoint.parse(read_json(raw, request.app[request_body.JSON_LIMITS]))
+    except UnreadableJson as exc:
+        raise BadRequest(str(exc), param=exc.key) from None
+    except InvalidRequest as exc:
         raise BadRequest(str(exc), param=exc.param) from None
 
 

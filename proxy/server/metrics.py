@@ -71,19 +71,28 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        # `labels()` takes a lock and checks its values on every call: each series is looked up
+        # once and kept (every label set is bounded, see above).
+        self._phases = {phase: self.duration.labels(phase) for phase in ("total", "upstream", "count", "trim")}
+        self._requests: dict[tuple[str, str, str], Counter] = {}
 
     def observe(self, record: RequestRecord) -> None:
         """Everything one finished request adds, read from its record."""
         status = _STATUS_CLASSES.get(record.status // 100, "other") if record.status != 499 else "499"
-        self.requests.labels(record.kind, record.outcome or "unknown", status).inc()
-        self.duration.labels("total").observe(record.total_ms / 1000)
+        labels = (record.kind, record.outcome or "unknown", status)
+        requests = self._requests.get(labels)
+        if requests is None:
+            requests = self._requests[labels] = self.requests.labels(*labels)
+        requests.inc()
+        phases = self._phases
+        phases["total"].observe(record.total_ms / 1000)
         if record.upstream is not None and record.upstream_status is not None:
-            self.duration.labels("upstream").observe(record.upstream_ms / 1000)
+            phases["upstream"].observe(record.upstream_ms / 1000)
         plan = record.plan
         if plan is None:
             return
-        self.duration.labels("count").observe(plan.count_seconds)
-        self.duration.labels("trim").observe(plan.trim_seconds)
+        phases["count"].observe(plan.count_seconds)
+        phases["trim"].observe(plan.trim_seconds)
         model = self.model_label(record.served_model or record.model)
         result = plan.result
         if record.outcome == "trimmed":

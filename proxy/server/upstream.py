@@ -167,7 +167,10 @@ class UpstreamPool:
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         try:
-            async with asyncio.timeout(self.policy.wait):
+            if self._slots.locked():  # full: wait, within the deadline
+                async with asyncio.timeout(self.policy.wait):
+                    await self._slots.acquire()
+            else:  # a free slot is taken at once: no deadline timer to schedule and cancel
                 await self._slots.acquire()
         except TimeoutError:
             raise Overloaded(

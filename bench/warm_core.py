@@ -1,0 +1,108 @@
+"""The handler's own CPU for one warm 88 KB request, in-process, for one or more checkouts.
+
+What `bench/warm.py` measures end to end, split: `parse` is the strict read of the body and the
+chat adapter's parse with its field checks, as the handler runs them; `plan` is the count (the
+cache holding the conversation's earlier turns), the budget and the trim decision with the
+model's own tokenizer, as the handler asks for it. CPU time of this process (not wall time), the
+least of 9 repetitions over 40 bodies, so that other work on a shared machine counts for little;
+each checkout runs in its own process, the checkouts interleaved round by round.
+
+Run: python bench/warm_core.py --guard before=/tmp/base --guard after=. [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).parent.parent
+BODIES = 40
+CONFIG = "upstreams:\n  fake:\n    base_url: http://127.0.0.1:9/v1\nroutes:\n  - match: gpt-4.1\n    upstream: fake\n"
+
+
+def measure(config: str) -> dict[str, float]:
+    """In a process whose `proxy` is the checkout's: the two figures, in microseconds per request."""
+    from bench.load import Bodies
+    from proxy import strict_json
+    from proxy.apis.registry import AdapterRegistry
+    from proxy.guard import Guard
+    from proxy.settings import load_settings
+
+    guard = Guard(load_settings(config))
+    endpoint = AdapterRegistry().endpoint_for("/v1/chat/completions")
+    assert endpoint is not None
+    profile = guard.profile("gpt-4.1")
+    counting = (profile, guard.tokenizer(profile))
+    shared = {"shared_cache": True} if "shared_cache" in inspect.signature(guard.fit).parameters else {}
+
+    def parse(raw: bytes) -> Any:
+        if hasattr(strict_json, "read_json"):
+            return endpoint.parse(strict_json.read_json(raw))
+        from proxy.chat_body import check_chat_body  # before one reader: the handler's three steps
+
+        data = strict_json.loads_strict(raw)
+        check_chat_body(data)
+        return endpoint.parse(data)
+
+    def plan(parsed: Any) -> Any:
+        return guard.fit(endpoint.adapter, parsed, "gpt-4.1", None, counting, **shared)
+
+    bodies = Bodies.of_size(88_000)
+    plan(parse(bodies.base))  # the conversation's earlier turns in the cache
+    raws = [bodies.warm() for _ in range(BODIES)]
+    parsed = [parse(raw) for raw in raws]
+
+    def best(work: Any) -> float:
+        return min(timeit.repeat(work, number=1, repeat=9, timer=time.process_time)) / BODIES * 1e6
+
+    return {
+        "parse_us": best(lambda: [parse(raw) for raw in raws]),
+        "plan_us": best(lambda: [plan(p) for p in parsed]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--guard", action="append", default=[], help="NAME=SOURCE_TREE (repeatable)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # a config path: measure in this process
+    args = parser.parse_args()
+    if args.measure:
+        sys.path[:0] = [os.getcwd(), str(ROOT)]  # the checkout's proxy; bench.load from here if it has none
+        print(json.dumps(measure(args.measure)))
+        return
+    trees = {name: Path(tree).resolve() for name, tree in (g.split("=", 1) for g in args.guard)}
+    best: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        config = Path(folder) / "context-guard.yaml"
+        config.write_text(CONFIG)
+        for _ in range(args.rounds):
+            for name, tree in trees.items():
+                out = subprocess.run(
+                    [sys.executable, str(Path(__file__).resolve()), "--measure", str(config)],
+                    cwd=tree,
+                    env={**os.environ, "PYTHONPATH": str(tree)},
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                figures = json.loads(out.stdout.strip().splitlines()[-1])
+                kept = best.setdefault(name, figures)
+                for key, value in figures.items():
+                    kept[key] = min(kept[key], value)
+    for name, figures in best.items():
+        parse, plan = figures["parse_us"], figures["plan_us"]
+        print(f"{name:12s} parse {parse:7.0f} us  plan {plan:7.0f} us  total {parse + plan:7.0f} us")
+
+
+if __name__ == "__main__":
+    main()
