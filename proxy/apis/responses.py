@@ -19,8 +19,12 @@
     text.format (json_schema)         -> response_format
     max_output_tokens                 -> max_completion_tokens (the output reserve)
 
-With `previous_response_id`, `conversation` or a stored `prompt`, part of the context lives on
-the provider: what was sent is counted, and the request is flagged `server_state` (not exact).
+Where the provider adds what the guard cannot see (`previous_response_id`, `conversation`, a
+stored `prompt`, hosted tools and their items, `item_reference`, encrypted reasoning, files fetched
+by URL or id, `reasoning.mode`), what was sent is counted and the request is flagged
+`server_state`: the count is neither exact nor a bound, and a note names each such part. The
+API's own framing, where it differs from chat's, comes with the model's format (`profile`).
+Pinned against recorded API counts in tests/data/responses_api_counts.json.
 Rendering writes drops and shortened text back into the items; every other field and item is
 kept exactly as sent.
 """
