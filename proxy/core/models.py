@@ -93,6 +93,11 @@ class ChatFormat:
     tool_call_margin: int = 0  # per tool call, where the call framing is not published (an upper bound)
     # Why this model's message framing is a bound and not a measurement; empty where it was measured.
     messages_bound: str = ""
+    # The Responses API's rendering where it differs from chat's (proxy.apis.responses): per
+    # assistant message of the history, per request, and why that is a bound if it is one.
+    responses_assistant: int = 0
+    responses_extra: int = 0
+    responses_bound: str = ""
 
 
 O200K_FORMAT = ChatFormat()
@@ -113,13 +118,32 @@ REASONING_FORMAT = replace(
     tools_measured=False,
     calls_measured=False,
 )
+# gpt-5 on the Responses API writes each assistant message of the history with its channel
+# (`<|channel|>final`, 2 tokens): two recorded histories with two assistant messages each.
+GPT5_FORMAT = replace(REASONING_FORMAT, responses_assistant=2)
 # Reasoning models whose plain messages no recording shows (gpt-5-mini/nano, o1, o3, o4-mini,
 # gpt-oss): gpt-4o's priming, one above the measured reasoning models' if they share it.
 REASONING_UNMEASURED_FORMAT = replace(
     REASONING_FORMAT,
     reply_priming=3,
     functions_overhead=9 + 85,
+    responses_assistant=2,
     messages_bound="this model's message framing is not measured: counted with gpt-4o's reply priming (the larger)",
+)
+# gpt-oss (harmony) is shown a system message its template writes (identity, knowledge cutoff,
+# date, reasoning level, channels: 61 tokens with its frame); bounded at 64, the rest unmeasured.
+# One recording (Bedrock's openai.gpt-oss-120b, one user message) is 4 below this bound.
+GPT_OSS_FORMAT = replace(
+    REASONING_UNMEASURED_FORMAT,
+    reply_priming=2 + 64,
+    messages_bound="gpt-oss's template adds a system message: bounded by its text, not measured",
+)
+# gpt-4.1-mini on the Responses API: a plain user message recorded 1 above chat's framing, an
+# empty one with instructions equal to it; bounded by the larger.
+GPT41_MINI_FORMAT = replace(
+    O200K_FORMAT,
+    responses_extra=1,
+    responses_bound="gpt-4.1-mini's Responses framing: measured 0 and 1 above chat's, bounded by the larger",
 )
 # o1-mini and o1-preview reject `system` and `developer` messages (the API answers 400), and their
 # one recorded request (two user messages) costs 8 more than the reasoning framing: whether per
@@ -191,20 +215,20 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("gpt-4o-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, TileCost(2833, 5667), True)),
     ("gpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
     ("chatgpt-4o*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
-    ("gpt-4.1-mini*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(1.62), True)),
+    ("gpt-4.1-mini*", Family(_tiktoken("o200k_base"), GPT41_MINI_FORMAT, PatchCost(1.62), True)),
     ("gpt-4.1-nano*", Family(_tiktoken("o200k_base"), O200K_FORMAT, PatchCost(2.46, per_image=1), True)),
     ("gpt-4.1*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
     ("gpt-4.5*", Family(_tiktoken("o200k_base"), O200K_FORMAT, _OPENAI_TILES, True)),
     ("gpt-5-mini*", Family(_tiktoken("o200k_base"), REASONING_UNMEASURED_FORMAT, PatchCost(1.62), True)),
     ("gpt-5-nano*", Family(_tiktoken("o200k_base"), REASONING_UNMEASURED_FORMAT, PatchCost(2.46), True)),
-    ("gpt-5*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, TileCost(70, 140), True)),
+    ("gpt-5*", Family(_tiktoken("o200k_base"), GPT5_FORMAT, TileCost(70, 140), True)),
     ("o4-mini*", Family(_tiktoken("o200k_base"), REASONING_UNMEASURED_FORMAT, PatchCost(1.72), True)),
     ("o1-mini*", Family(_tiktoken("o200k_base"), O1_MINI_FORMAT, TileCost(75, 150), True)),
     ("o1-preview*", Family(_tiktoken("o200k_base"), O1_MINI_FORMAT, TileCost(75, 150), True)),
     ("o1*", Family(_tiktoken("o200k_base"), REASONING_UNMEASURED_FORMAT, TileCost(75, 150), True)),
     ("o3-mini*", Family(_tiktoken("o200k_base"), REASONING_FORMAT, TileCost(75, 150), True)),
     ("o3*", Family(_tiktoken("o200k_base"), REASONING_UNMEASURED_FORMAT, TileCost(75, 150), True)),
-    ("gpt-oss*", Family(_tiktoken("o200k_base"), REASONING_UNMEASURED_FORMAT, _OPENAI_TILES, True)),
+    ("*gpt-oss*", Family(_tiktoken("o200k_base"), GPT_OSS_FORMAT, _OPENAI_TILES, True)),
     ("gpt-4*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
     ("gpt-3.5*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
     ("*claude*", Family(_tiktoken("cl100k_base", 1.45), TEMPLATE_FORMAT, AreaCost(), False)),

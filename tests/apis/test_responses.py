@@ -116,9 +116,41 @@ class TestParse:
         }
         assert chat["max_completion_tokens"] == 400
 
-    def test_built_in_tools_are_counted_and_flagged_as_estimates(self) -> None:
+    def test_a_built_in_tool_makes_the_count_no_bound_and_names_it(self) -> None:
         parsed = ADAPTER.parse({**agent_body(), "tools": [{"type": "web_search"}]})
-        assert not parsed.exact and any("web_search" in n for n in parsed.notes)
+        assert parsed.server_state and not parsed.exact
+        assert any(n.startswith("not counted, no bound") and "web_search" in n for n in parsed.notes)
+
+    def test_a_function_tool_makes_the_count_a_bound(self) -> None:
+        parsed = ADAPTER.parse({**agent_body(), "tools": [{"type": "function", "name": "f", "parameters": {}}]})
+        assert not parsed.exact and not parsed.server_state
+
+    def test_encrypted_reasoning_makes_the_count_no_bound(self) -> None:
+        item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"}
+        parsed = ADAPTER.parse({"model": "gpt-5", "input": [{"role": "user", "content": "hi"}, item]})
+        assert parsed.server_state and any("encrypted reasoning" in n for n in parsed.notes)
+
+    def test_a_file_sent_by_url_makes_the_count_no_bound(self) -> None:
+        part = {"type": "input_file", "file_url": "https://example.com/a.pdf"}
+        parsed = ADAPTER.parse({"model": "gpt-4o", "input": [{"role": "user", "content": [part]}]})
+        assert parsed.server_state and any("fetches" in n for n in parsed.notes)
+
+    def test_a_file_sent_inline_keeps_the_count_a_bound(self) -> None:
+        part = {"type": "input_file", "filename": "a.txt", "file_data": "data:text/plain;base64,aGk="}
+        assert not ADAPTER.parse({"model": "gpt-4o", "input": [{"role": "user", "content": [part]}]}).server_state
+
+    def test_a_reasoning_mode_makes_the_count_no_bound(self) -> None:
+        parsed = ADAPTER.parse({"model": "gpt-5.6-sol", "reasoning": {"mode": "pro"}, "input": "hi"})
+        assert parsed.server_state and any("reasoning.mode" in n for n in parsed.notes)
+
+    def test_a_reasoning_effort_alone_keeps_the_count_exact(self) -> None:
+        parsed = ADAPTER.parse({"model": "gpt-5", "reasoning": {"effort": "low"}, "input": "hi"})
+        assert parsed.exact and not parsed.server_state
+
+    def test_context_management_makes_the_count_a_bound(self) -> None:
+        body = {"model": "gpt-4.1", "context_management": [{"type": "compaction"}], "input": "hi"}
+        parsed = ADAPTER.parse(body)
+        assert not parsed.exact and not parsed.server_state
 
     def test_a_previous_response_id_marks_server_state_and_an_inexact_count(self) -> None:
         parsed = ADAPTER.parse({"model": "gpt-4o", "previous_response_id": "resp_1", "input": "and then?"})
@@ -131,7 +163,7 @@ class TestParse:
         parsed = ADAPTER.parse(
             {"model": "gpt-4o", "input": [{"type": "item_reference", "id": "msg_9"}, {"role": "user", "content": "hi"}]}
         )
-        assert split_conversation(parsed.messages).pinned == (0,) and not parsed.exact
+        assert split_conversation(parsed.messages).pinned == (0,) and parsed.server_state
 
     def test_an_unknown_item_is_counted_as_its_json_and_flagged(self) -> None:
         parsed = ADAPTER.parse(
@@ -143,7 +175,7 @@ class TestParse:
                 ],
             }
         )
-        assert parsed.messages[0]["content"][0]["item"]["id"] == "ws_1" and not parsed.exact
+        assert parsed.messages[0]["content"][0]["item"]["id"] == "ws_1" and parsed.server_state
 
     def test_computer_calls_pair_with_their_outputs_by_call_id(self) -> None:
         parsed = ADAPTER.parse(
@@ -204,6 +236,29 @@ class TestCount:
         }
         counter = RequestCounter(profile(128_000), tokenizer())
         assert fit_body(ADAPTER, responses, 128_000).plan.count.total == counter.request(chat).total
+
+    def test_gpt_5_counts_two_more_per_assistant_message_of_the_history(self) -> None:
+        history = [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4"},
+            {"role": "assistant", "content": "Four."},
+            {"role": "user", "content": "And 3+3?"},
+        ]
+        parsed = ADAPTER.parse({"model": "gpt-5", "input": history})
+        chat = RequestCounter(profile(128_000, "gpt-5"), tokenizer("gpt-5")).request(parsed.chat)
+        responses = RequestCounter(ADAPTER.profile(profile(128_000, "gpt-5"), parsed), tokenizer("gpt-5"))
+        count = responses.request(parsed.chat)
+        assert count.total == chat.total + 2 * 2 and count.exact
+
+    def test_gpt_4o_counts_its_assistant_history_as_chat_does(self) -> None:
+        parsed = ADAPTER.parse({"model": "gpt-4o", "input": [{"role": "assistant", "content": "4"}]})
+        assert ADAPTER.profile(profile(128_000), parsed) == profile(128_000)
+
+    def test_gpt_4_1_mini_counts_one_more_and_says_it_is_a_bound(self) -> None:
+        parsed = ADAPTER.parse({"model": "gpt-4.1-mini", "input": "hi"})
+        base = profile(128_000, "gpt-4.1-mini")
+        count = RequestCounter(ADAPTER.profile(base, parsed), tokenizer()).request(parsed.chat)
+        assert count.total == RequestCounter(base, tokenizer()).request(parsed.chat).total + 1 and not count.exact
 
 
 class TestRender:
