@@ -71,7 +71,7 @@ class DropOldestTurns:
         turns = state.conversation.turns
         droppable = len(unguaranteed(state, self.min_history_turns, self.min_history_tokens))
         tokens = [sum(state.counts[i] for i in turn.indices) for turn in turns]
-        budget = state.input_budget()
+        budget = state.input_budget() - state.reserve  # what the messages may hold beside a note or summary
         room = sum(tokens) - state.over()  # history tokens that may stay
         opening = self._opening(tokens, droppable, room, int(self.head_share * budget), max(1, budget // 10))
         head_partial = None
