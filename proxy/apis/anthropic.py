@@ -19,7 +19,8 @@
 A tool_use and the tool_result answering it are one atomic unit for the core even though they
 sit in different messages. Rendering drops and shortens blocks in place, then joins any two
 messages of one role that a drop left side by side, so roles still alternate and the
-conversation still opens with a user message. Errors take Anthropic's shape,
+conversation still opens with a user message. A message the trim added (the budget note, a
+summary) becomes a text block opening the user message after the dropped ones. Errors take Anthropic's shape,
 `{"type": "error", "error": {"type", "message"}}`.
 """
 
@@ -40,6 +41,7 @@ from proxy.apis.base import (
     Source,
     ViewBuilder,
     changed_parts,
+    inserted_text,
     optional_model,
     output_reserve,
     part_text,
@@ -103,6 +105,7 @@ def count_tokens_body(input_tokens: int) -> dict[str, int]:
 
 class MessagesAdapter(Adapter):
     name: ClassVar[str] = "messages"
+    writes_inserted: ClassVar[bool] = True
     requires_max_tokens: ClassVar[bool] = True
 
     def parse(self, body: object) -> Parsed:
@@ -167,9 +170,16 @@ class MessagesAdapter(Adapter):
                     whole.add(origin.index)
                 else:
                     blocks.setdefault(origin.index, set()).add(origin.block)
+        notes = _inserted_blocks(parsed, changes, len(messages))
         kept: list[tuple[int, dict[str, Any]]] = []
-        for k, message in enumerate(messages):
-            if k in whole:
+        for k, message in enumerate([*messages, None]):
+            if k in notes:  # a user message of its own, joined with the user messages around it
+                note = {"role": "user", "content": notes[k]}
+                if kept and kept[-1][1].get("role") == "user":
+                    kept[-1] = (-1, _join(kept[-1][1], note))
+                else:
+                    kept.append((-1, note))
+            if message is None or k in whole:
                 continue
             if k in blocks:
                 content = [b for j, b in enumerate(message["content"]) if j not in blocks[k]]
@@ -177,7 +187,7 @@ class MessagesAdapter(Adapter):
                     continue
                 message = {**message, "content": content}
             if kept and kept[-1][0] != k - 1 and kept[-1][1].get("role") == message.get("role"):
-                # A drop left two messages of one role side by side: join them.
+                # A drop (or a note) left two messages of one role side by side: join them.
                 kept[-1] = (k, _join(kept[-1][1], message))
             else:
                 kept.append((k, message))
@@ -384,6 +394,20 @@ def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any],
         else:  # an image replaced by a marker
             out[target] = {"type": "text", "text": text}
     return out
+
+
+def _inserted_blocks(parsed: Parsed, changes: Changes, end: int) -> dict[int, list[dict[str, Any]]]:
+    """The messages the trim added (the budget note, a summary) as text blocks, by the position of
+    the message each goes before. Anthropic has no system messages among the turns: each becomes
+    a text block opening the user message that follows the dropped ones."""
+    before: dict[int, list[dict[str, Any]]] = {}
+    for view_index, message in changes.inserted:
+        position = end
+        if view_index < len(parsed.sources):
+            origin = next((o for o in parsed.sources[view_index].origins if o.field == "messages"), None)
+            position = origin.index if origin is not None and origin.index is not None else end
+        before.setdefault(position, []).append(text_part(inserted_text(message)))
+    return before
 
 
 def _join(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:

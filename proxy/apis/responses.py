@@ -21,8 +21,9 @@
 
 With `previous_response_id`, `conversation` or a stored `prompt`, part of the context lives on
 the provider: what was sent is counted, and the request is flagged `server_state` (not exact).
-Rendering writes drops and shortened text back into the items; every other field and item is
-kept exactly as sent.
+Rendering writes drops and shortened text back into the items, and a message the trim added
+(the budget note, a summary) as a system message item where the dropped items were; every other
+field and item is kept exactly as sent.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from proxy.apis.base import (
     Source,
     ViewBuilder,
     changed_parts,
+    inserted_text,
     optional_model,
     output_reserve,
     part_text,
@@ -104,6 +106,7 @@ class _Builder(ViewBuilder):
 
 class ResponsesAdapter(Adapter):
     name: ClassVar[str] = "responses"
+    writes_inserted: ClassVar[bool] = True
 
     def parse(self, body: object) -> Parsed:
         body = require_object(body)
@@ -180,8 +183,28 @@ class ResponsesAdapter(Adapter):
                 for origin in parsed.sources[i].origins
                 if origin.field == "input" and origin.index is not None
             }
-            body["input"] = [item for k, item in enumerate(items) if k not in dropped]
+            before = _inserted_items(parsed, changes, len(items))
+            out: list[Any] = []
+            for k, item in enumerate(items):
+                out += before.get(k, [])
+                if k not in dropped:
+                    out.append(item)
+            body["input"] = out + before.get(len(items), [])
         return body
+
+
+def _inserted_items(parsed: Parsed, changes: Changes, end: int) -> dict[int, list[dict[str, Any]]]:
+    """The messages the trim added (the budget note, a summary) as system message items, by the
+    position of the input item each goes before."""
+    before: dict[int, list[dict[str, Any]]] = {}
+    for view_index, message in changes.inserted:
+        position = end
+        if view_index < len(parsed.sources):
+            origin = next((o for o in parsed.sources[view_index].origins if o.field == "input"), None)
+            position = origin.index if origin is not None and origin.index is not None else end
+        item = {"type": "message", "role": "system", "content": inserted_text(message)}
+        before.setdefault(position, []).append(item)
+    return before
 
 
 def _item(build: _Builder, item: object, k: int) -> None:
