@@ -41,7 +41,7 @@ from proxy.apis.base import (
     Source,
     ViewBuilder,
     changed_parts,
-    inserted_text,
+    inserted_texts,
     optional_model,
     output_reserve,
     part_text,
@@ -170,11 +170,13 @@ class MessagesAdapter(Adapter):
                     whole.add(origin.index)
                 else:
                     blocks.setdefault(origin.index, set()).add(origin.block)
-        notes = _inserted_blocks(parsed, changes, len(messages))
+        # Anthropic has no system messages among the turns: each message the trim added (the budget
+        # note, a summary) is a text block opening the user message after the dropped ones.
+        notes = inserted_texts(parsed, changes, "messages", len(messages))
         kept: list[tuple[int, dict[str, Any]]] = []
         for k, message in enumerate([*messages, None]):
             if k in notes:  # a user message of its own, joined with the user messages around it
-                note = {"role": "user", "content": notes[k]}
+                note = {"role": "user", "content": [text_part(text) for text in notes[k]]}
                 if kept and kept[-1][1].get("role") == "user":
                     kept[-1] = (-1, _join(kept[-1][1], note))
                 else:
@@ -394,20 +396,6 @@ def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any],
         else:  # an image replaced by a marker
             out[target] = {"type": "text", "text": text}
     return out
-
-
-def _inserted_blocks(parsed: Parsed, changes: Changes, end: int) -> dict[int, list[dict[str, Any]]]:
-    """The messages the trim added (the budget note, a summary) as text blocks, by the position of
-    the message each goes before. Anthropic has no system messages among the turns: each becomes
-    a text block opening the user message that follows the dropped ones."""
-    before: dict[int, list[dict[str, Any]]] = {}
-    for view_index, message in changes.inserted:
-        position = end
-        if view_index < len(parsed.sources):
-            origin = next((o for o in parsed.sources[view_index].origins if o.field == "messages"), None)
-            position = origin.index if origin is not None and origin.index is not None else end
-        before.setdefault(position, []).append(text_part(inserted_text(message)))
-    return before
 
 
 def _join(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:

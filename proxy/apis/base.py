@@ -309,10 +309,19 @@ def changed_parts(old: Sequence[Any], new: Sequence[Any]) -> list[int] | None:
     return [j for j, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
 
 
-def inserted_text(message: Mapping[str, Any]) -> str:
-    """The text of a message the trim added (a system message with string content)."""
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
+def inserted_texts(parsed: Parsed, changes: Changes, list_field: str, end: int) -> dict[int, list[str]]:
+    """The texts of the messages the trim added (the budget note, a summary), by the position in
+    the original `list_field` (`input`, `messages`) of the item each goes before; `end` when it
+    goes last."""
+    before: dict[int, list[str]] = {}
+    for view_index, message in changes.inserted:
+        position = end
+        if view_index < len(parsed.sources):
+            origin = next((o for o in parsed.sources[view_index].origins if o.field == list_field), None)
+            position = origin.index if origin is not None and origin.index is not None else end
+        content = message.get("content")
+        before.setdefault(position, []).append(content if isinstance(content, str) else "")
+    return before
 
 
 def part_text(part: object) -> str | None:

@@ -41,7 +41,7 @@ from proxy.apis.base import (
     Source,
     ViewBuilder,
     changed_parts,
-    inserted_text,
+    inserted_texts,
     optional_model,
     output_reserve,
     part_text,
@@ -183,28 +183,15 @@ class ResponsesAdapter(Adapter):
                 for origin in parsed.sources[i].origins
                 if origin.field == "input" and origin.index is not None
             }
-            before = _inserted_items(parsed, changes, len(items))
+            # The trim's added messages (the budget note, a summary) as system message items.
+            before = inserted_texts(parsed, changes, "input", len(items))
             out: list[Any] = []
-            for k, item in enumerate(items):
-                out += before.get(k, [])
-                if k not in dropped:
+            for k, item in enumerate([*items, None]):
+                out += [{"type": "message", "role": "system", "content": text} for text in before.get(k, ())]
+                if item is not None and k not in dropped:
                     out.append(item)
-            body["input"] = out + before.get(len(items), [])
+            body["input"] = out
         return body
-
-
-def _inserted_items(parsed: Parsed, changes: Changes, end: int) -> dict[int, list[dict[str, Any]]]:
-    """The messages the trim added (the budget note, a summary) as system message items, by the
-    position of the input item each goes before."""
-    before: dict[int, list[dict[str, Any]]] = {}
-    for view_index, message in changes.inserted:
-        position = end
-        if view_index < len(parsed.sources):
-            origin = next((o for o in parsed.sources[view_index].origins if o.field == "input"), None)
-            position = origin.index if origin is not None and origin.index is not None else end
-        item = {"type": "message", "role": "system", "content": inserted_text(message)}
-        before.setdefault(position, []).append(item)
-    return before
 
 
 def _item(build: _Builder, item: object, k: int) -> None:

@@ -4,10 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 from proxy.core.budget import BudgetPolicy
@@ -20,7 +16,6 @@ from proxy.core.turns import validity_problems
 from tests.core.test_trim_multiturn import growing, recount, request
 from tests.core.trimming import fit, profile, tokenizer, words
 
-ROOT = Path(__file__).parent.parent.parent
 PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAgAAAAIACAYAAAD0eNT6AAAAAA=="  # a 512 x 512 header
 
 
@@ -61,33 +56,6 @@ class TestOpening:
         result = fit(request(30), 3000, options={"drop_oldest_turns": {"head_share": 0}}).result
         assert result.cut is not None and (result.cut.head_turns, result.cut.head_tokens) == (0, 0)
         assert not result.body["messages"][1]["content"].startswith("q0 ")
-
-    def test_the_cut_after_the_opening_stays_put_for_the_next_turns_until_the_budget_is_full(self):
-        results = [fit(request(n), 3000).result for n in range(30, 50)]
-        steady = 0
-        for before, after in pairwise(results):
-            assert before.cut is not None and after.cut is not None and after.cut.position >= before.cut.position
-            if after.cut.position == before.cut.position:
-                old, new = before.body["messages"], after.body["messages"]
-                assert new[: len(old) - 1] == old[:-1]
-                steady += 1
-        assert steady >= len(results) // 2
-
-    def test_two_fresh_processes_keep_the_same_opening_and_cut(self):
-        script = (
-            "import json, sys; from tests.core.trimming import fit; from tests.core.test_trim_multiturn import request;"
-            "r = fit(request(int(sys.argv[1]), answer_tokens=400), 3000).result;"
-            "print(json.dumps([r.cut.to_dict(), r.body['messages']], sort_keys=True))"
-        )
-        outputs = {
-            subprocess.run(
-                [sys.executable, "-c", script, "22"], capture_output=True, text=True, check=True, cwd=ROOT
-            ).stdout
-            for _ in range(2)
-        }
-        here = fit(request(22, answer_tokens=400), 3000).result
-        assert here.cut is not None and here.cut.head_partial_index is not None
-        assert outputs == {json.dumps([here.cut.to_dict(), here.body["messages"]], sort_keys=True) + "\n"}
 
 
 class TestKeepInPart:

@@ -56,19 +56,20 @@ class TestCacheStableCuts:
                 kept_prefix += 1
         assert kept_prefix >= len(results) // 2
 
-    def test_two_fresh_processes_pick_the_same_cut(self):
+    def test_two_fresh_processes_pick_the_same_opening_and_cut(self):
         script = (
             "import json, sys; from tests.core.trimming import fit; from tests.core.test_trim_multiturn import request;"
-            "r = fit(request(int(sys.argv[1])), 3000).result;"
+            "r = fit(request(int(sys.argv[1]), answer_tokens=400), 3000).result;"
             "print(json.dumps([r.cut.to_dict(), r.body['messages']], sort_keys=True))"
         )
         outputs = {
             subprocess.run(
-                [sys.executable, "-c", script, "25"], capture_output=True, text=True, check=True, cwd=ROOT
+                [sys.executable, "-c", script, "22"], capture_output=True, text=True, check=True, cwd=ROOT
             ).stdout
             for _ in range(2)
         }
-        here = fit(request(25), 3000).result
+        here = fit(request(22, answer_tokens=400), 3000).result
+        assert here.cut is not None and here.cut.head_partial_index is not None
         assert outputs == {json.dumps([here.cut.to_dict(), here.body["messages"]], sort_keys=True) + "\n"}
 
     @pytest.mark.parametrize("low_water", [0.5, 0.7, 0.9])
