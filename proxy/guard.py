@@ -63,8 +63,6 @@ class Guard:
         self.cache = CountCache(max_entries=tokenizers.cache_entries)
         self.policy = settings.trim_policy
         self._without_note = replace(self.policy, compaction=CompactionPolicy())
-        # Summaries are asked for on chat completions only (see handlers); elsewhere, the note.
-        self._note_only = replace(self.policy, compaction=replace(self.policy.compaction, summarize_dropped=False))
 
     def load_configured(self) -> None:
         """Load the vocabularies of the models the config names (about half a second each)."""
@@ -125,9 +123,8 @@ class Guard:
         """Count and trim a parsed request of any API shape for `model`, written back in its shape.
         `counting` is as for `plan()`."""
         profile, tokenizer, cache = self._counting(model, counting)
-        # The budget note goes in where the adapter can write it in its shape (not legacy completions).
-        policy = self._without_note if not adapter.writes_inserted else self._note_only
-        policy = self.policy if adapter.name == "chat" else policy
+        # The budget note and a summary go in where the adapter can write them (not legacy completions).
+        policy = self.policy if adapter.writes_inserted else self._without_note
         return fit(
             adapter, parsed, profile, tokenizer, policy, cache, context_window=context_window, clock=time.perf_counter
         )
