@@ -12,9 +12,13 @@ A trimmed request keeps two stable stretches of its history and drops the middle
   `(1 - low_water) x input budget` tokens after the opening: the requests that follow append to an
   unchanged prefix until the budget is full again, then the cut moves on by a step.
 
-When the recent turns the history guarantee keeps leave no room for the whole opening, the
-opening is halved until they fit (it is then still one of a few sizes, stable while the recent
-turns stay large); at worst it goes.
+When the recent turns the history guarantee keeps (at least half of the oldest of them) leave no
+room for the whole opening, the opening gives way a tenth of the budget at a time until they fit:
+it is then one of a few sizes, stable while the recent turns stay large; at worst it goes. The cut
+may fall inside the oldest turn the guarantee keeps, which is then kept in part.
+
+The opening's share and the step are shares of what the messages may hold beside the budget note
+and a summary, when those are asked for.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from proxy.core.turns import Turn, Unit
 class _Opening:
     whole: int  # opening turns kept whole
     next: int  # the first turn after the opening (whole + 1 when a turn straddles its end)
-    tokens: int  # tokens the opening holds at most
     partial_target: int  # tokens the straddling turn keeps; 0 when none straddles
 
 
@@ -134,15 +137,15 @@ class DropOldestTurns:
         while size >= self.min_partial_tokens and size + guaranteed > room:
             size -= quantum
         if size < self.min_partial_tokens:
-            return _Opening(0, 0, 0, 0)
+            return _Opening(0, 0, 0)
         total, whole = 0, 0
         while whole < droppable and total + tokens[whole] <= size:
             total += tokens[whole]
             whole += 1
         if whole >= droppable - 1 or size - total < self.min_partial_tokens or not self.keep_partial:
             # No turn straddles the end (or it is the last one that may go): whole turns only.
-            return _Opening(whole, whole, total, 0)
-        return _Opening(whole, whole + 1, size, size - total)
+            return _Opening(whole, whole, 0)
+        return _Opening(whole, whole + 1, size - total)
 
     def _keep_in_part(self, state: TrimState, turn: Turn, target: int) -> int | None:
         """Shorten the largest message of `turn` that has text, so that the turn holds at most
