@@ -35,7 +35,6 @@ from proxy.core.turns import Turn, Unit
 @dataclass(frozen=True, slots=True)
 class _Opening:
     whole: int  # opening turns kept whole
-    next: int  # the first turn after the opening (whole + 1 when a turn straddles its end)
     partial_target: int  # tokens the straddling turn keeps; 0 when none straddles
 
 
@@ -78,14 +77,18 @@ class DropOldestTurns:
         room = sum(tokens) - state.over()  # history tokens that may stay
         opening = self._opening(tokens, droppable, room, int(self.head_share * budget), max(1, budget // 10))
         head_partial = None
-        if opening.partial_target:
-            head_partial = self._keep_in_part(state, turns[opening.whole], opening.partial_target)
+        if opening.partial_target and self.keep_partial:
+            turn = turns[opening.whole]
+            head_partial = keep_in_part(state, turn, opening.partial_target, self.min_partial_tokens, self.name)
         head_tokens = sum(tokens[: opening.whole]) + (opening.partial_target if head_partial is not None else 0)
+        # A turn across the opening's end that cannot be kept in part is the first turn after it.
         kept_opening = opening.whole + (1 if head_partial is not None else 0)
         if kept_opening:
             state.opening_end = turns[kept_opening - 1].indices[-1]
-        tail, tail_tokens = turns[opening.next :], tokens[opening.next :]
-        tail_droppable = droppable - opening.next
+        if opening.partial_target:
+            tokens[opening.whole] = sum(state.counts[i] for i in turns[opening.whole].indices)
+        tail, tail_tokens = turns[kept_opening:], tokens[kept_opening:]
+        tail_droppable = droppable - kept_opening
         step = 1 if self.low_water >= 1 else max(1, int((1 - self.low_water) * budget))
         reason: CutReason = "low_water" if step > 1 else "minimal"
         point = cut_point(tail_tokens, room - head_tokens, step, tail_droppable) if state.over() > 0 else None
@@ -112,15 +115,14 @@ class DropOldestTurns:
             elif point.partial_tokens:
                 partial = self._keep_in_part(state, tail[point.straddling], point.partial_tokens)
                 dropped_turns += 1 if partial is None else 0
-        opening_dropped = opening.next - kept_opening
-        if not (dropped_turns or partial is not None or opening.next > opening.whole):
+        if not (dropped_turns or partial is not None or head_partial is not None):
             return
         first = dropped_turns - (1 if partial is not None else 0)
         state.cut = HistoryCut(
             reason=reason,
             position=position,
             step=step,
-            dropped_turns=dropped_turns + opening_dropped,
+            dropped_turns=dropped_turns,
             first_kept=tail[first].indices[0] if first < len(tail) else None,
             partial_index=partial,
             partial_tokens=point.partial_tokens if point is not None and partial is not None else 0,
@@ -137,15 +139,15 @@ class DropOldestTurns:
         while size >= self.min_partial_tokens and size + guaranteed > room:
             size -= quantum
         if size < self.min_partial_tokens:
-            return _Opening(0, 0, 0)
+            return _Opening(0, 0)
         total, whole = 0, 0
         while whole < droppable and total + tokens[whole] <= size:
             total += tokens[whole]
             whole += 1
         if whole >= droppable - 1 or size - total < self.min_partial_tokens or not self.keep_partial:
             # No turn straddles the end (or it is the last one that may go): whole turns only.
-            return _Opening(whole, whole, 0)
-        return _Opening(whole, whole + 1, size - total)
+            return _Opening(whole, 0)
+        return _Opening(whole, size - total)
 
     def _keep_in_part(self, state: TrimState, turn: Turn, target: int) -> int | None:
         """Shorten the largest message of `turn` that has text, so that the turn holds at most
