@@ -9,7 +9,12 @@ forwarded requests are compared with its own previous forwarded request. Per tri
   with our counter) and form a valid request: no orphaned tool result, no call missing a
   result, history opening on a user turn, the latest user message and the system messages kept;
 - room kept: on trimmed requests (those over budget as sent), forwarded tokens over the room
-  (window - output reserve), mean; and the mean forwarded tokens themselves;
+  (window - output reserve), mean; and the mean forwarded tokens themselves. A request that is
+  not fit+valid keeps nothing: the provider refuses it (over the window, a tool result without
+  its call) or it answers another question (the latest user message lost), so it counts as 0
+  tokens. Every trimmer is averaged over the same trimmed requests; "valid only" is the mean
+  over each trimmer's own valid requests, for reference (a trimmer that fails on the hard
+  requests looks better there than it is);
 - prefix reuse: on trimmed requests, the tokens shared as a prefix with the previous forwarded
   request of the same conversation (whole messages from the start, and the tool definitions),
   over the forwarded tokens;
@@ -18,12 +23,13 @@ forwarded requests are compared with its own previous forwarded request. Per tri
   or more, in steps of 128) and Anthropic (cache reads at 10%, cache writes at 125%, prefixes of
   1,024 tokens or more).
 
-Variants of context-guard: the defaults (cut to the low-water mark 0.7 on cache-stable
-positions, the turn across the cut kept in part); "minimal cuts" (`low_water: 1.0,
-keep_partial: false`: no deeper than needed, as before the low-water mark); "opening kept"
-(`low_water: 0.65, head_share: 0.5`: the opening turns, up to half the budget, stay as a stable
-prefix); "+ summaries" (`summarize_dropped` and `budget_note`, with a stand-in summariser of
-fixed-size summaries behind the same cache by span hash as the server's).
+Variants of context-guard: the defaults (the opening kept, `head_share` 0.75 of the budget, then
+a cut on cache-stable positions down to the low-water mark 0.8, the turns across both kept in
+part); "no opening" (`head_share: 0, low_water: 0.7`: the defaults before the opening); "minimal
+cuts" (`head_share: 0, low_water: 1.0, keep_partial: false`: no deeper than needed, as before
+cache-stable cuts); "+ summaries" (`summarize_dropped` and `budget_note`, with a stand-in
+summariser of fixed-size summaries behind the same cache by span hash as the server's; it also
+counts how often the dropped span changed, so that "once per cut" can be checked).
 
 Peers, on the same requests in the same run: LangChain `trim_messages` (strategy "last",
 include_system, start_on "human", given our exact per-message counts; its output is mapped back
@@ -76,13 +82,18 @@ turn after turn, every request through each trimmer. *trimmed*: requests over bu
 *fit+valid*: share of all requests that fit the input budget (our exact count) and are valid
 (no orphaned tool result or call without results, history opening on a user turn, latest user
 message and system messages kept). *room kept*, *tokens kept*: on trimmed requests, forwarded
-tokens over the window minus the output reserve, and their mean. *prefix reuse*: on trimmed
-requests, tokens shared as a prefix with the previous forwarded request, over forwarded tokens.
-*OpenAI cost*, *Anthropic*: all requests' input cost under prompt-cache pricing (OpenAI cached
-input at half price; Anthropic cache reads 10%, writes 125%), as a share of full price. Variants:
-*minimal cuts* is `low_water: 1.0, keep_partial: false` (no deeper than needed, as before);
-*opening kept* is `low_water: 0.65, head_share: 0.5`; *+ summaries* adds `summarize_dropped`
-and `budget_note`, with a stand-in summariser behind a cache by span hash."""
+tokens over the window minus the output reserve, and their mean, a request that is not
+fit+valid counting as 0 (the provider refuses it, or it answers another question); *valid only*:
+the mean over the trimmer's own valid trimmed requests. *prefix reuse*: on trimmed requests,
+tokens shared as a prefix with the previous forwarded request of the conversation, over
+forwarded tokens. *OpenAI cost*, *Anthropic*: all requests' input cost under prompt-cache
+pricing (OpenAI cached input at half price; Anthropic cache reads 10%, writes 125%), as a share
+of full price. Every trimmer gets the same input budget (window - output reserve - safety
+margin). Variants: the defaults keep the opening (`head_share: 0.75`) and cut on cache-stable
+positions (`low_water: 0.8`); *no opening* is `head_share: 0, low_water: 0.7` (the defaults
+before); *minimal cuts* is `head_share: 0, low_water: 1.0, keep_partial: false` (no deeper than
+needed); *+ summaries* adds `summarize_dropped` and `budget_note`, with a stand-in summariser
+behind a cache by span hash."""
 # litellm recounts the whole kept history for every message it considers: over ten minutes for one
 # 190k-token conversation on this machine, so it runs on the 8k window only.
 LITELLM_WINDOWS = ("8k",)
@@ -94,8 +105,8 @@ class Tally:
     fit_valid: int = 0
     trimmed: int = 0
     trimmed_ok: int = 0
-    kept_share: float = 0.0
-    kept_tokens: int = 0
+    kept_share: float = 0.0  # over every trimmed request, a failed one counting 0
+    kept_tokens: int = 0  # the same, in tokens
     forwarded_trimmed: int = 0
     reused_trimmed: int = 0
     full_price: int = 0
@@ -124,9 +135,14 @@ class Summaries:
 
     produced: int = 0
     reused: int = 0
+    cuts: int = 0  # requests whose dropped span differs from the previous request's
+    last_span: str = ""
     cache: dict[str, str] = field(default_factory=dict)
 
     def summarise(self, request: SummaryRequest) -> tuple[str, SummaryStatus]:
+        if request.span_hash != self.last_span:
+            self.cuts += 1
+            self.last_span = request.span_hash
         if request.span_hash in self.cache:
             self.reused += 1
             return self.cache[request.span_hash], "reused"
@@ -294,7 +310,7 @@ def measure(
                     tally.trimmed += 1
                     tally.forwarded_trimmed += count.total
                     tally.reused_trimmed += prefix
-                    if not problem:
+                    if not problem:  # a request the provider refuses, or that lost its question, keeps nothing
                         tally.trimmed_ok += 1
                         tally.kept_share += count.total / room
                         tally.kept_tokens += count.total
@@ -306,13 +322,13 @@ def table(window: str, bench: Bench, tallies: Mapping[str, Tally]) -> list[str]:
     lines = [
         f"{window} window ({bench.profile.context_window:,} tokens; room {bench.room():,}, input budget {budget:,})",
         f"  {'trimmer':30} {'requests':>8} {'trimmed':>7} {'fit+valid':>9} {'room kept':>9} {'tokens kept':>11}"
-        f" {'prefix reuse':>12} {'OpenAI cost':>11} {'Anthropic':>9} {'ms/req':>7}",
+        f" {'valid only':>10} {'prefix reuse':>12} {'OpenAI cost':>11} {'Anthropic':>9} {'ms/req':>7}",
     ]
     for name, t in tallies.items():
-        ok = max(t.trimmed_ok, 1)
+        trimmed, valid = max(t.trimmed, 1), max(t.trimmed_ok, 1)
         lines.append(
             f"  {name:30} {t.requests:8d} {t.trimmed:7d} {t.fit_valid / max(t.requests, 1):9.1%}"
-            f" {t.kept_share / ok:9.1%} {t.kept_tokens / ok:11,.0f}"
+            f" {t.kept_share / trimmed:9.1%} {t.kept_tokens / trimmed:11,.0f} {t.kept_tokens / valid:10,.0f}"
             f" {t.reused_trimmed / max(t.forwarded_trimmed, 1):12.1%}"
             f" {t.openai_cost / max(t.full_price, 1):11.1%} {t.anthropic_cost / max(t.full_price, 1):9.1%}"
             f" {t.seconds * 1000 / max(t.requests, 1):7.2f}"
@@ -325,13 +341,13 @@ def table(window: str, bench: Bench, tallies: Mapping[str, Tally]) -> list[str]:
 
 
 def trimmers_for(bench: Bench, window: str, summaries: Summaries) -> dict[str, Trimmer]:
-    minimal = {"drop_oldest_turns": {"low_water": 1.0, "keep_partial": False}}
-    head = {"drop_oldest_turns": {"low_water": 0.65, "head_share": 0.5}}
+    no_opening = {"drop_oldest_turns": {"head_share": 0, "low_water": 0.7}}
+    minimal = {"drop_oldest_turns": {"head_share": 0, "low_water": 1.0, "keep_partial": False}}
     pipeline = build_pipeline(DEFAULT_PIPELINE)
     trimmers = {
         "context-guard": context_guard(bench, pipeline),
+        "context-guard, no opening": context_guard(bench, build_pipeline(DEFAULT_PIPELINE, no_opening)),
         "context-guard, minimal cuts": context_guard(bench, build_pipeline(DEFAULT_PIPELINE, minimal)),
-        "context-guard, opening kept": context_guard(bench, build_pipeline(DEFAULT_PIPELINE, head)),
         "context-guard + summaries": context_guard(
             bench, pipeline, CompactionPolicy(summarize_dropped=True, budget_note=True), summaries
         ),
@@ -363,7 +379,8 @@ def run(seed: int, per_kind: int, windows: Sequence[str]) -> list[str]:
         tallies = measure(bench, trimmers_for(bench, window, summaries), conversations)
         lines += ["", *table(window, bench, tallies)]
         lines.append(
-            f"  context-guard + summaries (and the budget note): {summaries.produced} summaries produced,"
+            f"  context-guard + summaries (and the budget note): {summaries.cuts} cuts (a dropped span"
+            f" unlike the previous request's), {summaries.produced} summaries produced,"
             f" {summaries.reused} reused from the cache"
         )
     return lines

@@ -123,8 +123,8 @@ class Guard:
         """Count and trim a parsed request of any API shape for `model`, written back in its shape.
         `counting` is as for `plan()`."""
         profile, tokenizer, cache = self._counting(model, counting)
-        # The budget note is written into chat completions only; other shapes are cut without it.
-        policy = self.policy if adapter.name == "chat" else self._without_note
+        # The budget note and a summary go in where the adapter can write them (not legacy completions).
+        policy = self.policy if adapter.writes_inserted else self._without_note
         return fit(
             adapter, parsed, profile, tokenizer, policy, cache, context_window=context_window, clock=time.perf_counter
         )

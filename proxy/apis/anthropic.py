@@ -19,7 +19,8 @@
 A tool_use and the tool_result answering it are one atomic unit for the core even though they
 sit in different messages. Rendering drops and shortens blocks in place, then joins any two
 messages of one role that a drop left side by side, so roles still alternate and the
-conversation still opens with a user message. Errors take Anthropic's shape,
+conversation still opens with a user message. A message the trim added (the budget note, a
+summary) becomes a text block opening the user message after the dropped ones. Errors take Anthropic's shape,
 `{"type": "error", "error": {"type", "message"}}`.
 """
 
@@ -40,6 +41,7 @@ from proxy.apis.base import (
     Source,
     ViewBuilder,
     changed_parts,
+    inserted_texts,
     optional_model,
     output_reserve,
     part_text,
@@ -103,6 +105,7 @@ def count_tokens_body(input_tokens: int) -> dict[str, int]:
 
 class MessagesAdapter(Adapter):
     name: ClassVar[str] = "messages"
+    writes_inserted: ClassVar[bool] = True
     requires_max_tokens: ClassVar[bool] = True
 
     def parse(self, body: object) -> Parsed:
@@ -167,9 +170,18 @@ class MessagesAdapter(Adapter):
                     whole.add(origin.index)
                 else:
                     blocks.setdefault(origin.index, set()).add(origin.block)
+        # Anthropic has no system messages among the turns: each message the trim added (the budget
+        # note, a summary) is a text block opening the user message after the dropped ones.
+        notes = inserted_texts(parsed, changes, "messages", len(messages))
         kept: list[tuple[int, dict[str, Any]]] = []
-        for k, message in enumerate(messages):
-            if k in whole:
+        for k, message in enumerate([*messages, None]):
+            if k in notes:  # a user message of its own, joined with the user messages around it
+                note = {"role": "user", "content": [text_part(text) for text in notes[k]]}
+                if kept and kept[-1][1].get("role") == "user":
+                    kept[-1] = (-1, _join(kept[-1][1], note))
+                else:
+                    kept.append((-1, note))
+            if message is None or k in whole:
                 continue
             if k in blocks:
                 content = [b for j, b in enumerate(message["content"]) if j not in blocks[k]]
@@ -177,7 +189,7 @@ class MessagesAdapter(Adapter):
                     continue
                 message = {**message, "content": content}
             if kept and kept[-1][0] != k - 1 and kept[-1][1].get("role") == message.get("role"):
-                # A drop left two messages of one role side by side: join them.
+                # A drop (or a note) left two messages of one role side by side: join them.
                 kept[-1] = (k, _join(kept[-1][1], message))
             else:
                 kept.append((k, message))

@@ -6,10 +6,13 @@ shape. An adapter stands at the edge between a client's API and the core:
     parse(body)                         -> Parsed: the body validated, its chat-completions view
                                            (messages, tools, response_format, the output reserve,
                                            model) and, per view message, where it came from
-    render(parsed, trimmed, removals)   -> the cut written back into the ORIGINAL shape: dropped
+    render(parsed, trimmed, removals, inserted)
+                                        -> the cut written back into the ORIGINAL shape: dropped
                                            view messages drop their items, shortened ones replace
-                                           only the text they shortened, everything else is kept
-                                           exactly as sent
+                                           only the text they shortened, messages the trim added
+                                           (the budget note, a summary) go in where they stand in
+                                           the view, in the API's own form; everything else is
+                                           kept exactly as sent
     error_body(status, type, message)   -> an error in the API's own shape
     profile(profile, parsed)            -> the model profile as this API counts it (overheads the
                                            API adds that no view message carries)
@@ -121,29 +124,41 @@ class Changes:
     dropped: frozenset[int]
     replaced: Mapping[int, Mapping[str, Any]]
     reserve: int | None
+    # Messages the trim added (the budget note, a summary), each with the view index of the
+    # original message it goes before (the number of view messages when it goes last).
+    inserted: tuple[tuple[int, Mapping[str, Any]], ...] = ()
 
     @property
     def none(self) -> bool:
-        return not self.dropped and not self.replaced and self.reserve is None
+        return not self.dropped and not self.replaced and self.reserve is None and not self.inserted
 
 
-def changes_of(parsed: Parsed, trimmed: Mapping[str, Any], removals: Iterable[Removal]) -> Changes:
-    """Compare the trimmed view with the parsed one: the trimmed `messages` are the kept view
-    messages in order, so each pairs with the first index that was not dropped."""
+def changes_of(
+    parsed: Parsed, trimmed: Mapping[str, Any], removals: Iterable[Removal], inserted: Sequence[int] = ()
+) -> Changes:
+    """Compare the trimmed view with the parsed one: the trimmed `messages`, less the `inserted`
+    positions, are the kept view messages in order, so each pairs with the first index that was
+    not dropped."""
     dropped = frozenset(r.index for r in removals if r.kind == "dropped" and r.index is not None)
     original = parsed.messages
     kept = [i for i in range(len(original)) if i not in dropped]
-    new = trimmed.get("messages")
-    new = new if isinstance(new, list) else []
+    trimmed_messages = trimmed.get("messages")
+    trimmed_messages = trimmed_messages if isinstance(trimmed_messages, list) else []
+    added = set(inserted)
+    new = [m for j, m in enumerate(trimmed_messages) if j not in added]
     if len(new) != len(kept):
         raise ValueError(f"trimmed view has {len(new)} messages where {len(kept)} were kept")
     replaced = {i: m for i, m in zip(kept, new, strict=True) if m != original[i]}
+    placed = []
+    for j in sorted(added):
+        following = j - sum(1 for a in added if a < j)  # kept view messages before it
+        placed.append((kept[following] if following < len(kept) else len(original), trimmed_messages[j]))
     reserve = None
     key = parsed.reserve_view_field
     if key is not None and trimmed.get(key) != parsed.chat.get(key):
         value = trimmed.get(key)
         reserve = value if isinstance(value, int) else None
-    return Changes(dropped, replaced, reserve)
+    return Changes(dropped, replaced, reserve, tuple(placed))
 
 
 class Adapter:
@@ -151,14 +166,18 @@ class Adapter:
     suit OpenAI-shaped APIs."""
 
     name: ClassVar[str] = ""
+    # Whether `_render` writes the messages a trim adds (the budget note, a summary) in this shape.
+    writes_inserted: ClassVar[bool] = False
 
     def parse(self, body: object) -> Parsed:
         raise NotImplementedError
 
-    def render(self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal]) -> dict[str, Any]:
+    def render(
+        self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal], inserted: Sequence[int] = ()
+    ) -> dict[str, Any]:
         """The cut, written back into the original shape. Unchanged requests come back equal to
         the body as received."""
-        changes = changes_of(parsed, trimmed, removals)
+        changes = changes_of(parsed, trimmed, removals, inserted)
         if changes.none:
             return dict(parsed.body)
         body = self._render(parsed, changes)
@@ -247,7 +266,8 @@ def fit(
     )
     if plan.result.outcome != "trimmed":
         return Fitted(parsed, plan, parsed.body)
-    return Fitted(parsed, plan, adapter.render(parsed, plan.result.body, plan.result.removals))
+    result = plan.result
+    return Fitted(parsed, plan, adapter.render(parsed, result.body, result.removals, result.inserted))
 
 
 def require_object(body: object) -> Mapping[str, Any]:
@@ -287,6 +307,21 @@ def changed_parts(old: Sequence[Any], new: Sequence[Any]) -> list[int] | None:
     if len(old) != len(new):
         return None
     return [j for j, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+
+
+def inserted_texts(parsed: Parsed, changes: Changes, list_field: str, end: int) -> dict[int, list[str]]:
+    """The texts of the messages the trim added (the budget note, a summary), by the position in
+    the original `list_field` (`input`, `messages`) of the item each goes before; `end` when it
+    goes last."""
+    before: dict[int, list[str]] = {}
+    for view_index, message in changes.inserted:
+        position = end
+        if view_index < len(parsed.sources):
+            origin = next((o for o in parsed.sources[view_index].origins if o.field == list_field), None)
+            position = origin.index if origin is not None and origin.index is not None else end
+        content = message.get("content")
+        before.setdefault(position, []).append(content if isinstance(content, str) else "")
+    return before
 
 
 def part_text(part: object) -> str | None:

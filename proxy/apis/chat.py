@@ -35,6 +35,7 @@ def message_sources(count: int) -> tuple[Source, ...]:
 
 class ChatAdapter(Adapter):
     name: ClassVar[str] = "chat"
+    writes_inserted: ClassVar[bool] = True
 
     def parse(self, body: object) -> Parsed:
         try:
@@ -55,7 +56,9 @@ class ChatAdapter(Adapter):
             reserve_view_field=reserve,
         )
 
-    def render(self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal]) -> dict[str, Any]:
+    def render(
+        self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal], inserted: Sequence[int] = ()
+    ) -> dict[str, Any]:
         """The core trimmed the body itself, every other field kept, and may have added messages
         (the budget note): the trimmed body is the answer."""
         return dict(trimmed)

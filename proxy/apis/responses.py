@@ -25,8 +25,9 @@ by URL or id, `reasoning.mode`), what was sent is counted and the request is fla
 `server_state`: the count is neither exact nor a bound, and a note names each such part. The
 API's own framing, where it differs from chat's, comes with the model's format (`profile`).
 Pinned against recorded API counts in tests/data/responses_api_counts.json.
-Rendering writes drops and shortened text back into the items; every other field and item is
-kept exactly as sent.
+Rendering writes drops and shortened text back into the items, and a message the trim added
+(the budget note, a summary) as a system message item where the dropped items were; every other
+field and item is kept exactly as sent.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from proxy.apis.base import (
     Source,
     ViewBuilder,
     changed_parts,
+    inserted_texts,
     optional_model,
     output_reserve,
     part_text,
@@ -123,6 +125,7 @@ class _Builder(ViewBuilder):
 
 class ResponsesAdapter(Adapter):
     name: ClassVar[str] = "responses"
+    writes_inserted: ClassVar[bool] = True
 
     def parse(self, body: object) -> Parsed:
         body = require_object(body)
@@ -218,7 +221,14 @@ class ResponsesAdapter(Adapter):
                 for origin in parsed.sources[i].origins
                 if origin.field == "input" and origin.index is not None
             }
-            body["input"] = [item for k, item in enumerate(items) if k not in dropped]
+            # The trim's added messages (the budget note, a summary) as system message items.
+            before = inserted_texts(parsed, changes, "input", len(items))
+            out: list[Any] = []
+            for k, item in enumerate([*items, None]):
+                out += [{"type": "message", "role": "system", "content": text} for text in before.get(k, ())]
+                if item is not None and k not in dropped:
+                    out.append(item)
+            body["input"] = out
         return body
 
 

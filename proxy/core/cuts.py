@@ -17,6 +17,8 @@ prefix until the room is full again.
 
 The turn that straddles the cut position is kept in part, so that the history starts exactly at
 the position and no room below it is left empty: `CutPoint.partial_tokens` is what remains of it.
+That turn may be the oldest one the history guarantee keeps: the guarantee then holds it in part,
+and the cut stays on its position instead of falling back to a cut that moves with every turn.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ class CutPoint:
 
 def cut_point(turn_tokens: Sequence[int], room: int, step: int, droppable: int) -> CutPoint | None:
     """Where to cut a history of turns of `turn_tokens` tokens (oldest first) so that what follows
-    fits `room`, on a multiple of `step`. Only the first `droppable` turns may be dropped or cut;
-    None when no cut position within them leaves a history that fits."""
+    fits `room`, on a multiple of `step`. Only the first `droppable` turns may be dropped; the
+    position may also fall inside the turn after them (the oldest one the history guarantee
+    keeps), which is then kept in part. None when no cut position within them leaves a history
+    that fits."""
     if step < 1:
         raise ValueError("step must be at least 1 token")
     total = sum(turn_tokens)
@@ -52,17 +56,15 @@ def cut_point(turn_tokens: Sequence[int], room: int, step: int, droppable: int) 
     position = min(total, math.ceil((total - room) / step) * step)
     start = 0
     for index, tokens in enumerate(turn_tokens):
-        if index >= droppable:
-            # The position lies inside the turns the history guarantee keeps: not a permitted cut,
-            # unless it falls exactly on the boundary.
-            return CutPoint(position, index, 0) if start >= position else None
         end = start + tokens
         if start >= position:
             return CutPoint(position, index, 0)
         if end > position:
-            return CutPoint(position, index, end - position)
+            return CutPoint(position, index, end - position) if index <= droppable else None
+        if index >= droppable:
+            return None  # the position lies past a turn the history guarantee keeps
         start = end
-    return CutPoint(position, len(turn_tokens), 0) if start >= position else None
+    return CutPoint(position, len(turn_tokens), 0) if len(turn_tokens) <= droppable else None
 
 
 CutReason = Literal["low_water", "minimal"]
@@ -72,7 +74,8 @@ CutReason = Literal["low_water", "minimal"]
 class HistoryCut:
     """Where `drop_oldest_turns` cut the history, and why: `low_water` on a cut position (cache
     stable, down to the low-water mark), or `minimal` (only what was needed: the cut position
-    fell inside the turns the history guarantee keeps, or the low-water mark is off)."""
+    fell inside the turns the history guarantee keeps, or the low-water mark is off). Positions
+    count from the end of the opening kept before the cut (`head_tokens`; 0 when none is)."""
 
     reason: CutReason
     position: int  # history tokens before the cut, counted from the history's start
@@ -81,6 +84,9 @@ class HistoryCut:
     first_kept: int | None  # index in the original messages of the first history message kept
     partial_index: int | None  # index of the message shortened to keep the straddling turn in part
     partial_tokens: int  # tokens that turn keeps (0 when it went whole)
+    head_tokens: int = 0  # tokens of the opening kept before the cut (`head_share`)
+    head_turns: int = 0  # opening turns kept, the one straddling its end included
+    head_partial_index: int | None = None  # index of the message shortened to end the opening
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,4 +97,7 @@ class HistoryCut:
             "first_kept": self.first_kept,
             "partial_index": self.partial_index,
             "partial_tokens": self.partial_tokens,
+            "head_tokens": self.head_tokens,
+            "head_turns": self.head_turns,
+            "head_partial_index": self.head_partial_index,
         }

@@ -43,6 +43,7 @@ class Plan:
     count_seconds: float = 0.0  # measured only when a clock is given
     trim_seconds: float = 0.0
     counter: RequestCounter | None = None  # counts what goes in later (a summary: `with_summary`)
+    view: TrimResult | None = None  # the cut in the chat view, when `result.body` is in another API's shape
 
 
 def validate_body(body: object) -> Mapping[str, Any]:

@@ -1,4 +1,5 @@
-"""Middle-out shortening of one text to a token target, keeping its head and its tail.
+"""Middle-out shortening of one text (and of one message of a request being trimmed) to a token
+target, keeping its head and its tail.
 
 The cut is marked in place with a plain statement of fact, `[... 1,234 tokens removed ...]`,
 worded so that it cannot read as an instruction to the model. Only the kept head and tail are
@@ -8,9 +9,13 @@ what is kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from proxy.core.trim import TrimState
+
+IMAGE_MARKER = "[image removed]"
 HEAD_SHARE = 0.6  # the opening of a document or log usually says more than its end, but not all
 
 
@@ -56,3 +61,63 @@ def shorten_middle(text: str, tokens: int, target: int, count: Callable[[str], i
     final = marker(tokens)
     n = count(final)
     return Shortened(final, n, tokens) if n <= target else None
+
+
+def shorten_message(state: TrimState, index: int, target: int, strategy: str) -> None:
+    """Shorten message `index` to about `target` tokens by cutting its text (a string content or
+    its largest text parts) in the middle. Leaves it alone when it holds no text worth cutting."""
+    message = state.messages[index]
+    if not isinstance(message, Mapping):
+        return
+    counter = state.counter
+    content = message.get("content")
+    excess = state.counts[index] - target
+    if isinstance(content, str):
+        tokens = counter.text(content)
+        cut = shorten_middle(content, tokens, max(0, tokens - excess), counter.text)
+        if cut is not None:
+            state.replace(index, {**message, "content": cut.text}, "truncated", strategy, content)
+        return
+    if not isinstance(content, list):
+        return
+    parts = list(content)
+    texts = sorted(
+        ((counter.text(p["text"]), j) for j, p in enumerate(parts) if _is_text(p)),
+        reverse=True,
+    )
+    changed = False
+    for tokens, j in texts:
+        if excess <= 0:
+            break
+        cut = shorten_middle(parts[j]["text"], tokens, max(0, tokens - excess), counter.text)
+        if cut is None:
+            continue
+        parts[j] = {**parts[j], "text": cut.text}
+        excess -= tokens - cut.tokens
+        changed = True
+    if changed:
+        state.replace(index, {**message, "content": parts}, "truncated", strategy, content)
+
+
+def has_text(message: object) -> bool:
+    """Whether `message` holds text that `shorten_message` can cut."""
+    if not isinstance(message, Mapping):
+        return False
+    content = message.get("content")
+    return isinstance(content, str) or (isinstance(content, list) and any(_is_text(p) for p in content))
+
+
+def _is_text(part: object) -> bool:
+    return isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def is_image(part: object) -> bool:
+    return isinstance(part, Mapping) and part.get("type") == "image_url"
+
+
+def without_images(message: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """`message` with each image part replaced by a text marker, and the parts removed."""
+    content = message.get("content")
+    parts = content if isinstance(content, list) else []
+    new_content = [{"type": "text", "text": IMAGE_MARKER} if is_image(p) else p for p in parts]
+    return {**message, "content": new_content}, [p for p in parts if is_image(p)]

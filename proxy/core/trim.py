@@ -66,7 +66,7 @@ class TrimResult:
     cut: HistoryCut | None = None  # where drop_oldest_turns cut the history, and why
     note_tokens: int = 0  # tokens of the inserted budget note; 0 when none
     summary_room: int = 0  # tokens kept free for a summary of the dropped messages; 0 when none is due
-    insert_at: int = 0  # where in the returned messages a summary goes (after the leading system messages)
+    insert_at: int = 0  # where in the returned messages a summary goes (where the dropped history was)
     summary: SummaryReport | None = None  # what became of the summary, once the server has tried
     inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
 
@@ -148,6 +148,7 @@ class TrimState:
     reserve: int = 0  # tokens to leave free for what goes in after the cut (budget note, summary)
     shortened: set[int] = field(default_factory=set)  # indices with a removal that is not a drop
     cut: HistoryCut | None = None
+    opening_end: int | None = None  # index of the last message of the opening kept before the cut
     _input_budget: int | None = None
 
     @classmethod
@@ -230,15 +231,21 @@ class TrimState:
             Removal(None, None, "max_tokens_clamped", (requested or 0) - value, content_hash(requested), strategy)
         )
 
-    def kept_body(self, inserted: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    def kept_body(self, inserted: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], int]:
+        """The body with the messages kept, and `inserted` where the dropped history was: after
+        the leading system messages, or after the opening when one was kept. Returns the body and
+        the position in its messages just after the inserted ones."""
         body = dict(self.body)
         kept = [m for i, m in enumerate(self.messages) if i not in self.dropped]
-        at = insertion_point(kept)
+        if self.opening_end is None:
+            at = insertion_point(kept)
+        else:
+            at = sum(1 for i in range(self.opening_end + 1) if i not in self.dropped)
         body["messages"] = [*kept[:at], *inserted, *kept[at:]]
         if self.output_override is not None:
             key, value = self.output_override
             body[key] = value
-        return body
+        return body, at + len(inserted)
 
 
 def trim(
@@ -287,8 +294,7 @@ def trim(
             inserted.append(budget_note(len(dropped), len(shortened), removed))
         note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
         total = state.total + note_tokens
-        kept = state.kept_body(inserted)
-        at = insertion_point(kept["messages"])
+        kept, at = state.kept_body(inserted)
         return TrimResult(
             kept,
             "trimmed",

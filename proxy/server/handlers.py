@@ -156,16 +156,19 @@ async def _summarised(
     """With `trim.summarize_dropped`, the decision re-made with a summary of what was dropped in its
     place (produced by the summariser, or reused from its cache); as it was when there is none."""
     plan = decision.plan if isinstance(decision, Forward) and decision.body is not None else None
-    if gw.summariser is None or plan is None or plan.counter is None or endpoint.api != "chat":
-        return decision  # summaries only replace what an enforced cut dropped
-    request = summary_request(parsed.chat, plan.result)
+    adapter = endpoint.adapter
+    if gw.summariser is None or plan is None or plan.counter is None or not adapter.writes_inserted:
+        return decision  # summaries only replace what an enforced cut dropped, in a shape that can hold them
+    view = plan.view if plan.view is not None else plan.result
+    request = summary_request(parsed.chat, view)
     if request is None:
         return decision
     upstream = gw.settings.upstreams[gw.summariser.upstream]
     auth = await gw.auths[upstream.name].header(None, False)
     outcome = await gw.summariser.summarise(request, dict(request_headers({}, upstream, auth)))
-    result = with_summary(plan.result, request, outcome.text, outcome.status, plan.counter)
-    return attempts.revised(dataclasses.replace(plan, result=result))
+    view = with_summary(view, request, outcome.text, outcome.status, plan.counter)
+    body = adapter.render(parsed, view.body, view.removals, view.inserted)  # in the API's own shape
+    return attempts.revised(dataclasses.replace(plan, result=dataclasses.replace(view, body=body), view=view))
 
 
 async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> dict[str, str]:
@@ -244,7 +247,7 @@ def _plan(
     if parsed.server_state:
         _note(record, "server_state")
     plan = fitted.plan
-    return dataclasses.replace(plan, result=dataclasses.replace(plan.result, body=fitted.body))
+    return dataclasses.replace(plan, result=dataclasses.replace(plan.result, body=fitted.body), view=plan.result)
 
 
 def _count_tokens(gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str) -> web.Response:

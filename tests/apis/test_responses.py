@@ -18,6 +18,10 @@ from tests.core.trimming import profile, tokenizer
 ADAPTER = ResponsesAdapter()
 
 
+# Without the history guarantee and the partial turn, the one old turn can only go whole.
+DROP_WHOLE_TURNS = {"drop_oldest_turns": {"min_history_turns": 0, "keep_partial": False}}
+
+
 def agent_body() -> dict[str, Any]:
     return {
         "model": "gpt-4o",
@@ -271,13 +275,13 @@ class TestRender:
         assert ADAPTER.render(parsed, parsed.chat, ()) == agent_body()
 
     def test_dropping_the_old_turn_drops_its_items_reasoning_and_calls_together(self) -> None:
-        fitted = fit_body(ADAPTER, agent_body(), 1500)
+        fitted = fit_body(ADAPTER, agent_body(), 1500, options=DROP_WHOLE_TURNS)
         assert fitted.plan.result.outcome == "trimmed"
         assert fitted.body["input"] == [agent_body()["input"][-1]]
         assert responses_problems(fitted.body) == []
 
     def test_the_report_names_where_each_removal_was_in_the_original_body(self) -> None:
-        report = fit_body(ADAPTER, agent_body(), 1500).report()
+        report = fit_body(ADAPTER, agent_body(), 1500, options=DROP_WHOLE_TURNS).report()
         # A strict function tool (the Responses default) has no measured rendering: not exact.
         assert report["api"] == "responses" and not report["exact"]
         assert [r["origin"] for r in report["removed"]][:3] == ["input[0]", "input[1],input[2],input[3]", "input[4]"]

@@ -50,16 +50,20 @@ class TestSummaryRequest:
 
 
 class TestWithSummary:
-    def test_a_summary_goes_in_after_the_system_prompt_marked_and_counted_within_the_budget(self):
+    def test_a_summary_goes_in_where_the_dropped_messages_were_marked_and_counted_within_the_budget(self):
         body, result = planned(30)
         span = summary_request(body, result)
         assert span is not None
         done = with_summary(result, span, "They discussed lorem ipsum.", "produced", counter())
-        message = done.body["messages"][1]
+        at = result.insert_at
+        message = done.body["messages"][at]
         assert message["role"] == "system" and message["content"].startswith(f"[Summary of {len(span.indices)}")
+        assert done.body["messages"][:at] == result.body["messages"][:at]  # the opening before it
+        assert done.body["messages"][at + 1] is result.body["messages"][at]  # the first message after the cut
+        assert body["messages"].index(done.body["messages"][at + 1]) > max(span.indices)
         assert done.fits and done.tokens_after == counter().request(done.body).total > result.tokens_after
         assert done.summary is not None and done.summary.to_dict()["status"] == "produced"
-        assert done.inserted == (1,) and done.insert_at == 2
+        assert done.inserted == (at,) and done.insert_at == at + 1
 
     def test_a_reused_summary_is_reported_as_reused(self):
         body, result = planned(30)

@@ -28,9 +28,12 @@ class TestCutPoint:
         point = cut_point([300, 300, 300], room=650, step=1, droppable=3)
         assert point == CutPoint(250, 0, 50)
 
-    def test_a_position_inside_the_guaranteed_turns_is_not_a_cut(self):
-        assert cut_point([100, 100, 900], room=500, step=100, droppable=2) is None
+    def test_a_position_inside_the_oldest_guaranteed_turn_keeps_that_turn_in_part(self):
+        assert cut_point([100, 100, 900], room=500, step=100, droppable=2) == CutPoint(600, 2, 500)
         assert cut_point([100, 100, 900], room=900, step=200, droppable=2) == CutPoint(200, 2, 0)
+
+    def test_a_position_past_the_oldest_guaranteed_turn_is_not_a_cut(self):
+        assert cut_point([100, 100, 900, 300], room=200, step=100, droppable=2) is None
 
     def test_a_room_smaller_than_the_step_cuts_the_whole_history(self):
         assert cut_point([100, 100], room=0, step=5000, droppable=2) == CutPoint(200, 2, 0)

@@ -126,7 +126,7 @@ class TestSummariser:
 
 
 class TestSummaryInTheTrimmedRequest:
-    async def test_a_produced_summary_goes_in_after_the_system_prompt_and_is_counted(self, fake):
+    async def test_a_produced_summary_goes_in_where_the_dropped_messages_were_and_is_counted(self, fake):
         upstream, url = fake
         messages: list[dict[str, Any]] = [{"role": "system", "content": "rules"}]
         for i in range(30):
@@ -142,8 +142,11 @@ class TestSummaryInTheTrimmedRequest:
             outcome = await Summariser(SummariserOptions(url=url, model="small"), session).summarise(request)
         result = with_summary(plan.result, request, outcome.text, outcome.status, plan.counter)
         kept = result.body["messages"]
-        assert kept[0]["content"] == "rules" and kept[1]["content"].startswith("[Summary of")
+        at = plan.result.insert_at  # after the opening the trim kept
+        assert kept[0]["content"] == "rules" and kept[at]["content"].startswith("[Summary of")
+        assert kept[:at] == plan.result.body["messages"][:at]
         assert result.summary is not None and result.summary.status == "produced" and result.fits
         counter = RequestCounter(profile(4000), tokenizer())
         assert counter.request(result.body).total == result.tokens_after
-        assert json.dumps(upstream.calls[0]).count("q0 ") == 1
+        first_dropped = body["messages"][request.indices[0]]["content"][:4]
+        assert json.dumps(upstream.calls[0]).count(first_dropped) == 1

@@ -39,9 +39,10 @@ class TestTrimmingThroughTheSDK:
         (event,) = logs.events("request")
         assert event["outcome"] == "trimmed" and event["tokens_before"] == before and event["tokens_after"] == after
         assert event["removed_count"] == int(raw.headers["x-context-guard-removed"])
+        first = event["cut"]["first_kept"] - event["removed_count"]  # the span dropped after the opening
         assert event["removed"] == [
             {
-                "what": f"messages 1-{event['removed_count']}",
+                "what": f"messages {first}-{first + event['removed_count'] - 1}",
                 "count": event["removed_count"],
                 "kind": "dropped",
                 "tokens": event["removed_tokens"],
