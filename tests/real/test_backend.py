@@ -65,7 +65,9 @@ class TestBackendTokenizer:
         local = guard.tokenizer(profile)
         results: dict[str, tuple[int, int]] = {}
         async with aiohttp.ClientSession() as session:
-            counter = BackendCounter(f"llama/{MODEL}", LlamaCppPythonCalls(session, llama.url, MODEL), CountCache())
+            calls = LlamaCppPythonCalls(session, llama.url, MODEL)
+            # Generous deadlines: this test is about the counts; the shared CI cores are slow.
+            counter = BackendCounter(f"llama/{MODEL}", calls, CountCache(), timeout=30, framing_timeout=120)
             for kind in KINDS:
                 for size in (1, 3, 12):  # the largest is over the window: the guard trims it first
                     request = body(kind, size, MODEL)
