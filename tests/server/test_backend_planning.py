@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from tests.server.conftest import gateway_settings
+from tests.server.test_backend_answers import LlamaLike, post, serve
 
 WINDOW = 1200
 MODEL = "smol"
@@ -28,56 +29,34 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-class LlamaCppPythonLike:
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        self.linger = 0.0  # seconds a stream's connection stays open after [DONE]
+class LlamaCppPythonLike(LlamaLike):
+    window = WINDOW
 
     @staticmethod
-    def prompt_tokens(messages: list[dict[str, Any]]) -> int:
-        return sum(3 + words(m.get("content") or "") for m in messages) + 2
+    def count(body: dict[str, Any]) -> int:
+        return sum(3 + words(m.get("content") or "") for m in body["messages"]) + 2
 
-    async def count(self, request: web.Request) -> web.Response:
+    def overflow(self, body: dict[str, Any], prompt: int) -> dict[str, Any]:
+        asked = prompt + body.get("max_tokens", 16)
+        message = (
+            f"This model's maximum context length is {self.window} tokens. However, you requested {asked} tokens "
+            f"({prompt} in the messages, {asked - prompt} in the completion). Please reduce the length of "
+            "the messages or completion."
+        )
+        return {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}  # fmt: skip
+
+    async def tokenize_count(self, request: web.Request) -> web.Response:
         return web.json_response({"count": words((await request.json())["input"])})
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.received.append(body)
-        prompt = self.prompt_tokens(body["messages"])
-        if prompt >= WINDOW:
-            if body.get("stream"):
-                return web.Response(status=200)  # the status line, then nothing
-            asked = prompt + body.get("max_tokens", 16)
-            message = (
-                f"This model's maximum context length is {WINDOW} tokens. However, you requested {asked} tokens "
-                f"({prompt} in the messages, {asked - prompt} in the completion). Please reduce the length of "
-                "the messages or completion."
-            )
-            error = {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}  # fmt: skip
-            return web.json_response({"error": error}, status=400)
-        if body.get("stream"):
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
-            chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
-            await response.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
-            await asyncio.sleep(self.linger)
-            return response
-        usage = {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1}
-        choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-        return web.json_response({"choices": [choice], "usage": usage})
-
     def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_post("/extras/tokenize/count", self.count)
-        app.router.add_post("/v1/chat/completions", self.chat)
+        app = super().app()
+        app.router.add_post("/extras/tokenize/count", self.tokenize_count)
         return app
 
 
 @pytest.fixture
 async def llama(aiohttp_server: Any) -> tuple[LlamaCppPythonLike, str]:
-    fake = LlamaCppPythonLike()
-    server = await aiohttp_server(fake.app())
-    return fake, str(server.make_url("/v1"))
+    return await serve(aiohttp_server, LlamaCppPythonLike())
 
 
 def settings(url: str, window: int | None = None, **upstream: Any) -> Any:
@@ -95,11 +74,6 @@ def long_chat(turns: int = 5, length: int = 300) -> list[dict[str, str]]:
         messages.append({"role": "user", "content": f"question {i} " + "about rivers and lakes " * (length // 4)})
         messages.append({"role": "assistant", "content": f"answer {i} " + "water flows to the sea " * (length // 5)})
     return [*messages, {"role": "user", "content": "thanks"}]
-
-
-async def post(proxy: Any, body: dict[str, Any]) -> tuple[int, bytes, dict[str, str]]:
-    async with aiohttp.ClientSession() as session, session.post(proxy.make_url("/v1/chat/completions"), json=body) as r:
-        return r.status, await r.read(), dict(r.headers)
 
 
 class TestCountingWithTheBackendTokenizer:
