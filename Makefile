@@ -55,7 +55,7 @@ capacity: $(BIN)/.installed
 
 bench-real: $(BIN)/.installed
 	bash scripts/install-llama.sh >/dev/null
-	$(BIN)/python bench/real_backend.py
+	$(BIN)/python bench/real_backend.py --write
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
