@@ -128,7 +128,7 @@ class Guard:
         profile, tokenizer, cache = self._counting(model, counting)
         # The budget note is written into chat completions only; other shapes are cut without it.
         policy = self.policy if adapter.name == "chat" else self._without_note
-        if budget is not None:
+        if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one
             policy = replace(policy, budget=budget)
         return fit(
             adapter, parsed, profile, tokenizer, policy, cache, context_window=context_window, clock=time.perf_counter
