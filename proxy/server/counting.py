@@ -84,6 +84,15 @@ class Choice:
         await self.counter.complete(tokenizer)
         return len(tokenizer.counts) > known
 
+    def recount(self, body: Mapping[str, Any]) -> int | None:
+        """`body` (a chat body) counted again with the backend's counts; None while some text of
+        it is still counted only locally (then `complete()` fetches it)."""
+        tokenizer = self.tokenizer
+        if not isinstance(tokenizer, PrefetchedTokenizer):
+            return None
+        total = RequestCounter(self.profile, tokenizer).request(body).total
+        return None if tokenizer.missing else total
+
 
 @dataclass
 class Counting:

@@ -112,7 +112,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:
-        decision = await _backend_counted(record, attempts, decision, choice, planner)
+        decision = await _backend_counted(record, attempts, decision, choice, planner, endpoint.api == "chat")
         decision = await _summarised(gw, endpoint, parsed, attempts, decision)
         record.plan, record.attempts = attempts.plan, attempts.attempt
         if isinstance(decision, Reject):
@@ -164,7 +164,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         decision = following
 
 
-BACKEND_ROUNDS = 3  # re-plans with the backend's counts of what a trim produced; one is usually enough
+BACKEND_ROUNDS = 3  # fetches of what a trim produced; one is usually enough
 
 
 async def _backend_counted(
@@ -173,16 +173,26 @@ async def _backend_counted(
     decision: Forward | Reject,
     choice: Choice,
     replan: Callable[[int | None], Plan],
+    chat: bool,
 ) -> Forward | Reject:
     """With the backend's tokenizer, what the trim produced (a shortened message, its marker, a
-    note) is counted by the backend too and the decision re-made with those counts, until every
-    text in the count is the backend's (a few rounds at most; then the count says it is not exact)."""
+    note) is counted by the backend too. The body to send is then counted again: within the
+    budget, that exact count stands (the cut was made on estimates of the shortened text, which
+    err high); over it, the decision is re-made with the new counts. A few rounds at most; after
+    them a count that still holds local estimates says so."""
     for _ in range(BACKEND_ROUNDS):
-        if decision.plan is None or not await choice.complete():
+        plan = decision.plan
+        if plan is None or not await choice.complete():
             break
-        if "estimate" in record.notes:  # the re-made plan says again whether it is estimated
+        if "estimate" in record.notes:  # said again below, or by the re-made plan, when still true
             record.notes.remove("estimate")
-        decision = attempts.revised(replan(decision.plan.result.budget.context_window))
+        recounted = choice.recount(plan.result.body) if chat else None
+        if recounted is not None and recounted <= plan.result.budget.input_budget:
+            if not plan.count.exact:
+                _note(record, "estimate")
+            exact = dataclasses.replace(plan.result, tokens_after=recounted)
+            return attempts.revised(dataclasses.replace(plan, result=exact))
+        decision = attempts.revised(replan(plan.result.budget.context_window))
     return decision
 
 

@@ -51,13 +51,16 @@ def code(size: int) -> list[Message]:
 
 
 def cjk(size: int) -> list[Message]:
-    # SmolLM2's vocabulary spends about two tokens on a CJK character: 60% of each sample keeps a
-    # two-turn conversation (~1,300 tokens) inside the 2,048-token window, as calibration needs.
-    texts = [SAMPLES["chinese"], SAMPLES["japanese"], SAMPLES["korean"]]
+    """Korean questions, Chinese and Japanese answers. SmolLM2's vocabulary spends about two
+    tokens on a CJK character, so each text is a slice: two turns (~1,150 tokens) fit the 2,048
+    window, as calibration needs. Every turn mixes the languages alike (Korean about 70% of the
+    tokens): the estimate (cl100k x1.6) undercounts Korean by a fifth and Chinese and Japanese
+    hardly at all, so every size starts about 15% low."""
+    answers = [SAMPLES["chinese"], SAMPLES["japanese"]]
     messages: list[Message] = [{"role": "system", "content": "你是一个有帮助的助手。"}]
     for i in range(size):
-        messages.append({"role": "user", "content": f"{i}. {_part(texts[i % 3], i, 0.6)}"})
-        messages.append({"role": "assistant", "content": _part(texts[(i + 1) % 3], i + 1, 0.6)})
+        messages.append({"role": "user", "content": f"{i}. {_part(SAMPLES['korean'], i, 0.6)}"})
+        messages.append({"role": "assistant", "content": _part(answers[i % 2], i + 1, 0.3)})
     messages.append({"role": "user", "content": "请用一句话回答。"})
     return messages
 
