@@ -83,8 +83,8 @@ class Methods:
 
     async def plan(self, method: str, request: dict[str, Any], window: int) -> Plan:
         """`request` trimmed to `window`, counted by `method`. With the backend's tokenizer, the
-        texts the trim produced are counted by the backend too and the plan re-made, as the
-        handler does (`proxy.server.handlers._backend_counted`)."""
+        texts the trim produced are fetched from the backend and the plan re-made with them (a
+        few rounds); what it sends is measured by the server's own count either way."""
         profile, tokenizer = await self.counting(method, request)
         plan = self.guard.plan(request, MODEL, window, counting=(profile, tokenizer))
         for _ in range(BACKEND_ROUNDS):

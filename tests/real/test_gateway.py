@@ -24,7 +24,7 @@ pytestmark = pytest.mark.real
 async def start_guard(
     aiohttp_server: Any, llama: LlamaServer, sections: dict[str, Any] | None = None, **upstream: Any
 ) -> Any:
-    upstreams = {"llama": {"base_url": llama.url, "kind": "auto", "read_timeout": 120, **upstream}}
+    upstreams = {"llama": {"base_url": llama.url, "kind": "auto", "read_timeout": 300, **upstream}}
     settings = settings_from_dict({"upstreams": upstreams, **(sections or {})}, "real.yaml", {})
     return await aiohttp_server(create_app(settings, Guard(settings)))
 
