@@ -2,7 +2,8 @@
 # `make demo` shows a real trim, with no API key and no network.
 # Both create .venv and install the project into it first (once, and again when pyproject.toml changes).
 # `make test-real` runs the guard in front of a real llama.cpp server (scripts/install-llama.sh builds it
-# once into the user's cache directory: 10-15 minutes the first time, seconds after).
+# once into the user's cache directory: 10-15 minutes the first time, seconds after); CI runs it
+# after test-components. `make bench-real` measures the guard's counts against that server.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -54,7 +55,7 @@ capacity: $(BIN)/.installed
 
 bench-real: $(BIN)/.installed
 	bash scripts/install-llama.sh >/dev/null
-	$(BIN)/python bench/real_backend.py
+	$(BIN)/python bench/real_backend.py --write
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

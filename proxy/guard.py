@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.apis.base import Adapter, Fitted, Parsed, fit
+from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, plan_request
@@ -119,12 +120,16 @@ class Guard:
         model: str,
         context_window: int | None = None,
         counting: tuple[ModelProfile, Tokenizer] | None = None,
+        budget: BudgetPolicy | None = None,
     ) -> Fitted:
         """Count and trim a parsed request of any API shape for `model`, written back in its shape.
-        `counting` is as for `plan()`."""
+        `counting` is as for `plan()`; `budget`, when given, replaces the configured budget policy
+        (the upstream's: a server that lowers max_tokens itself)."""
         profile, tokenizer, cache = self._counting(model, counting)
         # The budget note and a summary go in where the adapter can write them (not legacy completions).
         policy = self.policy if adapter.writes_inserted else self._without_note
+        if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one
+            policy = replace(policy, budget=budget)
         return fit(
             adapter, parsed, profile, tokenizer, policy, cache, context_window=context_window, clock=time.perf_counter
         )

@@ -249,6 +249,9 @@ class UpstreamSettings(Section):
     tokenize_timeout: Annotated[float, Field(gt=0, le=60)] = 2.0  # one request's tokenize calls together
     framing_timeout: Annotated[float, Field(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
     tokenize_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    # Where the server lowers max_tokens to what the window leaves (llama.cpp, Ollama): the output
+    # the budget keeps free at least; null: the default reserve (15% of the window, 500 to 4,096).
+    min_output_tokens: Annotated[int, Field(ge=0)] | None = None
     apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
     api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
@@ -276,6 +279,7 @@ class UpstreamSettings(Section):
             tokenize_timeout=self.tokenize_timeout,
             framing_timeout=self.framing_timeout,
             tokenize_concurrency=self.tokenize_concurrency,
+            min_output_tokens=self.min_output_tokens,
         )
 
     def serves(self, api: str) -> bool:

@@ -3,6 +3,12 @@
 The output reserve is what the request itself asks for (`max_completion_tokens`, else
 `max_tokens`) when it asks; otherwise a share of the window (15%) clamped to [500, 4096]. The
 safety margin (5% of the window) absorbs the difference between our count and the provider's.
+
+Some servers (llama.cpp, llama-cpp-python, Ollama) do not refuse a prompt + `max_tokens` over the
+window: they lower `max_tokens` to what the window leaves. For them (`output_must_fit` False) the
+reserve is what the server will really leave, `min(requested, window - margin - prompt)`, never
+below `min_output` (or the requested output, when that is smaller): a 7-token prompt with
+`max_tokens` 4096 fits a 2,048-token window, and a long one is cut to leave `min_output` free.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ class BudgetPolicy:
     safety_ratio: float = 0.05
     safety_min: int = 0
     constrained_below: int = 1000  # history room under which a request is `is_constrained`
+    output_must_fit: bool = True  # False: the server lowers max_tokens to what the window leaves
+    min_output: int | None = None  # with output_must_fit False: output kept free at least; None: default reserve
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserve_ratio < 1 or not 0 <= self.safety_ratio < 1:
@@ -29,6 +37,8 @@ class BudgetPolicy:
             raise ValueError("need 0 <= reserve_min <= reserve_max")
         if self.safety_min < 0 or self.constrained_below < 0:
             raise ValueError("safety_min and constrained_below must be >= 0")
+        if self.min_output is not None and self.min_output < 0:
+            raise ValueError("min_output must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +105,9 @@ def input_budget(
     requested, source = requested_output(body)
     reserve = requested if requested is not None else default_reserve(context_window, policy)
     margin = max(policy.safety_min, math.ceil(context_window * policy.safety_ratio))
+    if requested is not None and not policy.output_must_fit:
+        reserve = lowered_output(requested, context_window - margin - prompt_tokens, context_window, policy)
+        source = source if reserve == requested else f"{source}_lowered_by_the_server"
     return Budget(
         context_window=context_window,
         output_reserve=reserve,
@@ -104,3 +117,11 @@ def input_budget(
         prompt_tokens=prompt_tokens,
         pinned_tokens=pinned_tokens,
     )
+
+
+def lowered_output(requested: int, room: int, context_window: int, policy: BudgetPolicy) -> int:
+    """The output a server that lowers `max_tokens` will really leave: what was requested, or the
+    `room` the prompt leaves in the window when that is less, but never below the policy's
+    minimum output (nor above what was requested)."""
+    floor = policy.min_output if policy.min_output is not None else default_reserve(context_window, policy)
+    return min(requested, max(floor, room))

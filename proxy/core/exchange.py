@@ -16,7 +16,7 @@ plausible way; see `proxy.core.corrections`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from proxy.core.corrections import Correction, CorrectionPolicy, parse_overflow
@@ -59,8 +59,10 @@ class Attempts:
         known_window: int,
         correction: Correction | None = None,
         self_correct: CorrectionPolicy | None = DEFAULT_POLICY,
+        provider: str | None = None,
     ) -> None:
         self._planner = planner
+        self.provider = provider  # the upstream's kind, named in a correction; None: as its error's wording says
         self.mode = mode
         self.known_window = known_window
         self.applied = correction  # a correction learned earlier, applied to this request's window
@@ -100,6 +102,8 @@ class Attempts:
         overflow = parse_overflow(status, error_body, sent)
         if overflow is None:
             return Relay()
+        if self.provider is not None:  # llama-cpp-python words its errors as OpenAI does
+            overflow = replace(overflow, provider=self.provider)
         budget = plan.result.budget
         correction = Correction.measure(
             overflow,

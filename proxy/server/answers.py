@@ -6,7 +6,9 @@ Two things the handler needs from an answer with a success status:
   committed until the first event is known, so those are handled like an error status.
 - `UsageReader`: the `usage.prompt_tokens` the upstream reports (from the usage chunk of a stream,
   or the body of a whole answer), to calibrate estimated counts. A usage chunk the guard asked for
-  on the client's behalf is taken out of what the client sees.
+  on the client's behalf is taken out of what the client sees. It also knows when the client has
+  had the whole answer (a stream's `[DONE]`, a body's last byte): a client that leaves after
+  that has been answered, not cut off.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class UsageReader:
         self._tap = UsageTap(strip, self.encoding) if self.stream else None
         self._body = bytearray()
         self._whole: Usage | None = None
+        self.delivered = False  # the client has been sent the whole answer
 
     @property
     def usage(self) -> Usage | None:
@@ -50,18 +53,27 @@ class UsageReader:
 
     async def relayed(self, head: bytes, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         """`head` (bytes already read) and the rest of `response`, as they come."""
+        # The relay asks for the next chunk only once it has written the last one: past a
+        # `yield` of the chunk that ended the stream, the client has it.
         if head:
             for out in self._feed(head):
                 yield out
+                self.delivered = self._ended
         async for chunk in response.content.iter_any():
             for out in self._feed(chunk):
                 yield out
+                self.delivered = self._ended
         if self._tap is not None:
             rest = self._tap.finish()
             if rest:
                 yield rest
         elif len(self._body) <= MAX_USAGE_BODY:
             self._whole = usage_from_body(bytes(self._body), self.encoding)
+        self.delivered = True
+
+    @property
+    def _ended(self) -> bool:
+        return self._tap is not None and self._tap.ended
 
     def _feed(self, chunk: bytes) -> list[bytes]:
         if self._tap is not None:

@@ -207,7 +207,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     status = 500
     try:
         response = await handler(request)
-        status = CLIENT_CLOSED if record.client_disconnected else response.status
+        status = CLIENT_CLOSED if record.client_disconnected and not record.delivered else response.status
         return response
     except GuardError as exc:
         record.error, status = exc.code, exc.status
@@ -224,8 +224,9 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         record.error, status = error.code, error.status
         return error_response(error, record, gateway.apis)
     except (ConnectionResetError, asyncio.CancelledError):  # the client went away (handler cancellation)
-        status = CLIENT_CLOSED
-        record.client_disconnected = True
+        # After the whole answer (a stream's [DONE]) a client may close at once: it was answered.
+        status = (record.upstream_status or 200) if record.delivered else CLIENT_CLOSED
+        record.client_disconnected = not record.delivered
         raise
     except Exception:
         gateway.log.exception("unhandled_error", request_id=record.request_id, path=record.path)

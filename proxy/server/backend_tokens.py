@@ -243,14 +243,15 @@ class RecordingTokenizer:
 
 @dataclass
 class PrefetchedTokenizer:
-    """The backend's counts of one request's texts; any other text (one a trim shortened) is
-    counted by `fallback`, and then the count is no longer exact. One per request: never cache
-    counts under its name."""
+    """The backend's counts of one request's texts; any other text (one a trim shortened, a note
+    it inserted) is counted by `fallback` and remembered in `missing`, and then the count is no
+    longer exact until `BackendCounter.complete()` has fetched those too. One per request: never
+    cache counts under its name."""
 
     name: str
-    counts: Mapping[str, int]
+    counts: dict[str, int]
     fallback: Tokenizer
-    missed: int = 0
+    missing: set[str] = field(default_factory=set)
 
     @property
     def identity(self) -> str:
@@ -258,14 +259,14 @@ class PrefetchedTokenizer:
 
     @property
     def exact(self) -> bool:
-        return self.missed == 0
+        return not self.missing
 
     def count(self, text: str) -> int:
         if not text:
             return 0
         n = self.counts.get(text)
         if n is None:
-            self.missed += 1
+            self.missing.add(text)
             return self.fallback.count(text)
         return n
 
@@ -359,8 +360,31 @@ class BackendCounter:
             dropped = tool_call_texts(body) & recorder.texts
             counts.update(dict.fromkeys(dropped, 0))
             recorder.texts -= dropped
+        calls = await self._fetch(recorder.texts, counts)
+        tokenizer = PrefetchedTokenizer(self.name, counts, fallback)
+        uncounted = len(recorder.texts - counts.keys())
+        complete = uncounted == 0
+        note = None if complete else f"{uncounted} texts counted locally (backend too slow)"
+        return Prepared(counted_profile, tokenizer, complete, calls, note)
+
+    async def complete(self, tokenizer: PrefetchedTokenizer) -> int:
+        """Fetch the texts `tokenizer` had to count locally (what a trim produced: a shortened
+        message, a marker, a note) into its counts, cache first, within the deadline; after it,
+        a recount with `tokenizer` is the backend's. Returns the tokenize calls it cost; texts the
+        backend did not count in time stay in `tokenizer.missing`."""
+        wanted, tokenizer.missing = tokenizer.missing, set()
+        if self.clock() < self._down_until:
+            tokenizer.missing |= wanted
+            return 0
+        calls = await self._fetch(wanted, tokenizer.counts)
+        tokenizer.missing |= wanted - tokenizer.counts.keys()
+        return calls
+
+    async def _fetch(self, texts: set[str], counts: dict[str, int]) -> int:
+        """Put the backend's count of each of `texts` into `counts`: from the cache, else asked
+        for, all under one deadline. Returns the calls made."""
         missing: list[str] = []
-        for text in recorder.texts:
+        for text in texts:
             hit = self.cache.get(self._key(text))
             if hit is None:
                 missing.append(text)
@@ -375,8 +399,4 @@ class BackendCounter:
                 n = task.result() if not task.cancelled() and task.exception() is None else None
                 if n is not None:
                     counts[tasks[task]] = n
-        tokenizer = PrefetchedTokenizer(self.name, counts, fallback)
-        uncounted = len(recorder.texts - counts.keys())
-        complete = uncounted == 0
-        note = None if complete else f"{uncounted} texts counted locally (backend too slow)"
-        return Prepared(counted_profile, tokenizer, complete, len(missing), note)
+        return len(missing)

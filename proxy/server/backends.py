@@ -28,10 +28,12 @@ import asyncio
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 import aiohttp
+
+from proxy.core.budget import BudgetPolicy
 
 Kind = Literal["openai", "vertex", "vllm", "llamacpp", "ollama", "generic"]
 KINDS: tuple[str, ...] = get_args(Kind)
@@ -99,6 +101,7 @@ class BackendOptions:
     tokenize_timeout: float = 2.0  # the remote counting of one request, all calls together
     framing_timeout: float = 30.0  # measuring the template's framing, once per model
     tokenize_concurrency: int = 4
+    min_output_tokens: int | None = None  # kept free where the server lowers max_tokens; None: default reserve
 
     def __post_init__(self) -> None:
         if self.kind != "auto" and self.kind not in KINDS:
@@ -113,6 +116,8 @@ class BackendOptions:
             raise ValueError("framing_timeout must be between 0 and 300 seconds")
         if not 1 <= self.tokenize_concurrency <= 64:
             raise ValueError("tokenize_concurrency must be between 1 and 64")
+        if self.min_output_tokens is not None and self.min_output_tokens < 0:
+            raise ValueError("min_output_tokens must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -238,10 +243,14 @@ async def discover(
     if options.kind in ("openai", "vertex"):
         return Discovery(options.kind)
     try:
-        return await asyncio.wait_for(_discover(session, base_url, options, headers), options.discovery_timeout)
+        found = await asyncio.wait_for(_discover(session, base_url, options, headers), options.discovery_timeout)
     except TimeoutError:
         kind: Kind = "generic" if options.kind == "auto" else options.kind
         return Discovery(kind, notes=(f"discovery took over {options.discovery_timeout:g}s; nothing learned",))
+    declared = options.kind
+    if declared != "auto" and declared != found.kind:  # what the server's endpoints suggest, its operator overrules
+        return replace(found, kind=declared)
+    return found
 
 
 async def _discover(
@@ -291,10 +300,11 @@ def forwardable_request_id(profile: BackendProfile, value: str) -> bool:
     return True
 
 
-def output_reserve(profile: BackendProfile, requested: int | None, default_reserve: int) -> int:
-    """The output tokens the budget must keep free. A server that must fit prompt + `max_tokens`
-    needs all of what was requested; llama.cpp lowers `max_tokens` to what is left, so asking
-    for more than the default reserve does not make the prompt any less welcome."""
-    if requested is None:
-        return default_reserve
-    return requested if profile.output_must_fit else min(requested, default_reserve)
+def budget_policy(profile: BackendProfile, policy: BudgetPolicy, min_output: int | None = None) -> BudgetPolicy:
+    """The budget policy for requests to a server like `profile`. One that must fit prompt +
+    `max_tokens` keeps all that was asked free; llama.cpp and Ollama lower `max_tokens` to what
+    the window leaves, so the reserve is what they will really leave, at least `min_output`
+    (the upstream's `min_output_tokens`; None: the default reserve)."""
+    if profile.output_must_fit:
+        return policy
+    return replace(policy, output_must_fit=False, min_output=min_output)

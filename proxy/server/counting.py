@@ -32,7 +32,7 @@ from proxy.core.models import ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.tokens import RequestCounter
 from proxy.encodings import lower_thread_priority
-from proxy.server.backend_tokens import BackendCounter, calls_for
+from proxy.server.backend_tokens import BackendCounter, PrefetchedTokenizer, calls_for
 from proxy.server.backends import BackendOptions, BackendProfile, Discovery, discover, ollama_window, profile_for
 
 Source = Literal["backend", "model", "calibrated", "estimate"]
@@ -66,11 +66,32 @@ class Choice:
     calibration: Calibration | None = None
     note: str | None = None
     backend_calls: int = 0
+    counter: BackendCounter | None = None  # with `backend`: what counts the texts a trim produces
 
     @property
     def bypasses_cache(self) -> bool:
         """Counts made with this choice must not enter the shared cache under the model's name."""
         return self.source in ("backend", "calibrated")
+
+    async def complete(self) -> bool:
+        """Have the backend count the texts this choice's tokenizer counted locally since the last
+        call (what a trim produced: a shortened message, its marker, a note). True when it
+        counted any, so that a plan re-made with the tokenizer counts more of them exactly."""
+        tokenizer = self.tokenizer
+        if self.counter is None or not isinstance(tokenizer, PrefetchedTokenizer) or not tokenizer.missing:
+            return False
+        known = len(tokenizer.counts)
+        await self.counter.complete(tokenizer)
+        return len(tokenizer.counts) > known
+
+    def recount(self, body: Mapping[str, Any]) -> int | None:
+        """`body` (a chat body) counted again with the backend's counts; None while some text of
+        it is still counted only locally (then `complete()` fetches it)."""
+        tokenizer = self.tokenizer
+        if not isinstance(tokenizer, PrefetchedTokenizer):
+            return None
+        total = RequestCounter(self.profile, tokenizer).request(body).total
+        return None if tokenizer.missing else total
 
 
 @dataclass
@@ -138,7 +159,9 @@ class Counting:
             if counter is not None:
                 prepared = await counter.prepare(body, profile, local)
                 if prepared.remote:
-                    return Choice(prepared.profile, prepared.tokenizer, "backend", backend_calls=prepared.calls)
+                    return Choice(
+                        prepared.profile, prepared.tokenizer, "backend", backend_calls=prepared.calls, counter=counter
+                    )
                 note = prepared.note
         elif options.tokenize == "backend":
             note = "tokenize: backend, but the upstream offers no tokenize endpoint the guard knows"

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from proxy.apis.base import InvalidRequest, Parsed
 from proxy.apis.registry import Endpoint
+from proxy.core.budget import BudgetPolicy
 from proxy.core.compaction import summary_request, with_summary
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
 from proxy.core.models import ModelProfile
@@ -36,6 +38,7 @@ from proxy.errors import (
 from proxy.server import answers
 from proxy.server import body as request_body
 from proxy.server.answers import UsageReader, first_event
+from proxy.server.backends import budget_policy
 from proxy.server.counting import Choice, off_loop
 from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
@@ -75,8 +78,6 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     # The budget follows the model that will serve the request: after a rename, the target's window.
     profile = gw.guard.profile(served)
     record.window_source = profile.window_source
-    if profile.window_source == "fallback":
-        _note(record, "fallback_window")
     upstream, session = target.upstream, gw.session
     assert session is not None, "the app's upstream session is opened at startup"
     service = await _service_headers(gw, upstream)
@@ -94,18 +95,24 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     correction = await gw.corrections.get(upstream.name, served)
     if correction is not None:
         record.applied_correction, record.window_source = correction, "correction"
+    if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
+        _note(record, "fallback_window")
+    backend = gw.counting.profile_of(upstream.name)
+    budget = budget_policy(backend, gw.guard.policy.budget, gw.counting.options_for(upstream.name).min_output_tokens)
+    planner = functools.partial(_plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget)
     attempts = Attempts(
-        lambda window: _plan(gw, record, endpoint, parsed, served, window, choice),
+        planner,
         mode,
         known_window=profile.context_window,
         correction=correction,
         self_correct=gw.settings.self_correction.policy,
+        provider=backend.kind if backend.kind != "generic" else None,
     )
     decision = await off_loop(attempts.start) if large else attempts.start()
-    backend = gw.counting.profile_of(upstream.name)
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:
+        decision = await _backend_counted(record, attempts, decision, choice, planner, endpoint.api == "chat")
         decision = await _summarised(gw, endpoint, parsed, attempts, decision)
         record.plan, record.attempts = attempts.plan, attempts.attempt
         if isinstance(decision, Reject):
@@ -127,7 +134,10 @@ async def guarded(request: web.Request) -> web.StreamResponse:
                     reader = UsageReader(response, strip=added)
                     head = first.head if first is not None else b""
                     chunks = reader.relayed(head, response)
-                    out = await relay_answer(request, gw, record, target, response, extra, chunks)
+                    try:
+                        out = await relay_answer(request, gw, record, target, response, extra, chunks)
+                    finally:
+                        _delivered(record, reader)
                     await _commit(gw, record, attempts, target, served)
                     _learn(gw, record, upstream.name, served, reader, sent, choice, local, endpoint.api)
                     _previews(gw, record, parsed)
@@ -143,11 +153,47 @@ async def guarded(request: web.Request) -> web.StreamResponse:
             following = attempts.upstream_failed(status, error_body, payload)
             record.learned_correction = attempts.learned
             record.correction_note = attempts.ignored_overflow
+            if isinstance(following, (Forward, Reject)):  # the retry is planned for the corrected window
+                record.window_source = "correction"
+                if "fallback_window" in record.notes:
+                    record.notes.remove("fallback_window")
             if isinstance(following, Relay):
                 if response.status < 400:  # an empty or error stream the guard cannot fix
                     raise UpstreamUnavailable(f"upstream {upstream.name!r}: {json_message(error_body)}")
                 return buffered(response, raw_error, extra)
         decision = following
+
+
+BACKEND_ROUNDS = 3  # fetches of what a trim produced; one is usually enough
+
+
+async def _backend_counted(
+    record: RequestRecord,
+    attempts: Attempts,
+    decision: Forward | Reject,
+    choice: Choice,
+    replan: Callable[[int | None], Plan],
+    chat: bool,
+) -> Forward | Reject:
+    """With the backend's tokenizer, what the trim produced (a shortened message, its marker, a
+    note) is counted by the backend too. The body to send is then counted again: within the
+    budget, that exact count stands (the cut was made on estimates of the shortened text, which
+    err high); over it, the decision is re-made with the new counts. A few rounds at most; after
+    them a count that still holds local estimates says so."""
+    for _ in range(BACKEND_ROUNDS):
+        plan = decision.plan
+        if plan is None or not await choice.complete():
+            break
+        if "estimate" in record.notes:  # said again below, or by the re-made plan, when still true
+            record.notes.remove("estimate")
+        recounted = choice.recount(plan.result.body) if chat else None
+        if recounted is not None and recounted <= plan.result.budget.input_budget:
+            if not plan.count.exact:
+                _note(record, "estimate")
+            exact = dataclasses.replace(plan.result, tokens_after=recounted)
+            return attempts.revised(dataclasses.replace(plan, result=exact))
+        decision = attempts.revised(replan(plan.result.budget.context_window))
+    return decision
 
 
 async def _summarised(
@@ -237,12 +283,14 @@ def _plan(
     model: str,
     window: int | None,
     choice: Choice | None = None,
+    budget: BudgetPolicy | None = None,
 ) -> Plan:
     """Count and trim for `window` with the tokenizer `choice` names (the backend's own, the
-    model's, or a calibrated estimate); the plan's body is written back in the API's own shape."""
+    model's, or a calibrated estimate) and the upstream's `budget` policy; the plan's body is
+    written back in the API's own shape."""
     counting = (choice.profile, choice.tokenizer) if choice is not None else None
-    fitted = gw.guard.fit(endpoint.adapter, parsed, model, window, counting)
-    if not fitted.exact:
+    fitted = gw.guard.fit(endpoint.adapter, parsed, model, window, counting, budget)
+    if not fitted.exact or (choice is not None and not choice.tokenizer.exact):  # the trim's texts too
         _note(record, "estimate")
     if parsed.server_state:
         _note(record, "server_state")
@@ -289,6 +337,12 @@ def _message_text(message: object) -> str:
     if isinstance(content, list):
         return " ".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     return content if isinstance(content, str) else ""
+
+
+def _delivered(record: RequestRecord, reader: UsageReader) -> None:
+    """A client that had the whole answer (a stream's [DONE]) and then left was answered."""
+    if reader.delivered:
+        record.delivered, record.client_disconnected = True, False
 
 
 def _note(record: RequestRecord, note: str) -> None:

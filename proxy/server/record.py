@@ -55,6 +55,7 @@ class RequestRecord:
     stream: bool = False
     stream_broken: str | None = None
     client_disconnected: bool = False
+    delivered: bool = False  # the client had the whole answer: leaving after it is no failure
     count_source: str | None = None  # backend (the server's tokenizer), model, calibrated or estimate
     calibration: float | None = None  # the factor a calibrated estimate was scaled by
     provider_prompt_tokens: int | None = None  # what the upstream's usage said it counted

@@ -233,6 +233,7 @@ class UsageTap:
     def __init__(self, strip: bool, content_encoding: str | None = None) -> None:
         self.strip = strip
         self.usage: Usage | None = None
+        self.ended = False  # the `[DONE]` event went through: what follows it is not the answer
         self._readable = not (content_encoding or "").strip() or content_encoding == "identity"
         self._pending = b""
 
@@ -261,7 +262,10 @@ class UsageTap:
 
     def _keep(self, event: bytes) -> bool:
         data = event_data(event)
-        if data is None or data.strip() == b"[DONE]":
+        if data is not None and data.strip() == b"[DONE]":
+            self.ended = True
+            return True
+        if data is None:
             return True
         payload = _json(data)
         usage = usage_of(payload)

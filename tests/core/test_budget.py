@@ -44,3 +44,36 @@ class TestInputBudget:
         assert input_budget(1000, {}, 0, 0, policy).input_budget == 500
         with pytest.raises(ValueError):
             BudgetPolicy(reserve_min=10, reserve_max=5)
+
+
+LOWERING = BudgetPolicy(output_must_fit=False)  # llama.cpp, Ollama: the server lowers max_tokens itself
+
+
+class TestAServerThatLowersMaxTokens:
+    def test_a_short_prompt_with_a_large_max_tokens_fits_the_window(self):
+        budget = input_budget(2048, {"max_tokens": 4096}, 7, 0, LOWERING)
+        assert budget.fits and budget.output_reserve == 2048 - 103 - 7
+        assert budget.reserve_source == "max_tokens_lowered_by_the_server"
+
+    def test_a_long_prompt_is_cut_to_leave_the_minimum_output_free(self):
+        budget = input_budget(2048, {"max_tokens": 4096}, 3000, 0, LOWERING)
+        assert budget.output_reserve == 500 and budget.input_budget == 2048 - 500 - 103
+
+    def test_the_minimum_output_is_configurable(self):
+        policy = BudgetPolicy(output_must_fit=False, min_output=64)
+        assert input_budget(2048, {"max_tokens": 4096}, 3000, 0, policy).input_budget == 2048 - 64 - 103
+
+    def test_a_max_tokens_below_the_minimum_is_reserved_as_asked(self):
+        budget = input_budget(2048, {"max_tokens": 8}, 3000, 0, LOWERING)
+        assert (budget.output_reserve, budget.reserve_source) == (8, "max_tokens")
+
+    def test_no_max_tokens_still_means_the_default_reserve(self):
+        assert input_budget(2048, {}, 7, 0, LOWERING).output_reserve == 500
+
+    def test_a_server_that_must_fit_the_output_keeps_all_that_was_asked(self):
+        budget = input_budget(2048, {"max_tokens": 4096}, 7, 0, POLICY)
+        assert budget.output_reserve == 4096 and not budget.fits
+
+    def test_a_negative_minimum_output_is_refused(self):
+        with pytest.raises(ValueError, match="min_output"):
+            BudgetPolicy(output_must_fit=False, min_output=-1)

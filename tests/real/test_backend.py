@@ -65,7 +65,9 @@ class TestBackendTokenizer:
         local = guard.tokenizer(profile)
         results: dict[str, tuple[int, int]] = {}
         async with aiohttp.ClientSession() as session:
-            counter = BackendCounter(f"llama/{MODEL}", LlamaCppPythonCalls(session, llama.url, MODEL), CountCache())
+            calls = LlamaCppPythonCalls(session, llama.url, MODEL)
+            # Generous deadlines: this test is about the counts; the shared CI cores are slow.
+            counter = BackendCounter(f"llama/{MODEL}", calls, CountCache(), timeout=30, framing_timeout=120)
             for kind in KINDS:
                 for size in (1, 3, 12):  # the largest is over the window: the guard trims it first
                     request = body(kind, size, MODEL)
@@ -102,10 +104,15 @@ class TestGgufTokenizer:
 class TestCalibration:
     """For a model the guard does not know (counted with cl100k x1.6 and a template upper bound),
     calibration from `usage.prompt_tokens` brings the estimate within 10% of the server's count
-    after a few requests, whether the estimate started high (English) or low (CJK, digits)."""
+    after a few requests. English, code and JSON start far off (high); on the CJK conversation the
+    estimate starts within 5% (measured: -4%), and calibration must keep it within 10%."""
 
-    @pytest.mark.parametrize("kind", ["english", "code", "cjk", "json"])
-    async def test_brings_an_unknown_model_within_ten_percent_after_a_few_requests(self, llama, guard, kind):
+    @pytest.mark.parametrize(
+        ("kind", "starts_far"), [("english", True), ("code", True), ("cjk", False), ("json", True)]
+    )
+    async def test_brings_an_unknown_model_within_ten_percent_after_a_few_requests(
+        self, llama, guard, kind, starts_far
+    ):
         policy = CalibrationPolicy()
         profile = guard.profile(MODEL)
         estimate = guard.tokenizer(profile)
@@ -119,5 +126,5 @@ class TestCalibration:
                 theirs = await prompt_tokens(session, llama, request)
                 errors.append(scaled / theirs - 1)
                 calibration = calibration.observe(theirs, raw, policy)
-        assert abs(errors[0]) > 0.1, f"the uncalibrated estimate was already close: {errors}"
+        assert (abs(errors[0]) > 0.1) == starts_far, f"the uncalibrated estimate: {errors}"
         assert all(abs(e) <= 0.1 for e in errors[4:]), errors

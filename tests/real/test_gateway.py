@@ -11,21 +11,21 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.core.strategies import DEFAULT_PIPELINE
 from proxy.guard import Guard
 from proxy.server.app import create_app
 from proxy.settings import settings_from_dict
-from tests.real.corpus import KINDS, body, over_window
+from tests.real.corpus import KINDS, body, over_window, oversized_system
 from tests.real.llama import MODEL, LlamaServer
 
 pytestmark = pytest.mark.real
 
 
-async def start_guard(aiohttp_server: Any, llama: LlamaServer, **upstream: Any) -> Any:
-    settings = settings_from_dict(
-        {"upstreams": {"llama": {"base_url": llama.url, "kind": "auto", "read_timeout": 120, **upstream}}},
-        "real.yaml",
-        {},
-    )
+async def start_guard(
+    aiohttp_server: Any, llama: LlamaServer, sections: dict[str, Any] | None = None, **upstream: Any
+) -> Any:
+    upstreams = {"llama": {"base_url": llama.url, "kind": "auto", "read_timeout": 300, **upstream}}
+    settings = settings_from_dict({"upstreams": upstreams, **(sections or {})}, "real.yaml", {})
     return await aiohttp_server(create_app(settings, Guard(settings)))
 
 
@@ -49,8 +49,9 @@ async def ask(session: aiohttp.ClientSession, url: str, request: dict[str, Any])
 
 
 class TestWithNoConfig:
-    """Waits on the handler's wiring of streams.peek_first_event (an empty stream is an overflow:
-    self-correct and retry) and of the overflow probe for llama-cpp-python."""
+    """As a new user runs it: `kind: auto`, nothing configured. An over-window stream that
+    llama-cpp-python answers with an empty 200 is probed, corrected and retried before the
+    client sees a byte; every conversation ends in a completion."""
 
     async def test_every_over_window_conversation_is_answered_with_a_completion(self, aiohttp_server, llama):
         proxy = await start_guard(aiohttp_server, llama)
@@ -64,13 +65,54 @@ class TestWithNoConfig:
         assert failures == []
 
 
-class TestWithTheBackendTokenizer:
-    """Waits on wiring: settings keys `upstreams.<name>.kind` and `.tokenize`, and the handler
-    calling BackendCounter.prepare() before it plans."""
+class TestASystemPromptOverTheWindow:
+    """A system prompt longer than the window by itself: no cut the default pipeline permits can
+    fit it (the system prompt is pinned), so the guard says so plainly; allowed to shrink it
+    (`shrink_system`), the guard cuts its middle and the server answers."""
 
-    @pytest.mark.parametrize("stream", [False, True])
-    async def test_every_request_fits_first_time_within_two_percent_never_under(self, aiohttp_server, llama, stream):
-        proxy = await start_guard(aiohttp_server, llama, kind="llamacpp", tokenize="backend")
+    async def test_is_refused_with_the_numbers_by_default(self, aiohttp_server, llama):
+        proxy = await start_guard(aiohttp_server, llama)
+        async with aiohttp.ClientSession() as session:
+            status, _, text = await ask(session, str(proxy.make_url("/v1/chat/completions")), oversized_system(MODEL))
+        assert status == 400 and "input budget is" in text and "context window 2,0" in text
+
+    async def test_is_cut_in_the_middle_and_answered_once_shrink_system_is_allowed(self, aiohttp_server, llama):
+        sections = {"trim": {"pipeline": [*DEFAULT_PIPELINE, "shrink_system"]}}
+        proxy = await start_guard(aiohttp_server, llama, sections)
+        async with aiohttp.ClientSession() as session:
+            status, headers, text = await ask(
+                session, str(proxy.make_url("/v1/chat/completions")), oversized_system(MODEL)
+            )
+        assert status == 200 and text, text
+        assert int(headers["x-context-guard-removed"]) >= 1
+
+
+class TestALargeMaxTokens:
+    """llama-cpp-python lowers `max_tokens` to what the window leaves: the guard, knowing the
+    window, must not refuse what the server would serve."""
+
+    async def test_a_short_prompt_with_max_tokens_4096_is_answered(self, aiohttp_server, llama):
+        sections = {"models": {"overrides": [{"match": MODEL, "context_window": llama.n_ctx}]}}
+        proxy = await start_guard(aiohttp_server, llama, sections)
+        request = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4096}
+        async with aiohttp.ClientSession() as session:
+            status, _, text = await ask(
+                session, str(proxy.make_url("/v1/chat/completions")), {**request, "stop": ["\n"]}
+            )
+        assert status == 200 and text, text
+
+
+class TestWithTheBackendTokenizer:
+    """`upstreams.<name>.tokenize: backend`: every text of what is sent, a trim's shortened
+    message and its marker included, is counted by the server's own tokenizer. Each over-window
+    conversation is asked once whole (the count checked against `usage`), then streamed."""
+
+    async def test_every_request_fits_within_two_percent_never_under_and_streams_are_answered(
+        self, aiohttp_server, llama
+    ):
+        # Generous deadlines: this test is about the counts, and the shared CI cores are slow.
+        deadlines = {"tokenize_timeout": 30, "framing_timeout": 120}
+        proxy = await start_guard(aiohttp_server, llama, kind="llamacpp", tokenize="backend", **deadlines)
         url = str(proxy.make_url("/v1/chat/completions"))
         async with aiohttp.ClientSession() as session:
             for kind in KINDS:
@@ -82,17 +124,16 @@ class TestWithTheBackendTokenizer:
                 theirs = answer["usage"]["prompt_tokens"]
                 assert theirs <= ours <= theirs * 1.02, f"{kind}: ours {ours}, server {theirs}"
                 assert "x-context-guard-corrected" not in response.headers
-                if stream:
-                    status, _, text = await ask(session, url, {**request, "stream": True})
-                    assert status == 200 and text
+                status, _, text = await ask(session, url, {**request, "stream": True})
+                assert status == 200 and text
 
 
 class TestCalibrationThroughTheGuard:
-    """Waits on wiring: the handler observing each response's usage into a CalibrationTable and
-    planning estimates with calibrated(tokenizer, table.get(upstream, model))."""
+    """An unknown model counted by the estimate (`tokenize: local`: the server's tokenizer not
+    used) is brought within 10% of the server's count by the usage of a few responses."""
 
     async def test_an_unknown_model_is_counted_within_ten_percent_after_a_few_requests(self, aiohttp_server, llama):
-        proxy = await start_guard(aiohttp_server, llama)
+        proxy = await start_guard(aiohttp_server, llama, tokenize="local")
         url = str(proxy.make_url("/v1/chat/completions"))
         ratios = []
         async with aiohttp.ClientSession() as session:
@@ -101,4 +142,5 @@ class TestCalibrationThroughTheGuard:
                     assert response.status == 200
                     theirs = (await response.json())["usage"]["prompt_tokens"]
                     ratios.append(int(response.headers["x-context-guard-tokens-before"]) / theirs)
+        assert abs(ratios[0] - 1) > 0.1, f"the uncalibrated estimate was already close: {ratios}"
         assert all(abs(r - 1) <= 0.1 for r in ratios[4:]), ratios

@@ -3,8 +3,9 @@ usage it reports (calibration), through the real app in front of an in-process l
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -12,6 +13,7 @@ from aiohttp import web
 
 from tests.server.conftest import gateway_settings, long_conversation
 
+Fake = TypeVar("Fake", bound="LlamaLike")
 WINDOW = 3000  # the fake server's real window, far below the 8,192 the guard assumes for an unknown model
 
 
@@ -20,28 +22,34 @@ class LlamaLike:
     request not streamed is a 400 with llama.cpp's structured overflow error. It reports usage as
     twice the guard's own estimate, as a model with a denser tokenizer would."""
 
+    window = WINDOW
+
     def __init__(self) -> None:
         self.received: list[dict[str, Any]] = []
+        self.linger = 0.0  # seconds a stream's connection stays open after [DONE]
 
     @staticmethod
     def count(body: dict[str, Any]) -> int:
         return sum(len(str(m.get("content", ""))) for m in body["messages"]) // 2
 
+    def overflow(self, body: dict[str, Any], prompt: int) -> dict[str, Any]:
+        return {"code": 400, "message": "exceeds the available context size", "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt, "n_ctx": self.window}  # fmt: skip
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.received.append(body)
         prompt = self.count(body)
-        if prompt > WINDOW:
+        if prompt > self.window:
             if body.get("stream"):
                 return web.Response(status=200)  # the status line, then nothing
-            error = {"code": 400, "message": "exceeds the available context size", "type": "exceed_context_size_error",
-                     "n_prompt_tokens": prompt, "n_ctx": WINDOW}  # fmt: skip
-            return web.json_response({"error": error}, status=400)
+            return web.json_response({"error": self.overflow(body, prompt)}, status=400)
         if body.get("stream"):
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
             chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]}
             await response.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+            await asyncio.sleep(self.linger)
             return response
         usage = {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1}
         choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
@@ -53,11 +61,15 @@ class LlamaLike:
         return app
 
 
-@pytest.fixture
-async def llama(aiohttp_server: Any) -> tuple[LlamaLike, str]:
-    fake = LlamaLike()
+async def serve(aiohttp_server: Any, fake: Fake) -> tuple[Fake, str]:
+    """`fake` started on a free loopback port, and its OpenAI base URL."""
     server = await aiohttp_server(fake.app())
     return fake, str(server.make_url("/v1"))
+
+
+@pytest.fixture
+async def llama(aiohttp_server: Any) -> tuple[LlamaLike, str]:
+    return await serve(aiohttp_server, LlamaLike())
 
 
 async def post(proxy: Any, body: dict[str, Any]) -> tuple[int, bytes, dict[str, str]]:

@@ -198,3 +198,21 @@ class TestBackendCounter:
         counter = BackendCounter("local/model", ChatMlServer(), CountCache())
         prepared = await counter.prepare(conversation(1), profile, FALLBACK)
         assert prepared.profile.chat_format.per_message == 2 != TEMPLATE_FORMAT.per_message
+
+    async def test_completing_fetches_what_the_trim_made_up_so_a_recount_is_the_backend_s(self, profile):
+        server = ChatMlServer()
+        counter = BackendCounter("local/model", server, CountCache())
+        prepared = await counter.prepare(conversation(1), profile, FALLBACK)
+        prepared.tokenizer.count("a shortened text")
+        calls = await counter.complete(prepared.tokenizer)
+        assert calls == 1 and server.text_calls[-1] == "a shortened text"
+        assert prepared.tokenizer.count("a shortened text") == 3 and prepared.tokenizer.exact
+
+    async def test_completing_leaves_what_a_failing_backend_did_not_count_marked_as_local(self, profile):
+        server = ChatMlServer()
+        counter = BackendCounter("local/model", server, CountCache())
+        prepared = await counter.prepare(conversation(1), profile, FALLBACK)
+        prepared.tokenizer.count("a shortened text")
+        server.fail = True
+        await counter.complete(prepared.tokenizer)
+        assert prepared.tokenizer.missing == {"a shortened text"} and not prepared.tokenizer.exact

@@ -16,19 +16,20 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from proxy.core.budget import BudgetPolicy, input_budget
 from proxy.core.corrections import parse_overflow
 from proxy.server.backend_tokens import LlamaCppPythonCalls, LlamaServerCalls, VllmCalls
 from proxy.server.backends import (
     OLLAMA_DEFAULT_NUM_CTX,
     PROFILES,
     BackendOptions,
+    budget_policy,
     discover,
     forwardable_request_id,
     llama_server_props,
     model_list_windows,
     ollama_show_window,
     ollama_window,
-    output_reserve,
     profile_for,
     server_root,
     token_count,
@@ -267,13 +268,16 @@ class TestTokenizeCalls:
             assert await LlamaServerCalls(session, url, "m").text("x") is None
 
 
-class TestOutputReserve:
-    def test_a_server_that_must_fit_the_output_reserves_all_that_was_asked(self):
-        assert output_reserve(PROFILES["vllm"], 4096, 500) == 4096
+class TestBudgetPolicy:
+    def test_a_server_that_must_fit_the_output_keeps_the_configured_policy(self):
+        assert budget_policy(PROFILES["vllm"], BudgetPolicy()) == BudgetPolicy()
 
-    def test_llama_cpp_reserves_no_more_than_the_default_since_it_lowers_max_tokens(self):
-        assert output_reserve(PROFILES["llamacpp"], 4096, 500) == 500
-        assert output_reserve(PROFILES["llamacpp"], 100, 500) == 100
+    def test_llama_cpp_and_ollama_budget_for_the_output_they_will_really_leave(self):
+        for kind in ("llamacpp", "ollama"):
+            policy = budget_policy(PROFILES[kind], BudgetPolicy(), min_output=64)
+            assert not policy.output_must_fit and policy.min_output == 64
+            assert input_budget(2048, {"max_tokens": 4096}, 7, 0, policy).fits
 
-    def test_no_max_tokens_means_the_default_reserve(self):
-        assert output_reserve(PROFILES["openai"], None, 500) == 500
+    def test_min_output_tokens_must_not_be_negative(self):
+        with pytest.raises(ValueError, match="min_output_tokens"):
+            BackendOptions(min_output_tokens=-1)
