@@ -29,9 +29,14 @@ async def start_guard(
     return await aiohttp_server(create_app(settings, Guard(settings)))
 
 
+# Longer than the guard's own read timeout (300 s): on a loaded machine one near-window prefill can
+# take minutes, and the guard, not this client, must be the one that decides a request took too long.
+CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=600)
+
+
 async def ask(session: aiohttp.ClientSession, url: str, request: dict[str, Any]) -> tuple[int, dict[str, str], str]:
     """POST `request`; the status, the headers, and the completion's text ("" when there is none)."""
-    async with session.post(url, json=request) as response:
+    async with session.post(url, json=request, timeout=CLIENT_TIMEOUT) as response:
         raw = await response.read()
         headers = dict(response.headers)
         if response.status != 200:
