@@ -17,7 +17,9 @@ import pytest
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 
 
-async def run(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
+async def run(*args: str, env: dict[str, str], timeout: float = 240) -> tuple[int, str, str]:
+    """Run an example to its end; the bound is generous because importing an SDK (langchain's
+    above all) takes a minute on a loaded two-core machine."""
     process = await asyncio.create_subprocess_exec(
         *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
