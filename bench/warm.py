@@ -4,7 +4,9 @@ For measuring a change to the hot path: the fake upstream, the bare proxy and co
 each named source tree (one worker each) all run at once, and every scenario sends to them
 interleaved, so "before" and "after" are ratios to the same bare proxy in the same slices of time.
 Scenarios: warm added latency at one request in flight (25 KB), warm throughput at 32 clients
-(88 KB), and added time to the first byte of an SSE answer (64 deltas 20 ms apart).
+(88 KB) with each proxy's CPU time per request served (user + system, from /proc: less noisy
+than a rate on a shared machine, where the rate also depends on what else gets the cores), and
+added time to the first byte of an SSE answer (64 deltas 20 ms apart).
 
 Run: python bench/warm.py --guard before=/tmp/base --guard after=. [--rounds 4] [--seconds 3]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -27,11 +30,19 @@ from bench.load import Bodies, Target, summary_ms  # noqa: E402
 from bench.run import SSE_QUERY, free_port, guard_config, python, started  # noqa: E402
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def added_ms(times: dict[str, list[float]], name: str, q: str) -> float:
     return summary_ms([p - u for p, u in zip(times[name], times["upstream"], strict=True)])[q]
 
 
-async def scenarios(targets: dict[str, Target], guards: list[str], args: argparse.Namespace) -> None:
+async def scenarios(
+    targets: dict[str, Target], guards: list[str], pids: dict[str, int], args: argparse.Namespace
+) -> None:
     for target in targets.values():
         await target.open()
     every = list(targets.values())
@@ -49,9 +60,14 @@ async def scenarios(targets: dict[str, Target], guards: list[str], args: argpars
         measured = [targets["bare"], *(targets[g] for g in guards)]
         for t in measured:
             await t.post(bodies.base)
+        before = {t.name: cpu_seconds(pids[t.name]) for t in measured}
         rps = await load.throughput(measured, bodies.warm, 32, args.seconds, args.rounds)
+        served = {name: rate * args.seconds * args.rounds for name, rate in rps.items()}
+        cpu = {t.name: (cpu_seconds(pids[t.name]) - before[t.name]) * 1000 / served[t.name] for t in measured}
         cells = "  ".join(f"{g} {rps[g]:.0f} ({rps[g] / rps['bare']:.2f}x)" for g in guards)
         print(f"throughput 32 clients 88 KB warm: bare {rps['bare']:.0f} req/s  {cells}", flush=True)
+        cells = "  ".join(f"{g} {cpu[g]:.2f} ({cpu[g] / cpu['bare']:.2f}x)" for g in guards)
+        print(f"CPU per request, same run: bare {cpu['bare']:.2f} ms  {cells}", flush=True)
 
         payload = Bodies.of_size(2_000, stream=True).base
         first: dict[str, list[float]] = {t.name: [] for t in every}
@@ -85,12 +101,16 @@ def main() -> None:
         config = guard_config(Path(folder), ports["upstream"])
         servers = str(ROOT / "bench/servers.py")
         stack.enter_context(started([*python(), servers, "upstream", str(ports["upstream"])], ports["upstream"]))
-        stack.enter_context(started([*python(), servers, "bare", str(ports["bare"]), upstream_url], ports["bare"]))
+        bare, _ = stack.enter_context(
+            started([*python(), servers, "bare", str(ports["bare"]), upstream_url], ports["bare"])
+        )
+        pids = {"bare": bare.pid}
         for name, source in sources.items():
             command = [*python(), "-m", "proxy", "serve", "--config", str(config), "--port", str(ports[name])]
-            stack.enter_context(started([*command, "--workers", "1"], ports[name], "/readyz", source))
+            guard, _ = stack.enter_context(started([*command, "--workers", "1"], ports[name], "/readyz", source))
+            pids[name] = guard.pid
         targets = {name: Target(name, f"http://127.0.0.1:{port}/v1") for name, port in ports.items()}
-        asyncio.run(scenarios(targets, list(sources), args))
+        asyncio.run(scenarios(targets, list(sources), pids, args))
     print(f"({time.perf_counter() - began:.0f} s)")
 
 

@@ -27,8 +27,10 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 def configure_logging(fmt: str = "auto", level: str = "info", stream: Any = None, **bound: Any) -> None:
     """Configure structlog once; `bound` values (e.g. `worker=2`) go on every line."""
+    global _request_lines
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and hasattr(stream, "isatty") and stream.isatty())
+    _request_lines = None if console else _JsonLines(stream, _LEVELS[level], bound)
     renderer: Any = ConsoleRenderer() if console else structlog.processors.JSONRenderer(render_json)
     processors: list[Any] = [structlog.contextvars.merge_contextvars]
     if bound:
@@ -45,6 +47,42 @@ def configure_logging(fmt: str = "auto", level: str = "info", stream: Any = None
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
+
+
+class _JsonLines:
+    """The JSON chain below without structlog's per-call machinery, for the one line per request:
+    the same fields in the same order (the call's, `event`, the context's, the bound ones, `level`,
+    `timestamp`), rendered by the same `render_json`, printed by the same `PrintLogger` (its lock
+    keeps lines from threads whole)."""
+
+    def __init__(self, stream: Any, level: int, bound: dict[str, Any]) -> None:
+        self.level = level
+        self.bind = _Bind(bound)
+        self.stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+        self.printer = structlog.PrintLogger(stream)
+
+    def write(self, warning: bool, event: str, fields: dict[str, Any]) -> None:
+        if (logging.WARNING if warning else logging.INFO) < self.level:
+            return
+        name = "warning" if warning else "info"
+        line = dict(fields)
+        line["event"] = event
+        structlog.contextvars.merge_contextvars(None, name, line)
+        self.bind(None, name, line)
+        line["level"] = name
+        self.printer.msg(render_json(self.stamp(None, name, line)))
+
+
+_request_lines: _JsonLines | None = None
+
+
+def log_request_line(log: Any, warning: bool, event: str, fields: dict[str, Any]) -> None:
+    """`log.warning(event, **fields)` or `log.info(...)`: for JSON output as configured by
+    `configure_logging`, the same line at about a third of the cost (it is written for every request)."""
+    if _request_lines is None:
+        (log.warning if warning else log.info)(event, **fields)
+    else:
+        _request_lines.write(warning, event, fields)
 
 
 class _Bind:

@@ -25,7 +25,7 @@ from proxy.apis.registry import AdapterRegistry
 from proxy.core.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.guard import Guard
-from proxy.logging import get_logger
+from proxy.logging import get_logger, log_request_line
 from proxy.server.backends import Discovery
 from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
 from proxy.server.compaction import Summariser, SummariserOptions
@@ -247,7 +247,7 @@ def _write(gateway: Gateway, record: RequestRecord, recent: RecentDecisions) -> 
     if record.kind == "local" and record.path in HEALTH_PATHS and record.status < 400:
         return  # probes every few seconds would drown the request log
     event = log_event(record, gateway.settings.log.max_line_bytes)
-    (gateway.log.warning if record.is_warning else gateway.log.info)("request", **event)
+    log_request_line(gateway.log, record.is_warning, "request", event)
     recent.add(record)
 
 

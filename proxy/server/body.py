@@ -72,8 +72,11 @@ async def read_body(request: web.Request, max_bytes: int, policy: BodyPolicy) ->
         raise PayloadTooLarge(f"the request body is {request.content_length:,} bytes; the limit is {max_bytes:,}")
     encoding = content_encoding(request.headers.get("Content-Encoding"))
     try:
-        async with asyncio.timeout(policy.read_timeout):
+        if request.content.is_eof():  # all of it has arrived (most bodies): nothing to wait for, no timer to set
             raw = await request.read()
+        else:
+            async with asyncio.timeout(policy.read_timeout):
+                raw = await request.read()
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {policy.read_timeout:g} s") from None
     except web.HTTPRequestEntityTooLarge:

@@ -3,6 +3,7 @@ and the keys the app and the request carry it and the request's record under."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ class Gateway:
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
     counting: Counting = field(default_factory=Counting)  # backend tokenizers, stated windows, calibration
 
-    @property
+    @functools.cached_property
     def corrections(self) -> SharedCorrections:
         return SharedCorrections(self.store, self.settings.self_correction.ttl_seconds)
 

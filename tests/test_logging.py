@@ -1,0 +1,75 @@
+"""The request line's fast path writes what structlog's JSON chain writes for the same call."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+import proxy.logging
+from proxy.logging import configure_logging, get_logger, log_request_line
+
+FIELDS: dict[str, Any] = {
+    "request_id": "req-1",
+    "status": 200,
+    "model": "gpt-4.1",
+    "removed": [{"index": 3, "role": "tool", "tokens": 120}],
+    "client": "\ud800 lone",  # a surrogate from a client's header: replaced, the line kept
+}
+
+
+@pytest.fixture
+def stream(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
+    """A stream to configure logging with; the configuration before is restored after."""
+    monkeypatch.setattr(proxy.logging, "_request_lines", proxy.logging._request_lines)
+    config = structlog.get_config()
+    yield io.StringIO()
+    structlog.contextvars.clear_contextvars()
+    structlog.configure(**config)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def without_time(line: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in line.items() if k != "timestamp"]
+
+
+class TestRequestLine:
+    @pytest.mark.parametrize("warning", [False, True])
+    def test_it_has_the_fields_and_order_of_the_structlog_line_for_the_same_call(self, stream, warning):
+        configure_logging("json", "info", stream, region="eu")
+        structlog.contextvars.bind_contextvars(worker=2, pid=41)
+        log = get_logger()
+        (log.warning if warning else log.info)("request", **FIELDS)
+        log_request_line(log, warning, "request", FIELDS)
+        chain, fast = lines(stream)
+        assert without_time(fast) == without_time(chain)
+        assert list(fast) == list(chain)
+
+    def test_its_timestamp_is_iso_utc_with_a_z(self, stream):
+        configure_logging("json", "info", stream)
+        log_request_line(get_logger(), False, "request", FIELDS)
+        assert lines(stream)[0]["timestamp"].endswith("Z") and "T" in lines(stream)[0]["timestamp"]
+
+    def test_a_level_above_info_drops_the_info_line_and_keeps_the_warning(self, stream):
+        configure_logging("json", "warning", stream)
+        log_request_line(get_logger(), False, "request", FIELDS)
+        log_request_line(get_logger(), True, "request", FIELDS)
+        assert [line["level"] for line in lines(stream)] == ["warning"]
+
+    def test_the_console_format_goes_through_the_logger(self, stream):
+        configure_logging("console", "info", stream)
+        log_request_line(get_logger(), False, "request", {"status": 200})
+        assert "request" in stream.getvalue() and "status=200" in stream.getvalue()
+
+    def test_the_callers_fields_are_left_as_they_were(self, stream):
+        configure_logging("json", "info", stream)
+        fields = dict(FIELDS)
+        log_request_line(get_logger(), False, "request", fields)
+        assert fields == FIELDS
