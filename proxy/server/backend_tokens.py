@@ -252,6 +252,10 @@ class PrefetchedTokenizer:
     counts: dict[str, int]
     fallback: Tokenizer
     missing: set[str] = field(default_factory=set)
+    # After `bound_missing()`, a text the backend has not counted costs at most its UTF-8 bytes
+    # plus one (no byte-level BPE or byte-fallback SentencePiece token is shorter than a byte; the
+    # one is a dummy-prefix space): a plan made then cannot undercount, whatever the estimate.
+    bounded: bool = False
 
     @property
     def identity(self) -> str:
@@ -267,8 +271,13 @@ class PrefetchedTokenizer:
         n = self.counts.get(text)
         if n is None:
             self.missing.add(text)
-            return self.fallback.count(text)
+            estimate = self.fallback.count(text)
+            return max(estimate, len(text.encode("utf-8", "surrogatepass")) + 1) if self.bounded else estimate
         return n
+
+    def bound_missing(self) -> None:
+        """From now on, texts the backend has not counted are counted by their upper bound."""
+        self.bounded = True
 
     def count_many(self, texts: list[str]) -> list[int]:
         return [self.count(t) for t in texts]

@@ -84,6 +84,12 @@ class Choice:
         await self.counter.complete(tokenizer)
         return len(tokenizer.counts) > known
 
+    def bound_unfetched(self) -> None:
+        """Texts the backend has not counted are counted by an upper bound from now on (the last
+        plan a request gets must not undercount because an estimate ran low)."""
+        if isinstance(self.tokenizer, PrefetchedTokenizer):
+            self.tokenizer.bound_missing()
+
     def recount(self, body: Mapping[str, Any]) -> int | None:
         """`body` (a chat body) counted again with the backend's counts; None while some text of
         it is still counted only locally (then `complete()` fetches it)."""

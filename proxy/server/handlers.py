@@ -177,10 +177,11 @@ async def _backend_counted(
 ) -> Forward | Reject:
     """With the backend's tokenizer, what the trim produced (a shortened message, its marker, a
     note) is counted by the backend too. The body to send is then counted again: within the
-    budget, that exact count stands (the cut was made on estimates of the shortened text, which
-    err high); over it, the decision is re-made with the new counts. A few rounds at most; after
-    them a count that still holds local estimates says so."""
-    for _ in range(BACKEND_ROUNDS):
+    budget, that exact count stands (the cut was made on estimates of the shortened text);
+    over it, the decision is re-made with the new counts. The shortening tries new pieces of text
+    each time, so this need not converge: the last plan counts what the backend has not counted
+    by an upper bound (its bytes), and so never undercounts; its count then says it is not exact."""
+    for round_ in range(BACKEND_ROUNDS + 1):
         plan = decision.plan
         if plan is None or not await choice.complete():
             break
@@ -192,6 +193,10 @@ async def _backend_counted(
                 _note(record, "estimate")
             exact = dataclasses.replace(plan.result, tokens_after=recounted)
             return attempts.revised(dataclasses.replace(plan, result=exact))
+        if round_ == BACKEND_ROUNDS:
+            break
+        if round_ == BACKEND_ROUNDS - 1:
+            choice.bound_unfetched()
         decision = attempts.revised(replan(plan.result.budget.context_window))
     return decision
 
