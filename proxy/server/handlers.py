@@ -180,7 +180,11 @@ async def _backend_counted(
     budget, that exact count stands (the cut was made on estimates of the shortened text);
     over it, the decision is re-made with the new counts. The shortening tries new pieces of text
     each time, so this need not converge: the last plan counts what the backend has not counted
-    by an upper bound (its bytes), and so never undercounts; its count then says it is not exact."""
+    by an upper bound (its bytes). If the backend's count of that plan is still over the budget
+    (a cut made by estimated token positions), the cut request goes out with that count and the
+    note `backend_count_over_budget`; the window's margin and, past it, self-correction take it
+    from there.
+    A count reported is never under the backend's."""
     for round_ in range(BACKEND_ROUNDS + 1):
         plan = decision.plan
         if plan is None or not await choice.complete():
@@ -194,6 +198,10 @@ async def _backend_counted(
             exact = dataclasses.replace(plan.result, tokens_after=recounted)
             return attempts.revised(dataclasses.replace(plan, result=exact))
         if round_ == BACKEND_ROUNDS:
+            if recounted is not None:  # the backend's own count, over the budget: said, not hidden
+                _note(record, "backend_count_over_budget")
+                over = dataclasses.replace(plan.result, tokens_after=recounted)
+                return attempts.revised(dataclasses.replace(plan, result=over))
             break
         if round_ == BACKEND_ROUNDS - 1:
             choice.bound_unfetched()

@@ -163,3 +163,38 @@ class TestHonestReports:
         assert status == 400
         assert "input tokens" in message and f"context window {WINDOW:,}" in message
         assert "input budget is" in message and "Shorten the system prompt" in message
+
+
+class CharacterTokenizerLike(LlamaCppPythonLike):
+    """Two tokens a character, role names too: far more than any local estimate of CJK text (as a
+    small model's vocabulary can be), so every text a trim makes is undercounted, and every cut
+    placed by estimated positions, until the backend counts it."""
+
+    @staticmethod
+    def count(body: dict[str, Any]) -> int:
+        return sum(1 + 2 * len(m["role"]) + 2 * len(m.get("content") or "") for m in body["messages"]) + 2
+
+    async def tokenize_count(self, request: web.Request) -> web.Response:
+        return web.json_response({"count": 2 * len((await request.json())["input"])})
+
+
+def cjk_chat(turns: int) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": "简短回答"}]
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"问题{i}:" + "河流和湖泊的水从哪里来" * (8 + i)})
+        messages.append({"role": "assistant", "content": f"回答{i}:" + "水从山上流到大海里去" * (9 + i)})
+    return [*messages, {"role": "user", "content": "谢谢"}]
+
+
+class TestTextsTheBackendHasNotCountedYet:
+    async def test_the_count_reported_is_never_under_the_servers_whatever_the_estimate(
+        self, start_proxy, aiohttp_server, logs
+    ):
+        _, url = await serve(aiohttp_server, CharacterTokenizerLike())
+        proxy = await start_proxy(settings(url, WINDOW, tokenize="backend"))
+        for turns in range(3, 9):
+            status, raw, headers = await post(proxy, {"model": MODEL, "messages": cjk_chat(turns), "max_tokens": 16})
+            assert status == 200, raw
+            theirs = json.loads(raw)["usage"]["prompt_tokens"]
+            assert theirs <= int(headers["x-context-guard-tokens-after"]) <= theirs * 1.02, turns
+        assert {e["count_source"] for e in logs.events("request")} == {"backend"}
