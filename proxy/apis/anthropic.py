@@ -52,6 +52,7 @@ from proxy.apis.base import (
 from proxy.apis.responses import opaque_part
 from proxy.core.images import AreaCost
 from proxy.core.models import ModelProfile
+from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 ROLES = frozenset({"user", "assistant"})
 ANTHROPIC_IMAGES = AreaCost(pixels_per_token=750, max_long_side=1568, max_tokens=1600)
@@ -108,7 +109,7 @@ class MessagesAdapter(Adapter):
     writes_inserted: ClassVar[bool] = True
     requires_max_tokens: ClassVar[bool] = True
 
-    def parse(self, body: object) -> Parsed:
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
         model = optional_model(body, required=False)
         view = ViewBuilder()

@@ -32,6 +32,7 @@ from proxy.core.models import ModelProfile
 from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.trim import Removal, Strategy
+from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 
 class InvalidRequest(InvalidBody):
@@ -100,6 +101,9 @@ class Parsed:
     reserve_field: str | None = None  # the original field holding the output reserve
     reserve_view_field: str | None = None  # the view's field for it (max_completion_tokens, max_tokens)
     private: Mapping[str, Any] = field(default_factory=dict)  # what an adapter keeps for render
+    # A count cache key per view message (a hash of its bytes as received), when the view's messages
+    # are the body's own (chat) and the reader located them; empty otherwise.
+    message_hashes: tuple[int, ...] = ()
 
     @property
     def messages(self) -> list[Any]:
@@ -168,8 +172,12 @@ class Adapter:
     name: ClassVar[str] = ""
     # Whether `_render` writes the messages a trim adds (the budget note, a summary) in this shape.
     writes_inserted: ClassVar[bool] = False
+    # The top-level array a client re-sends with every request (`proxy.prefix_reader`), if any.
+    resent_array: ClassVar[str | None] = None
 
-    def parse(self, body: object) -> Parsed:
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
+        """The request as this API reads it. `known` says which leading elements of the re-sent
+        array this adapter accepted before, in an earlier body (their checks need not run again)."""
         raise NotImplementedError
 
     def render(
@@ -263,6 +271,7 @@ def fit(
         pipeline=adapter.pipeline(parsed),
         context_window=context_window,
         clock=clock,
+        message_hashes=parsed.message_hashes,
     )
     if plan.result.outcome != "trimmed":
         return Fitted(parsed, plan, parsed.body)

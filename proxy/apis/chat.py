@@ -15,6 +15,7 @@ from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, opt
 from proxy.chat_body import check_chat_body
 from proxy.core.plan import InvalidBody
 from proxy.core.trim import Removal
+from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 # Every chat request of n messages has the same n sources: built once for the first few thousand
 # indices (a few hundred KB at most) and sliced per request. Grown by rebinding, never in place,
@@ -36,14 +37,16 @@ def message_sources(count: int) -> tuple[Source, ...]:
 class ChatAdapter(Adapter):
     name: ClassVar[str] = "chat"
     writes_inserted: ClassVar[bool] = True
+    resent_array: ClassVar[str | None] = "messages"
 
-    def parse(self, body: object) -> Parsed:
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         try:
-            checked = check_chat_body(body, require_model=False)
+            checked = check_chat_body(body, require_model=False, checked_messages=known.checked)
         except InvalidBody as exc:
             raise InvalidRequest(str(exc), param=exc.param) from None
         model = optional_model(checked, required=False)
         messages = checked["messages"]
+        hashes = known.hashes if len(known.hashes) == len(messages) else ()
         reserve = "max_completion_tokens" if "max_completion_tokens" in checked else "max_tokens"
         return Parsed(
             api=self.name,
@@ -54,6 +57,7 @@ class ChatAdapter(Adapter):
             stream=stream_flag(checked),
             reserve_field=reserve,
             reserve_view_field=reserve,
+            message_hashes=hashes,
         )
 
     def render(

@@ -32,6 +32,7 @@ from proxy.apis.base import (
 from proxy.core.models import ModelProfile
 from proxy.core.strategies import build_pipeline
 from proxy.core.trim import Strategy
+from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 API_DEFAULT_MAX_TOKENS = 16
 
@@ -59,7 +60,7 @@ class CompletionsAdapter(Adapter):
             ("shrink_latest_user",), {"shrink_latest_user": {"min_tokens": self.options.min_prompt_tokens}}
         )
 
-    def parse(self, body: object) -> Parsed:
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
         model = optional_model(body, required=False)
         prompt = body.get("prompt", "")

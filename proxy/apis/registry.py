@@ -31,6 +31,8 @@ from proxy.apis.base import Adapter, InvalidRequest, Parsed
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
 from proxy.apis.responses import ResponsesAdapter
+from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix, PrefixReader, Reading
+from proxy.strict_json import DEFAULT_LIMITS, JsonLimits
 
 API_NAMES = ("chat", "responses", "completions", "messages")
 
@@ -64,19 +66,26 @@ class Endpoint:
     def api(self) -> str:
         return self.adapter.name
 
-    def parse(self, body: object) -> Parsed:
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         """The adapter's parse, with the path's model filled in; a request with no model at all
         is refused, as every one of these APIs refuses it."""
-        parsed = self.adapter.parse(body).with_model(self.path_model)
+        parsed = self.adapter.parse(body, known).with_model(self.path_model)
         if parsed.model is None:
             raise InvalidRequest("'model' is required", param="model")
         return parsed
 
 
 class AdapterRegistry:
-    """Endpoints by canonical path, built once (with the completions settings)."""
+    """Endpoints by canonical path, built once (with the completions settings), and the readers
+    of the bodies they receive (strict JSON, re-sent conversations parsed only where they are
+    new: `proxy.prefix_reader`, with `prefix_memory_bytes` of earlier bodies, 0 for none)."""
 
-    def __init__(self, completions: CompletionsOptions | None = None) -> None:
+    def __init__(
+        self,
+        completions: CompletionsOptions | None = None,
+        limits: JsonLimits = DEFAULT_LIMITS,
+        prefix_memory_bytes: int = 0,
+    ) -> None:
         self.chat = ChatAdapter()
         self.responses = ResponsesAdapter()
         self.completions = CompletionsAdapter(completions)
@@ -101,6 +110,22 @@ class AdapterRegistry:
             "/v1/messages/count_tokens": counting,
             "/messages/count_tokens": counting,
         }
+        self._readers = {
+            adapter.name: PrefixReader(adapter.resent_array, limits, max_bytes=prefix_memory_bytes)
+            for adapter in (self.chat, self.responses, self.completions, self.messages, self.count_tokens)
+            if adapter.resent_array is not None
+        }
+        self._plain = PrefixReader("", limits, max_bytes=0)
+
+    def read(self, adapter: Adapter, raw: bytes) -> Reading:
+        """The body strictly read for `adapter` (`read_json`'s value and errors)."""
+        return self._readers.get(adapter.name, self._plain).read(raw)
+
+    def accepted(self, adapter: Adapter, reading: Reading) -> None:
+        """`adapter` accepted the body read: a later body may build on it."""
+        reader = self._readers.get(adapter.name)
+        if reader is not None:
+            reader.keep(reading)
 
     def endpoint_for(self, path: str) -> Endpoint | None:
         """The endpoint for a canonical path, or None for a path no adapter counts."""

@@ -55,6 +55,7 @@ from proxy.apis.base import (
     text_part,
 )
 from proxy.core.models import ModelProfile
+from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -127,7 +128,7 @@ class ResponsesAdapter(Adapter):
     name: ClassVar[str] = "responses"
     writes_inserted: ClassVar[bool] = True
 
-    def parse(self, body: object) -> Parsed:
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
         build = _Builder()
         instructions = body.get("instructions")

@@ -46,8 +46,9 @@ class Plan:
     view: TrimResult | None = None  # the cut in the chat view, when `result.body` is in another API's shape
 
 
-def validate_body(body: object) -> Mapping[str, Any]:
-    """The body as a mapping, or InvalidBody saying what is wrong with it."""
+def validate_body(body: object, checked_messages: int = 0) -> Mapping[str, Any]:
+    """The body as a mapping, or InvalidBody saying what is wrong with it; the first
+    `checked_messages` messages are known to have passed before."""
     if not isinstance(body, Mapping):
         raise InvalidBody(f"the request body must be a JSON object, not {type(body).__name__}")
     messages = body.get("messages")
@@ -55,7 +56,8 @@ def validate_body(body: object) -> Mapping[str, Any]:
         raise InvalidBody("'messages' is required and must be an array", param="messages")
     if not messages:
         raise InvalidBody("'messages' must not be empty", param="messages")
-    for i, message in enumerate(messages):
+    for i in range(min(checked_messages, len(messages)), len(messages)):
+        message = messages[i]
         # `dict` first: a parsed body holds dicts, and the check against the ABC alone is 10x slower.
         if not isinstance(message, (dict, Mapping)) or not isinstance(message.get("role"), str):
             raise InvalidBody(f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
@@ -74,14 +76,16 @@ def plan_request(
     pipeline: Sequence[Strategy] | None = None,
     context_window: int | None = None,
     clock: Callable[[], float] | None = None,
+    message_hashes: Sequence[int] = (),
 ) -> Plan:
     """Count `body` for `profile` and fit it to its budget. `context_window` overrides the
     profile's (the self-correction of a model whose provider counts more than we do); `clock`
-    (e.g. `time.perf_counter`) times the two phases."""
+    (e.g. `time.perf_counter`) times the two phases; `message_hashes`, one per message, key the
+    count cache instead of hashes of the messages written back (`RequestCounter.request`)."""
     tick = clock or (lambda: 0.0)
     counter = RequestCounter(profile, tokenizer, cache)
     started = tick()
-    count = counter.request(body)
+    count = counter.request(body, message_hashes)
     counted = tick()
     result = trim(
         body,

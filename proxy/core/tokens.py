@@ -155,14 +155,18 @@ class RequestCounter:
             self.cache.put(key, count)
         return count
 
-    def _message_keys(self, messages: list[Any]) -> list[Hashable | None]:
+    def _message_keys(self, messages: list[Any], hashes: Sequence[int] = ()) -> list[Hashable | None]:
         """A cache key per message: the hash of its compact JSON (which tells `1`, `1.0` and
         `true` apart), scoped to this tokenizer, chat format and image pricing, and for a tool
         result to the call it answers. None without a cache, or for a message orjson cannot
-        render (integers beyond 64 bits)."""
+        render (integers beyond 64 bits). `hashes`, when there is one per message, are hashes of
+        the messages' bytes as received: equal bytes read as equal messages, so they key the
+        same counts (and where a client wrote a message as orjson does, it is the same key)."""
         if self.cache is None:
             return [None] * len(messages)
         scope, dumps, results = self._scope, orjson.dumps, self._results
+        if len(hashes) == len(messages):
+            return [(scope, h, results.get(i)) for i, h in enumerate(hashes)]
         try:  # one loop with no call of ours per message: this runs for every message of every request
             return [(scope, hash(dumps(m)), results.get(i)) for i, m in enumerate(messages)]
         except TypeError:
@@ -197,11 +201,12 @@ class RequestCounter:
         )
         self._prefetched = {id(t): (t, n) for t, n in zip(texts, counts, strict=True)}
 
-    def request(self, body: Mapping[str, Any]) -> RequestCount:
+    def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = ()) -> RequestCount:
+        """The body's count; `message_hashes` as for `_message_keys`."""
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         self._results = result_contexts(messages)
-        counts = self._count_messages(messages)
+        counts = self._count_messages(messages, message_hashes)
         tool_count = self._tool_definitions(body)
         format_count = response_format_tokens(body, self.tokenizer, self.fmt)
         tools, response_format = tool_count.tokens, format_count.tokens
@@ -241,10 +246,10 @@ class RequestCounter:
             notes=tuple(notes),
         )
 
-    def _count_messages(self, messages: list[Any]) -> tuple[MessageCount, ...]:
+    def _count_messages(self, messages: list[Any], hashes: Sequence[int] = ()) -> tuple[MessageCount, ...]:
         """Every message's count: whole messages from the cache where it has them, the rest
         counted with their large texts encoded together first."""
-        keys = self._message_keys(messages)
+        keys = self._message_keys(messages, hashes)
         counts: list[MessageCount | None] = [None] * len(messages)
         if self.cache is not None:
             for i, hit in enumerate(self.cache.get_many(keys)):

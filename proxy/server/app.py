@@ -78,7 +78,11 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
         auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
         metrics=metrics,
         log=log,
-        apis=AdapterRegistry(settings.apis.completions.options),
+        apis=AdapterRegistry(
+            settings.apis.completions.options,
+            JsonLimits(max_depth=settings.server.max_json_depth),
+            settings.server.prefix_memory_bytes,
+        ),
         store=store,
         counting=Counting(
             options={name: upstream.backend_options for name, upstream in settings.upstreams.items()},

@@ -36,7 +36,6 @@ from proxy.errors import (
     UpstreamUnavailable,
 )
 from proxy.server import answers
-from proxy.server import body as request_body
 from proxy.server.answers import UsageReader, first_event
 from proxy.server.backends import budget_policy
 from proxy.server.counting import Choice, off_loop
@@ -52,7 +51,7 @@ from proxy.server.upstream import (
     request_headers,
 )
 from proxy.settings import MODES, Mode, UpstreamSettings
-from proxy.strict_json import UnreadableJson, read_json
+from proxy.strict_json import UnreadableJson
 
 
 async def guarded(request: web.Request) -> web.StreamResponse:
@@ -62,7 +61,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
     raw = await read_body(request, gw)
     large = len(raw) > gw.settings.server.offload_bytes
-    parsed = await off_loop(_parse, endpoint, raw, request) if large else _parse(endpoint, raw, request)
+    parsed = await off_loop(_parse, gw, endpoint, raw) if large else _parse(gw, endpoint, raw)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
@@ -277,15 +276,19 @@ def json_message(body: bytes) -> str:
     return message if isinstance(message, str) else "an answer the guard cannot read"
 
 
-def _parse(endpoint: Endpoint, raw: bytes, request: web.Request) -> Parsed:
+def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes) -> Parsed:
     """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter
-    (the chat adapter type-checks every field the core reads)."""
+    (the chat adapter type-checks every field the core reads); a conversation re-sent with a new
+    turn is read and checked only where it is new."""
     try:
-        return endpoint.parse(read_json(raw, request.app[request_body.JSON_LIMITS]))
+        reading = gw.apis.read(endpoint.adapter, raw)
+        parsed = endpoint.parse(reading.value, reading.known)
     except UnreadableJson as exc:
         raise BadRequest(str(exc), param=exc.key) from None
     except InvalidRequest as exc:
         raise BadRequest(str(exc), param=exc.param) from None
+    gw.apis.accepted(endpoint.adapter, reading)
+    return parsed
 
 
 def _plan(

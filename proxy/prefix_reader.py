@@ -1,0 +1,297 @@
+"""Reading a body that re-sends an earlier body's array: only the new bytes are parsed.
+
+A chat client sends the whole conversation with every request: the next body is the last one
+with a turn or two appended. Its bytes up to the end of the last message they share are the
+same bytes, so they parse to the same values, pass the same checks and count the same. This
+reader keeps recent bodies it was told an adapter accepted (`keep`), and reads a new body that
+starts with one of them by parsing strictly only what follows the shared messages.
+
+Why it gives exactly what `read_json` gives:
+- A JSON parser's state after a run of bytes depends only on those bytes. When a new body's
+  bytes equal an earlier body's up to the end of its array element k (an offset recorded when
+  that body was read), the new body holds the same top-level keys before the array and the
+  same elements 0..k, already read strictly (no key twice, depth, surrogates, UTF-8).
+- The rest of the body (`,{...}, ...], "tools": [...], ...}`) is read by the same strict
+  reader, wrapped as `{"<marker>":[0` + rest so that it is one JSON object whose new elements
+  sit at their real depth and whose remaining top-level keys are checked for duplicates among
+  themselves; keys that repeat one before the array (or the array's own key) are refused here
+  and left to the full reader, which gives every error and its words.
+- Anything unexpected (no earlier body, a different array, a rest that does not read, elements
+  that are not objects) takes the full reader: this path only ever saves work.
+
+The values of the shared elements are the very objects read before, so code after this must
+not change a parsed body in place (the core builds new bodies; a test holds it to that). Each
+element also gets a hash of its own bytes, which the count cache uses as the message's key
+(equal bytes read to equal messages), so a re-sent message is neither re-serialised nor hashed.
+
+Memory: the bodies kept are bounded in number and in bytes (their parsed values are about
+three times their size); the least recently used goes first.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
+
+_HEAD = 128  # bytes of a body that name its family of earlier bodies
+_MARKER = "\x00earlier"
+_WRAP = b'{"\\u0000earlier":[0'
+_PROBE = 32  # bytes compared first, at the end of an earlier body's last element
+_CANDIDATES = 4  # earlier bodies of the family compared in full when no last element matches
+# Brackets outside strings, each with where it is; strings and everything else are skipped in C.
+_BRACKET = re.compile(rb'(?:[^"{}\[\]]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([{}\[\]])', re.S)
+_KEY = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[{}\[\]]', re.S)
+_COLON_BRACKET = re.compile(rb"\s*:\s*\[")
+_SEPARATOR = re.compile(rb"\s*,?\s*")  # before an element: a comma, except before the first
+_CLOSE = re.compile(rb"\s*\]")
+
+
+@dataclass(frozen=True)
+class KnownPrefix:
+    """What a reading knew of the body's array before parsing it: its first `checked` elements
+    came from an earlier body that the same adapter accepted, and `hashes[i]` identifies element
+    i by its bytes (every element, when the array was located; otherwise empty)."""
+
+    checked: int = 0
+    hashes: tuple[int, ...] = ()
+
+
+NOTHING_KNOWN = KnownPrefix()
+
+
+@dataclass(frozen=True)
+class _Body:
+    raw: bytes
+    head: dict[str, Any]  # the top-level keys before the array, in order
+    elements: list[Any]
+    ends: tuple[int, ...]  # offset just after each element
+    hashes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A body read: its value (equal to `read_json`'s), what was known of its array, and what
+    `PrefixReader.keep` needs to let a later body build on it."""
+
+    value: Any
+    known: KnownPrefix = NOTHING_KNOWN
+    body: _Body | None = None
+    extends: _Body | None = None
+
+
+class PrefixReader:
+    """Strict reads of bodies holding the array `key`, reusing the earlier bodies they extend."""
+
+    def __init__(
+        self,
+        key: str,
+        limits: JsonLimits = DEFAULT_LIMITS,
+        *,
+        max_bytes: int = 8 * 1024 * 1024,
+        max_bodies: int = 256,
+        min_body: int = 4096,
+    ) -> None:
+        self.key = key
+        self.limits = limits
+        self.max_bytes, self.max_bodies, self.min_body = max_bytes, max_bodies, min_body
+        self._key_token = b'"' + key.encode() + b'"'
+        self._bodies: OrderedDict[int, _Body] = OrderedDict()  # by id, least recently used first
+        self._by_head: dict[bytes, list[_Body]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()  # large bodies are read on worker threads
+
+    def read(self, raw: bytes) -> Reading:
+        """`read_json(raw, limits)`, raising its `UnreadableJson`, with the shared prefix reused."""
+        if len(raw) < self.min_body or self.max_bytes <= 0 or len(raw) > self.max_bytes // 4:
+            return Reading(read_json(raw, self.limits))
+        for earlier in self._candidates(raw):
+            reading = self._extend(raw, earlier)
+            if reading is not None:
+                return reading
+        value = read_json(raw, self.limits)
+        body = self._located(raw, value)
+        return Reading(value, KnownPrefix(0, body.hashes) if body is not None else NOTHING_KNOWN, body)
+
+    def keep(self, reading: Reading) -> None:
+        """The body was accepted: later bodies may extend it (it supersedes the one it extended
+        whole)."""
+        body = reading.body
+        if body is None:
+            return
+        with self._lock:
+            earlier = reading.extends
+            if earlier is not None and len(earlier.ends) <= len(body.ends) and id(earlier) in self._bodies:
+                self._drop(earlier)
+            self._bodies[id(body)] = body
+            self._by_head.setdefault(body.raw[:_HEAD], []).insert(0, body)
+            self._bytes += len(body.raw)
+            while self._bodies and (self._bytes > self.max_bytes or len(self._bodies) > self.max_bodies):
+                self._drop(next(iter(self._bodies.values())))
+
+    # -- reading a body that extends an earlier one ------------------------------------------
+
+    def _candidates(self, raw: bytes) -> list[_Body]:
+        """The earlier body `raw` most likely extends: of those starting with the same bytes
+        (the same system prompt, say), the most recent whose last element's closing bytes are
+        where `raw` has them; else the most recent few, for a partial reuse."""
+        with self._lock:
+            family = self._by_head.get(raw[:_HEAD])
+            if not family:
+                return []
+            size = len(raw)
+            for body in family:
+                end = body.ends[-1]
+                if size > end and raw[end - _PROBE : end] == body.raw[end - _PROBE : end]:
+                    self._bodies.move_to_end(id(body))
+                    return [body]
+            return list(family[:_CANDIDATES])
+
+    def _extend(self, raw: bytes, earlier: _Body) -> Reading | None:
+        shared = _shared_elements(raw, earlier)
+        if shared == 0:
+            return None
+        start = earlier.ends[shared - 1]
+        try:
+            rest = read_json(_WRAP + raw[start:], self.limits)
+        except ValueError:
+            return None  # the full reader says what is wrong
+        if type(rest) is not dict:
+            return None
+        added = rest.pop(_MARKER, None)
+        if type(added) is not list or not added or added[0] != 0:
+            return None
+        if self.key in rest or any(name in rest for name in earlier.head):  # a key twice: the full reader refuses it
+            return None
+        added = added[1:]
+        if any(type(e) is not dict for e in added):
+            return None
+        spans = _spans(raw, start, added)
+        if spans is None:
+            return None
+        elements = [*earlier.elements[:shared], *added]
+        value = {**earlier.head, self.key: elements, **rest}
+        ends, hashes = earlier.ends[:shared] + spans[0], earlier.hashes[:shared] + spans[1]
+        body = _Body(raw, earlier.head, elements, ends, hashes)
+        return Reading(value, KnownPrefix(shared, hashes), body, earlier)
+
+    # -- locating the array of a body read in full -------------------------------------------
+
+    def _located(self, raw: bytes, value: Any) -> _Body | None:
+        """The array's element offsets in `raw`, when its elements are objects."""
+        if type(value) is not dict:
+            return None
+        elements = value.get(self.key)
+        if type(elements) is not list or not elements or any(type(e) is not dict for e in elements):
+            return None
+        opened = self._array_start(raw)
+        if opened is None:
+            return None
+        spans = _spans(raw, opened, elements)
+        if spans is None:
+            return None
+        head: dict[str, Any] = {}
+        for name, item in value.items():
+            if name == self.key:
+                break
+            head[name] = item
+        return _Body(raw, head, elements, *spans)
+
+    def _array_start(self, raw: bytes) -> int | None:
+        """Where the array under the top-level key starts (just after its `[`), when the key is
+        written plainly (no escapes); None otherwise."""
+        depth = 0
+        for match in _KEY.finditer(raw):
+            token = match.group()
+            if token[0] == 0x22:
+                if depth == 1 and token == self._key_token:
+                    colon = _COLON_BRACKET.match(raw, match.end())
+                    if colon is not None:
+                        return colon.end()
+                continue
+            depth += 1 if token in (b"{", b"[") else -1
+        return None
+
+    def _drop(self, body: _Body) -> None:
+        del self._bodies[id(body)]
+        self._bytes -= len(body.raw)
+        family = self._by_head.get(body.raw[:_HEAD], [])
+        if body in family:
+            family.remove(body)
+        if not family:
+            self._by_head.pop(body.raw[:_HEAD], None)
+
+
+def _shared_elements(raw: bytes, earlier: _Body) -> int:
+    """How many of `earlier`'s elements `raw` holds in the same bytes from its first byte on."""
+    ends, old = earlier.ends, memoryview(earlier.raw)  # compared in place, never copied
+    size = len(raw)
+    if not ends or size <= ends[0] or not raw.startswith(old[: ends[0]]):
+        return 0
+    last = len(ends) - 1
+    if size > ends[last] and raw.startswith(old[: ends[last]]):
+        return len(ends)
+    low, high = 0, last  # ends[low] is shared, ends[high] is not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if size > ends[middle] and raw.startswith(old[: ends[middle]]):
+            low = middle
+        else:
+            high = middle
+    return low + 1
+
+
+def _spans(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The end offsets and hashes of `elements`, the parsed values of the array elements written
+    in `raw` from `position` (just after the `[`, or after an earlier element) to the array's `]`;
+    None when they are not all objects. A client that writes JSON compactly (the SDKs, orjson,
+    JSON.stringify) wrote each element as orjson writes it back: then the element's bytes are
+    found by comparison (a complete JSON value ends where its text ends); otherwise by a scan of
+    the brackets outside strings."""
+    ends: list[int] = []
+    hashes: list[int] = []
+    try:
+        for element in elements:
+            separator = _SEPARATOR.match(raw, position)
+            if separator is None:
+                return _scanned(raw, position, elements)
+            text = orjson.dumps(element)
+            if not raw.startswith(text, separator.end()):
+                return _scanned(raw, position, elements)
+            position = separator.end() + len(text)
+            ends.append(position)
+            hashes.append(hash(text))
+    except TypeError:  # an integer beyond 64 bits: orjson cannot write it
+        return _scanned(raw, position, elements)
+    if _CLOSE.match(raw, position) is None:
+        return None
+    return tuple(ends), tuple(hashes)
+
+
+def _scanned(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """`_spans` by a scan of the brackets outside strings, from `position` on."""
+    spans: list[tuple[int, int]] = []
+    depth, start = 0, position
+    for match in _BRACKET.finditer(raw, position):
+        bracket = raw[match.start(1)]
+        if bracket == 0x7B or bracket == 0x5B:  # { [
+            if depth == 0:
+                if bracket == 0x5B:
+                    return None
+                start = match.start(1)
+            depth += 1
+            continue
+        depth -= 1
+        if depth == 0:
+            spans.append((start, match.end(1)))
+        elif depth < 0:
+            break
+    if len(spans) != len(elements):  # a scalar element leaves no bracket
+        return None
+    return tuple(e for _, e in spans), tuple(hash(raw[s:e]) for s, e in spans)
