@@ -111,8 +111,15 @@ class PrefixReader:
         """`read_json(raw, limits)`, raising its `UnreadableJson`, with the shared prefix reused."""
         if len(raw) < self.min_body or self.max_bytes <= 0 or len(raw) > self.max_bytes // 4:
             return Reading(read_json(raw, self.limits))
+        best, most = None, 0
         for earlier in self._candidates(raw):
-            reading = self._extend(raw, earlier)
+            shared = _shared_elements(raw, earlier)
+            if shared > most:
+                best, most = earlier, shared
+                if shared == len(earlier.ends):
+                    break
+        if best is not None:
+            reading = self._extend(raw, best, most)
             if reading is not None:
                 return reading
         value = read_json(raw, self.limits)
@@ -127,7 +134,7 @@ class PrefixReader:
             return
         with self._lock:
             earlier = reading.extends
-            if earlier is not None and len(earlier.ends) <= len(body.ends) and id(earlier) in self._bodies:
+            if earlier is not None and reading.known.checked == len(earlier.ends) and id(earlier) in self._bodies:
                 self._drop(earlier)
             self._bodies[id(body)] = body
             self._by_head.setdefault(body.raw[:_HEAD], []).insert(0, body)
@@ -138,25 +145,30 @@ class PrefixReader:
     # -- reading a body that extends an earlier one ------------------------------------------
 
     def _candidates(self, raw: bytes) -> list[_Body]:
-        """The earlier body `raw` most likely extends: of those starting with the same bytes
-        (the same system prompt, say), the most recent whose last element's closing bytes are
-        where `raw` has them; else the most recent few, for a partial reuse."""
+        """The earlier bodies `raw` may extend, likeliest first. Of those that start with the same
+        bytes (the same system prompt, say) and hold the same second element (a conversation's
+        first question tells it apart), those whose last element closes where `raw` has the same
+        bytes; then the others of those; then the most recent few, for a partial reuse."""
         with self._lock:
             family = self._by_head.get(raw[:_HEAD])
             if not family:
                 return []
-            size = len(raw)
+            size, whole, started = len(raw), [], []
             for body in family:
-                end = body.ends[-1]
-                if size > end and raw[end - _PROBE : end] == body.raw[end - _PROBE : end]:
-                    self._bodies.move_to_end(id(body))
-                    return [body]
-            return list(family[:_CANDIDATES])
+                first, second, last = body.ends[0], body.ends[min(1, len(body.ends) - 1)], body.ends[-1]
+                if size <= second or raw[first:second] != body.raw[first:second]:
+                    continue
+                if size > last and raw[last - _PROBE : last] == body.raw[last - _PROBE : last]:
+                    whole.append(body)
+                else:
+                    started.append(body)
+            chosen = [*whole[:_CANDIDATES], *started[:_CANDIDATES], *family[:_CANDIDATES]]
+            self._bodies.move_to_end(id(chosen[0]))
+            return chosen
 
-    def _extend(self, raw: bytes, earlier: _Body) -> Reading | None:
-        shared = _shared_elements(raw, earlier)
-        if shared == 0:
-            return None
+    def _extend(self, raw: bytes, earlier: _Body, shared: int) -> Reading | None:
+        """`raw` read as `earlier`'s first `shared` elements and the rest parsed; None when the
+        rest does not read (the full reader says why)."""
         start = earlier.ends[shared - 1]
         try:
             rest = read_json(_WRAP + raw[start:], self.limits)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import aiohttp
+import orjson
 
 from proxy.apis import chat
 from proxy.apis.base import Origin
 from proxy.server.gateway import GATEWAY
 from tests.server.conftest import gateway_settings, long_conversation
+
+JSON = {"Content-Type": "application/json"}
 
 
 class TestWarmCounts:
@@ -36,3 +39,39 @@ class TestMessageSources:
         assert len(sources) == chat._SOURCES_KEPT + 2
         assert sources[-1].origins == (Origin("messages", chat._SOURCES_KEPT + 1),)
         assert chat.message_sources(0) == ()
+
+
+class TestResentBodies:
+    """A conversation re-sent with new turns is parsed and checked only where it is new, and
+    refused exactly where a body read whole would be."""
+
+    async def resend(self, start_proxy, upstream, tail: bytes) -> tuple[int, dict]:
+        proxy = await start_proxy(gateway_settings(upstream.url))
+        url = str(proxy.make_url("/v1/chat/completions"))
+        first = orjson.dumps({"model": "gpt-4o", "messages": long_conversation(turns=10)})
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, data=first, headers=JSON) as response:
+                assert response.status == 200
+            async with session.post(url, data=first[: first.rindex(b"]")] + tail, headers=JSON) as response:
+                return response.status, await response.json()
+
+    async def test_a_new_message_of_the_wrong_shape_is_refused_naming_it(self, start_proxy, upstream):
+        status, answer = await self.resend(start_proxy, upstream, b',{"role":"user","content":5}]}')
+        assert status == 400
+        assert answer["error"]["param"] == f"messages[{len(long_conversation(turns=10))}].content"
+
+    async def test_a_new_message_with_a_key_twice_is_refused_naming_the_key(self, start_proxy, upstream):
+        status, answer = await self.resend(start_proxy, upstream, b',{"role":"user","content":"a","content":"b"}]}')
+        assert status == 400
+        assert answer["error"]["param"] == "content" and "twice" in answer["error"]["message"]
+
+    async def test_a_top_level_key_written_again_after_the_messages_is_refused(self, start_proxy, upstream):
+        status, answer = await self.resend(start_proxy, upstream, b'],"model":"gpt-4o-mini"}')
+        assert status == 400
+        assert answer["error"]["param"] == "model"
+
+    async def test_a_valid_follow_up_is_forwarded_as_it_came(self, start_proxy, upstream):
+        tail = b',{"role":"assistant","content":"Noted."},{"role":"user","content":"And?"}],"stream":false}'
+        status, _ = await self.resend(start_proxy, upstream, tail)
+        assert status == 200
+        assert upstream.received[-1].json()["messages"][-1] == {"role": "user", "content": "And?"}

@@ -1,0 +1,240 @@
+"""The prefix reader: a body that re-sends an earlier, accepted body's messages is read as the
+full strict reader reads it, parsing only the new bytes, and refused exactly as it would be."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.apis.base import fit
+from proxy.apis.chat import ChatAdapter
+from proxy.core.plan import TrimPolicy
+from proxy.core.strategies import STRATEGIES, build_pipeline
+from proxy.core.tokenizer import CountCache
+from proxy.prefix_reader import PrefixReader
+from proxy.strict_json import JsonLimits, UnreadableJson, read_json
+
+
+def conversation(turns: int, words: int = 40, tag: str = "") -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse. " * 10}]
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"{tag}question {i}: " + "why is the sky blue " * words})
+        messages.append({"role": "assistant", "content": f"{tag}answer {i}: " + "light scatters " * words})
+    return messages
+
+
+def body(messages: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": messages, **fields}
+
+
+COMPACT = orjson.dumps
+
+
+def spaced(value: Any) -> bytes:
+    return json.dumps(value).encode()  # ", " and ": ", non-ASCII escaped: what aiohttp's json= writes
+
+
+def indented(value: Any) -> bytes:
+    return json.dumps(value, indent=2, ensure_ascii=False).encode()
+
+
+def reader(**options: Any) -> PrefixReader:
+    return PrefixReader("messages", **{"min_body": 256, **options})
+
+
+def accepted(prefix: PrefixReader, raw: bytes) -> Any:
+    reading = prefix.read(raw)
+    prefix.keep(reading)
+    return reading
+
+
+class TestReadingAConversationReSent:
+    @pytest.mark.parametrize("write", [COMPACT, spaced, indented], ids=["compact", "spaced", "indented"])
+    def test_a_body_that_appends_turns_reads_as_the_full_reader_reads_it(self, write):
+        prefix = reader()
+        first = conversation(6)
+        accepted(prefix, write(body(first, stream=True)))
+        raw = write(body([*first, {"role": "user", "content": "and at night?"}], stream=True))
+        reading = prefix.read(raw)
+        assert reading.value == read_json(raw)
+        assert list(reading.value) == list(read_json(raw))  # the keys in the order they came
+
+    def test_the_messages_it_shares_are_the_very_objects_read_before(self):
+        prefix = reader()
+        first = accepted(prefix, COMPACT(body(conversation(4))))
+        reading = prefix.read(COMPACT(body([*conversation(4), {"role": "user", "content": "more"}])))
+        shared = first.value["messages"]
+        assert all(a is b for a, b in zip(reading.value["messages"], shared, strict=False))
+        assert reading.known.checked == len(shared)
+
+    def test_each_message_gets_the_same_hash_whichever_way_it_was_read(self):
+        prefix, fresh = reader(), reader()
+        accepted(prefix, spaced(body(conversation(4))))
+        raw = spaced(body([*conversation(4), {"role": "user", "content": "more"}]))
+        assert prefix.read(raw).known.hashes == fresh.read(raw).known.hashes
+
+    def test_a_compactly_written_message_is_keyed_as_the_count_cache_keys_it_unread(self):
+        messages = conversation(3)
+        reading = reader().read(COMPACT(body(messages)))
+        assert reading.known.hashes == tuple(hash(orjson.dumps(m)) for m in messages)
+
+    def test_a_body_that_changes_an_earlier_message_reuses_only_what_comes_before_it(self):
+        prefix = reader()
+        messages = conversation(6)
+        accepted(prefix, COMPACT(body(messages)))
+        edited = [*messages[:5], {"role": "user", "content": "a different question"}, *messages[6:]]
+        reading = prefix.read(COMPACT(body(edited)))
+        assert reading.known.checked == 5
+        assert reading.value == body(edited)
+
+    def test_an_integer_beyond_64_bits_in_what_is_new_is_read_exactly(self):
+        prefix = reader()
+        accepted(prefix, spaced(body(conversation(3))))
+        raw = spaced(body([*conversation(3), {"role": "user", "content": "x", "seed": 2**70}], n=2**65))
+        reading = prefix.read(raw)
+        assert reading.value["messages"][-1]["seed"] == 2**70 and reading.value["n"] == 2**65
+        assert reading.known.checked == 7
+
+    def test_a_body_read_but_not_accepted_is_not_built_on(self):
+        prefix = reader()
+        prefix.read(COMPACT(body(conversation(4))))
+        assert prefix.read(COMPACT(body(conversation(5)))).known.checked == 0
+
+    def test_of_several_conversations_with_one_system_prompt_each_builds_on_its_own(self):
+        prefix = reader()
+        for tag in "abcdefgh":
+            accepted(prefix, COMPACT(body(conversation(3, tag=tag))))
+        follow_up = [*conversation(3, tag="c"), {"role": "user", "content": "and?"}]
+        reading = prefix.read(COMPACT(body(follow_up)))
+        assert reading.known.checked == 7
+        assert reading.value == body(follow_up)
+
+    def test_small_bodies_are_read_in_full_and_not_kept(self):
+        prefix = PrefixReader("messages", min_body=10_000)
+        accepted(prefix, COMPACT(body(conversation(1, words=2))))
+        assert prefix.read(COMPACT(body(conversation(2, words=2)))).known.checked == 0
+
+    def test_an_array_of_other_things_than_objects_is_read_in_full(self):
+        prefix = reader()
+        raw = COMPACT({"model": "m", "messages": ["a" * 300, "b"]})
+        assert accepted(prefix, raw).body is None
+        assert prefix.read(COMPACT({"model": "m", "messages": ["a" * 300, "b", "c"]})).value["messages"][2] == "c"
+
+
+class TestRefusals:
+    """What follows the shared messages is held to the same rules, with the same words."""
+
+    @pytest.fixture
+    def prefix(self) -> PrefixReader:
+        prefix = reader(limits=JsonLimits(max_depth=8))
+        accepted(prefix, COMPACT(body(conversation(4), stream=False)))
+        return prefix
+
+    def shared_then(self, tail: bytes) -> bytes:
+        raw = COMPACT(body(conversation(4), stream=False))
+        cut = raw.rindex(b"]")
+        return raw[:cut] + tail
+
+    @pytest.mark.parametrize(
+        "tail",
+        [
+            b',{"role":"user","content":"a","content":"b"}],"stream":false}',  # a key twice in a new message
+            b'],"stream":false,"stream":true}',  # a key twice after the array
+            b'],"stream":false,"model":"other"}',  # a key that came before the array, again
+            b'],"stream":false,"messages":[]}',  # the array's own key, again
+            b',{"role":"user","content":[[[[[[[["deep"]]]]]]]]}],"stream":false}',  # deeper than allowed
+            b',{"role":"user","content":"\\ud800"}],"stream":false}',  # a lone surrogate
+            b',{"role":"user","content":"a"],"stream":false}',  # not JSON
+            b',{"role":"user","content":"a"}]',  # the object never closes
+            b',{"role":"user","content":"a"}],"stream":false}   x',  # something after the object
+        ],
+    )
+    def test_a_bad_rest_is_refused_with_the_full_reader_s_words(self, prefix, tail):
+        raw = self.shared_then(tail)
+        with pytest.raises(UnreadableJson) as full:
+            read_json(raw, JsonLimits(max_depth=8))
+        with pytest.raises(UnreadableJson) as read:
+            prefix.read(raw)
+        assert (str(read.value), read.value.key) == (str(full.value), full.value.key)
+
+
+class TestMemory:
+    def test_the_bodies_kept_stay_within_their_byte_bound(self):
+        prefix = reader(max_bytes=64 * 1024)
+        for tag in range(40):
+            accepted(prefix, COMPACT(body(conversation(3, tag=str(tag)))))
+        assert prefix._bytes <= 64 * 1024
+        assert len(prefix._bodies) < 40
+
+    def test_a_body_that_extends_another_replaces_it(self):
+        prefix = reader()
+        messages = conversation(2)
+        for turn in range(10):
+            messages = [*messages, {"role": "user", "content": f"turn {turn} " * 30}]
+            accepted(prefix, COMPACT(body(messages)))
+        assert len(prefix._bodies) == 1
+
+    def test_no_memory_means_every_body_is_read_in_full(self):
+        prefix = reader(max_bytes=0)
+        accepted(prefix, COMPACT(body(conversation(3))))
+        assert prefix.read(COMPACT(body(conversation(4)))).known.checked == 0
+
+
+class TestTheCoreLeavesSharedMessagesAlone:
+    @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+    def test_trimming_a_re_sent_conversation_does_not_change_what_the_next_request_shares(
+        self, strategy, registry, tokenizers
+    ):
+        """Each strategy runs on a body whose messages the reader keeps for later requests."""
+        prefix = reader()
+        messages = conversation(30, words=60)
+        raw = COMPACT(body(messages, max_tokens=500))
+        accepted(prefix, raw)
+        longer = COMPACT(body([*messages, {"role": "user", "content": "summarise " * 400}], max_tokens=500))
+        reading = prefix.read(longer)
+        parsed = ChatAdapter().parse(reading.value, reading.known)
+        profile = registry.profile("gpt-4o")
+        policy = TrimPolicy(pipeline=build_pipeline([strategy]), overflow="forward")
+        fitted = fit(ChatAdapter(), parsed, profile, tokenizers.get(profile.tokenizer), policy, CountCache(), 3_000)
+        assert fitted.plan.result.outcome != "fits"
+        kept = prefix._bodies[next(iter(prefix._bodies))]
+        assert kept.elements == orjson.loads(longer)["messages"][: len(kept.elements)]
+        assert reading.value == orjson.loads(longer)
+
+
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "system"])},
+    optional={
+        "content": st.one_of(st.text(max_size=40), st.none()),
+        "name": st.text(max_size=8),
+        "x": st.recursive(
+            st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=5),
+            lambda c: st.lists(c, max_size=3),
+        ),
+    },
+)
+
+
+class TestProperties:
+    @settings(max_examples=150, deadline=None)
+    @given(
+        first=st.lists(MESSAGE, min_size=1, max_size=8),
+        keep=st.integers(0, 8),
+        added=st.lists(MESSAGE, max_size=4),
+        write=st.sampled_from([COMPACT, spaced, indented]),
+        after=st.dictionaries(st.sampled_from(["stream", "tools", "n"]), st.integers(-(2**63), 2**63 - 1), max_size=2),
+    )
+    def test_any_follow_up_reads_as_the_full_reader_reads_it(self, first, keep, added, write, after):
+        prefix = PrefixReader("messages", min_body=0)
+        accepted(prefix, write({"model": "m", "messages": first, **after}))
+        raw = write({"model": "m", "messages": [*first[:keep], *added], **after})
+        if not [*first[:keep], *added]:
+            return
+        reading = prefix.read(raw)
+        assert reading.value == read_json(raw)
+        assert reading.known.hashes in ((), PrefixReader("messages", min_body=0).read(raw).known.hashes)
