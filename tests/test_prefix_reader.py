@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.apis.base import fit
+from proxy.apis.anthropic import MessagesAdapter
 from proxy.apis.chat import ChatAdapter
+from proxy.apis.responses import ResponsesAdapter
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import STRATEGIES, build_pipeline
 from proxy.core.tokenizer import CountCache
@@ -185,25 +187,49 @@ class TestMemory:
         assert prefix.read(COMPACT(body(conversation(4)))).known.checked == 0
 
 
+def chat_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return body(messages, max_tokens=500)
+
+
+def anthropic_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "claude-3-5-sonnet-20241022", "max_tokens": 500, "system": "Be terse.", "messages": messages[1:]}
+
+
+def responses_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "gpt-4o", "max_output_tokens": 500, "input": messages}
+
+
+SHAPES = {
+    "chat": (ChatAdapter, "messages", chat_body),
+    "messages": (MessagesAdapter, "messages", anthropic_body),
+    "responses": (ResponsesAdapter, "input", responses_body),
+}
+
+
 class TestTheCoreLeavesSharedMessagesAlone:
+    @pytest.mark.parametrize("shape", sorted(SHAPES))
     @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
     def test_trimming_a_re_sent_conversation_does_not_change_what_the_next_request_shares(
-        self, strategy, registry, tokenizers
+        self, shape, strategy, registry, tokenizers
     ):
-        """Each strategy runs on a body whose messages the reader keeps for later requests."""
-        prefix = reader()
+        """Each strategy runs, through each adapter, on a body whose messages the reader keeps
+        for later requests."""
+        adapter_type, key, write = SHAPES[shape]
+        prefix = PrefixReader(key, min_body=256)
         messages = conversation(30, words=60)
-        raw = COMPACT(body(messages, max_tokens=500))
-        accepted(prefix, raw)
-        longer = COMPACT(body([*messages, {"role": "user", "content": "summarise " * 400}], max_tokens=500))
+        accepted(prefix, COMPACT(write(messages)))
+        longer = COMPACT(write([*messages, {"role": "user", "content": "summarise " * 400}]))
         reading = prefix.read(longer)
-        parsed = ChatAdapter().parse(reading.value, reading.known)
-        profile = registry.profile("gpt-4o")
+        assert reading.known.checked > 0
+        adapter = adapter_type()
+        parsed = adapter.parse(reading.value, reading.known)
+        profile = registry.profile(parsed.model)
         policy = TrimPolicy(pipeline=build_pipeline([strategy]), overflow="forward")
-        fitted = fit(ChatAdapter(), parsed, profile, tokenizers.get(profile.tokenizer), policy, CountCache(), 3_000)
+        fitted = fit(adapter, parsed, profile, tokenizers.get(profile.tokenizer), policy, CountCache(), 3_000)
         assert fitted.plan.result.outcome != "fits"
-        kept = prefix._bodies[next(iter(prefix._bodies))]
-        assert kept.elements == orjson.loads(longer)["messages"][: len(kept.elements)]
+        prefix.keep(reading)
+        kept = prefix._bodies[next(reversed(prefix._bodies))]
+        assert kept.elements == orjson.loads(longer)[key]
         assert reading.value == orjson.loads(longer)
 
 

@@ -108,6 +108,7 @@ class MessagesAdapter(Adapter):
     name: ClassVar[str] = "messages"
     writes_inserted: ClassVar[bool] = True
     requires_max_tokens: ClassVar[bool] = True
+    resent_array: ClassVar[str | None] = "messages"
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)

@@ -127,6 +127,7 @@ class _Builder(ViewBuilder):
 class ResponsesAdapter(Adapter):
     name: ClassVar[str] = "responses"
     writes_inserted: ClassVar[bool] = True
+    resent_array: ClassVar[str | None] = "input"
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
