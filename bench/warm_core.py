@@ -38,13 +38,24 @@ def measure(config: str) -> dict[str, float]:
     from proxy.settings import load_settings
 
     guard = Guard(load_settings(config))
-    endpoint = AdapterRegistry().endpoint_for("/v1/chat/completions")
+    resends = hasattr(AdapterRegistry, "read")  # the prefix reader, with the default memory
+    registry = (
+        AdapterRegistry(None, prefix_memory_bytes=guard.settings.server.prefix_memory_bytes)
+        if resends
+        else AdapterRegistry()
+    )
+    endpoint = registry.endpoint_for("/v1/chat/completions")
     assert endpoint is not None
     profile = guard.profile("gpt-4.1")
     counting = (profile, guard.tokenizer(profile))
     shared = {"shared_cache": True} if "shared_cache" in inspect.signature(guard.fit).parameters else {}
 
     def parse(raw: bytes) -> Any:
+        if resends:  # as the handler reads: a re-sent conversation parsed only where it is new
+            reading = registry.read(endpoint.adapter, raw)
+            parsed = endpoint.parse(reading.value, reading.known)
+            registry.accepted(endpoint.adapter, reading)
+            return parsed
         if hasattr(strict_json, "read_json"):
             return endpoint.parse(strict_json.read_json(raw))
         from proxy.chat_body import check_chat_body  # before one reader: the handler's three steps

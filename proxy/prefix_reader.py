@@ -44,7 +44,8 @@ _HEAD = 128  # bytes of a body that name its family of earlier bodies
 _MARKER = "\x00earlier"
 _WRAP = b'{"\\u0000earlier":[0'
 _PROBE = 32  # bytes compared first, at the end of an earlier body's last element
-_CANDIDATES = 4  # earlier bodies of the family compared in full when no last element matches
+_CANDIDATES = 4  # earlier bodies compared in full, of each kind below
+_FAMILY_SCAN = 32  # the most recent bodies of a family looked at: the conversations being had
 # Brackets outside strings, each with where it is; strings and everything else are skipped in C.
 _BRACKET = re.compile(rb'(?:[^"{}\[\]]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([{}\[\]])', re.S)
 _KEY = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[{}\[\]]', re.S)
@@ -66,7 +67,7 @@ class KnownPrefix:
 NOTHING_KNOWN = KnownPrefix()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one body is itself, not any body of equal bytes
 class _Body:
     raw: bytes
     head: dict[str, Any]  # the top-level keys before the array, in order
@@ -113,7 +114,7 @@ class PrefixReader:
             return Reading(read_json(raw, self.limits))
         best, most = None, 0
         for earlier in self._candidates(raw):
-            shared = _shared_elements(raw, earlier)
+            shared = _shared_elements(raw, earlier, most)
             if shared > most:
                 best, most = earlier, shared
                 if shared == len(earlier.ends):
@@ -148,21 +149,28 @@ class PrefixReader:
         """The earlier bodies `raw` may extend, likeliest first. Of those that start with the same
         bytes (the same system prompt, say) and hold the same second element (a conversation's
         first question tells it apart), those whose last element closes where `raw` has the same
-        bytes; then the others of those; then the most recent few, for a partial reuse."""
+        bytes; then the others of those; then the most recent few, for a partial reuse. Only
+        the most recent bodies of a family are looked at: an older conversation picked up again
+        is read in full once, and kept again."""
         with self._lock:
             family = self._by_head.get(raw[:_HEAD])
             if not family:
                 return []
             size, whole, started = len(raw), [], []
-            for body in family:
+            for body in family[:_FAMILY_SCAN]:
                 first, second, last = body.ends[0], body.ends[min(1, len(body.ends) - 1)], body.ends[-1]
-                if size <= second or raw[first:second] != body.raw[first:second]:
+                old = memoryview(body.raw)  # compared in place, never copied
+                if size <= second or not raw.startswith(old[first:second], first):
                     continue
-                if size > last and raw[last - _PROBE : last] == body.raw[last - _PROBE : last]:
+                if size > last and raw.startswith(old[last - _PROBE : last], last - _PROBE):
                     whole.append(body)
-                else:
-                    started.append(body)
-            chosen = [*whole[:_CANDIDATES], *started[:_CANDIDATES], *family[:_CANDIDATES]]
+                    break  # the likeliest of all: the most recent body this one extends whole
+                started.append(body)
+                if len(started) == _CANDIDATES:
+                    break
+            chosen = list(
+                {id(b): b for b in (*whole[:_CANDIDATES], *started[:_CANDIDATES], *family[:_CANDIDATES])}.values()
+            )
             self._bodies.move_to_end(id(chosen[0]))
             return chosen
 
@@ -240,19 +248,25 @@ class PrefixReader:
             self._by_head.pop(body.raw[:_HEAD], None)
 
 
-def _shared_elements(raw: bytes, earlier: _Body) -> int:
-    """How many of `earlier`'s elements `raw` holds in the same bytes from its first byte on."""
+def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:
+    """How many of `earlier`'s elements `raw` holds in the same bytes from its first byte on;
+    0 when that is not more than `beat`. Bodies differ near their end (a turn replaced or
+    added), so the search steps back from the last element, then halves."""
     ends, old = earlier.ends, memoryview(earlier.raw)  # compared in place, never copied
-    size = len(raw)
-    if not ends or size <= ends[0] or not raw.startswith(old[: ends[0]]):
+    size, last = len(raw), len(ends) - 1
+
+    def same(i: int) -> bool:
+        return size > ends[i] and raw.startswith(old[: ends[i]])
+
+    if beat > last or not same(beat):
         return 0
-    last = len(ends) - 1
-    if size > ends[last] and raw.startswith(old[: ends[last]]):
-        return len(ends)
-    low, high = 0, last  # ends[low] is shared, ends[high] is not
+    high, step = last + 1, 1  # ends[beat] is shared, ends[high] (past the last: none) is not
+    while high - step > beat and not same(high - step):
+        high, step = high - step, step * 2
+    low = max(beat, high - step)  # shared when the loop stopped on a match, else beat
     while high - low > 1:
         middle = (low + high) // 2
-        if size > ends[middle] and raw.startswith(old[: ends[middle]]):
+        if same(middle):
             low = middle
         else:
             high = middle

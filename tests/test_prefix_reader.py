@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.apis.base import fit
 from proxy.apis.anthropic import MessagesAdapter
+from proxy.apis.base import fit
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.responses import ResponsesAdapter
 from proxy.core.plan import TrimPolicy
