@@ -35,8 +35,16 @@ import orjson
 
 from proxy.core.images import image_cost
 from proxy.core.models import ModelProfile
+from proxy.core.openings import Opening, opening_key, sizes_to_keep, sizes_to_look_up, still_marked_alike
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
-from proxy.core.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_contexts, result_framing
+from proxy.core.tool_calls import (
+    ResultContext,
+    calls_tokens,
+    flag_groups,
+    parallel_result_piece,
+    result_framing,
+    scan_calls,
+)
 from proxy.core.tools import ToolsCount, response_format_tokens, tool_definitions_tokens
 
 COMPONENTS = (
@@ -202,11 +210,11 @@ class RequestCounter:
         self._prefetched = {id(t): (t, n) for t, n in zip(texts, counts, strict=True)}
 
     def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = ()) -> RequestCount:
-        """The body's count; `message_hashes` as for `_message_keys`."""
+        """The body's count; `message_hashes` as for `_message_keys`. With them, the counts of
+        the opening it shares with a request counted before are carried (`proxy.core.openings`)."""
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
-        self._results = result_contexts(messages)
-        counts = self._count_messages(messages, message_hashes)
+        counts = self._counts_with_openings(messages, message_hashes)
         tool_count = self._tool_definitions(body)
         format_count = response_format_tokens(body, self.tokenizer, self.fmt)
         tools, response_format = tool_count.tokens, format_count.tokens
@@ -246,21 +254,58 @@ class RequestCounter:
             notes=tuple(notes),
         )
 
-    def _count_messages(self, messages: list[Any], hashes: Sequence[int] = ()) -> tuple[MessageCount, ...]:
-        """Every message's count: whole messages from the cache where it has them, the rest
-        counted with their large texts encoded together first."""
-        keys = self._message_keys(messages, hashes)
-        counts: list[MessageCount | None] = [None] * len(messages)
+    def _counts_with_openings(self, messages: list[Any], hashes: Sequence[int]) -> tuple[MessageCount, ...]:
+        """Every message's count, and the tool results' contexts in `_results`; an opening
+        counted before is carried, and this request's openings are kept for the next."""
+        cache, n = self.cache, len(messages)
+        if cache is None or len(hashes) != n or n == 0:
+            calls: dict[str, ResultContext] = {}
+            contexts: dict[int, ResultContext] = {}
+            scan_calls(messages, 0, calls, contexts)
+            self._results = flag_groups(contexts)
+            return self._count_messages(messages, hashes)
+        opening: Opening | None = None
+        for size in sizes_to_look_up(n):
+            opening = cache.get(opening_key(self._scope, hashes, size))
+            if opening is not None:
+                break
+        start = opening.size if opening is not None else 0
+        calls = dict(opening.calls) if opening is not None else {}
+        contexts = dict(opening.contexts) if opening is not None else {}
+        keep = sizes_to_keep(n)
+        states: dict[int, tuple[dict[str, ResultContext], dict[int, ResultContext]]] = {}
+        at = start
+        for size in sorted(s for s in keep if s > start):  # the walk, paused where an opening is kept
+            scan_calls(messages[:size], at, calls, contexts)
+            states[size], at = (dict(calls), dict(contexts)), size
+        scan_calls(messages, at, calls, contexts)
+        self._results = flag_groups(contexts)
+        if opening is not None and not still_marked_alike(opening, self._results):
+            opening, start = None, 0  # a result joined a parallel call of the opening: its marks moved
+        carried = opening.counts if opening is not None else ()
+        counts: tuple[MessageCount, ...] = carried + self._count_messages(messages, hashes, start)
+        for size, (made, seen) in states.items():  # openings not kept before (those past the carried one)
+            marked = {i: c for i, c in self._results.items() if i < size and c.group is not None}
+            cache.put(opening_key(self._scope, hashes, size), Opening(size, counts[:size], made, seen, marked))
+        return counts
+
+    def _count_messages(
+        self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0
+    ) -> tuple[MessageCount, ...]:
+        """The count of every message from `start` on: whole messages from the cache where it
+        has them, the rest counted with their large texts encoded together first."""
+        keys = self._message_keys(messages, hashes)[start:]
+        counts: list[MessageCount | None] = [None] * (len(messages) - start)
         if self.cache is not None:
-            for i, hit in enumerate(self.cache.get_many(keys)):
+            for j, hit in enumerate(self.cache.get_many(keys)):
                 if hit is not None:
-                    counts[i] = hit if hit.index == i else replace(hit, index=i)
-        missing = [i for i, c in enumerate(counts) if c is None]
+                    counts[j] = hit if hit.index == start + j else replace(hit, index=start + j)
+        missing = [start + j for j, c in enumerate(counts) if c is None]
         self._prefetch([messages[i] for i in missing])
         try:
             for i in missing:
-                count = counts[i] = self.message(messages[i], i)
-                key = keys[i]
+                count = counts[i - start] = self.message(messages[i], i)
+                key = keys[i - start]
                 if key is not None and self.cache is not None:
                     self.cache.put(key, count)
         finally:

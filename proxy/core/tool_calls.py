@@ -60,7 +60,17 @@ def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
     """The context of every `tool` message, by index; a later call with the same id wins."""
     calls: dict[str, ResultContext] = {}
     contexts: dict[int, ResultContext] = {}
-    for index, message in enumerate(messages):
+    scan_calls(messages, 0, calls, contexts)
+    return flag_groups(contexts)
+
+
+def scan_calls(
+    messages: Sequence[Any], start: int, calls: dict[str, ResultContext], contexts: dict[int, ResultContext]
+) -> None:
+    """Read `messages[start:]` into `calls` (the calls made so far, by id) and `contexts` (each
+    `tool` message's, without the group flags), which hold what came before `start`."""
+    for index in range(start, len(messages)):
+        message = messages[index]
         if type(message) is not dict and not isinstance(message, Mapping):  # the concrete type first: 10x faster
             continue
         if message.get("role") == "tool":
@@ -76,15 +86,20 @@ def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
             call_id = entry.get("id")
             if isinstance(call_id, str):
                 calls[call_id] = ResultContext(_name(entry), group)
+
+
+def flag_groups(contexts: Mapping[int, ResultContext]) -> dict[int, ResultContext]:
+    """`contexts` with the first and last result of each parallel call's group marked."""
+    flagged = dict(contexts)
     members: dict[int, list[int]] = {}
     for index, context in contexts.items():
         if context.group is not None:
             members.setdefault(context.group, []).append(index)
     for indices in members.values():
         first, last = min(indices), max(indices)
-        contexts[first] = contexts[first]._replace(first=True)
-        contexts[last] = contexts[last]._replace(last=True)
-    return contexts
+        flagged[first] = flagged[first]._replace(first=True)
+        flagged[last] = flagged[last]._replace(last=True)
+    return flagged
 
 
 def calls_tokens(

@@ -1,0 +1,66 @@
+"""Counts of a conversation's opening, carried from one request to the next.
+
+A client re-sends its conversation with every turn: the messages it shares with the request
+before are counted already (the count cache holds each one), but finding that out is still a
+walk over every message (its key, its cache entry, the calls its tool results answer). An
+`Opening` is what counting `messages[:size]` left behind: the messages' counts and the state of
+the walk over tool calls at that point. Kept in the count cache under the exact sequence of the
+messages' hashes (`proxy.prefix_reader`: equal bytes, equal messages), it lets the next request
+count only what follows. Its memory: its own tuple of counts (the counts themselves are the
+cache's message entries) and the calls and results seen, a few KB for a hundred messages.
+
+What could make the carried counts wrong, and why it does not:
+- A message's count depends on the message and, for a `tool` result, on the call it answers,
+  which an earlier message makes: the opening is the same messages, so the same calls.
+- The one thing a *later* message changes is the first/last mark of a parallel call's results
+  (a result of the same call appended after the opening): the opening keeps the marks its counts
+  were made with, and when the request's own marks differ it is counted whole.
+- Which user message is the latest is decided over the whole request, from the counts, after.
+
+Each request keeps its opening at its own length and one and two messages short of it (the last
+turn replaced, as a client retrying or editing does), and looks up its own length and up to four
+shorter, longest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.tool_calls import ResultContext
+
+KEPT_SHORT_OF_THE_END = (0, 1, 2)
+LOOKED_UP = 5
+
+
+@dataclass(frozen=True, eq=False)
+class Opening:
+    """What counting the first `size` messages of a request left behind."""
+
+    size: int
+    counts: tuple[Any, ...]  # each message's MessageCount, in order
+    calls: Mapping[str, ResultContext]  # the calls made so far, by id
+    contexts: Mapping[int, ResultContext]  # each `tool` result's, without the group marks
+    marked: Mapping[int, ResultContext]  # the group-marked contexts its counts were made with
+
+
+def opening_key(scope: int, hashes: Sequence[int], size: int) -> Hashable:
+    """The cache key of the opening of `size` messages whose hashes are `hashes[:size]`: as a
+    message is keyed by a 64-bit hash of its bytes, an opening is keyed by one of theirs."""
+    return (scope, "opening", size, hash(tuple(hashes[:size])))
+
+
+def sizes_to_look_up(length: int) -> range:
+    """The opening sizes a request of `length` messages looks for, longest first."""
+    return range(length, max(0, length - LOOKED_UP), -1)
+
+
+def sizes_to_keep(length: int) -> tuple[int, ...]:
+    return tuple(length - short for short in KEPT_SHORT_OF_THE_END if length - short > 0)
+
+
+def still_marked_alike(opening: Opening, marked: Mapping[int, ResultContext]) -> bool:
+    """Whether the request's group marks of the opening's results are the ones its counts were
+    made with."""
+    return all(marked.get(index) == context for index, context in opening.marked.items())

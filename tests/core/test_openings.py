@@ -1,0 +1,137 @@
+"""Openings: a request that shares its first messages with one counted before carries their
+counts, and its count is the count of the same request counted from nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core.openings import sizes_to_keep
+from proxy.core.tokenizer import CountCache
+from proxy.core.tokens import RequestCount, RequestCounter
+
+MODELS = ("gpt-4o", "gpt-4-0613")  # today's framing, and the measured parallel-call framing
+
+
+def hashes(messages: list[dict[str, Any]]) -> tuple[int, ...]:
+    """What the prefix reader gives for a compactly written body."""
+    return tuple(hash(orjson.dumps(m)) for m in messages)
+
+
+def call(call_id: str, name: str = "lookup") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": '{"q": 1}'}}
+
+
+def calls(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [call(i) for i in ids]}
+
+
+def result(call_id: str, text: str = "found it") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+SYSTEM = {"role": "system", "content": "You look things up."}
+
+
+def fresh(registry, tokenizers, model: str, messages: list[dict[str, Any]]) -> RequestCount:
+    profile = registry.profile(model)
+    return RequestCounter(profile, tokenizers.get(profile.tokenizer)).request({"model": model, "messages": messages})
+
+
+def in_turn(registry, tokenizers, model: str, *requests: list[dict[str, Any]]) -> RequestCount:
+    """The last request's count, the ones before it counted first with the same cache."""
+    profile = registry.profile(model)
+    cache = CountCache()
+    count = None
+    for messages in requests:
+        counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), cache)
+        count = counter.request({"model": model, "messages": messages}, hashes(messages))
+    assert count is not None
+    return count
+
+
+@pytest.mark.parametrize("model", MODELS)
+class TestCarriedCounts:
+    def test_a_turn_appended_counts_as_the_whole_request_counted_anew(self, model, registry, tokenizers):
+        first = [SYSTEM, user("find a"), calls("c1"), result("c1"), assistant("a is found")]
+        second = [*first, user("and b?")]
+        assert in_turn(registry, tokenizers, model, first, second) == fresh(registry, tokenizers, model, second)
+
+    def test_the_last_turn_replaced_counts_as_the_whole_request_counted_anew(self, model, registry, tokenizers):
+        first = [SYSTEM, user("find a"), assistant("done"), user("now b")]
+        second = [*first[:2], assistant("done, twice"), user("now c")]
+        assert in_turn(registry, tokenizers, model, first, second) == fresh(registry, tokenizers, model, second)
+
+    def test_a_result_that_joins_a_parallel_call_of_the_opening_moves_its_marks(self, model, registry, tokenizers):
+        first = [SYSTEM, user("find a and b"), calls("c1", "c2"), result("c1")]
+        second = [*first, result("c2", "b is here")]
+        assert in_turn(registry, tokenizers, model, first, second) == fresh(registry, tokenizers, model, second)
+
+    def test_a_call_id_made_again_later_answers_the_results_after_it(self, model, registry, tokenizers):
+        first = [SYSTEM, user("q"), calls("c1"), result("c1"), user("again")]
+        second = [*first, {"role": "assistant", "content": None, "tool_calls": [call("c1", "other")]}, result("c1")]
+        assert in_turn(registry, tokenizers, model, first, second) == fresh(registry, tokenizers, model, second)
+
+    def test_the_latest_user_message_moves_into_the_opening_when_none_follows(self, model, registry, tokenizers):
+        first = [SYSTEM, user("one"), assistant("two"), user("three")]
+        second = [*first, assistant("four")]
+        count = in_turn(registry, tokenizers, model, first, second)
+        assert count == fresh(registry, tokenizers, model, second)
+        assert count.components["latest_user"] > 0
+
+    def test_each_request_keeps_its_openings_for_the_next(self, model, registry, tokenizers):
+        profile = registry.profile(model)
+        cache = CountCache()
+        messages = [SYSTEM, user("one"), assistant("two"), user("three")]
+        RequestCounter(profile, tokenizers.get(profile.tokenizer), cache).request(
+            {"messages": messages}, hashes(messages)
+        )
+        counted = cache.misses
+        follow_up = [*messages, assistant("four"), user("five")]
+        RequestCounter(profile, tokenizers.get(profile.tokenizer), cache).request(
+            {"messages": follow_up}, hashes(follow_up)
+        )
+        openings = [size for size in sizes_to_keep(len(follow_up)) if size > len(messages)]  # past the carried one
+        assert cache.misses - counted == 2 + len(openings)  # the two new messages counted, and those openings kept
+
+
+TURN = st.one_of(
+    st.builds(user, st.text(max_size=30)),
+    st.builds(assistant, st.text(max_size=30)),
+    st.lists(st.sampled_from(["c1", "c2", "c3", "c4"]), min_size=1, max_size=3, unique=True).map(
+        lambda ids: calls(*ids)
+    ),
+    st.builds(result, st.sampled_from(["c1", "c2", "c3", "c4", "c9"]), st.text(max_size=20)),
+)
+
+
+class TestAnyConversation:
+    @settings(max_examples=120, deadline=None)
+    @given(
+        model=st.sampled_from(MODELS),
+        first=st.lists(TURN, min_size=1, max_size=10),
+        kept=st.integers(0, 10),
+        added=st.lists(TURN, max_size=5),
+        third=st.lists(TURN, max_size=3),
+    )
+    def test_any_sequence_of_follow_ups_counts_as_each_counted_anew(
+        self, registry, tokenizers, model, first, kept, added, third
+    ):
+        second = [SYSTEM, *first[:kept], *added]
+        requests = [[SYSTEM, *first], second, [*second, *third]]
+        for n in range(1, len(requests) + 1):
+            assert in_turn(registry, tokenizers, model, *requests[:n]) == fresh(
+                registry, tokenizers, model, requests[n - 1]
+            )
