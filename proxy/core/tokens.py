@@ -163,22 +163,22 @@ class RequestCounter:
             self.cache.put(key, count)
         return count
 
-    def _message_keys(self, messages: list[Any], hashes: Sequence[int] = ()) -> list[Hashable | None]:
-        """A cache key per message: the hash of its compact JSON (which tells `1`, `1.0` and
+    def _message_keys(self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0) -> list[Hashable | None]:
+        """A cache key per message from `start` on: the hash of its compact JSON (which tells `1`, `1.0` and
         `true` apart), scoped to this tokenizer, chat format and image pricing, and for a tool
         result to the call it answers. None without a cache, or for a message orjson cannot
         render (integers beyond 64 bits). `hashes`, when there is one per message, are hashes of
         the messages' bytes as received: equal bytes read as equal messages, so they key the
         same counts (and where a client wrote a message as orjson does, it is the same key)."""
         if self.cache is None:
-            return [None] * len(messages)
+            return [None] * (len(messages) - start)
         scope, dumps, results = self._scope, orjson.dumps, self._results
         if len(hashes) == len(messages):
-            return [(scope, h, results.get(i)) for i, h in enumerate(hashes)]
+            return [(scope, hashes[i], results.get(i)) for i in range(start, len(messages))]
         try:  # one loop with no call of ours per message: this runs for every message of every request
-            return [(scope, hash(dumps(m)), results.get(i)) for i, m in enumerate(messages)]
+            return [(scope, hash(dumps(messages[i])), results.get(i)) for i in range(start, len(messages))]
         except TypeError:
-            return [self._message_key(m, i) for i, m in enumerate(messages)]
+            return [self._message_key(messages[i], i) for i in range(start, len(messages))]
 
     def _message_key(self, message: object, index: int) -> Hashable | None:
         try:
@@ -294,7 +294,7 @@ class RequestCounter:
     ) -> tuple[MessageCount, ...]:
         """The count of every message from `start` on: whole messages from the cache where it
         has them, the rest counted with their large texts encoded together first."""
-        keys = self._message_keys(messages, hashes)[start:]
+        keys = self._message_keys(messages, hashes, start)
         counts: list[MessageCount | None] = [None] * (len(messages) - start)
         if self.cache is not None:
             for j, hit in enumerate(self.cache.get_many(keys)):
