@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
-from yarl import URL
 
-from proxy.errors import ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
 from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
-from proxy.server.streams import stale_retry
 from proxy.settings import Route, Settings, UpstreamSettings
 
 HOP_BY_HOP = frozenset(
@@ -164,26 +163,37 @@ class UpstreamPool:
         self.policy = policy
         self._slots = asyncio.Semaphore(policy.size)
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def acquire(self) -> None:
+        """Take a slot: at once when one is free, else within the deadline (503 `overloaded` after
+        it). Every slot taken is given back with `release()`."""
+        if not self._slots.locked():  # a free slot is taken at once: no deadline timer to schedule and cancel
+            await self._slots.acquire()
+            return
         try:
-            if self._slots.locked():  # full: wait, within the deadline
-                async with asyncio.timeout(self.policy.wait):
-                    await self._slots.acquire()
-            else:  # a free slot is taken at once: no deadline timer to schedule and cancel
+            async with asyncio.timeout(self.policy.wait):
                 await self._slots.acquire()
         except TimeoutError:
             raise Overloaded(
                 f"context-guard is at its limit of {self.policy.size} upstream calls in flight; retry shortly",
                 headers={"Retry-After": str(max(1, math.ceil(self.policy.wait)))},
             ) from None
-        try:
-            yield
-        finally:
-            self._slots.release()
+
+    def release(self) -> None:
+        self._slots.release()
 
 
 UPSTREAM_POOL = web.AppKey("upstream_pool", UpstreamPool)
+
+
+def upstream_failure(upstream: UpstreamSettings, exc: BaseException) -> GuardError | None:
+    """aiohttp's failure `exc` as the proxy's own error; None for every other exception."""
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return UpstreamTimeout(f"upstream {upstream.name!r} did not answer in time")
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return UpstreamUnavailable(f"upstream {upstream.name!r} sent a malformed response: {exc.message}")
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable ({type(exc).__name__})")
+    return None
 
 
 @contextlib.contextmanager
@@ -191,44 +201,17 @@ def upstream_errors(upstream: UpstreamSettings) -> Iterator[None]:
     """aiohttp's failures as the proxy's own errors; every other exception passes through."""
     try:
         yield
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-        raise UpstreamTimeout(f"upstream {upstream.name!r} did not answer in time") from exc
-    except aiohttp.ClientResponseError as exc:
-        raise UpstreamUnavailable(f"upstream {upstream.name!r} sent a malformed response: {exc.message}") from exc
-    except (aiohttp.ClientError, OSError) as exc:
-        reason = type(exc).__name__
-        raise UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable ({reason})") from exc
+    except Exception as exc:
+        error = upstream_failure(upstream, exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
-@contextlib.asynccontextmanager
-async def send(
-    session: aiohttp.ClientSession,
-    upstream: UpstreamSettings,
-    method: str,
-    url: URL,
-    headers: CIMultiDict[str],
-    body: bytes,
-    pool: UpstreamPool,
-    on_retry: Callable[[], None] | None = None,
-) -> AsyncIterator[aiohttp.ClientResponse]:
-    """The upstream's response to one request; a pooled connection the upstream had closed is
-    replaced by a fresh one once (`on_retry` is told), before any byte of response."""
-    timeout = aiohttp.ClientTimeout(total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout)
-    async with pool.slot():
-        with upstream_errors(upstream):
-            async with stale_retry(
-                session,
-                method,
-                url,
-                headers=headers,
-                data=body or None,
-                timeout=timeout,
-                allow_redirects=False,
-                auto_decompress=False,
-            ) as sent:
-                if sent.retried and on_retry is not None:
-                    on_retry()
-                yield sent.response
+@functools.lru_cache(maxsize=64)
+def client_timeout(connect: float | None, read: float | None) -> aiohttp.ClientTimeout:
+    """An upstream's deadlines (`connect_timeout`, `read_timeout`), built once per pair: frozen, shared."""
+    return aiohttp.ClientTimeout(total=None, connect=connect, sock_read=read)
 
 
 async def read_error_body(upstream: UpstreamSettings, response: aiohttp.ClientResponse) -> bytes:
@@ -267,7 +250,7 @@ async def relay(
 ) -> Relayed:
     """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
     begun or filtered; see `proxy.server.streams`). A client that goes away ends the relay
-    (and, by leaving `send()`, closes the upstream connection). An upstream that breaks
+    (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
     mid-stream ends an event stream cleanly, with an SSE error event then EOF; any other body
     (or an event stream of announced length) is cut off by closing the client's connection, so
     that a half response can never pass for a whole one."""
