@@ -42,7 +42,7 @@ from proxy.server.page import PAGE_HANDLERS, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
-from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool, request_headers
+from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
 from proxy.settings import DISCOVERED_KINDS, Settings, UpstreamSettings
 from proxy.state import open_store
 from proxy.strict_json import JsonLimits
@@ -156,7 +156,7 @@ async def discover_upstreams(gateway: Gateway, session: aiohttp.ClientSession) -
             kind = options.kind if options.kind != "auto" else "generic"
             gateway.counting.discoveries[upstream.name] = Discovery(kind)
             return
-        headers = dict(request_headers({}, upstream, await _credential(gateway, upstream)))
+        headers = gateway.service_headers(upstream, await _credential(gateway, upstream))
         found = await gateway.counting.discover(session, upstream.name, upstream.base_url, headers)
         gateway.log.info("upstream_discovered", upstream=upstream.name, kind=found.kind, flavor=found.flavor,
                          windows=dict(found.windows), notes=list(found.notes))  # fmt: skip
