@@ -32,6 +32,7 @@ from multidict import CIMultiDict
 from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
 from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
+from proxy.server.streams import is_event_stream
 from proxy.settings import Route, Settings, UpstreamSettings
 
 HOP_BY_HOP = frozenset(
@@ -254,7 +255,10 @@ async def relay(
     mid-stream ends an event stream cleanly, with an SSE error event then EOF; any other body
     (or an event stream of announced length) is cut off by closing the client's connection, so
     that a half response can never pass for a whole one."""
-    out = web.StreamResponse(status=response.status, reason=response.reason)
+    # The headers go out with the first bytes (one write, not two) unless this is an event stream
+    # relayed from its very start: then they are sent at once, as the upstream sent its own.
+    eager = chunks is None and is_event_stream(response)
+    out = (web.StreamResponse if eager else _HeadersWithFirstBytes)(status=response.status, reason=response.reason)
     out.headers.update(response_headers(response.headers))
     out.headers.update(extra_headers)
     if response.content_length is not None:  # a whole body of known size keeps its length; streams stay chunked
@@ -269,8 +273,7 @@ async def relay(
         return relayed
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         relayed.broken = f"upstream {upstream.name!r} ended the stream early ({type(exc).__name__})"
-        event_stream = response.headers.get("Content-Type", "").startswith("text/event-stream")
-        if not event_stream or out.content_length is not None:
+        if not is_event_stream(response) or out.content_length is not None:
             abort(request)
             return relayed
         error = {"message": relayed.broken, "type": "upstream_error", "param": None, "code": "upstream_stream_broken"}
@@ -279,6 +282,15 @@ async def relay(
     with contextlib.suppress(ConnectionResetError):
         await out.write_eof()
     return relayed
+
+
+class _HeadersWithFirstBytes(web.StreamResponse):
+    """A relayed response whose status line and headers are written together with its first body
+    bytes, as aiohttp's own `web.Response` does (its `_send_headers_immediately`): on loopback
+    each write costs a system call and the receiver's wake-up. A body that never comes still
+    gets its headers, with the end of the response."""
+
+    _send_headers_immediately = False
 
 
 def abort(request: web.Request) -> None:
