@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
@@ -84,13 +84,17 @@ class Router:
 
 def connection_named(headers: Mapping[str, str]) -> frozenset[str]:
     """The header names listed in `Connection` and `Proxy-Connection`: hop-by-hop by declaration."""
-    return frozenset(
-        token.strip().lower()
-        for name, value in headers.items()
-        if name.lower() in ("connection", "proxy-connection")
-        for token in value.split(",")
-        if token.strip()
-    )
+    if isinstance(headers, CIMultiDictProxy | CIMultiDict):  # a request's or response's: looked up, not scanned
+        values = [*headers.getall("connection", ()), *headers.getall("proxy-connection", ())]
+    else:
+        values = [value for name, value in headers.items() if name.lower() in ("connection", "proxy-connection")]
+    if not values:
+        return _NONE_NAMED
+    return frozenset(token.strip().lower() for value in values for token in value.split(",") if token.strip())
+
+
+_NONE_NAMED: frozenset[str] = frozenset()
+_REQUEST_DROPPED = HOP_BY_HOP | REQUEST_ONLY_DROPPED | {"authorization"}  # the upstream's own credential goes
 
 
 def request_headers(
@@ -100,13 +104,12 @@ def request_headers(
     client_keys: Iterable[str] = (),
 ) -> CIMultiDict[str]:
     keys = tuple(client_keys)
-    dropped = HOP_BY_HOP | REQUEST_ONLY_DROPPED | connection_named(client)
+    named = connection_named(client)
+    dropped = _REQUEST_DROPPED | named if named else _REQUEST_DROPPED
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client.items():
         lower = name.lower()
-        if lower in dropped or lower == "authorization" or lower.startswith(REPORT_PREFIX):
-            continue
-        if keys and names_a_client_key(value, keys):
+        if lower in dropped or lower.startswith(REPORT_PREFIX) or (keys and names_a_client_key(value, keys)):
             continue
         headers.add(name, value)
     for name, value in upstream.headers.items():
@@ -131,7 +134,8 @@ ANTHROPIC_VERSION = "2023-06-01"  # sent only when the client named none
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
     """The upstream's headers less hop-by-hop ones. Its own request id (OpenAI's, for support
     tickets) is kept as `x-upstream-request-id`: `x-request-id` is the proxy's."""
-    dropped = HOP_BY_HOP | connection_named(upstream)
+    named = connection_named(upstream)
+    dropped = HOP_BY_HOP | named if named else HOP_BY_HOP
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():
         lower = name.lower()
