@@ -87,6 +87,42 @@ class TestUpstreamCall:
         assert upstream_errors(metrics.body.decode(), "UpstreamUnavailable") == 1.0
 
 
+def status_app(status: int, body: bytes = b"") -> web.Application:
+    """Answers every request with `status`, `body` and a header of its own."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=status, body=body or None, headers={"x-answer": "yes"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    return app
+
+
+class TestRelayedAnswers:
+    """The status line and headers travel with the first body bytes, or with the end of a body
+    that has none."""
+
+    async def proxy_for(self, aiohttp_server: Any, start_proxy: Any, upstream_app: web.Application) -> Any:
+        upstream = await aiohttp_server(upstream_app)
+        return await start_proxy(gateway_settings(str(upstream.make_url("/v1"))))
+
+    async def test_an_answer_with_no_body_keeps_its_status_and_headers(self, aiohttp_server, start_proxy):
+        proxy = await self.proxy_for(aiohttp_server, start_proxy, status_app(204))
+        response = await raw_request(proxy.port, "DELETE", "/v1/files/f-1")
+        assert response.status == 204 and response.headers["x-answer"] == "yes" and response.body == b""
+
+    async def test_a_head_request_gets_the_headers_and_no_body(self, aiohttp_server, start_proxy):
+        proxy = await self.proxy_for(aiohttp_server, start_proxy, status_app(200, b'{"data": []}'))
+        response = await raw_request(proxy.port, "HEAD", "/v1/models")
+        assert response.status == 200 and response.headers["x-answer"] == "yes" and response.body == b""
+
+    async def test_a_whole_body_arrives_with_its_length(self, aiohttp_server, start_proxy):
+        proxy = await self.proxy_for(aiohttp_server, start_proxy, status_app(200, b'{"data": []}'))
+        response = await raw_request(proxy.port, "GET", "/v1/models")
+        assert response.body == b'{"data": []}' and response.headers["Content-Length"] == "12"
+
+
 class TestServiceHeaders:
     @pytest.fixture
     def gateway(self, model_map: Any) -> Any:
