@@ -84,9 +84,11 @@ class CanonicalPath:
         return self.value
 
 
+@functools.lru_cache(maxsize=1024)
 def canonical_path(raw: str) -> CanonicalPath:
     """The canonical form of `raw`, the path as it came in the request line (still percent-encoded,
-    no query), or InvalidPath saying why it is ambiguous."""
+    no query), or InvalidPath saying why it is ambiguous. Kept for the paths that recur (a
+    `CanonicalPath` is immutable; a refusal is not kept, it is worked out again)."""
     if "#" in raw or "?" in raw:
         raise InvalidPath("the request path holds a '#' or '?' where none can be")
     if "\\" in raw:
