@@ -1,14 +1,15 @@
 """`create_app(settings) -> web.Application`: middlewares, the one dispatching route, and the
 upstream session.
 
-Four middlewares, outermost first:
-- `track_requests` counts requests in flight, for a graceful drain (`proxy.server.lifecycle`);
-- `records` opens the request's `RequestRecord` (with a request id it can trust), turns every
-  failure into an error in the API's own shape (no traceback ever reaches a client), and when the
+One middleware, `records`, does in order what every request needs before its handler:
+- it counts the request in flight until it ends, for a graceful drain (`proxy.server.lifecycle`);
+- it opens the request's `RequestRecord` (with a request id it can trust), turns every failure
+  into an error in the API's own shape (no traceback ever reaches a client), and when the
   request ends, however it ends, writes its one log line and its metrics;
 - `canonical_route` reads the request's one canonical path (`proxy.server.paths`), which alone
   decides what the request is: counted (by an API adapter), answered here, or forwarded;
 - `client_keys` checks the proxy's own client keys, when configured, before any body is read.
+Those are steps of one middleware, not four: each layer is a coroutine more on every request.
 One catch-all route then dispatches on the canonical path.
 """
 
@@ -35,13 +36,13 @@ from proxy.server.forwarding import passthrough
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
 from proxy.server.handlers import guarded, metrics
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
-from proxy.server.lifecycle import install_drain, track_requests
+from proxy.server.lifecycle import DRAIN, install_drain
 from proxy.server.metrics import Metrics
 from proxy.server.page import PAGE_HANDLERS, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
-from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool, request_headers
+from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
 from proxy.settings import DISCOVERED_KINDS, Settings, UpstreamSettings
 from proxy.state import open_store
 from proxy.strict_json import JsonLimits
@@ -107,7 +108,7 @@ def create_app(settings: Settings, guard: Guard | None = None) -> web.Applicatio
     # aiohttp's own request decompression runs on the event loop before any check: off (see body.py).
     app = web.Application(
         client_max_size=server.max_body_bytes,
-        middlewares=[track_requests, records, canonical_route, client_keys],
+        middlewares=[records],
         handler_args={"auto_decompress": False, "lingering_time": UNREAD_BODY_LINGER_SECONDS},
     )
     app[GATEWAY] = gateway
@@ -159,7 +160,7 @@ async def discover_upstreams(gateway: Gateway, session: aiohttp.ClientSession) -
             kind = options.kind if options.kind != "auto" else "generic"
             gateway.counting.discoveries[upstream.name] = Discovery(kind)
             return
-        headers = dict(request_headers({}, upstream, await _credential(gateway, upstream)))
+        headers = gateway.service_headers(upstream, await _credential(gateway, upstream))
         found = await gateway.counting.discover(session, upstream.name, upstream.base_url, headers)
         gateway.log.info("upstream_discovered", upstream=upstream.name, kind=found.kind, flavor=found.flavor,
                          windows=dict(found.windows), notes=list(found.notes))  # fmt: skip
@@ -205,11 +206,15 @@ def request_id_of(given: str | None) -> str:
 
 @web.middleware
 async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
+    drain = request.app[DRAIN]
+    drain.started()  # in flight until the `finally` below, past the log line
     gateway = request.app[GATEWAY]
     record = RequestRecord(request_id_of(request.headers.get("x-request-id")), request.method, request.path)
     request[RECORD] = record
     status = 500
     try:
+        canonical_route(request)
+        client_keys(request)
         response = await handler(request)
         status = CLIENT_CLOSED if record.client_disconnected and not record.delivered else response.status
         return response
@@ -237,8 +242,11 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         record.error = "internal_error"
         return error_response(GuardError("internal error in context-guard"), record, gateway.apis)
     finally:
-        record.finish(status)
-        _write(request.app[GATEWAY], record, request.app[RECENT])
+        try:
+            record.finish(status)
+            _write(request.app[GATEWAY], record, request.app[RECENT])
+        finally:
+            drain.finished()
 
 
 def _write(gateway: Gateway, record: RequestRecord, recent: RecentDecisions) -> None:
@@ -271,8 +279,8 @@ def error_response(error: GuardError, record: RequestRecord, apis: AdapterRegist
     return response
 
 
-@web.middleware
-async def canonical_route(request: web.Request, handler: Handler) -> web.StreamResponse:
+def canonical_route(request: web.Request) -> None:
+    """The request's canonical path and the route it decides, kept on the request and its record."""
     if "#" in request.raw_path:  # a fragment has no place in a request target; yarl would drop it silently
         raise InvalidPath("the request target holds a '#'")
     path = canonical_path(request.rel_url.raw_path)
@@ -283,11 +291,10 @@ async def canonical_route(request: web.Request, handler: Handler) -> web.StreamR
     request[PATH_ROUTE] = route
     if route.kind == "guarded" and route.api is not None:
         record.kind = route.api
-    return await handler(request)
 
 
-@web.middleware
-async def client_keys(request: web.Request, handler: Handler) -> web.StreamResponse:
+def client_keys(request: web.Request) -> None:
+    """Unauthorized unless the request holds one of the proxy's client keys (when any are set)."""
     settings = request.app[GATEWAY].settings
     keys = settings.server.client_keys
     path = request[PATH_ROUTE].path.value
@@ -297,4 +304,3 @@ async def client_keys(request: web.Request, handler: Handler) -> web.StreamRespo
         raise Unauthorized(
             "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key or api-key)"
         )
-    return await handler(request)

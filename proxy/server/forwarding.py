@@ -3,7 +3,6 @@ timing, relaying the answer, and the paths forwarded untouched (pass-through).""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -20,16 +19,18 @@ from proxy.server.gateway import GATEWAY, RECORD, Gateway
 from proxy.server.health import HEALTH
 from proxy.server.paths import PATH_ROUTE, upstream_url
 from proxy.server.record import RequestRecord
-from proxy.server.streams import overflow_probe
+from proxy.server.streams import overflow_probe, send_retrying_stale
 from proxy.server.upstream import (
     UPSTREAM_POOL,
     Target,
+    client_timeout,
     decoded,
     read_error_body,
     relay,
     request_headers,
     response_headers,
-    send,
+    upstream_errors,
+    upstream_failure,
 )
 
 
@@ -50,32 +51,86 @@ def outgoing(target: Target, model: str, body: Mapping[str, Any], raw: bytes, ch
     return dumps({**body, "model": target.model} if renamed else body)
 
 
-@contextlib.asynccontextmanager
-async def upstream_call(
+class UpstreamCall:
+    """One call upstream, as `async with upstream_call(...) as response`: credentials, URL and
+    headers resolved, a slot of the pool taken, the request sent (once more on a fresh connection
+    if the pooled one had gone stale), aiohttp's failures mapped to the proxy's own errors (those
+    of the body of the `with` too) and counted, and its time recorded. Written out as one class
+    rather than nested generator-based context managers: this runs for every request."""
+
+    __slots__ = ("_gw", "_payload", "_pool", "_record", "_request", "_sent", "_started", "_upstream")
+
+    def __init__(
+        self, request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
+    ) -> None:
+        self._request, self._gw, self._record = request, gw, record
+        self._upstream, self._payload = target.upstream, payload
+
+    async def __aenter__(self) -> aiohttp.ClientResponse:
+        request, gw, upstream = self._request, self._gw, self._upstream
+        keys = gw.settings.server.client_keys
+        auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
+        query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
+        url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
+        headers = request_headers(request.headers, upstream, auth, keys)
+        if not forwardable_request_id(gw.counting.profile_of(upstream.name), headers.get("x-request-id", "")):
+            headers.popall("x-request-id", None)  # llama-cpp-python refuses any id that is not a UUID
+        assert gw.session is not None, "the app's upstream session is opened at startup"
+        self._started = time.perf_counter()
+        self._pool = pool = request.app[UPSTREAM_POOL]
+        try:
+            await pool.acquire()
+            try:
+                with upstream_errors(upstream):
+                    self._sent = await send_retrying_stale(
+                        gw.session,
+                        request.method,
+                        url,
+                        headers=headers,
+                        data=self._payload or None,
+                        timeout=client_timeout(upstream.connect_timeout, upstream.read_timeout),
+                        allow_redirects=False,
+                        auto_decompress=False,
+                    )
+            except BaseException:
+                pool.release()
+                raise
+        except BaseException as exc:
+            self._ended(exc)
+            raise
+        response = self._sent.response
+        self._record.upstream_status = response.status
+        request.app[HEALTH].reachability.saw(upstream.name)
+        return response
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        try:
+            try:
+                with upstream_errors(self._upstream):  # closing can fail as reading can
+                    await self._sent.close()
+            finally:
+                self._pool.release()
+            error = upstream_failure(self._upstream, exc) if exc is not None else None
+        except BaseException as failed:
+            self._ended(failed)
+            raise
+        if error is not None:
+            self._ended(error)
+            raise error from exc
+        self._ended(exc)
+
+    def _ended(self, exc: BaseException | None) -> None:
+        """The call's time, and a failure of the proxy's own kind counted for its upstream."""
+        self._record.upstream_ms += (time.perf_counter() - self._started) * 1000
+        if isinstance(exc, GuardError):  # the upstream's failures, as upstream_failure() mapped them
+            self._gw.metrics.upstream_errors.labels(self._upstream.name, type(exc).__name__).inc()
+
+
+def upstream_call(
     request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
-) -> AsyncIterator[aiohttp.ClientResponse]:
-    """`send()` with auth, URL and headers resolved, and its time and failures recorded."""
-    upstream = target.upstream
-    keys = gw.settings.server.client_keys
-    auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
-    query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
-    url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
-    headers = request_headers(request.headers, upstream, auth, keys)
-    if not forwardable_request_id(gw.counting.profile_of(upstream.name), headers.get("x-request-id", "")):
-        headers.popall("x-request-id", None)  # llama-cpp-python refuses any id that is not a UUID
-    assert gw.session is not None, "the app's upstream session is opened at startup"
-    started = time.perf_counter()
-    try:
-        pool = request.app[UPSTREAM_POOL]
-        async with send(gw.session, upstream, request.method, url, headers, payload, pool) as response:
-            record.upstream_status = response.status
-            request.app[HEALTH].reachability.saw(upstream.name)
-            yield response
-    except GuardError as exc:  # the upstream's failures, as upstream_errors() mapped them
-        gw.metrics.upstream_errors.labels(upstream.name, type(exc).__name__).inc()
-        raise
-    finally:
-        record.upstream_ms += (time.perf_counter() - started) * 1000
+) -> UpstreamCall:
+    """The call `UpstreamCall` describes, for `async with`."""
+    return UpstreamCall(request, gw, record, target, payload)
 
 
 async def relay_answer(

@@ -4,7 +4,9 @@ and the keys the app and the request carry it and the request's record under."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -17,8 +19,8 @@ from proxy.server.counting import Counting
 from proxy.server.credentials import UpstreamAuth
 from proxy.server.metrics import Metrics
 from proxy.server.record import RequestRecord
-from proxy.server.upstream import Router
-from proxy.settings import Settings
+from proxy.server.upstream import Router, request_headers
+from proxy.settings import Settings, UpstreamSettings
 from proxy.state import MemoryStore, StateStore
 from proxy.state.corrections import SharedCorrections
 
@@ -41,10 +43,21 @@ class Gateway:
     session: aiohttp.ClientSession | None = None
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
     counting: Counting = field(default_factory=Counting)  # backend tokenizers, stated windows, calibration
+    _service: dict[str, tuple[str | None, Mapping[str, str]]] = field(default_factory=dict, init=False, repr=False)
 
     @functools.cached_property
     def corrections(self) -> SharedCorrections:
         return SharedCorrections(self.store, self.settings.self_correction.ttl_seconds)
+
+    def service_headers(self, upstream: UpstreamSettings, authorization: str | None) -> Mapping[str, str]:
+        """The headers the guard's own calls to `upstream` carry (tokenize, window, discovery):
+        its configured headers and `authorization`. Built once per upstream and kept while the
+        credential stays the same; a rotated one (a new token, a changed key) builds them anew."""
+        kept = self._service.get(upstream.name)
+        if kept is None or kept[0] != authorization:
+            headers = MappingProxyType(dict(request_headers({}, upstream, authorization)))
+            kept = self._service[upstream.name] = (authorization, headers)
+        return kept[1]
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

@@ -229,13 +229,13 @@ async def _summarised(
     return attempts.revised(dataclasses.replace(plan, result=dataclasses.replace(view, body=body), view=view))
 
 
-async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> dict[str, str]:
+async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
     """The headers the guard's own calls to an upstream carry (tokenize, window): its credential."""
     try:
         auth = await gw.auths[upstream.name].header(None, False)
     except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
         auth = None
-    return dict(request_headers({}, upstream, auth))
+    return gw.service_headers(upstream, auth)
 
 
 async def _tokenizer(gw: Gateway, profile: ModelProfile) -> Tokenizer:

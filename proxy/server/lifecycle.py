@@ -116,18 +116,6 @@ class Drain:
 DRAIN = web.AppKey("drain", Drain)
 
 
-@web.middleware
-async def track_requests(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Count requests in flight (a stream stays in flight until its last byte)."""
-    drain = request.app[DRAIN]
-    drain.started()
-    try:
-        response: web.StreamResponse = await handler(request)
-        return response
-    finally:
-        drain.finished()
-
-
 async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
     # Before the headers go out, so clients and load balancers read `Connection: close` and open
     # their next connection elsewhere instead of reusing this one.
@@ -138,7 +126,8 @@ async def _close_when_draining(request: web.Request, response: web.StreamRespons
 
 
 def install_drain(app: web.Application) -> None:
-    """The drain state; `track_requests` must be the app's first middleware."""
+    """The drain state. The app's middleware calls `Drain.started()` before anything else a
+    request does and `Drain.finished()` after everything (its log line included)."""
     app[DRAIN] = Drain()
     app.on_response_prepare.append(_close_when_draining)
 

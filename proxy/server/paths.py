@@ -20,6 +20,7 @@ base path. Nothing downstream looks at the raw path again.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -83,9 +84,11 @@ class CanonicalPath:
         return self.value
 
 
+@functools.lru_cache(maxsize=1024)
 def canonical_path(raw: str) -> CanonicalPath:
     """The canonical form of `raw`, the path as it came in the request line (still percent-encoded,
-    no query), or InvalidPath saying why it is ambiguous."""
+    no query), or InvalidPath saying why it is ambiguous. Kept for the paths that recur (a
+    `CanonicalPath` is immutable; a refusal is not kept, it is worked out again)."""
     if "#" in raw or "?" in raw:
         raise InvalidPath("the request path holds a '#' or '?' where none can be")
     if "\\" in raw:
@@ -202,11 +205,13 @@ def _check_method(method: str, allowed: frozenset[str], path: CanonicalPath) -> 
         )
 
 
+@functools.lru_cache(maxsize=1024)
 def upstream_url(base_url: str, path: CanonicalPath, query_string: str = "") -> URL:
     """The upstream URL for `path`: the upstream's base URL (e.g. `https://api.openai.com/v1`)
     followed by the path's segments after the client-facing `/v1`, each percent-encoded, with the
     query string as given. Built pre-encoded so that the HTTP client does not normalise it again;
-    the canonical path has no dot segments, so the result stays under the base path."""
+    the canonical path has no dot segments, so the result stays under the base path.
+    Built once per base, path and query (a `URL` is immutable): the same few recur on every request."""
     base = URL(base_url)
     tail = "".join("/" + quote(segment, safe=_SEGMENT_SAFE) for segment in path.api_relative())
     return URL.build(

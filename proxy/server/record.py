@@ -29,7 +29,7 @@ from proxy.core.trim import Removal
 REPORT_PREFIX = "x-context-guard-"
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestRecord:
     request_id: str
     method: str

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import zlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +26,8 @@ from typing import Any, Literal
 
 import aiohttp
 from yarl import URL
+
+from proxy.codec import loads
 
 MAX_PEEK_BYTES = 256 * 1024  # a first event larger than this is relayed as data, unread
 _EVENT_END = (b"\r\n\r\n", b"\n\n", b"\r\r")
@@ -126,12 +127,17 @@ def _complete_events(text: bytes) -> list[bytes]:
 
 def _event_end(text: bytes) -> tuple[int, int]:
     """Where the first event in `text` ends and the length of its terminator; (-1, 0) if none does."""
+    if b"\r" not in text:  # the usual case: one terminator to look for
+        end = text.find(b"\n\n")
+        return (end, 2) if end >= 0 else (-1, 0)
     found = [(i, len(sep)) for sep in _EVENT_END if (i := text.find(sep)) >= 0]
     return min(found) if found else (-1, 0)
 
 
 def event_data(event: bytes) -> bytes | None:
     """The `data:` of one SSE event (lines joined by newlines), or None for a comment-only event."""
+    if event.startswith(b"data: ") and b"\n" not in event and b"\r" not in event:
+        return event[6:]  # the usual event: one data line
     lines = [line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
 
@@ -145,12 +151,20 @@ def _event_name(event: bytes) -> str | None:
 
 def _json(data: bytes) -> Any:
     try:
-        return json.loads(data)
+        return loads(data)
     except ValueError:
         return None
 
 
+def may_name(data: bytes, key: bytes) -> bool:
+    """False when the JSON text `data` cannot hold the key `key`: it is not there as written, and
+    no `\\u` escape could spell it. Saves parsing events that are not what is looked for."""
+    return key in data or b"\\u" in data
+
+
 def _error_of(data: bytes) -> Mapping[str, Any] | None:
+    if not may_name(data, b"error"):
+        return None
     payload = _json(data)
     error = payload.get("error") if isinstance(payload, dict) else None
     if isinstance(error, dict):
@@ -242,16 +256,21 @@ class UsageTap:
         if not self._readable:
             return chunk
         text = self._pending + chunk
-        out = bytearray()
+        whole = not self._pending
+        kept: list[bytes] = []
         while True:
             end, size = _event_end(text)
             if end < 0:
                 break
             event, text = text[: end + size], text[end + size :]
             if self._keep(event[:end]):
-                out += event
+                kept.append(event)
+            else:
+                whole = False
         self._pending = text
-        return bytes(out)
+        if whole and not text:  # every event of `chunk` kept, none partial: forwarded as it came
+            return chunk
+        return b"".join(kept)
 
     def finish(self) -> bytes:
         """What is left at the end of the stream (an event with no terminator)."""
@@ -265,7 +284,7 @@ class UsageTap:
         if data is not None and data.strip() == b"[DONE]":
             self.ended = True
             return True
-        if data is None:
+        if data is None or not may_name(data, b"usage"):
             return True
         payload = _json(data)
         usage = usage_of(payload)
@@ -289,36 +308,51 @@ def is_stale_connection(exc: BaseException) -> bool:
     return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _STALE_ERRNOS
 
 
-@dataclass
+@dataclass(slots=True)
 class Sent:
     """An upstream response, and whether it took a second attempt on a fresh connection."""
 
     response: aiohttp.ClientResponse
     retried: bool = False
+    fresh: aiohttp.ClientSession | None = None  # the one-off session of that second attempt
+
+    async def close(self) -> None:
+        """Release the response (its connection goes back to the pool, or closes), then the
+        one-off session, if there was one."""
+        try:
+            self.response.release()
+            await self.response.wait_for_close()
+        finally:
+            if self.fresh is not None:
+                await self.fresh.close()
+
+
+async def send_retrying_stale(session: aiohttp.ClientSession, method: str, url: str | URL, **kwargs: Any) -> Sent:
+    """`session.request(method, url, **kwargs)`, sent once more on a new connection (never a
+    pooled one) if the first attempt failed on a connection the server had already closed.
+    The caller closes what it returns (`Sent.close`)."""
+    try:
+        return Sent(await session.request(method, url, **kwargs))
+    except aiohttp.ClientError as exc:
+        if not is_stale_connection(exc):
+            raise
+    fresh = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True), auto_decompress=False, trust_env=False
+    )
+    try:
+        return Sent(await fresh.request(method, url, **kwargs), retried=True, fresh=fresh)
+    except BaseException:
+        await fresh.close()
+        raise
 
 
 @contextlib.asynccontextmanager
 async def stale_retry(
     session: aiohttp.ClientSession, method: str, url: str | URL, **kwargs: Any
 ) -> AsyncIterator[Sent]:
-    """`session.request(method, url, **kwargs)`, sent once more on a new connection (never a
-    pooled one) if the first attempt failed on a connection the server had already closed."""
-    fresh: aiohttp.ClientSession | None = None
+    """`send_retrying_stale()` as a context manager: the response is closed on leaving it."""
+    sent = await send_retrying_stale(session, method, url, **kwargs)
     try:
-        try:
-            sent = Sent(await session.request(method, url, **kwargs))
-        except aiohttp.ClientError as exc:
-            if not is_stale_connection(exc):
-                raise
-            fresh = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True), auto_decompress=False, trust_env=False
-            )
-            sent = Sent(await fresh.request(method, url, **kwargs), retried=True)
-        try:
-            yield sent
-        finally:
-            sent.response.release()
-            await sent.response.wait_for_close()
+        yield sent
     finally:
-        if fresh is not None:
-            await fresh.close()
+        await sent.close()

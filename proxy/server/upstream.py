@@ -18,21 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
-from yarl import URL
+from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.errors import ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
 from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
-from proxy.server.streams import stale_retry
+from proxy.server.streams import is_event_stream
 from proxy.settings import Route, Settings, UpstreamSettings
 
 HOP_BY_HOP = frozenset(
@@ -84,13 +84,17 @@ class Router:
 
 def connection_named(headers: Mapping[str, str]) -> frozenset[str]:
     """The header names listed in `Connection` and `Proxy-Connection`: hop-by-hop by declaration."""
-    return frozenset(
-        token.strip().lower()
-        for name, value in headers.items()
-        if name.lower() in ("connection", "proxy-connection")
-        for token in value.split(",")
-        if token.strip()
-    )
+    if isinstance(headers, CIMultiDictProxy | CIMultiDict):  # a request's or response's: looked up, not scanned
+        values = [*headers.getall("connection", ()), *headers.getall("proxy-connection", ())]
+    else:
+        values = [value for name, value in headers.items() if name.lower() in ("connection", "proxy-connection")]
+    if not values:
+        return _NONE_NAMED
+    return frozenset(token.strip().lower() for value in values for token in value.split(",") if token.strip())
+
+
+_NONE_NAMED: frozenset[str] = frozenset()
+_REQUEST_DROPPED = HOP_BY_HOP | REQUEST_ONLY_DROPPED | {"authorization"}  # the upstream's own credential goes
 
 
 def request_headers(
@@ -100,13 +104,12 @@ def request_headers(
     client_keys: Iterable[str] = (),
 ) -> CIMultiDict[str]:
     keys = tuple(client_keys)
-    dropped = HOP_BY_HOP | REQUEST_ONLY_DROPPED | connection_named(client)
+    named = connection_named(client)
+    dropped = _REQUEST_DROPPED | named if named else _REQUEST_DROPPED
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client.items():
         lower = name.lower()
-        if lower in dropped or lower == "authorization" or lower.startswith(REPORT_PREFIX):
-            continue
-        if keys and names_a_client_key(value, keys):
+        if lower in dropped or lower.startswith(REPORT_PREFIX) or (keys and names_a_client_key(value, keys)):
             continue
         headers.add(name, value)
     for name, value in upstream.headers.items():
@@ -131,7 +134,8 @@ ANTHROPIC_VERSION = "2023-06-01"  # sent only when the client named none
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
     """The upstream's headers less hop-by-hop ones. Its own request id (OpenAI's, for support
     tickets) is kept as `x-upstream-request-id`: `x-request-id` is the proxy's."""
-    dropped = HOP_BY_HOP | connection_named(upstream)
+    named = connection_named(upstream)
+    dropped = HOP_BY_HOP | named if named else HOP_BY_HOP
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():
         lower = name.lower()
@@ -164,26 +168,37 @@ class UpstreamPool:
         self.policy = policy
         self._slots = asyncio.Semaphore(policy.size)
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def acquire(self) -> None:
+        """Take a slot: at once when one is free, else within the deadline (503 `overloaded` after
+        it). Every slot taken is given back with `release()`."""
+        if not self._slots.locked():  # a free slot is taken at once: no deadline timer to schedule and cancel
+            await self._slots.acquire()
+            return
         try:
-            if self._slots.locked():  # full: wait, within the deadline
-                async with asyncio.timeout(self.policy.wait):
-                    await self._slots.acquire()
-            else:  # a free slot is taken at once: no deadline timer to schedule and cancel
+            async with asyncio.timeout(self.policy.wait):
                 await self._slots.acquire()
         except TimeoutError:
             raise Overloaded(
                 f"context-guard is at its limit of {self.policy.size} upstream calls in flight; retry shortly",
                 headers={"Retry-After": str(max(1, math.ceil(self.policy.wait)))},
             ) from None
-        try:
-            yield
-        finally:
-            self._slots.release()
+
+    def release(self) -> None:
+        self._slots.release()
 
 
 UPSTREAM_POOL = web.AppKey("upstream_pool", UpstreamPool)
+
+
+def upstream_failure(upstream: UpstreamSettings, exc: BaseException) -> GuardError | None:
+    """aiohttp's failure `exc` as the proxy's own error; None for every other exception."""
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return UpstreamTimeout(f"upstream {upstream.name!r} did not answer in time")
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return UpstreamUnavailable(f"upstream {upstream.name!r} sent a malformed response: {exc.message}")
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable ({type(exc).__name__})")
+    return None
 
 
 @contextlib.contextmanager
@@ -191,44 +206,17 @@ def upstream_errors(upstream: UpstreamSettings) -> Iterator[None]:
     """aiohttp's failures as the proxy's own errors; every other exception passes through."""
     try:
         yield
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-        raise UpstreamTimeout(f"upstream {upstream.name!r} did not answer in time") from exc
-    except aiohttp.ClientResponseError as exc:
-        raise UpstreamUnavailable(f"upstream {upstream.name!r} sent a malformed response: {exc.message}") from exc
-    except (aiohttp.ClientError, OSError) as exc:
-        reason = type(exc).__name__
-        raise UpstreamUnavailable(f"upstream {upstream.name!r} is unreachable ({reason})") from exc
+    except Exception as exc:
+        error = upstream_failure(upstream, exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
-@contextlib.asynccontextmanager
-async def send(
-    session: aiohttp.ClientSession,
-    upstream: UpstreamSettings,
-    method: str,
-    url: URL,
-    headers: CIMultiDict[str],
-    body: bytes,
-    pool: UpstreamPool,
-    on_retry: Callable[[], None] | None = None,
-) -> AsyncIterator[aiohttp.ClientResponse]:
-    """The upstream's response to one request; a pooled connection the upstream had closed is
-    replaced by a fresh one once (`on_retry` is told), before any byte of response."""
-    timeout = aiohttp.ClientTimeout(total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout)
-    async with pool.slot():
-        with upstream_errors(upstream):
-            async with stale_retry(
-                session,
-                method,
-                url,
-                headers=headers,
-                data=body or None,
-                timeout=timeout,
-                allow_redirects=False,
-                auto_decompress=False,
-            ) as sent:
-                if sent.retried and on_retry is not None:
-                    on_retry()
-                yield sent.response
+@functools.lru_cache(maxsize=64)
+def client_timeout(connect: float | None, read: float | None) -> aiohttp.ClientTimeout:
+    """An upstream's deadlines (`connect_timeout`, `read_timeout`), built once per pair: frozen, shared."""
+    return aiohttp.ClientTimeout(total=None, connect=connect, sock_read=read)
 
 
 async def read_error_body(upstream: UpstreamSettings, response: aiohttp.ClientResponse) -> bytes:
@@ -267,11 +255,14 @@ async def relay(
 ) -> Relayed:
     """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
     begun or filtered; see `proxy.server.streams`). A client that goes away ends the relay
-    (and, by leaving `send()`, closes the upstream connection). An upstream that breaks
+    (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
     mid-stream ends an event stream cleanly, with an SSE error event then EOF; any other body
     (or an event stream of announced length) is cut off by closing the client's connection, so
     that a half response can never pass for a whole one."""
-    out = web.StreamResponse(status=response.status, reason=response.reason)
+    # The headers go out with the first bytes (one write, not two) unless this is an event stream
+    # relayed from its very start: then they are sent at once, as the upstream sent its own.
+    eager = chunks is None and is_event_stream(response)
+    out = (web.StreamResponse if eager else _HeadersWithFirstBytes)(status=response.status, reason=response.reason)
     out.headers.update(response_headers(response.headers))
     out.headers.update(extra_headers)
     if response.content_length is not None:  # a whole body of known size keeps its length; streams stay chunked
@@ -286,8 +277,7 @@ async def relay(
         return relayed
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         relayed.broken = f"upstream {upstream.name!r} ended the stream early ({type(exc).__name__})"
-        event_stream = response.headers.get("Content-Type", "").startswith("text/event-stream")
-        if not event_stream or out.content_length is not None:
+        if not is_event_stream(response) or out.content_length is not None:
             abort(request)
             return relayed
         error = {"message": relayed.broken, "type": "upstream_error", "param": None, "code": "upstream_stream_broken"}
@@ -296,6 +286,15 @@ async def relay(
     with contextlib.suppress(ConnectionResetError):
         await out.write_eof()
     return relayed
+
+
+class _HeadersWithFirstBytes(web.StreamResponse):
+    """A relayed response whose status line and headers are written together with its first body
+    bytes, as aiohttp's own `web.Response` does (its `_send_headers_immediately`): on loopback
+    each write costs a system call and the receiver's wake-up. A body that never comes still
+    gets its headers, with the end of the response."""
+
+    _send_headers_immediately = False
 
 
 def abort(request: web.Request) -> None:

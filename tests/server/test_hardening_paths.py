@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -64,6 +65,12 @@ class TestCanonicalPath:
         with pytest.raises(InvalidPath) as caught:
             canonical_path(raw)
         assert reason in caught.value.message and caught.value.status == 400
+
+    @pytest.mark.parametrize(("raw", "reason"), AMBIGUOUS[:3])
+    def test_a_path_refused_once_is_refused_again_when_it_comes_again(self, raw, reason):
+        for _ in range(2):
+            with pytest.raises(InvalidPath, match=re.escape(reason)):
+                canonical_path(raw)
 
     def test_the_root_is_a_slash(self):
         assert canonical_path("//./").value == "/"

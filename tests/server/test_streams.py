@@ -120,6 +120,10 @@ class TestPeekFirstEvent:
         first, whole = await fetch(body_app(b'{"choices": []}'))
         assert first.kind == "data" and whole == b'{"choices": []}'
 
+    async def test_an_error_key_written_with_an_escape_is_still_an_error(self, fetch):
+        first, _ = await fetch(sse_app([b'data: {"\\u0065rror": {"message": "boom"}}\n\n']))
+        assert (first.kind, first.message) == ("error", "boom")
+
     async def test_an_empty_json_body_is_empty(self, fetch):
         first, _ = await fetch(body_app(b""))
         assert first.kind == "empty"
@@ -150,6 +154,21 @@ class TestUsageTap:
     def test_crlf_terminated_events_are_understood(self):
         tap = UsageTap(strip=True)
         assert tap.feed(USAGE_CHUNK.replace(b"\n", b"\r\n") + b"data: [DONE]\r\n\r\n") == b"data: [DONE]\r\n\r\n"
+
+    def test_a_usage_key_written_with_an_escape_is_still_read_and_stripped(self):
+        escaped = USAGE_CHUNK.replace(b'"usage"', b'"\\u0075sage"')
+        tap = UsageTap(strip=True)
+        assert tap.feed(CHUNK + escaped + DONE) == CHUNK + DONE
+        assert tap.usage is not None and tap.usage.prompt_tokens == 42
+
+    def test_a_chunk_of_whole_events_all_kept_is_forwarded_as_it_came_without_a_copy(self):
+        chunk = CHUNK + CHUNK
+        assert UsageTap(strip=True).feed(chunk) is chunk
+
+    def test_a_chunk_that_ends_inside_an_event_holds_that_event_back(self):
+        tap = UsageTap(strip=False)
+        assert tap.feed(CHUNK + DONE[:6]) == CHUNK
+        assert tap.feed(DONE[6:]) == DONE
 
     def test_a_compressed_stream_passes_through_untouched(self):
         raw = gzip.compress(CHUNK + USAGE_CHUNK)
@@ -193,6 +212,14 @@ class TestUsageFromBody:
 
     def test_reads_through_gzip(self):
         usage = usage_from_body(gzip.compress(b'{"usage": {"prompt_tokens": 12}}'), "gzip")
+        assert usage is not None and usage.prompt_tokens == 12
+
+    def test_a_count_beyond_64_bits_is_read_exactly(self):
+        usage = usage_from_body(b'{"usage": {"prompt_tokens": 18446744073709551617}}')
+        assert usage is not None and usage.prompt_tokens == 2**64 + 1
+
+    def test_a_body_with_nan_elsewhere_still_gives_its_usage(self):
+        usage = usage_from_body(b'{"logprob": NaN, "usage": {"prompt_tokens": 12}}')
         assert usage is not None and usage.prompt_tokens == 12
 
     @pytest.mark.parametrize("body", [b"", b"not json", b'{"usage": null}', b'{"usage": {"prompt_tokens": true}}'])
