@@ -77,6 +77,18 @@ class _Body:
 
 
 @dataclass(frozen=True)
+class Match:
+    """What a body shares with the earlier bodies kept: `shared` elements of `earlier`, and the
+    bytes after them that are left to read (`new_bytes`: the whole body when none is shared).
+    `kept` is False for a body this reader neither reuses nor keeps (too small or too large)."""
+
+    new_bytes: int
+    earlier: _Body | None = None
+    shared: int = 0
+    kept: bool = True
+
+
+@dataclass(frozen=True)
 class Reading:
     """A body read: its value (equal to `read_json`'s), what was known of its array, and what
     `PrefixReader.keep` needs to let a later body build on it."""
@@ -108,10 +120,11 @@ class PrefixReader:
         self._bytes = 0
         self._lock = threading.Lock()  # large bodies are read on worker threads
 
-    def read(self, raw: bytes) -> Reading:
-        """`read_json(raw, limits)`, raising its `UnreadableJson`, with the shared prefix reused."""
+    def match(self, raw: bytes) -> Match:
+        """The earlier body `raw` shares the most elements with, and how many: a comparison of
+        bytes, cheap whatever the body's size (the parse is `read`'s)."""
         if len(raw) < self.min_body or self.max_bytes <= 0 or len(raw) > self.max_bytes // 4:
-            return Reading(read_json(raw, self.limits))
+            return Match(len(raw), None, 0, kept=False)
         best, most = None, 0
         for earlier in self._candidates(raw):
             shared = _shared_elements(raw, earlier, most)
@@ -119,8 +132,16 @@ class PrefixReader:
                 best, most = earlier, shared
                 if shared == len(earlier.ends):
                     break
-        if best is not None:
-            reading = self._extend(raw, best, most)
+        return Match(len(raw) - best.ends[most - 1] if best is not None else len(raw), best, most)
+
+    def read(self, raw: bytes, match: Match | None = None) -> Reading:
+        """`read_json(raw, limits)`, raising its `UnreadableJson`, with the shared prefix reused
+        (`match`: this body's, when the caller has it already)."""
+        match = match if match is not None else self.match(raw)
+        if not match.kept:
+            return Reading(read_json(raw, self.limits))
+        if match.earlier is not None:
+            reading = self._extend(raw, match.earlier, match.shared)
             if reading is not None:
                 return reading
         value = read_json(raw, self.limits)

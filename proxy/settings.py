@@ -66,7 +66,7 @@ class ServerSettings(Section):
     host: str = "127.0.0.1"
     port: Port = 8080
     max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
-    offload_bytes: Annotated[int, Field(ge=0)] = 256 * 1024  # count bodies larger than this in a worker thread
+    offload_bytes: Annotated[int, Field(ge=0)] = 256 * 1024  # count bodies with more new bytes in a worker thread
     # Earlier bodies kept so that a conversation re-sent with a new turn is parsed only where it is new
     # (`proxy.prefix_reader`); 0 turns it off. Their parsed values take about three times this.
     prefix_memory_bytes: Annotated[int, Field(ge=0)] = 8 * 1024 * 1024

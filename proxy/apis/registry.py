@@ -31,7 +31,7 @@ from proxy.apis.base import Adapter, InvalidRequest, Parsed
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
 from proxy.apis.responses import ResponsesAdapter
-from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix, PrefixReader, Reading
+from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix, Match, PrefixReader, Reading
 from proxy.strict_json import DEFAULT_LIMITS, JsonLimits
 
 API_NAMES = ("chat", "responses", "completions", "messages")
@@ -117,9 +117,13 @@ class AdapterRegistry:
         }
         self._plain = PrefixReader("", limits, max_bytes=0)
 
-    def read(self, adapter: Adapter, raw: bytes) -> Reading:
+    def match(self, adapter: Adapter, raw: bytes) -> Match:
+        """What the body shares with earlier ones `adapter` accepted (`PrefixReader.match`)."""
+        return self._readers.get(adapter.name, self._plain).match(raw)
+
+    def read(self, adapter: Adapter, raw: bytes, match: Match | None = None) -> Reading:
         """The body strictly read for `adapter` (`read_json`'s value and errors)."""
-        return self._readers.get(adapter.name, self._plain).read(raw)
+        return self._readers.get(adapter.name, self._plain).read(raw, match)
 
     def accepted(self, adapter: Adapter, reading: Reading) -> None:
         """`adapter` accepted the body read: a later body may build on it."""

@@ -35,6 +35,7 @@ from proxy.errors import (
     HTTPRefusal,
     UpstreamUnavailable,
 )
+from proxy.prefix_reader import Match
 from proxy.server import answers
 from proxy.server.answers import UsageReader, first_event
 from proxy.server.backends import budget_policy
@@ -60,8 +61,10 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     endpoint = gw.apis.endpoint_for(request[PATH_ROUTE].path.value)
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
     raw = await read_body(request, gw)
-    large = len(raw) > gw.settings.server.offload_bytes
-    parsed = await off_loop(_parse, gw, endpoint, raw) if large else _parse(gw, endpoint, raw)
+    # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
+    match = gw.apis.match(endpoint.adapter, raw)
+    large = match.new_bytes > gw.settings.server.offload_bytes
+    parsed = await off_loop(_parse, gw, endpoint, raw, match) if large else _parse(gw, endpoint, raw, match)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
@@ -276,12 +279,12 @@ def json_message(body: bytes) -> str:
     return message if isinstance(message, str) else "an answer the guard cannot read"
 
 
-def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes) -> Parsed:
+def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = None) -> Parsed:
     """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter
     (the chat adapter type-checks every field the core reads); a conversation re-sent with a new
     turn is read and checked only where it is new."""
     try:
-        reading = gw.apis.read(endpoint.adapter, raw)
+        reading = gw.apis.read(endpoint.adapter, raw, match)
         parsed = endpoint.parse(reading.value, reading.known)
     except UnreadableJson as exc:
         raise BadRequest(str(exc), param=exc.key) from None

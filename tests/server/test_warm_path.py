@@ -78,3 +78,41 @@ class TestResentBodies:
         status, _ = await self.resend(start_proxy, upstream, tail)
         assert status == 200
         assert upstream.received[-1].json()["messages"][-1] == {"role": "user", "content": "And?"}
+
+
+class TestWhereLargeBodiesAreRead:
+    """Bodies whose new part is large are read and counted off the event loop; a large
+    conversation re-sent with a short turn is small work, done on the loop."""
+
+    async def offloaded(self, start_proxy, upstream, monkeypatch, second: list[dict]) -> list[str]:
+        from proxy.server import handlers
+
+        calls: list[str] = []
+        real = handlers.off_loop
+
+        async def spy(work, *args):
+            calls.append(getattr(work, "__name__", repr(work)))
+            return await real(work, *args)
+
+        monkeypatch.setattr(handlers, "off_loop", spy)
+        proxy = await start_proxy(gateway_settings(upstream.url, server={"offload_bytes": 8192}))
+        url = str(proxy.make_url("/v1/chat/completions"))
+        first = long_conversation(turns=20)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json={"model": "gpt-4o", "messages": first}) as response:
+                assert response.status == 200
+            calls.clear()
+            async with session.post(url, json={"model": "gpt-4o", "messages": [*first, *second]}) as response:
+                assert response.status == 200
+        return calls
+
+    async def test_a_large_conversation_re_sent_with_a_short_turn_is_read_on_the_loop(
+        self, start_proxy, upstream, monkeypatch
+    ):
+        assert await self.offloaded(start_proxy, upstream, monkeypatch, [{"role": "user", "content": "And?"}]) == []
+
+    async def test_a_re_sent_conversation_with_a_large_new_turn_is_read_off_the_loop(
+        self, start_proxy, upstream, monkeypatch
+    ):
+        long_turn = [{"role": "user", "content": "why " * 5000}]
+        assert await self.offloaded(start_proxy, upstream, monkeypatch, long_turn) == ["_parse", "start"]
