@@ -44,6 +44,15 @@ class Opening:
     contexts: Mapping[int, ResultContext]  # each `tool` result's, without the group marks
     marked: Mapping[int, ResultContext]  # the group-marked contexts its counts were made with
 
+    @property
+    def footprint(self) -> int:
+        """About the bytes it holds of its own (for the count cache's bound): its tuple of counts
+        (the counts are the cache's message entries) and its three dicts (their contexts are
+        shared between the openings of one request). tracemalloc: 2.2 KB of dicts and a 0.8 KB
+        tuple for 96 messages with 23 calls; this says 3.7 KB."""
+        entries = len(self.calls) + len(self.contexts) + len(self.marked)
+        return 200 + 8 * len(self.counts) + 60 * entries
+
 
 def opening_key(scope: int, hashes: Sequence[int], size: int) -> Hashable:
     """The cache key of the opening of `size` messages whose hashes are `hashes[:size]`: as a
