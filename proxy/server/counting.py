@@ -34,25 +34,29 @@ from proxy.core.tokens import RequestCounter
 from proxy.encodings import lower_thread_priority
 from proxy.server.backend_tokens import BackendCounter, PrefetchedTokenizer, calls_for
 from proxy.server.backends import BackendOptions, BackendProfile, Discovery, discover, ollama_window, profile_for
+from proxy.server.collector import CollectorPause
 
 Source = Literal["backend", "model", "calibrated", "estimate"]
 T = TypeVar("T")
 
 # Large bodies (above `server.offload_bytes`) are parsed, counted and planned here, off the event
-# loop, one per core at a time (more wait their turn), in threads below the loop's priority: small
-# requests keep their latency while 10 MB bodies are counted. See bench/changes.md for the figures.
+# loop, one per core at a time (more wait their turn), in threads below the loop's priority, with
+# the garbage collector kept off their objects (`CollectorPause`): small requests keep their
+# latency while 10 MB bodies are counted. See bench/changes.md for the figures.
 _LARGE_BODIES = ThreadPoolExecutor(
     max_workers=max(1, min(4, os.cpu_count() or 1)),
     thread_name_prefix="context-guard-large",
     initializer=lower_thread_priority,
 )
+COLLECTOR_PAUSE = CollectorPause()
 
 
 async def off_loop(work: Callable[..., T], *args: Any) -> T:
-    """`work(*args)` for a large body, in the large-body threads (as `asyncio.to_thread` does:
-    the caller's context variables, such as the log's bound fields, go along)."""
+    """`work(*args)` for a large body, in the large-body threads with automatic garbage collection
+    paused (as `asyncio.to_thread` does: the caller's context variables, such as the log's bound
+    fields, go along)."""
     call = functools.partial(contextvars.copy_context().run, work, *args)
-    return await asyncio.get_running_loop().run_in_executor(_LARGE_BODIES, call)
+    return await asyncio.get_running_loop().run_in_executor(_LARGE_BODIES, COLLECTOR_PAUSE.around, call)
 
 
 @dataclass(frozen=True)

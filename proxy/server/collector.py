@@ -1,0 +1,87 @@
+"""The cyclic garbage collector around a large body's work, so that it does not stall the loop.
+
+A 10 MB body parsed and planned in a thread makes a few hundred thousand objects that stay alive
+for the whole request. While they are made, CPython's collector runs again and again (every 700
+allocations) and walks them each time: young collections of 7-13 ms, and full ones of 50-90 ms
+once enough of them have survived into the oldest generation. The collector holds the GIL
+throughout, in whichever thread triggered it, so the event loop and every small request wait
+(bench/changes.md, "Isolation and workers").
+
+`CollectorPause.around(work)` runs the work with automatic collection off and, when it ends,
+moves every object then tracked into the collector's permanent generation (`gc.freeze()`, a
+splice of lists, not a walk): those objects are freed by reference counting as usual when the
+request lets go of them, but no collection walks them again. The cost is that a reference cycle
+among objects frozen this way is not reclaimed while frozen: they are handed back to the
+collector (`gc.unfreeze()`) at the end of the first large body's work at least
+`thaw_seconds` after the last hand-back, so such garbage is held for at most that long (plus
+one large body's work), and a full collection that walks a live large body happens at most once
+in that time instead of once or twice per body.
+
+The pause is process-wide (CPython has one collector): overlapping works keep collection off
+until the last one ends.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+THAW_SECONDS = 30.0
+
+
+class CollectorPause:
+    """Automatic collection off while large bodies are worked on; what they made is frozen after."""
+
+    def __init__(self, thaw_seconds: float = THAW_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        if not thaw_seconds > 0:
+            raise ValueError(f"thaw_seconds must be positive, not {thaw_seconds!r}")
+        self.thaw_seconds = thaw_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._active = 0
+        self._was_enabled = True
+        self._thawed_at = clock()
+        self.freezes = 0  # for tests and the curious: how often the work's objects were frozen
+        self.thaws = 0
+
+    @property
+    def active(self) -> int:
+        """How many large bodies are being worked on now."""
+        return self._active
+
+    def around(self, work: Callable[[], T]) -> T:
+        """`work()` with automatic collection off; afterwards its objects are frozen, or everything
+        is handed back to the collector when the last hand-back is `thaw_seconds` old."""
+        self._enter()
+        try:
+            return work()
+        finally:
+            self._exit()
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._active += 1
+
+    def _exit(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active:
+                return
+            now = self._clock()
+            if now - self._thawed_at >= self.thaw_seconds:
+                gc.unfreeze()  # the next automatic collection reclaims what became garbage meanwhile
+                self._thawed_at = now
+                self.thaws += 1
+            else:
+                gc.freeze()
+                self.freezes += 1
+            if self._was_enabled:
+                gc.enable()
