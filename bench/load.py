@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import os
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL as yarl_url
 
 from bench.conversations import agent_conversation
 
@@ -142,26 +144,73 @@ async def throughput(
     targets: Sequence[Target], make_body: Callable[[], bytes], clients: int, seconds: float, rounds: int
 ) -> dict[str, float]:
     """Requests per second with `clients` in a closed loop, each target given `rounds` slices of
-    `seconds`, the slices interleaved."""
+    `seconds`, the slices interleaved. Each client is one keep-alive connection (`Connection`),
+    opened before the first slice and kept for all of them."""
+    connections = {t.name: [await Connection.open(t.url) for _ in range(clients)] for t in targets}
     done: dict[str, int] = {t.name: 0 for t in targets}
     spent: dict[str, float] = {t.name: 0.0 for t in targets}
-    for r in range(rounds):
-        for target in rotated(targets, r):
-            deadline = time.perf_counter() + seconds
-            completed = [0]
+    try:
+        for r in range(rounds):
+            for target in rotated(targets, r):
+                deadline = time.perf_counter() + seconds
+                completed = [0]
 
-            async def client(
-                target: Target = target, deadline: float = deadline, completed: list[int] = completed
-            ) -> None:
-                while time.perf_counter() < deadline:
-                    await target.post(make_body())
-                    completed[0] += 1
+                async def client(
+                    connection: Connection, deadline: float = deadline, completed: list[int] = completed
+                ) -> None:
+                    while time.perf_counter() < deadline:
+                        await connection.post(make_body())
+                        completed[0] += 1
 
-            started = time.perf_counter()
-            await asyncio.gather(*(client() for _ in range(clients)))
-            spent[target.name] += time.perf_counter() - started
-            done[target.name] += completed[0]
+                started = time.perf_counter()
+                await asyncio.gather(*(client(c) for c in connections[target.name]))
+                spent[target.name] += time.perf_counter() - started
+                done[target.name] += completed[0]
+    finally:
+        for opened in connections.values():
+            for connection in opened:
+                connection.close()
     return {name: done[name] / spent[name] for name in done}
+
+
+class Connection:
+    """A client of the throughput scenario: one keep-alive HTTP/1.1 connection that posts chat
+    requests and reads each answer whole (Content-Length or chunked). It sends what `Target.post`
+    sends (the same body, `Content-Type` and `Content-Length`), at a fraction of aiohttp's client
+    cost per request: on a machine whose cores the client shares with the servers it measures,
+    the client's own CPU is taken from them (bench/changes.md, "Isolation and workers")."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> None:
+        self.reader, self.writer, self.head = reader, writer, head
+
+    @classmethod
+    async def open(cls, base_url: str) -> Connection:
+        url = yarl_url(base_url)
+        reader, writer = await asyncio.open_connection(url.host, url.port, limit=1 << 20)
+        head = (
+            f"POST {url.path.rstrip('/')}/chat/completions HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+            "Content-Type: application/json\r\nContent-Length: "
+        ).encode()
+        return cls(reader, writer, head)
+
+    async def post(self, payload: bytes) -> None:
+        """Send one request and read its whole answer; an answer other than 200 is an error."""
+        self.writer.write(b"%s%d\r\n\r\n" % (self.head, len(payload)))
+        self.writer.write(payload)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        if head[9:12] != b"200":
+            raise RuntimeError(f"answered {head[9:12].decode(errors='replace')}")
+        headers = head.lower()
+        if b"transfer-encoding: chunked" in headers:
+            while size := int((await self.reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16):
+                await self.reader.readexactly(size + 2)
+            await self.reader.readuntil(b"\r\n")  # the blank line after the last chunk (no trailers)
+        else:
+            length = headers.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0]
+            await self.reader.readexactly(int(length))
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 @dataclass
@@ -209,23 +258,66 @@ async def streams(target: Target, payload: bytes, query: str, concurrent: int) -
     }
 
 
-async def small_latency_while(target: Target, load: Callable[[], bytes] | None, requests: int) -> list[float]:
-    """Small requests one at a time, while (with `load`) another client keeps one large body in flight."""
-    stop = asyncio.Event()
+async def small_latency(target: Target, requests: int) -> list[float]:
+    """`requests` small requests, one at a time, the seconds each took."""
+    return [await target.post(SMALL) for _ in range(requests)]
 
-    async def background() -> None:
-        while not stop.is_set():
-            await target.post(load())  # type: ignore[misc]  # only started when load is given
 
-    task = asyncio.create_task(background()) if load is not None else None
-    if task is not None:
-        await asyncio.sleep(0.2)  # let the first large body arrive
+async def small_latency_while(target: Target, size: int, bodies: int, max_seconds: float = 120.0) -> list[float]:
+    """Small requests one at a time while another client keeps one cold body of about `size`
+    bytes in flight, until `bodies` of them have been answered (or `max_seconds` passed): every
+    phase of a large body's life (upload, parse, count, plan, forwarding) is under the small ones.
+
+    The large bodies are made and sent by another process (`python bench/load.py send-large`):
+    in this one, making and writing 10 MB would hold the loop that times the small requests, and
+    the figure would be the client's delay as much as the proxy's."""
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__)),
+        "send-large",
+        target.url,
+        str(size),
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert sender.stdout is not None
+    answered = 0
+
+    async def count_answers() -> None:
+        nonlocal answered
+        async for _ in sender.stdout:  # type: ignore[union-attr]  # piped above
+            answered += 1
+
+    times: list[float] = []
     try:
-        return [await target.post(SMALL) for _ in range(requests)]
+        if await sender.stdout.readline() != b"sending\n":
+            raise RuntimeError("bench/load.py send-large did not start")
+        counter = asyncio.create_task(count_answers())
+        await asyncio.sleep(0.2)  # let the first large body arrive
+        deadline = time.perf_counter() + max_seconds
+        while answered < bodies and time.perf_counter() < deadline and not counter.done():
+            times.append(await target.post(SMALL))
     finally:
-        stop.set()
-        if task is not None:
-            await task
+        if sender.returncode is None:
+            sender.terminate()
+        await sender.wait()
+    if answered < bodies and not times:
+        raise RuntimeError(f"the large-body client stopped (exit status {sender.returncode})")
+    return times
+
+
+async def _send_large(url: str, size: int) -> None:
+    """Keep one cold body of about `size` bytes in flight to `url`; a line for each answer."""
+    target = Target("large", url)
+    await target.open()
+    bodies = Bodies.of_size(size)
+    print("sending", flush=True)
+    try:
+        while True:
+            await target.post(bodies.cold())
+            print("answered", flush=True)
+    finally:
+        await target.close()
 
 
 def rss_mb(pid: int) -> float:
@@ -257,3 +349,9 @@ async def peak_rss_during(pid: int, work: Callable[[], Any]) -> tuple[float, Any
 
 def cpu_count() -> int:
     return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":  # the large-body client of `small_latency_while`
+    if sys.argv[1:2] != ["send-large"] or len(sys.argv) != 4:
+        raise SystemExit("usage: python bench/load.py send-large URL SIZE")
+    asyncio.run(_send_large(sys.argv[2], int(sys.argv[3])))
