@@ -143,12 +143,31 @@ async def latency(targets: Sequence[Target], make_body: Callable[[], bytes], req
 async def throughput(
     targets: Sequence[Target], make_body: Callable[[], bytes], clients: int, seconds: float, rounds: int
 ) -> dict[str, float]:
-    """Requests per second with `clients` in a closed loop, each target given `rounds` slices of
-    `seconds`, the slices interleaved. Each client is one keep-alive connection (`Connection`),
-    opened before the first slice and kept for all of them."""
+    """Requests per second with `clients` in a closed loop (see `closed_loop`)."""
+    return {name: t.rate for name, t in (await closed_loop(targets, make_body, clients, seconds, rounds)).items()}
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One target's closed-loop figures: requests per second, and the CPU spent per request by
+    its processes (a supervisor and its workers together; None without a pid) and by this client."""
+
+    rate: float
+    server_cpu_ms: float | None
+    client_cpu_ms: float
+
+
+async def closed_loop(
+    targets: Sequence[Target], make_body: Callable[[], bytes], clients: int, seconds: float, rounds: int
+) -> dict[str, Throughput]:
+    """`clients` in a closed loop, each target given `rounds` slices of `seconds`, the slices
+    interleaved. Each client is one keep-alive connection (`Connection`), opened before the first
+    slice and kept for all of them."""
     connections = {t.name: [await Connection.open(t.url) for _ in range(clients)] for t in targets}
     done: dict[str, int] = {t.name: 0 for t in targets}
     spent: dict[str, float] = {t.name: 0.0 for t in targets}
+    server_cpu: dict[str, float] = {t.name: 0.0 for t in targets}
+    client_cpu: dict[str, float] = {t.name: 0.0 for t in targets}
     try:
         for r in range(rounds):
             for target in rotated(targets, r):
@@ -162,15 +181,26 @@ async def throughput(
                         await connection.post(make_body())
                         completed[0] += 1
 
-                started = time.perf_counter()
+                server_before = process_tree_cpu_seconds(target.pid) if target.pid else 0.0
+                client_before, started = time.process_time(), time.perf_counter()
                 await asyncio.gather(*(client(c) for c in connections[target.name]))
                 spent[target.name] += time.perf_counter() - started
+                client_cpu[target.name] += time.process_time() - client_before
+                if target.pid:
+                    server_cpu[target.name] += process_tree_cpu_seconds(target.pid) - server_before
                 done[target.name] += completed[0]
     finally:
         for opened in connections.values():
             for connection in opened:
                 connection.close()
-    return {name: done[name] / spent[name] for name in done}
+    return {
+        t.name: Throughput(
+            done[t.name] / spent[t.name],
+            server_cpu[t.name] * 1000 / done[t.name] if t.pid and done[t.name] else None,
+            client_cpu[t.name] * 1000 / max(1, done[t.name]),
+        )
+        for t in targets
+    }
 
 
 class Connection:
@@ -265,7 +295,7 @@ async def small_latency(target: Target, requests: int) -> list[float]:
 
 async def small_latency_while(target: Target, size: int, bodies: int, max_seconds: float = 120.0) -> list[float]:
     """Small requests one at a time while another client keeps one cold body of about `size`
-    bytes in flight, until `bodies` of them have been answered (or `max_seconds` passed): every
+    bytes in flight, until `bodies` more of them have been answered (or `max_seconds` passed): every
     phase of a large body's life (upload, parse, count, plan, forwarding) is under the small ones.
 
     The large bodies are made and sent by another process (`python bench/load.py send-large`):
@@ -294,14 +324,14 @@ async def small_latency_while(target: Target, size: int, bodies: int, max_second
             raise RuntimeError("bench/load.py send-large did not start")
         counter = asyncio.create_task(count_answers())
         await asyncio.sleep(0.2)  # let the first large body arrive
-        deadline = time.perf_counter() + max_seconds
-        while answered < bodies and time.perf_counter() < deadline and not counter.done():
+        deadline, goal = time.perf_counter() + max_seconds, answered + bodies
+        while not times or (answered < goal and time.perf_counter() < deadline and not counter.done()):
             times.append(await target.post(SMALL))
     finally:
         if sender.returncode is None:
             sender.terminate()
         await sender.wait()
-    if answered < bodies and not times:
+    if answered < goal and time.perf_counter() < deadline:
         raise RuntimeError(f"the large-body client stopped (exit status {sender.returncode})")
     return times
 
@@ -325,6 +355,17 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def process_tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (a supervisor and its workers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        for child in children.read_text().split():
+            total += process_tree_cpu_seconds(int(child))
+    return total
 
 
 def process_tree_rss_mb(pid: int) -> float:

@@ -26,7 +26,9 @@ METHOD = """\
   upstream`: a fixed answer, SSE pacing on request), the bare pass-through proxy (`bench/servers.py
   bare`: reads the body, forwards it, streams the answer back; no parsing) and context-guard
   (`context-guard serve`, one worker, logging JSON at `info` as in production, to /dev/null). The
-  client is this benchmark's own process (aiohttp). All of them share the machine's cores.
+  client is this benchmark's own process (aiohttp; for throughput, raw keep-alive HTTP/1.1
+  connections, a third of aiohttp's client CPU per request; the 10 MB bodies of the isolation
+  scenario come from a second client process). All of them share the machine's cores.
 - Interleaved: at one request in flight each body goes to the upstream, the bare proxy and
   context-guard in a rotating order; throughput runs each target for a slice of seconds in turn,
   several rounds. A noisy neighbour slows all targets alike.

@@ -206,34 +206,35 @@ async def latency_rows(plan: Plan, targets: list[Target]) -> list[Row]:
 
 
 async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool) -> list[Row]:
+    """Requests per second at 32 clients. With `workers`, two workers against one, and the CPU
+    each spent per request: on a machine whose cores the client and the upstream share, the rate
+    says what the machine gave, the CPU per request whether a second worker costs more."""
     bodies = Bodies.of_size(88_000)
     measured = [targets["bare"], targets["guard"], *([targets["guard_workers"]] if workers else [])]
     for t in measured:
         await t.post(bodies.base)
     rows = []
     for mode, make in (("cold", bodies.cold), ("warm", bodies.warm)):
-        rps = await load.throughput(measured, make, 32, plan.throughput_seconds, plan.throughput_rounds)
+        got = await load.closed_loop(measured, make, 32, plan.throughput_seconds, plan.throughput_rounds)
+        scenario = f"throughput, 32 clients, 88 KB {mode}"
+        client_ms = {name: round(t.client_cpu_ms, 3) for name, t in got.items()}
         rows.append(
             row(
-                f"throughput, 32 clients, 88 KB {mode}",
+                scenario,
                 "req/s, one worker",
-                rps["bare"],
-                rps["guard"],
+                got["bare"].rate,
+                got["guard"].rate,
                 "req/s",
                 target=">= 0.85x" if mode == "warm" else None,
+                client_cpu_ms_per_request=client_ms,
             )
         )
         if workers:
-            rows.append(
-                row(
-                    f"throughput, 32 clients, 88 KB {mode}",
-                    "req/s, 2 workers vs 1",
-                    rps["guard"],
-                    rps["guard_workers"],
-                    "req/s",
-                    target=">= 1.6x",
-                )
-            )
+            one, two = got["guard"], got["guard_workers"]
+            rows.append(row(scenario, "req/s, 2 workers vs 1", one.rate, two.rate, "req/s", target=">= 1.6x"))
+            if one.server_cpu_ms is not None and two.server_cpu_ms is not None:
+                cpu = (one.server_cpu_ms, two.server_cpu_ms)
+                rows.append(row(scenario, "CPU per request, 2 workers vs 1", *cpu, "ms"))
     return rows
 
 

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
+from aiohttp import web
 
-from bench import report
-from bench.load import Bodies
+from bench import load, report
+from bench.load import SMALL, Bodies, Connection, Target
 from bench.servers import ANSWER, DONE, bare_app, upstream_app
 
 
@@ -79,3 +81,85 @@ class TestReport:
     def test_the_printed_table_has_a_line_per_row(self):
         lines = report.table(_results()).splitlines()
         assert lines[0].startswith("scenario") and len([ln for ln in lines if ln.startswith("s ")]) == 2
+
+
+def counted_upstream(
+    sizes: list[int], chunked: bool = False, status: int = 200, peers: list[object] | None = None
+) -> web.Application:
+    """The fake upstream's fixed answer, sent chunked or with its length; the size of each body it
+    got (and the client's address and port for each, in `peers`)."""
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        sizes.append(len(await request.read()))
+        if peers is not None and request.transport is not None:
+            peers.append(request.transport.get_extra_info("peername"))
+        if not chunked:
+            return web.Response(body=ANSWER, status=status, content_type="application/json")
+        response = web.StreamResponse(status=status)
+        await response.prepare(request)
+        for i in range(0, len(ANSWER), 40):
+            await response.write(ANSWER[i : i + 40])
+        await response.write_eof()
+        return response
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", completions)
+    return app
+
+
+class TestConnection:
+    @pytest.mark.parametrize("chunked", [False, True], ids=["with its length", "chunked"])
+    async def test_each_post_reads_the_whole_answer_and_the_next_goes_on_the_same_connection(
+        self, aiohttp_server: Any, chunked: bool
+    ):
+        sizes: list[int] = []
+        peers: list[object] = []
+        server = await aiohttp_server(counted_upstream(sizes, chunked=chunked, peers=peers))
+        connection = await Connection.open(str(server.make_url("/v1")))
+        try:
+            for _ in range(3):
+                await connection.post(SMALL)
+        finally:
+            connection.close()
+        assert sizes == [len(SMALL)] * 3
+        assert len(set(peers)) == 1
+
+    async def test_an_answer_other_than_200_is_an_error(self, aiohttp_server: Any):
+        server = await aiohttp_server(counted_upstream([], status=503))
+        connection = await Connection.open(str(server.make_url("/v1")))
+        try:
+            with pytest.raises(RuntimeError, match="503"):
+                await connection.post(SMALL)
+        finally:
+            connection.close()
+
+
+class TestClosedLoop:
+    async def test_a_target_s_rate_and_the_cpu_its_processes_and_the_client_spent_per_request(
+        self, aiohttp_server: Any
+    ):
+        import os
+
+        sizes: list[int] = []
+        server = await aiohttp_server(counted_upstream(sizes))
+        target = Target("t", str(server.make_url("/v1")), pid=os.getpid())
+        got = (await load.closed_loop([target], lambda: SMALL, clients=4, seconds=0.3, rounds=2))["t"]
+        assert 0 < got.rate <= len(sizes) / 0.6  # two slices of at least 0.3 s
+        assert got.server_cpu_ms is not None and got.server_cpu_ms > 0 and got.client_cpu_ms > 0
+
+
+class TestSmallLatencyWhile:
+    async def test_small_requests_are_timed_until_another_process_has_had_that_many_large_bodies_answered(
+        self, aiohttp_server: Any
+    ):
+        sizes: list[int] = []
+        server = await aiohttp_server(counted_upstream(sizes))
+        target = Target("t", str(server.make_url("/v1")))
+        await target.open()
+        try:
+            times = await load.small_latency_while(target, 200_000, bodies=2)
+        finally:
+            await target.close()
+        large = [s for s in sizes if s > 100_000]
+        assert len(times) == sizes.count(len(SMALL)) >= 1
+        assert len(large) >= 2
