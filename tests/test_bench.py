@@ -144,7 +144,7 @@ class TestClosedLoop:
         server = await aiohttp_server(counted_upstream(sizes))
         target = Target("t", str(server.make_url("/v1")), pid=os.getpid())
         got = (await load.closed_loop([target], lambda: SMALL, clients=4, seconds=0.3, rounds=2))["t"]
-        assert 0 < got.rate <= len(sizes) / 0.6  # two slices of at least 0.3 s
+        assert 0 < got.rate <= len(sizes) / 0.5  # two slices of about 0.3 s
         assert got.server_cpu_ms is not None and got.server_cpu_ms > 0 and got.client_cpu_ms > 0
 
 
