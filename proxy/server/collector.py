@@ -11,11 +11,11 @@ throughout, in whichever thread triggered it, so the event loop and every small 
 moves every object then tracked into the collector's permanent generation (`gc.freeze()`, a
 splice of lists, not a walk): those objects are freed by reference counting as usual when the
 request lets go of them, but no collection walks them again. The cost is that a reference cycle
-among objects frozen this way is not reclaimed while frozen: they are handed back to the
-collector (`gc.unfreeze()`) at the end of the first large body's work at least
-`thaw_seconds` after the last hand-back, so such garbage is held for at most that long (plus
-one large body's work), and a full collection that walks a live large body happens at most once
-in that time instead of once or twice per body.
+among objects frozen this way is not reclaimed while frozen: at the start of the first large
+body's work at least `thaw_seconds` after the last one, they are handed back to the collector
+(`gc.unfreeze()`) and one full collection runs, there, before the new body has made anything.
+So such garbage is held for at most that long (plus one large body's work), and a full
+collection happens at most once in that time instead of two to four times per body.
 
 The pause is process-wide (CPython has one collector): overlapping works keep collection off
 until the last one ends.
@@ -55,8 +55,8 @@ class CollectorPause:
         return self._active
 
     def around(self, work: Callable[[], T]) -> T:
-        """`work()` with automatic collection off; afterwards its objects are frozen, or everything
-        is handed back to the collector when the last hand-back is `thaw_seconds` old."""
+        """`work()` with automatic collection off and its objects frozen afterwards; first, when the
+        last hand-back is `thaw_seconds` old, the frozen objects go back and are collected."""
         self._enter()
         try:
             return work()
@@ -69,19 +69,22 @@ class CollectorPause:
                 self._was_enabled = gc.isenabled()
                 gc.disable()
             self._active += 1
+            now = self._clock()
+            if now - self._thawed_at >= self.thaw_seconds:
+                # Before this body makes anything: what was frozen goes back, and one full
+                # collection reclaims what became garbage since (also when works overlap for so
+                # long that automatic collection never came back on).
+                gc.unfreeze()
+                gc.collect()
+                self._thawed_at = now
+                self.thaws += 1
 
     def _exit(self) -> None:
         with self._lock:
             self._active -= 1
             if self._active:
                 return
-            now = self._clock()
-            if now - self._thawed_at >= self.thaw_seconds:
-                gc.unfreeze()  # the next automatic collection reclaims what became garbage meanwhile
-                self._thawed_at = now
-                self.thaws += 1
-            else:
-                gc.freeze()
-                self.freezes += 1
+            gc.freeze()
+            self.freezes += 1
             if self._was_enabled:
                 gc.enable()

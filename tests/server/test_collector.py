@@ -39,6 +39,13 @@ def collector_restored() -> Iterator[None]:
         gc.disable()
 
 
+def cycle() -> Node:
+    """Two nodes that refer to each other: only the collector can reclaim them."""
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return a
+
+
 def walked(obj: object) -> bool:
     """Whether a collection would walk `obj` (it is in one of the three generations, not frozen)."""
     return any(o is obj for o in gc.get_objects())
@@ -81,15 +88,9 @@ class TestCollectorPause:
         worker.join(5)
         assert gc.isenabled() and pause.active == 0
 
-    def test_once_thaw_seconds_have_passed_the_frozen_objects_go_back_and_a_cycle_among_them_is_reclaimed(self):
+    def test_the_next_work_once_thaw_seconds_have_passed_hands_the_frozen_objects_back_and_reclaims_a_cycle(self):
         clock = Clock()
         pause = CollectorPause(thaw_seconds=30, clock=clock)
-
-        def cycle() -> Node:
-            a, b = Node(), Node()
-            a.other, b.other = b, a
-            return a
-
         made = pause.around(cycle)
         gone = threading.Event()
         weakref.finalize(made, gone.set)
@@ -98,8 +99,29 @@ class TestCollectorPause:
         assert not gone.is_set()  # frozen: the cycle is kept
         clock.now = 30.0
         pause.around(lambda: None)
-        gc.collect()
         assert gone.is_set() and pause.thaws == 1
+
+    def test_garbage_is_reclaimed_even_when_works_overlap_for_longer_than_thaw_seconds(self):
+        clock = Clock()
+        pause = CollectorPause(thaw_seconds=30, clock=clock)
+        started, release = threading.Event(), threading.Event()
+
+        def long_work() -> None:
+            started.set()
+            release.wait(5)
+
+        worker = threading.Thread(target=pause.around, args=(long_work,))
+        worker.start()
+        started.wait(5)
+        try:
+            gone = threading.Event()
+            weakref.finalize(cycle(), gone.set)  # garbage at once, while collection is off
+            clock.now = 30.0
+            pause.around(lambda: None)
+            assert gone.is_set() and not gc.isenabled()
+        finally:
+            release.set()
+            worker.join(5)
 
     def test_collection_stays_off_after_the_work_when_it_was_off_before(self):
         gc.disable()
