@@ -3,6 +3,7 @@ handed back to the collector once `thaw_seconds` have passed."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import weakref
@@ -46,6 +47,25 @@ def cycle() -> Node:
     return a
 
 
+@contextlib.contextmanager
+def work_in_another_thread(pause: CollectorPause) -> Iterator[None]:
+    """A large body's work running in another thread for as long as the block runs."""
+    started, release = threading.Event(), threading.Event()
+
+    def long_work() -> None:
+        started.set()
+        release.wait(5)
+
+    worker = threading.Thread(target=pause.around, args=(long_work,))
+    worker.start()
+    started.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+        worker.join(5)
+
+
 def walked(obj: object) -> bool:
     """Whether a collection would walk `obj` (it is in one of the three generations, not frozen)."""
     return any(o is obj for o in gc.get_objects())
@@ -73,19 +93,9 @@ class TestCollectorPause:
     def test_overlapping_works_keep_collection_off_until_the_last_one_ends(self):
         gc.enable()
         pause = CollectorPause()
-        started, release = threading.Event(), threading.Event()
-
-        def long_work() -> None:
-            started.set()
-            release.wait(5)
-
-        worker = threading.Thread(target=pause.around, args=(long_work,))
-        worker.start()
-        started.wait(5)
-        pause.around(lambda: None)
-        assert not gc.isenabled() and pause.active == 1
-        release.set()
-        worker.join(5)
+        with work_in_another_thread(pause):
+            pause.around(lambda: None)
+            assert not gc.isenabled() and pause.active == 1
         assert gc.isenabled() and pause.active == 0
 
     def test_the_next_work_once_thaw_seconds_have_passed_hands_the_frozen_objects_back_and_reclaims_a_cycle(self):
@@ -104,24 +114,12 @@ class TestCollectorPause:
     def test_garbage_is_reclaimed_even_when_works_overlap_for_longer_than_thaw_seconds(self):
         clock = Clock()
         pause = CollectorPause(thaw_seconds=30, clock=clock)
-        started, release = threading.Event(), threading.Event()
-
-        def long_work() -> None:
-            started.set()
-            release.wait(5)
-
-        worker = threading.Thread(target=pause.around, args=(long_work,))
-        worker.start()
-        started.wait(5)
-        try:
+        with work_in_another_thread(pause):
             gone = threading.Event()
             weakref.finalize(cycle(), gone.set)  # garbage at once, while collection is off
             clock.now = 30.0
             pause.around(lambda: None)
             assert gone.is_set() and not gc.isenabled()
-        finally:
-            release.set()
-            worker.join(5)
 
     def test_collection_stays_off_after_the_work_when_it_was_off_before(self):
         gc.disable()
