@@ -61,7 +61,7 @@ class Guard:
             self.tokenizers.check(spec)
         if preload:
             self.load_configured()
-        self.cache = CountCache(max_entries=tokenizers.cache_entries)
+        self.cache = CountCache(max_entries=tokenizers.cache_entries, max_bytes=tokenizers.cache_bytes)
         self.policy = settings.trim_policy
         self._without_note = replace(self.policy, compaction=CompactionPolicy())
 

@@ -36,6 +36,7 @@ from proxy.core.models import ModelOverride, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
+from proxy.core.tokenizer import DEFAULT_CACHE_BYTES
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -211,6 +212,9 @@ def _type_name(hint: Any) -> str:
 class TokenizerSettings(Section):
     encodings_dir: str | None = None
     cache_entries: Annotated[int, Field(ge=0)] = 100_000
+    # The count cache's memory, as `proxy.core.tokenizer.entry_bytes` estimates it (about 350 bytes
+    # an entry); whichever bound is reached first evicts. 0: no cache.
+    cache_bytes: Annotated[int, Field(ge=0)] = DEFAULT_CACHE_BYTES
 
 
 class ModelOverrideSettings(Section):

@@ -72,6 +72,7 @@ class TestErrorsNameFileAndKey:
             ({"models": {"overrides": [{"context_window": 1000}]}}, "models.overrides[0].match", "is required"),
             ({"upstreams": {"x": {"base_url": "${MISSING_URL}"}}}, "upstreams.x.base_url", "MISSING_URL is not set"),
             ({"bogus_section": {}}, "bogus_section", "unknown setting"),
+            ({"tokenizers": {"cache_bytes": -1}}, "tokenizers.cache_bytes", "must be at least 0"),
         ],
     )
     def test_rejects(self, data, key, fragment):

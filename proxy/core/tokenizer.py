@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
+import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -126,26 +128,64 @@ class CharEstimateTokenizer:
         return [self.count(t) for t in texts]
 
 
+# The default bound of a `CountCache` in bytes. A cold 25 KB chat request adds about 45 entries
+# (each message, and each text of 256+ characters) of about 350 bytes each: 16 MiB holds the counts
+# of about a thousand such requests, the messages of some hundreds of conversations being re-sent.
+DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
+# What a dict slot costs besides its key and value objects: the hash table's entry (hash, key and
+# value pointers) and index, at the table's usual fill.
+_SLOT_BYTES = 40
+
+
+def entry_bytes(key: Hashable, value: object) -> int:
+    """An estimate of what one cache entry holds in memory: its dict slot, the key and the value,
+    with the parts of tuples (keys, named tuples) and the fields of slotted records (a message's
+    count). Parts that entries share (the tokenizer's identity, a role name) are counted in every
+    entry, so the estimate errs high."""
+    return _SLOT_BYTES + _footprint(key, 2) + _footprint(value, 2)
+
+
+def _footprint(obj: object, depth: int) -> int:
+    if obj is None or obj is True or obj is False:  # singletons: held by every entry for free
+        return 0
+    size = sys.getsizeof(obj)
+    if depth:
+        if isinstance(obj, tuple):
+            size += sum(_footprint(part, depth - 1) for part in obj)
+        else:
+            for name in getattr(type(obj), "__slots__", ()):
+                size += _footprint(getattr(obj, name, None), depth - 1)
+    return size
+
+
 class CountCache:
     """A bounded LRU map of counts: texts by (tokenizer identity, text digest), and whole messages by
     (counting scope, message fingerprint), so a re-sent conversation costs only its new messages.
 
     Only texts of at least `min_chars` characters are cached: shorter ones cost less to encode
     than to hash. Text keys are 16-byte BLAKE2b digests and message keys are hashes, so the
-    cache never holds message content and its memory is bounded by `max_entries` alone.
+    cache never holds message content. Its memory is bounded twice: by `max_entries`, and by
+    `max_bytes` as `entry_bytes()` estimates each entry, so that it stops growing at a known
+    size whatever the entries are (a message's count weighs more than a text's).
 
-    Shared between threads without a lock: each dict operation is atomic under the GIL, and
-    the worst a race can do is forget one entry or evict slightly out of order.
+    Reads are shared between threads without a lock: each dict operation is atomic under the
+    GIL, and the worst a race can do is forget one entry or evict slightly out of order. Writes
+    take a lock, so that the running total of bytes stays exact.
     """
 
-    def __init__(self, max_entries: int = 100_000, min_chars: int = 256) -> None:
+    def __init__(self, max_entries: int = 100_000, min_chars: int = 256, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if max_entries < 0:
             raise ValueError("max_entries must be >= 0")
-        self.max_entries = max_entries
+        if max_bytes < 0:
+            raise ValueError("max_bytes must be >= 0")
+        self.max_entries = max_entries if max_bytes else 0  # no room at all: nothing is cached
+        self.max_bytes = max_bytes
         self.min_chars = min_chars
         self.hits = 0
         self.misses = 0
+        self.bytes = 0  # entry_bytes() of the entries held
         self._entries: dict[Hashable, Any] = {}
+        self._writing = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -178,12 +218,25 @@ class CountCache:
 
     def put(self, key: Hashable, value: Any) -> None:
         self.misses += 1
-        self._entries[key] = value
-        while len(self._entries) > self.max_entries:
-            try:
-                del self._entries[next(iter(self._entries))]
-            except (StopIteration, KeyError, RuntimeError):  # another thread got there first
-                break
+        if self.max_entries == 0:
+            return
+        size = entry_bytes(key, value)
+        entries = self._entries
+        with self._writing:
+            # A get() holding this key out of the dict for a moment puts it back after: the entry
+            # is then counted twice, so the total can err high, never low.
+            replaced = entries.pop(key, None)
+            if replaced is not None:
+                self.bytes -= entry_bytes(key, replaced)
+            entries[key] = value
+            self.bytes += size
+            while len(entries) > self.max_entries or self.bytes > self.max_bytes:
+                try:
+                    oldest = next(iter(entries))
+                    evicted = entries.pop(oldest)
+                except (StopIteration, KeyError, RuntimeError):  # a get() is moving it to the end
+                    break
+                self.bytes -= entry_bytes(oldest, evicted)
 
     def count(self, tokenizer: Tokenizer, text: str) -> int:
         if self.max_entries == 0 or len(text) < self.min_chars:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from proxy.core.tokenizer import CountCache, EncoderTokenizer
+import gc
+import tracemalloc
+
+from proxy.core.tokenizer import CountCache, EncoderTokenizer, entry_bytes
 from proxy.core.tokens import RequestCounter
 
 
@@ -88,6 +91,58 @@ class TestCountCache:
         a, b = EncoderTokenizer("words", str.split), EncoderTokenizer("chars", list)
         assert cache.count(a, "two words") == 2
         assert cache.count(b, "two words") == 9
+
+
+def _conversations(registry, cache: CountCache, count: int, turns: int = 20) -> None:
+    """Count `count` different conversations of `turns` messages through `cache`."""
+    counter = RequestCounter(registry.profile("gpt-4o"), CountingTokenizer(), cache)
+    for n in range(count):
+        messages = [{**m, "content": f"conversation {n} {m['content']}"} for m in _conversation(turns)]
+        counter.request({"messages": messages})
+
+
+class TestCountCacheMemory:
+    def test_memory_is_bounded_by_the_byte_limit(self, registry):
+        cache = CountCache(max_bytes=64 * 1024)
+        _conversations(registry, cache, 100)
+        assert 0 < cache.bytes <= 64 * 1024
+        assert cache.misses > len(cache)  # it evicted to stay within the limit
+
+    def test_its_byte_total_is_that_of_the_entries_it_holds(self, registry):
+        cache = CountCache(max_bytes=64 * 1024)
+        _conversations(registry, cache, 100)
+        _conversations(registry, cache, 10)  # re-sent: hits move entries, nothing is counted twice
+        assert cache.bytes == sum(entry_bytes(key, value) for key, value in cache._entries.items())
+
+    def test_the_estimate_is_at_least_what_the_entries_really_hold(self, registry):
+        cache = CountCache(max_entries=10**9, max_bytes=10**12)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            _conversations(registry, cache, 300)
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert len(cache) > 5_000 and held <= cache.bytes
+
+    def test_the_least_recently_used_entry_goes_first(self):
+        tokenizer = EncoderTokenizer("words", str.split)
+        texts = [f"text number {i}" for i in range(3)]
+        one_entry = entry_bytes(CountCache.key(tokenizer, texts[0]), 3)
+        cache = CountCache(min_chars=1, max_bytes=3 * one_entry)
+        for text in texts:
+            cache.count(tokenizer, text)
+        cache.count(tokenizer, texts[0])  # used again: now the most recent
+        cache.count(tokenizer, "text number 3")
+        kept = set(cache._entries)
+        assert CountCache.key(tokenizer, texts[0]) in kept and CountCache.key(tokenizer, texts[1]) not in kept
+
+    def test_a_limit_of_zero_bytes_caches_nothing(self, registry):
+        cache = CountCache(max_bytes=0)
+        _conversations(registry, cache, 3)
+        assert len(cache) == 0 and cache.bytes == 0
 
 
 def _tools(description: str) -> list[dict[str, object]]:

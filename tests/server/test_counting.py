@@ -153,6 +153,17 @@ class TestSharedCountCache:
         guard.plan(chat(3), "gpt-4o", counting=(profile, guard.tokenizer(profile)))
         assert len(guard.cache) > 0
 
+    async def test_the_shared_cache_holds_to_the_configured_memory(self, model_map):
+        from proxy.guard import Guard
+        from proxy.settings import Settings
+
+        guard = Guard(Settings.model_validate({"tokenizers": {"cache_bytes": 8192}}), model_map)
+        for n in range(20):
+            body = chat(6)
+            body["messages"][0]["content"] = f"conversation {n}"  # every conversation new
+            guard.plan(body, "gpt-4o")
+        assert 0 < guard.cache.bytes <= 8192
+
 
 class TestOffLoop:
     async def test_work_runs_in_a_large_body_thread_below_the_loop_s_priority(self):
