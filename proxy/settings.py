@@ -212,8 +212,8 @@ def _type_name(hint: Any) -> str:
 class TokenizerSettings(Section):
     encodings_dir: str | None = None
     cache_entries: Annotated[int, Field(ge=0)] = 100_000
-    # The count cache's memory, as `proxy.core.tokenizer.entry_bytes` estimates it (about 350 bytes
-    # an entry); whichever bound is reached first evicts. 0: no cache.
+    # The count cache's memory, as `proxy.core.tokenizer.entry_bytes` estimates it (about 460 bytes
+    # a chat message's entry); whichever bound is reached first evicts. 0: no cache.
     cache_bytes: Annotated[int, Field(ge=0)] = DEFAULT_CACHE_BYTES
 
 

@@ -129,12 +129,14 @@ class CharEstimateTokenizer:
 
 
 # The default bound of a `CountCache` in bytes. A cold 25 KB chat request adds about 45 entries
-# (each message, and each text of 256+ characters) of about 350 bytes each: 16 MiB holds the counts
-# of about a thousand such requests, the messages of some hundreds of conversations being re-sent.
+# (each message, and each text of 256+ characters), estimated at 460 bytes each (RSS grows by
+# about 350): 16 MiB holds the counts of about 800 such requests, the messages of some hundreds
+# of conversations being re-sent.
 DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
-# What a dict slot costs besides its key and value objects: the hash table's entry (hash, key and
-# value pointers) and index, at the table's usual fill.
-_SLOT_BYTES = 40
+# What an entry costs the dict besides its key and value objects. An LRU that pops and re-inserts
+# leaves deleted slots behind, and each rebuild sizes the table for three times the live entries,
+# rounded up to a power of two: 2-4 slots of 24 bytes and 3-6 index cells of 4 bytes per entry.
+_SLOT_BYTES = 120
 
 
 def entry_bytes(key: Hashable, value: object) -> int:
