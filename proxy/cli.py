@@ -45,10 +45,22 @@ class InputError(Exception):
     """A request file the CLI cannot use; the message is the one line the user sees."""
 
 
+class _VersionAction(argparse.Action):
+    """`--version`, looked up only when asked: finding the installed version scans the
+    installed distributions (15-75 ms), which every `serve` would otherwise pay at start."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"context-guard {package_version()}")
+        parser.exit()
+
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="context-guard", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=f"context-guard {package_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the proxy")
