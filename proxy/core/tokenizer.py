@@ -137,6 +137,8 @@ DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
 # leaves deleted slots behind, and each rebuild sizes the table for three times the live entries,
 # rounded up to a power of two: 2-4 slots of 24 bytes and 3-6 index cells of 4 bytes per entry.
 _SLOT_BYTES = 120
+# Shapes of entry whose size a cache remembers (a few are used: message, text, tool definitions).
+_MAX_SHAPES = 64
 
 
 def entry_bytes(key: Hashable, value: object) -> int:
@@ -185,9 +187,10 @@ class CountCache:
         self.min_chars = min_chars
         self.hits = 0
         self.misses = 0
-        self.bytes = 0  # entry_bytes() of the entries held
+        self.bytes = 0  # self.entry_bytes() of the entries held
         self._entries: dict[Hashable, Any] = {}
         self._writing = threading.Lock()
+        self._shape_bytes: dict[tuple[type, ...], int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -218,18 +221,30 @@ class CountCache:
         self.hits += hits
         return found
 
+    def entry_bytes(self, key: Hashable, value: object) -> int:
+        """`entry_bytes()`, measured once per shape of entry (the types of the key's parts and of
+        the value) and remembered: measuring every entry would cost a put a tenth of the count it
+        stores. The same entry always gets the same figure, so the total stays exact."""
+        shape = (type(value), *map(type, key)) if type(key) is tuple else (type(value), type(key))
+        size = self._shape_bytes.get(shape)
+        if size is None:
+            size = entry_bytes(key, value)
+            if len(self._shape_bytes) < _MAX_SHAPES:
+                size = self._shape_bytes.setdefault(shape, size)  # a racing thread's figure wins
+        return size
+
     def put(self, key: Hashable, value: Any) -> None:
         self.misses += 1
         if self.max_entries == 0:
             return
-        size = entry_bytes(key, value)
+        size = self.entry_bytes(key, value)
         entries = self._entries
         with self._writing:
             # A get() holding this key out of the dict for a moment puts it back after: the entry
             # is then counted twice, so the total can err high, never low.
             replaced = entries.pop(key, None)
             if replaced is not None:
-                self.bytes -= entry_bytes(key, replaced)
+                self.bytes -= self.entry_bytes(key, replaced)
             entries[key] = value
             self.bytes += size
             while len(entries) > self.max_entries or self.bytes > self.max_bytes:
@@ -238,7 +253,7 @@ class CountCache:
                     evicted = entries.pop(oldest)
                 except (StopIteration, KeyError, RuntimeError):  # a get() is moving it to the end
                     break
-                self.bytes -= entry_bytes(oldest, evicted)
+                self.bytes -= self.entry_bytes(oldest, evicted)
 
     def count(self, tokenizer: Tokenizer, text: str) -> int:
         if self.max_entries == 0 or len(text) < self.min_chars:

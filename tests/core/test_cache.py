@@ -112,7 +112,7 @@ class TestCountCacheMemory:
         cache = CountCache(max_bytes=64 * 1024)
         _conversations(registry, cache, 100)
         _conversations(registry, cache, 10)  # re-sent: hits move entries, nothing is counted twice
-        assert cache.bytes == sum(entry_bytes(key, value) for key, value in cache._entries.items())
+        assert cache.bytes == sum(cache.entry_bytes(key, value) for key, value in cache._entries.items())
 
     def test_the_estimate_is_at_least_what_the_entries_really_hold(self, registry):
         cache = CountCache(max_entries=10**9, max_bytes=10**12)
