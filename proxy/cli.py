@@ -57,7 +57,6 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="context-guard", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--version", action=_VersionAction)
