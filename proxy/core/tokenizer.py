@@ -145,8 +145,14 @@ def entry_bytes(key: Hashable, value: object) -> int:
     """An estimate of what one cache entry holds in memory: its dict slot, the key and the value,
     with the parts of tuples (keys, named tuples) and the fields of slotted records (a message's
     count). Parts that entries share (the tokenizer's identity, a role name) are counted in every
-    entry, so the estimate errs high."""
-    return _SLOT_BYTES + _footprint(key, 2) + _footprint(value, 2)
+    entry, so the estimate errs high. A value that says what it weighs (an `int` `footprint`, as
+    an `Opening` of a conversation does) is taken at its word."""
+    return _SLOT_BYTES + _footprint(key, 2) + _value_bytes(value)
+
+
+def _value_bytes(value: object) -> int:
+    own = getattr(value, "footprint", None)
+    return own if type(own) is int else _footprint(value, 2)
 
 
 def _footprint(obj: object, depth: int) -> int:
@@ -224,10 +230,14 @@ class CountCache:
     def entry_bytes(self, key: Hashable, value: object) -> int:
         """`entry_bytes()`, measured once per shape of entry (the types of the key's parts and of
         the value) and remembered: measuring every entry would cost a put a tenth of the count it
-        stores. The same entry always gets the same figure, so the total stays exact."""
+        stores. A value with its own `footprint` is asked each time. The same entry always gets
+        the same figure, so the total stays exact."""
         shape = (type(value), *map(type, key)) if type(key) is tuple else (type(value), type(key))
         size = self._shape_bytes.get(shape)
         if size is None:
+            own = getattr(value, "footprint", None)
+            if type(own) is int:  # it varies with the value (an opening's length): not remembered
+                return _SLOT_BYTES + _footprint(key, 2) + own
             size = entry_bytes(key, value)
             if len(self._shape_bytes) < _MAX_SHAPES:
                 size = self._shape_bytes.setdefault(shape, size)  # a racing thread's figure wins

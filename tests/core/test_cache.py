@@ -127,6 +127,28 @@ class TestCountCacheMemory:
             tracemalloc.stop()
         assert len(cache) > 5_000 and held <= cache.bytes
 
+    def test_a_value_that_says_what_it_weighs_is_taken_at_its_word(self):
+        class Weighed:
+            footprint = 10_000
+
+        cache = CountCache(max_bytes=25_000)
+        for i in range(3):
+            cache.put(("weighed", i), Weighed())
+        assert len(cache) == 2 and cache.bytes >= 20_000
+
+    def test_the_openings_of_re_sent_conversations_are_held_to_the_bound_too(self, registry):
+        from proxy.core.openings import Opening
+
+        cache = CountCache(max_bytes=64 * 1024)
+        counter = RequestCounter(registry.profile("gpt-4o"), CountingTokenizer(), cache)
+        for n in range(40):
+            messages = [{**m, "content": f"conversation {n} {m['content']}"} for m in _conversation(20)]
+            for turn in (18, 19, 20):  # re-sent with a turn more each time: its openings are kept
+                counter.request({"messages": messages[:turn]}, tuple(hash(repr(m)) for m in messages[:turn]))
+        assert any(isinstance(value, Opening) for value in cache._entries.values())
+        assert cache.bytes <= 64 * 1024
+        assert cache.bytes == sum(cache.entry_bytes(key, value) for key, value in cache._entries.items())
+
     def test_the_least_recently_used_entry_goes_first(self):
         tokenizer = EncoderTokenizer("words", str.split)
         texts = [f"text number {i}" for i in range(3)]
