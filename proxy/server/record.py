@@ -185,6 +185,7 @@ def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, An
     event: dict[str, Any] = {"request_id": record.request_id}
     _summarise(record, event)
     event["kind"], event["method"], event["path"] = record.kind, record.method, record.path
+    value: Any
     for key, value in (
         ("upstream", record.upstream),
         ("mode", record.mode),
