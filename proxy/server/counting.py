@@ -104,6 +104,9 @@ class Choice:
         return None if tokenizer.missing else total
 
 
+DEFAULT_OPTIONS = BackendOptions()
+
+
 @dataclass
 class Counting:
     options: Mapping[str, BackendOptions] = field(default_factory=dict)  # by upstream name
@@ -119,7 +122,8 @@ class Counting:
         return found.profile if found is not None else profile_for("generic")
 
     def options_for(self, upstream: str) -> BackendOptions:
-        return self.options.get(upstream, BackendOptions())
+        options = self.options.get(upstream)
+        return options if options is not None else DEFAULT_OPTIONS
 
     async def discover(
         self, session: aiohttp.ClientSession, upstream: str, base_url: str, headers: Mapping[str, str] | None = None

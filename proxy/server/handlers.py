@@ -156,7 +156,8 @@ async def guarded(request: web.Request) -> web.StreamResponse:
                         _delivered(record, reader)
                     await _commit(gw, record, attempts, target, served)
                     _learn(gw, record, upstream.name, served, reader, sent, choice, local, endpoint.api)
-                    _previews(gw, record, parsed)
+                    if gw.settings.log.content_preview_chars > 0:
+                        _previews(gw, record, parsed)
                     return out
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, answers.error_body(first)

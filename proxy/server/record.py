@@ -98,17 +98,22 @@ def _outcome_for_status(status: int, kind: str) -> str:
     return "forwarded" if kind != "local" else "answered"
 
 
+_BEFORE, _AFTER, _BUDGET, _REMOVED, _MODE = (
+    f"{REPORT_PREFIX}{name}" for name in ("tokens-before", "tokens-after", "budget", "removed", "mode")
+)
+
+
 def report_headers(record: RequestRecord) -> dict[str, str]:
     """The `x-context-guard-*` headers a guarded response carries."""
     if record.plan is None:
-        return {f"{REPORT_PREFIX}mode": record.mode} if record.mode else {}
+        return {_MODE: record.mode} if record.mode else {}
     result = record.plan.result
     return {
-        f"{REPORT_PREFIX}tokens-before": str(result.tokens_before),
-        f"{REPORT_PREFIX}tokens-after": str(result.tokens_after),
-        f"{REPORT_PREFIX}budget": str(result.budget.input_budget),
-        f"{REPORT_PREFIX}removed": str(len(result.removals)),
-        f"{REPORT_PREFIX}mode": record.mode or "enforce",
+        _BEFORE: str(result.tokens_before),
+        _AFTER: str(result.tokens_after),
+        _BUDGET: str(result.budget.input_budget),
+        _REMOVED: str(len(result.removals)),
+        _MODE: record.mode or "enforce",
     }
 
 

@@ -25,8 +25,9 @@ class SharedCorrections:
     def held(self, upstream: str, model: str) -> tuple[bool, Correction | None]:
         """`get` without awaiting when the store is this process's memory: (True, the correction
         or None); (False, None) when only `get` can say."""
-        if isinstance(self.store, MemoryStore):
-            return True, _correction(self.store.peek(StateKey(KIND, upstream, model)))
+        store = self.store
+        if isinstance(store, MemoryStore):
+            return True, _correction(store.peek(StateKey(KIND, upstream, model))) if len(store) else None
         return False, None
 
     async def get(self, upstream: str, model: str) -> Correction | None:
