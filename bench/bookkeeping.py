@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.warm_core import least_per_tree  # noqa: E402
+
 CALLS, REPEATS = 20_000, 7
 
 
@@ -95,22 +98,7 @@ def main() -> None:
         sys.path[:0] = [os.getcwd(), str(ROOT)]  # the checkout's proxy; bench.load from here if it has none
         print(json.dumps(asyncio.run(measure())))
         return
-    trees = {name: Path(tree).resolve() for name, tree in (g.split("=", 1) for g in args.guard)}
-    best: dict[str, dict[str, float]] = {}
-    for _ in range(args.rounds):
-        for name, tree in trees.items():
-            out = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--measure"],
-                cwd=tree,
-                env={**os.environ, "PYTHONPATH": str(tree)},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            figures = json.loads(out.stdout.strip().splitlines()[-1])
-            kept = best.setdefault(name, figures)
-            for key, value in figures.items():
-                kept[key] = min(kept[key], value)
+    best = least_per_tree(Path(__file__), args.guard, args.rounds, ["--measure"])
     for name, figures in best.items():
         print(f"{name:12s} " + "  ".join(f"{key} {value:6.1f} us" for key, value in figures.items()))
 
