@@ -81,6 +81,28 @@ def measure(config: str) -> dict[str, float]:
     }
 
 
+def least_per_tree(script: Path, guards: list[str], rounds: int, arguments: list[str]) -> dict[str, dict[str, float]]:
+    """`script arguments` run in each NAME=SOURCE_TREE's checkout in turn, `rounds` times (its own
+    process, its `proxy` first on the path); the least of each figure (the JSON its last line prints)."""
+    trees = {name: Path(tree).resolve() for name, tree in (g.split("=", 1) for g in guards)}
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            out = subprocess.run(
+                [sys.executable, str(script.resolve()), *arguments],
+                cwd=tree,
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            figures = json.loads(out.stdout.strip().splitlines()[-1])
+            kept = best.setdefault(name, figures)
+            for key, value in figures.items():
+                kept[key] = min(kept[key], value)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--guard", action="append", default=[], help="NAME=SOURCE_TREE (repeatable)")
@@ -91,25 +113,10 @@ def main() -> None:
         sys.path[:0] = [os.getcwd(), str(ROOT)]  # the checkout's proxy; bench.load from here if it has none
         print(json.dumps(measure(args.measure)))
         return
-    trees = {name: Path(tree).resolve() for name, tree in (g.split("=", 1) for g in args.guard)}
-    best: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "context-guard.yaml"
         config.write_text(CONFIG)
-        for _ in range(args.rounds):
-            for name, tree in trees.items():
-                out = subprocess.run(
-                    [sys.executable, str(Path(__file__).resolve()), "--measure", str(config)],
-                    cwd=tree,
-                    env={**os.environ, "PYTHONPATH": str(tree)},
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                figures = json.loads(out.stdout.strip().splitlines()[-1])
-                kept = best.setdefault(name, figures)
-                for key, value in figures.items():
-                    kept[key] = min(kept[key], value)
+        best = least_per_tree(Path(__file__), args.guard, args.rounds, ["--measure", str(config)])
     for name, figures in best.items():
         parse, plan = figures["parse_us"], figures["plan_us"]
         print(f"{name:12s} parse {parse:7.0f} us  plan {plan:7.0f} us  total {parse + plan:7.0f} us")

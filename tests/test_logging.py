@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
+import datetime
 import io
 import json
+import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,3 +77,45 @@ class TestRequestLine:
         fields = dict(FIELDS)
         log_request_line(get_logger(), False, "request", fields)
         assert fields == FIELDS
+
+    def test_every_context_field_comes_in_the_order_structlogs_chain_writes_it(self, stream):
+        configure_logging("json", "info", stream)
+        others = [contextvars.ContextVar(f"other_{i}") for i in range(40)]  # asyncio's, aiohttp's, ...
+        for i, other in enumerate(others):
+            other.set(i)
+        names = [f"field_{i}" for i in range(24)]
+        random.Random(7).shuffle(names)
+        structlog.contextvars.bind_contextvars(**{name: name.upper() for name in names})
+        structlog.contextvars.unbind_contextvars(names[0])  # cleared: in neither line
+        log = get_logger()
+        log.info("request", **FIELDS)
+        log_request_line(log, False, "request", FIELDS)
+        chain, fast = lines(stream)
+        assert list(fast) == list(chain) and names[0] not in fast
+
+    def test_a_field_bound_after_the_first_line_is_in_the_next_one(self, stream):
+        configure_logging("json", "info", stream)
+        log_request_line(get_logger(), False, "request", {"status": 200})
+        structlog.contextvars.bind_contextvars(late_field=1)
+        log_request_line(get_logger(), False, "request", {"status": 200})
+        first, second = lines(stream)
+        assert "late_field" not in first and second["late_field"] == 1
+
+
+class TestUtcClock:
+    @pytest.mark.parametrize(
+        "nanoseconds",
+        [1_795_000_000_000_000_000, 1_795_000_000_000_999_999, 1_795_000_000_123_456_789, 86_399_999_999_999],
+    )
+    def test_it_writes_what_structlogs_iso_utc_stamp_writes_for_the_same_instant(self, monkeypatch, nanoseconds):
+        monkeypatch.setattr(time, "time_ns", lambda: nanoseconds)
+        seconds, rest = divmod(nanoseconds, 1_000_000_000)
+        instant = datetime.datetime.fromtimestamp(seconds, datetime.UTC).replace(microsecond=rest // 1000)
+        assert proxy.logging._UtcClock().now() == instant.isoformat().replace("+00:00", "Z")
+
+    def test_a_second_later_it_writes_the_new_second(self, monkeypatch):
+        clock = proxy.logging._UtcClock()
+        monkeypatch.setattr(time, "time_ns", lambda: 1_795_000_000_500_000_000)
+        first = clock.now()
+        monkeypatch.setattr(time, "time_ns", lambda: 1_795_000_001_500_000_000)
+        assert (first[:19], clock.now()[:19]) == ("2026-11-18T11:06:40", "2026-11-18T11:06:41")

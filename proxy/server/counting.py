@@ -104,6 +104,9 @@ class Choice:
         return None if tokenizer.missing else total
 
 
+DEFAULT_OPTIONS = BackendOptions()
+
+
 @dataclass
 class Counting:
     options: Mapping[str, BackendOptions] = field(default_factory=dict)  # by upstream name
@@ -119,7 +122,8 @@ class Counting:
         return found.profile if found is not None else profile_for("generic")
 
     def options_for(self, upstream: str) -> BackendOptions:
-        return self.options.get(upstream, BackendOptions())
+        options = self.options.get(upstream)
+        return options if options is not None else DEFAULT_OPTIONS
 
     async def discover(
         self, session: aiohttp.ClientSession, upstream: str, base_url: str, headers: Mapping[str, str] | None = None
@@ -128,6 +132,17 @@ class Counting:
         found = await discover(session, base_url, self.options_for(upstream), headers)
         self.discoveries[upstream] = found
         return found
+
+    def known_window(self, upstream: str, model: str) -> tuple[bool, int | None]:
+        """`window` without awaiting, when nothing is to be asked: (True, the window or None);
+        (False, None) for an Ollama model not asked yet."""
+        found = self.discoveries.get(upstream)
+        if found is None:
+            return True, None
+        if found.kind != "ollama":
+            return True, found.window(model)
+        key = (upstream, model)
+        return (True, self._windows[key]) if key in self._windows else (False, None)
 
     async def window(
         self,
@@ -161,20 +176,35 @@ class Counting:
     ) -> Choice:
         """The profile and tokenizer to plan `body` with. `local` is the model's own tokenizer
         (the guard's choice from the model map or an override)."""
+        chosen = self.local_choice(upstream, model, profile, local)
+        if chosen is not None:
+            return chosen
+        options = self.options_for(upstream)
+        found = self.discoveries.get(upstream)
+        assert found is not None, "local_choice answers for an upstream that was not discovered"
+        counter = self._counter(session, upstream, base_url, model, found, options, headers)
         note = None
+        if counter is not None:
+            prepared = await counter.prepare(body, profile, local)
+            if prepared.remote:
+                return Choice(
+                    prepared.profile, prepared.tokenizer, "backend", backend_calls=prepared.calls, counter=counter
+                )
+            note = prepared.note
+        return self._local(upstream, model, profile, local, note)
+
+    def local_choice(self, upstream: str, model: str, profile: ModelProfile, local: Tokenizer) -> Choice | None:
+        """`choose` without awaiting, when the upstream's own tokenizer is not to be asked; None when it is."""
         options = self.options_for(upstream)
         found = self.discoveries.get(upstream)
         if options.tokenize != "local" and found is not None and found.can_tokenize:
-            counter = self._counter(session, upstream, base_url, model, found, options, headers)
-            if counter is not None:
-                prepared = await counter.prepare(body, profile, local)
-                if prepared.remote:
-                    return Choice(
-                        prepared.profile, prepared.tokenizer, "backend", backend_calls=prepared.calls, counter=counter
-                    )
-                note = prepared.note
-        elif options.tokenize == "backend":
+            return None
+        note = None
+        if options.tokenize == "backend":
             note = "tokenize: backend, but the upstream offers no tokenize endpoint the guard knows"
+        return self._local(upstream, model, profile, local, note)
+
+    def _local(self, upstream: str, model: str, profile: ModelProfile, local: Tokenizer, note: str | None) -> Choice:
         if local.exact and profile.tokenizer_exact:
             return Choice(profile, local, "model", note=note)
         learned = self.calibration.get(upstream, model)

@@ -13,6 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.registry import AdapterRegistry
+from proxy.core.corrections import CorrectionPolicy
 from proxy.guard import Guard
 from proxy.server.compaction import Summariser
 from proxy.server.counting import Counting
@@ -48,6 +49,11 @@ class Gateway:
     @functools.cached_property
     def corrections(self) -> SharedCorrections:
         return SharedCorrections(self.store, self.settings.self_correction.ttl_seconds)
+
+    @functools.cached_property
+    def correction_policy(self) -> CorrectionPolicy | None:
+        """`self_correction.policy`, made once per gateway (a reload builds a new gateway)."""
+        return self.settings.self_correction.policy
 
     def service_headers(self, upstream: UpstreamSettings, authorization: str | None) -> Mapping[str, str]:
         """The headers the guard's own calls to `upstream` carry (tokenize, window, discovery):

@@ -25,7 +25,6 @@ from proxy.apis.registry import Endpoint
 from proxy.core.budget import BudgetPolicy
 from proxy.core.compaction import summary_request, with_summary
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
-from proxy.core.models import ModelProfile
 from proxy.core.plan import InvalidBody, Plan
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import (
@@ -80,42 +79,57 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     # The budget follows the model that will serve the request: after a rename, the target's window.
     profile = gw.guard.profile(served)
     record.window_source = profile.window_source
-    upstream, session = target.upstream, gw.session
+    upstream, session, counting = target.upstream, gw.session, gw.counting
     assert session is not None, "the app's upstream session is opened at startup"
-    service = await _service_headers(gw, upstream)
-    stated = await gw.counting.window(session, upstream.name, upstream.base_url, served, service)
+    # What is known already (no Ollama model to ask, no backend tokenizer) is not awaited, and the
+    # credential for the guard's own calls is looked up only when a call is to be made.
+    service: Mapping[str, str] | None = None
+    known, stated = counting.known_window(upstream.name, served)
+    if not known:
+        service = await _service_headers(gw, upstream)
+        stated = await counting.window(session, upstream.name, upstream.base_url, served, service)
     if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
         profile = dataclasses.replace(profile, context_window=stated)
         record.window_source = "backend"
-    local = await _tokenizer(gw, profile)
-    choice = await gw.counting.choose(
-        session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, service
-    )
+    if profile.tokenizer in gw.guard.tokenizers.loaded:
+        local = gw.guard.tokenizer(profile)
+    else:  # a vocabulary not loaded yet (about a second) loads off the loop
+        local = await asyncio.to_thread(gw.guard.tokenizer, profile)
+    choice = counting.local_choice(upstream.name, served, profile, local)
+    if choice is None:  # the backend's own tokenizer counts
+        service = service if service is not None else await _service_headers(gw, upstream)
+        choice = await counting.choose(
+            session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, service
+        )
     record.count_source = choice.source
     if choice.calibration is not None:
         record.calibration = choice.calibration.factor
-    correction = await gw.corrections.get(upstream.name, served)
+    held, correction = gw.corrections.held(upstream.name, served)
+    if not held:  # kept elsewhere (Redis)
+        correction = await gw.corrections.get(upstream.name, served)
     if correction is not None:
         record.applied_correction, record.window_source = correction, "correction"
     if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         _note(record, "fallback_window")
-    backend = gw.counting.profile_of(upstream.name)
-    budget = budget_policy(backend, gw.guard.policy.budget, gw.counting.options_for(upstream.name).min_output_tokens)
+    backend = counting.profile_of(upstream.name)
+    budget = budget_policy(backend, gw.guard.policy.budget, counting.options_for(upstream.name).min_output_tokens)
     planner = functools.partial(_plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget)
     attempts = Attempts(
         planner,
         mode,
         known_window=profile.context_window,
         correction=correction,
-        self_correct=gw.settings.self_correction.policy,
+        self_correct=gw.correction_policy,
         provider=backend.kind if backend.kind != "generic" else None,
     )
     decision = await off_loop(attempts.start) if large else attempts.start()
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:
-        decision = await _backend_counted(record, attempts, decision, choice, planner, endpoint.api == "chat")
-        decision = await _summarised(gw, endpoint, parsed, attempts, decision)
+        if choice.counter is not None:  # nothing to count again without the backend's tokenizer
+            decision = await _backend_counted(record, attempts, decision, choice, planner, endpoint.api == "chat")
+        if gw.summariser is not None:
+            decision = await _summarised(gw, endpoint, parsed, attempts, decision)
         record.plan, record.attempts = attempts.plan, attempts.attempt
         if isinstance(decision, Reject):
             record.outcome = "rejected"
@@ -142,7 +156,8 @@ async def guarded(request: web.Request) -> web.StreamResponse:
                         _delivered(record, reader)
                     await _commit(gw, record, attempts, target, served)
                     _learn(gw, record, upstream.name, served, reader, sent, choice, local, endpoint.api)
-                    _previews(gw, record, parsed)
+                    if gw.settings.log.content_preview_chars > 0:
+                        _previews(gw, record, parsed)
                     return out
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, answers.error_body(first)
@@ -239,13 +254,6 @@ async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> Mapping[s
     except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
         auth = None
     return gw.service_headers(upstream, auth)
-
-
-async def _tokenizer(gw: Gateway, profile: ModelProfile) -> Tokenizer:
-    """The model's own tokenizer; a vocabulary not loaded yet (about a second) loads off the loop."""
-    if profile.tokenizer in gw.guard.tokenizers.loaded:
-        return gw.guard.tokenizer(profile)
-    return await asyncio.to_thread(gw.guard.tokenizer, profile)
 
 
 def _learn(

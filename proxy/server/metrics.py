@@ -7,11 +7,13 @@ config. `_created` series are off, and the standard `process_*` metrics are on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from proxy.server.record import RequestRecord
 from proxy.state.store import StateStatus
@@ -31,12 +33,13 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)
-        self.requests = Counter(
+        # Written for every request: kept by the event loop itself, rendered when scraped (below).
+        self.requests = RequestCounts(
             "context_guard_requests",
             "Requests handled, by kind (API, passthrough, local), outcome and status.",
-            ["kind", "outcome", "status"],
-            registry=r,
+            ("kind", "outcome", "status"),
         )
+        r.register(self.requests)
         self.trims = Counter("context_guard_trims", "Requests that were cut to fit.", ["model"], registry=r)
         self.tokens_removed = Counter(
             "context_guard_tokens_removed", "Prompt tokens removed by trimming.", ["model"], registry=r
@@ -64,35 +67,27 @@ class Metrics:
         )
         if state is not None:
             r.register(_StateCollector(lambda: self.state_status() if self.state_status else None))
-        self.duration = Histogram(
+        self.duration = PhaseDurations(
             "context_guard_duration_seconds",
             "Time spent, by phase (count, trim, upstream, total).",
-            ["phase"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            ("total", "upstream", "count", "trim"),
+            _LATENCY_BUCKETS,
         )
-        # `labels()` takes a lock and checks its values on every call: each series is looked up
-        # once and kept (every label set is bounded, see above).
-        self._phases = {phase: self.duration.labels(phase) for phase in ("total", "upstream", "count", "trim")}
-        self._requests: dict[tuple[str, str, str], Counter] = {}
+        r.register(self.duration)
 
     def observe(self, record: RequestRecord) -> None:
         """Everything one finished request adds, read from its record."""
         status = _STATUS_CLASSES.get(record.status // 100, "other") if record.status != 499 else "499"
-        labels = (record.kind, record.outcome or "unknown", status)
-        requests = self._requests.get(labels)
-        if requests is None:
-            requests = self._requests[labels] = self.requests.labels(*labels)
-        requests.inc()
-        phases = self._phases
-        phases["total"].observe(record.total_ms / 1000)
+        self.requests.inc((record.kind, record.outcome or "unknown", status))
+        observe = self.duration.observe
+        observe("total", record.total_ms / 1000)
         if record.upstream is not None and record.upstream_status is not None:
-            phases["upstream"].observe(record.upstream_ms / 1000)
+            observe("upstream", record.upstream_ms / 1000)
         plan = record.plan
         if plan is None:
             return
-        phases["count"].observe(plan.count_seconds)
-        phases["trim"].observe(plan.trim_seconds)
+        observe("count", plan.count_seconds)
+        observe("trim", plan.trim_seconds)
         model = self.model_label(record.served_model or record.model)
         result = plan.result
         if record.outcome == "trimmed":
@@ -107,6 +102,57 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RequestCounts:
+    """A counter by label values, as `prometheus_client.Counter` renders it (`_total`), counted
+    without its per-value lock: only the event loop writes it, once per request. Label values are
+    bounded by the caller (see the module's docstring)."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.counts: dict[tuple[str, ...], int] = {}
+
+    def inc(self, values: tuple[str, ...]) -> None:
+        counts = self.counts
+        counts[values] = counts.get(values, 0) + 1
+
+    def value(self, *values: str) -> int:
+        return self.counts.get(values, 0)
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for values, count in list(self.counts.items()):
+            family.add_metric(list(values), float(count))
+        yield family
+
+
+class PhaseDurations:
+    """A histogram by phase, as `prometheus_client.Histogram` renders it (every phase shown from
+    the start, buckets cumulative, `_count` and `_sum`), observed with one `bisect` and two list
+    updates instead of a lock per bucket and per sum: only the event loop writes it."""
+
+    def __init__(self, name: str, documentation: str, phases: Sequence[str], buckets: Sequence[float]) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = (*buckets, float("inf"))
+        # the `le` labels as prometheus_client writes them ("0.001", ..., "+Inf")
+        self.labels = [floatToGoString(bound) for bound in self.bounds]  # type: ignore[no-untyped-call]  # untyped library
+        self.buckets = {phase: [0] * len(self.bounds) for phase in phases}
+        self.sums = dict.fromkeys(phases, 0.0)
+
+    def observe(self, phase: str, seconds: float) -> None:
+        self.buckets[phase][bisect_left(self.bounds, seconds)] += 1
+        self.sums[phase] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["phase"])
+        for phase, counts in self.buckets.items():
+            cumulative, total = [], 0
+            for label, count in zip(self.labels, counts, strict=True):
+                total += count
+                cumulative.append((label, float(total)))
+            family.add_metric([phase], cumulative, self.sums[phase])
+        yield family
 
 
 class _StateCollector:

@@ -14,72 +14,103 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiohttp import web
 
-from proxy.server.record import RequestRecord, folded_removals, summary
+from proxy.core.trim import Removal
+from proxy.server.record import RequestRecord, by_strategy, folded_removals
 
 MAX_RUNS = 12  # removal runs kept per decision; the rest are summed into one entry
+EAGER_REMOVALS = 64  # a decision with more removals folds them when taken, not when read
 MAX_CORRECTION_PAIRS = 256  # model names come from clients: the table of corrections is bounded too
 KNOWN_OUTCOMES = ("unchanged", "trimmed", "rejected", "forwarded_over_budget", "forwarded", "refused", "failed")
 
 
-@dataclass(frozen=True, slots=True)
 class Decision:
-    """One request as the page shows it: what was decided, never what was said."""
+    """One request as the page shows it: what was decided, never what was said.
 
-    at: float
-    request_id: str
-    kind: str
-    outcome: str
-    status: int
-    model: str | None = None
-    served_model: str | None = None
-    upstream: str | None = None
-    mode: str | None = None
-    tokens_before: int | None = None
-    tokens_after: int | None = None
-    budget: int | None = None
-    removed_count: int = 0
-    removed_tokens: int = 0
-    by_strategy: dict[str, dict[str, int]] = field(default_factory=dict)
-    removed: tuple[dict[str, Any], ...] = ()
-    notes: tuple[str, ...] = ()
-    corrected_window: int | None = None  # the window an upstream's count taught, learned or applied here
-    total_ms: float = 0.0
+    Taken for every request, read only when someone opens the page: it keeps the record's few
+    values and its removals as they are, and works out the totals and the folded runs when they
+    are first read (a request that removed many keeps its runs folded at once instead, so the
+    ring never holds thousands of removals per row). Not to be changed once made."""
+
+    __slots__ = (
+        "_folded",
+        "_removals",
+        "at",
+        "budget",
+        "corrected_window",
+        "kind",
+        "mode",
+        "model",
+        "notes",
+        "outcome",
+        "request_id",
+        "served_model",
+        "status",
+        "tokens_after",
+        "tokens_before",
+        "total_ms",
+        "upstream",
+    )  # fmt: skip
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.at, self.request_id, self.kind = record.at, record.request_id, record.kind
+        self.outcome, self.status = record.outcome or "unknown", record.status
+        model, served = record.model, record.served_model
+        self.model = model
+        self.served_model = served if model is not None and served and served != model else None
+        self.upstream, self.mode = record.upstream, record.mode
+        self.notes = tuple(record.notes)
+        correction = record.learned_correction or record.applied_correction
+        self.corrected_window = correction.window if correction is not None else None
+        self.total_ms = record.total_ms
+        plan = record.plan
+        if plan is None:
+            self.tokens_before = self.tokens_after = self.budget = None
+            self._removals: tuple[Removal, ...] = ()
+        else:
+            result = plan.result
+            self.tokens_before, self.tokens_after = result.tokens_before, result.tokens_after
+            self.budget, self._removals = result.budget.input_budget, result.removals
+        self._folded: Folded | None = None
+        if len(self._removals) > EAGER_REMOVALS:
+            self._fold()
 
     @classmethod
     def from_record(cls, record: RequestRecord) -> Decision:
-        head = summary(record)
-        runs = folded_removals(record.removals)  # no previews: the page never shows content
-        if len(runs) > MAX_RUNS:
-            rest = runs[MAX_RUNS - 1 :]
-            tokens = sum(int(run.get("tokens", 0)) for run in rest)
-            runs = [*runs[: MAX_RUNS - 1], {"what": f"{len(rest)} more runs", "tokens": tokens}]
-        correction = record.learned_correction or record.applied_correction
-        return cls(
-            at=record.at,
-            request_id=record.request_id,
-            kind=record.kind,
-            outcome=head["outcome"] or "unknown",
-            status=head["status"],
-            model=head.get("model"),
-            served_model=head.get("served_model"),
-            upstream=record.upstream,
-            mode=record.mode,
-            tokens_before=head.get("tokens_before"),
-            tokens_after=head.get("tokens_after"),
-            budget=head.get("budget"),
-            removed_count=head.get("removed_count", 0),
-            removed_tokens=head.get("removed_tokens", 0),
-            by_strategy=head.get("by_strategy", {}),
-            removed=tuple(runs),
-            notes=tuple(record.notes),
-            corrected_window=correction.window if correction is not None else None,
-            total_ms=record.total_ms,
-        )
+        return cls(record)
+
+    def _fold(self) -> Folded:
+        if self._folded is None:
+            removals = self._removals
+            runs = folded_removals(removals)  # no previews: the page never shows content
+            if len(runs) > MAX_RUNS:
+                rest = runs[MAX_RUNS - 1 :]
+                tokens = sum(int(run.get("tokens", 0)) for run in rest)
+                runs = [*runs[: MAX_RUNS - 1], {"what": f"{len(rest)} more runs", "tokens": tokens}]
+            strategies = by_strategy(removals) if removals else {}
+            self._folded = Folded(len(removals), sum(r.tokens for r in removals), strategies, tuple(runs))
+            self._removals = ()
+        return self._folded
+
+    @property
+    def removed_count(self) -> int:
+        return self._fold().count
+
+    @property
+    def removed_tokens(self) -> int:
+        return self._fold().tokens
+
+    @property
+    def by_strategy(self) -> dict[str, dict[str, int]]:
+        return {name: dict(entry) for name, entry in self._fold().by_strategy.items()}
+
+    @property
+    def removed(self) -> tuple[dict[str, Any], ...]:
+        return self._fold().runs
 
     def matches(self, query: PageQuery) -> bool:
         if query.request_id and query.request_id not in self.request_id:
@@ -90,10 +121,30 @@ class Decision:
         return not query.model or any(query.model.lower() in name.lower() for name in names)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["removed"], out["notes"] = list(self.removed), list(self.notes)
+        folded = self._fold()
+        out: dict[str, Any] = {name: getattr(self, name) for name in DECISION_FIELDS}
+        out["removed"] = [dict(run) for run in folded.runs]
+        out["notes"] = list(self.notes)
         out["time"] = iso_time(self.at)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """What a decision removed, as the page shows it: totals, by strategy, and at most `MAX_RUNS` runs."""
+
+    count: int
+    tokens: int
+    by_strategy: dict[str, dict[str, int]]
+    runs: tuple[dict[str, Any], ...]
+
+
+# The page's JSON fields, in their order (`removed`, `notes` and `time` are written by `to_dict`).
+DECISION_FIELDS = (
+    "at", "request_id", "kind", "outcome", "status", "model", "served_model", "upstream", "mode", "tokens_before",
+    "tokens_after", "budget", "removed_count", "removed_tokens", "by_strategy", "removed", "notes",
+    "corrected_window", "total_ms",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +184,7 @@ class RecentDecisions:
         probes) are not decisions and are not kept."""
         if record.kind == "local" and record.status < 400:
             return
-        self.decisions.append(Decision.from_record(record))
+        self.decisions.append(Decision(record))
         for correction, source in ((record.applied_correction, "applied"), (record.learned_correction, "learned")):
             if correction is not None and record.upstream is not None:
                 pair = (record.upstream, record.served_model or record.model or "")

@@ -98,40 +98,47 @@ def _outcome_for_status(status: int, kind: str) -> str:
     return "forwarded" if kind != "local" else "answered"
 
 
+_BEFORE, _AFTER, _BUDGET, _REMOVED, _MODE = (
+    f"{REPORT_PREFIX}{name}" for name in ("tokens-before", "tokens-after", "budget", "removed", "mode")
+)
+
+
 def report_headers(record: RequestRecord) -> dict[str, str]:
     """The `x-context-guard-*` headers a guarded response carries."""
     if record.plan is None:
-        return {f"{REPORT_PREFIX}mode": record.mode} if record.mode else {}
+        return {_MODE: record.mode} if record.mode else {}
     result = record.plan.result
     return {
-        f"{REPORT_PREFIX}tokens-before": str(result.tokens_before),
-        f"{REPORT_PREFIX}tokens-after": str(result.tokens_after),
-        f"{REPORT_PREFIX}budget": str(result.budget.input_budget),
-        f"{REPORT_PREFIX}removed": str(len(result.removals)),
-        f"{REPORT_PREFIX}mode": record.mode or "enforce",
+        _BEFORE: str(result.tokens_before),
+        _AFTER: str(result.tokens_after),
+        _BUDGET: str(result.budget.input_budget),
+        _REMOVED: str(len(result.removals)),
+        _MODE: record.mode or "enforce",
     }
 
 
 def summary(record: RequestRecord) -> dict[str, Any]:
     """The fields an operator reads first, in reading order."""
-    out: dict[str, Any] = {"outcome": record.outcome, "status": record.status}
-    if record.model is not None:
-        out["model"] = record.model
-        if record.served_model and record.served_model != record.model:
+    out: dict[str, Any] = {}
+    _summarise(record, out)
+    return out
+
+
+def _summarise(record: RequestRecord, out: dict[str, Any]) -> None:
+    out["outcome"], out["status"] = record.outcome, record.status
+    model = record.model
+    if model is not None:
+        out["model"] = model
+        if record.served_model and record.served_model != model:
             out["served_model"] = record.served_model
     if record.plan is not None:
         result = record.plan.result
-        removed_tokens = sum(r.tokens for r in result.removals)
-        out.update(
-            tokens_before=result.tokens_before,
-            tokens_after=result.tokens_after,
-            budget=result.budget.input_budget,
-            removed_count=len(result.removals),
-            removed_tokens=removed_tokens,
-        )
-        if result.removals:
-            out["by_strategy"] = by_strategy(result.removals)
-    return out
+        removals = result.removals
+        out["tokens_before"], out["tokens_after"] = result.tokens_before, result.tokens_after
+        out["budget"], out["removed_count"] = result.budget.input_budget, len(removals)
+        out["removed_tokens"] = sum(r.tokens for r in removals) if removals else 0
+        if removals:
+            out["by_strategy"] = by_strategy(removals)
 
 
 def by_strategy(removals: Sequence[Removal]) -> dict[str, dict[str, int]]:
@@ -178,46 +185,53 @@ def folded_removals(removals: Sequence[Removal], previews: Mapping[int, str] | N
 
 
 def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, Any]:
-    """The one log event of a request: the summary first, then the details, then what was removed."""
-    event: dict[str, Any] = {"request_id": record.request_id, **summary(record)}
-    details: dict[str, Any] = {
-        "kind": record.kind,
-        "method": record.method,
-        "path": record.path,
-        "upstream": record.upstream,
-        "mode": record.mode,
-        "error": record.error,
-        "upstream_status": record.upstream_status,
-    }
-    if record.plan is not None:
-        plan = record.plan
-        budget = plan.result.budget
-        details.update(
-            context_window=budget.context_window,
-            window_source=record.window_source,
-            output_reserve=budget.output_reserve,
-            tokenizer=plan.count.tokenizer,
-            exact=plan.count.exact,
-            count_ms=round(plan.count_seconds * 1000, 2),
-            trim_ms=round(plan.trim_seconds * 1000, 2),
-            cut=_dict(plan.result.cut),
-            summary=_dict(plan.result.summary),
-            note_tokens=plan.result.note_tokens or None,
-        )
-    details.update(
-        count_source=record.count_source,
-        calibration=round(record.calibration, 4) if record.calibration is not None else None,
-        provider_prompt_tokens=record.provider_prompt_tokens,
-        applied_correction=_dict(record.applied_correction),
-        self_correction=_dict(record.learned_correction),
-        self_correction_ignored=record.correction_note,
-        attempts=record.attempts if record.attempts > 1 else None,
-        stream=True if record.stream else None,
-        stream_broken=record.stream_broken,
-        client_disconnected=True if record.client_disconnected else None,
-        notes=list(record.notes) or None,
-    )
-    event.update({k: v for k, v in details.items() if v is not None})
+    """The one log event of a request: the summary first, then the details (those with a value),
+    then what was removed. Written field by field: it is built for every request."""
+    event: dict[str, Any] = {"request_id": record.request_id}
+    _summarise(record, event)
+    event["kind"], event["method"], event["path"] = record.kind, record.method, record.path
+    value: Any
+    for key, value in (
+        ("upstream", record.upstream),
+        ("mode", record.mode),
+        ("error", record.error),
+        ("upstream_status", record.upstream_status),
+    ):
+        if value is not None:
+            event[key] = value
+    plan = record.plan
+    if plan is not None:
+        result = plan.result
+        budget = result.budget
+        event["context_window"] = budget.context_window
+        if record.window_source is not None:
+            event["window_source"] = record.window_source
+        event["output_reserve"] = budget.output_reserve
+        if plan.count.tokenizer is not None:
+            event["tokenizer"] = plan.count.tokenizer
+        event["exact"] = plan.count.exact
+        event["count_ms"], event["trim_ms"] = round(plan.count_seconds * 1000, 2), round(plan.trim_seconds * 1000, 2)
+        if result.cut is not None:
+            event["cut"] = result.cut.to_dict()
+        if result.summary is not None:
+            event["summary"] = result.summary.to_dict()
+        if result.note_tokens:
+            event["note_tokens"] = result.note_tokens
+    for key, value in (
+        ("count_source", record.count_source),
+        ("calibration", round(record.calibration, 4) if record.calibration is not None else None),
+        ("provider_prompt_tokens", record.provider_prompt_tokens),
+        ("applied_correction", _dict(record.applied_correction)),
+        ("self_correction", _dict(record.learned_correction)),
+        ("self_correction_ignored", record.correction_note),
+        ("attempts", record.attempts if record.attempts > 1 else None),
+        ("stream", True if record.stream else None),
+        ("stream_broken", record.stream_broken),
+        ("client_disconnected", True if record.client_disconnected else None),
+        ("notes", list(record.notes) or None),
+    ):
+        if value is not None:
+            event[key] = value
     if record.upstream is not None:
         event["upstream_ms"] = round(record.upstream_ms, 2)
     event["total_ms"] = record.total_ms

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.corrections import Correction
+from proxy.state.memory import MemoryStore
 from proxy.state.store import StateKey, StateStore
 
 KIND = "correction"
@@ -20,6 +21,14 @@ class SharedCorrections:
     def __init__(self, store: StateStore, ttl_seconds: float) -> None:
         self.store = store
         self.ttl_seconds = ttl_seconds
+
+    def held(self, upstream: str, model: str) -> tuple[bool, Correction | None]:
+        """`get` without awaiting when the store is this process's memory: (True, the correction
+        or None); (False, None) when only `get` can say."""
+        store = self.store
+        if isinstance(store, MemoryStore):
+            return True, _correction(store.peek(StateKey(KIND, upstream, model))) if len(store) else None
+        return False, None
 
     async def get(self, upstream: str, model: str) -> Correction | None:
         return _correction(await self.store.get(StateKey(KIND, upstream, model)))

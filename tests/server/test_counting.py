@@ -16,7 +16,7 @@ from aiohttp import web
 from proxy.core.models import ModelRegistry
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
 from proxy.core.tokens import RequestCounter
-from proxy.server.backends import BackendOptions
+from proxy.server.backends import BackendOptions, Discovery
 from proxy.server.counting import Counting
 from proxy.server.gateway import GATEWAY
 
@@ -100,6 +100,44 @@ class TestChoose:
         async with aiohttp.ClientSession() as session:
             choice = await counting.choose(session, "hosted", "http://unused/v1", "smol", chat(1), REGISTRY.profile("smol"), ESTIMATE)
         assert choice.source == "estimate" and "no tokenize endpoint" in (choice.note or "")
+
+    async def test_without_the_backend_s_tokenizer_the_choice_is_known_without_awaiting_and_is_chooses(self, llama):
+        url, _ = llama
+        counting = Counting({"local": BackendOptions(tokenize="local")})
+        async with aiohttp.ClientSession() as session:
+            await counting.discover(session, "local", url)
+            awaited = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+        assert counting.local_choice("local", "smol", REGISTRY.profile("smol"), ESTIMATE) == awaited
+
+    async def test_with_the_backend_s_tokenizer_to_ask_nothing_is_chosen_without_awaiting(self, llama):
+        url, _ = llama
+        counting = Counting()
+        async with aiohttp.ClientSession() as session:
+            await counting.discover(session, "local", url)
+        assert counting.local_choice("local", "smol", REGISTRY.profile("smol"), ESTIMATE) is None
+
+
+class TestKnownWindow:
+    def test_an_upstream_not_discovered_states_no_window_and_need_not_be_asked(self):
+        assert Counting().known_window("openai", "gpt-4o") == (True, None)
+
+    def test_a_discovered_server_s_window_is_known_without_asking(self):
+        counting = Counting(discoveries={"local": Discovery("llama_cpp", windows={"smol": 4096})})
+        assert counting.known_window("local", "smol") == (True, 4096)
+
+    async def test_an_ollama_model_not_asked_yet_must_be_asked_and_is_known_after(self, aiohttp_server):
+        app = web.Application()
+
+        async def show(request: web.Request) -> web.Response:
+            return web.json_response({"model_info": {"llama.context_length": 65536}, "parameters": "num_ctx 8192"})
+
+        app.router.add_post("/api/show", show)
+        server = await aiohttp_server(app)
+        counting = Counting(discoveries={"ollama": Discovery("ollama")})
+        before = counting.known_window("ollama", "llama3")
+        async with aiohttp.ClientSession() as session:
+            asked = await counting.window(session, "ollama", str(server.make_url("/v1")), "llama3")
+        assert before == (False, None) and counting.known_window("ollama", "llama3") == (True, asked) == (True, 8192)
 
 
 class TestObserve:

@@ -15,7 +15,7 @@ from proxy.core.corrections import Correction
 from proxy.errors import HTTPRefusal
 from proxy.server.app import create_app
 from proxy.server.page import JSON_PATH, PAGE_PATH, recent_json
-from proxy.server.recent import RECENT, PageQuery, RecentDecisions
+from proxy.server.recent import EAGER_REMOVALS, MAX_RUNS, RECENT, PageQuery, RecentDecisions
 from proxy.server.record import RequestRecord
 from tests.server.conftest import gateway_settings, long_conversation
 
@@ -126,6 +126,15 @@ class TestThePage:
         assert trimmed["tokens_before"] > trimmed["budget"] >= trimmed["tokens_after"] > 0
         assert trimmed["removed"][0]["strategy"] == "drop_oldest_turns" and trimmed["removed_count"] > 0
         assert trimmed["time"].endswith("Z") and trimmed["upstream"] == "fake"
+
+    async def test_a_request_that_removed_hundreds_shows_their_totals_with_its_runs_folded_to_a_dozen(self, proxy):
+        assert await chat(proxy, {"model": "gpt-4", "messages": long_conversation(400, 6)}, "many") == 200
+        decision = proxy.app[RECENT].decisions[-1]
+        row = json.loads((await get(proxy, JSON_PATH))[1])["rows"][0]
+        assert row["removed_count"] > EAGER_REMOVALS and len(row["removed"]) <= MAX_RUNS
+        assert sum(s["count"] for s in row["by_strategy"].values()) == row["removed_count"]
+        assert sum(s["tokens"] for s in row["by_strategy"].values()) == row["removed_tokens"]
+        assert decision._removals == ()  # folded when taken: the ring holds a dozen runs, not the removals
 
     async def test_the_html_shows_the_same_rows_with_a_bar_and_never_any_content(self, proxy):
         await make_traffic(proxy)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from proxy.core.corrections import Correction
 from proxy.state import MemoryStore, StateKey
 from proxy.state.corrections import SharedCorrections
+from proxy.state.redis import RedisStore
+from proxy.state.store import StateOptions
 
 TIGHT, LOOSE = Correction(7000, 1.2, "openai"), Correction(7500, 1.1, "openai")
 
@@ -30,3 +32,12 @@ class TestSharedCorrections:
         store = MemoryStore()
         await store.put(StateKey("correction", "openai", "gpt-4o"), {"window": "big"}, 60)
         assert await SharedCorrections(store, 60).get("openai", "gpt-4o") is None
+
+    async def test_a_correction_in_this_process_s_memory_is_held_without_awaiting(self):
+        shared = SharedCorrections(MemoryStore(), 60)
+        await shared.remember("openai", "gpt-4o", TIGHT)
+        assert shared.held("openai", "gpt-4o") == (True, TIGHT) and shared.held("openai", "gpt-4") == (True, None)
+
+    def test_a_store_elsewhere_is_not_held_and_must_be_asked(self):
+        elsewhere = RedisStore(StateOptions(url="redis://127.0.0.1:9/0"))  # never connected: not awaited
+        assert SharedCorrections(elsewhere, 60).held("openai", "gpt-4o") == (False, None)
