@@ -196,7 +196,7 @@ class CountCache:
         self.bytes = 0  # self.entry_bytes() of the entries held
         self._entries: dict[Hashable, Any] = {}
         self._writing = threading.Lock()
-        self._shape_bytes: dict[tuple[type, ...], int] = {}
+        self._shape_bytes: dict[tuple[type, ...], tuple[int, bool]] = {}  # (bytes, plus a footprint?)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -233,15 +233,15 @@ class CountCache:
         stores. A value with its own `footprint` is asked each time. The same entry always gets
         the same figure, so the total stays exact."""
         shape = (type(value), *map(type, key)) if type(key) is tuple else (type(value), type(key))
-        size = self._shape_bytes.get(shape)
-        if size is None:
-            own = getattr(value, "footprint", None)
-            if type(own) is int:  # it varies with the value (an opening's length): not remembered
-                return _SLOT_BYTES + _footprint(key, 2) + own
-            size = entry_bytes(key, value)
+        known = self._shape_bytes.get(shape)
+        if known is None:
+            # A value whose weight varies with it (an opening's length) has only the rest remembered.
+            varies = type(getattr(value, "footprint", None)) is int
+            known = (_SLOT_BYTES + _footprint(key, 2) if varies else entry_bytes(key, value), varies)
             if len(self._shape_bytes) < _MAX_SHAPES:
-                size = self._shape_bytes.setdefault(shape, size)  # a racing thread's figure wins
-        return size
+                known = self._shape_bytes.setdefault(shape, known)  # a racing thread's figure wins
+        fixed, varies = known
+        return fixed + value.footprint if varies else fixed  # type: ignore[attr-defined]  # varies: it has one
 
     def put(self, key: Hashable, value: Any) -> None:
         self.misses += 1
