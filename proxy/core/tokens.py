@@ -22,11 +22,7 @@ it changed. A `tool` result is the one message whose cost depends on another: th
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import math
-import struct
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +30,7 @@ from typing import Any
 import orjson
 
 from proxy.core.images import image_cost
+from proxy.core.media import audio_cost, file_cost
 from proxy.core.models import ModelProfile
 from proxy.core.openings import Opening, opening_key, sizes_to_keep, sizes_to_look_up, still_marked_alike
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
@@ -61,10 +58,6 @@ COMPONENTS = (
 PINNED_ROLES = frozenset({"system", "developer"})
 TOOL_RESULT_ROLES = frozenset({"tool", "function"})
 
-# Gemini documents 32 tokens per second of audio, the highest published rate; audio of unknown
-# bitrate is assumed to be 16 kbit/s, a lower rate than any common codec, so its length is overestimated.
-AUDIO_TOKENS_PER_SECOND = 32
-AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
 # Fields of a message that are not shown to the model as text, or are counted elsewhere.
 _STRUCTURAL_FIELDS = frozenset({"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "audio"})
 
@@ -398,9 +391,9 @@ class RequestCounter:
         if kind == "image_url":
             return self._image(part)
         if kind == "input_audio":
-            return self._audio(part)
+            return audio_cost(part)
         if kind == "file":
-            return self._file(part)
+            return file_cost(part, self.profile.images)
         return (
             self.text(json.dumps(part, ensure_ascii=False, default=str)),
             0,
@@ -424,40 +417,6 @@ class RequestCounter:
             notes.append(f"image is {where}; assumed the largest cost for detail={detail} ({cost.tokens} tokens)")
         return 0, cost.tokens, notes
 
-    def _audio(self, part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
-        spec = part.get("input_audio")
-        data = spec.get("data") if isinstance(spec, Mapping) else None
-        if not isinstance(data, str):
-            return 0, 0, ["audio part without data; not counted"]
-        seconds = _wav_seconds(data) if isinstance(spec, Mapping) and spec.get("format") == "wav" else None
-        estimated = seconds is None
-        if seconds is None:
-            seconds = len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND
-        tokens = math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
-        # No OpenAI audio rate is published: even a measured duration gives an estimate.
-        note = [f"audio length estimated from its size ({seconds:.1f} s)"] if estimated else []
-        note.append(f"audio priced at {AUDIO_TOKENS_PER_SECOND} tokens/s, the highest published rate")
-        return 0, tokens, note
-
-    def _file(self, part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
-        spec = part.get("file")
-        if not isinstance(spec, Mapping):
-            return 0, 0, ["file part without a file; not counted"]
-        data = spec.get("file_data")
-        if not isinstance(data, str):
-            return 0, 0, ["file sent by file_id: its content is not visible to the guard and is not counted"]
-        raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
-        pages = max(
-            1,
-            raw.count(b"/Type /Page")
-            - raw.count(b"/Type /Pages")
-            + raw.count(b"/Type/Page")
-            - raw.count(b"/Type/Pages"),
-        )
-        # Providers show each page as extracted text and as an image: both are bounded from above.
-        tokens = pages * self.profile.images.max_cost("high") + math.ceil(len(raw) / 3)
-        return 0, tokens, [f"file of {pages} page(s) estimated at {tokens} tokens"]
-
 
 _COMPONENT_OF_ROLE = {
     **dict.fromkeys(PINNED_ROLES, "system"),
@@ -467,20 +426,3 @@ _COMPONENT_OF_ROLE = {
 
 def component_of(role: str, is_latest_user: bool) -> str:
     return _COMPONENT_OF_ROLE.get(role) or ("latest_user" if is_latest_user else "history")
-
-
-def _b64_decode(data: str) -> bytes:
-    try:
-        return base64.b64decode(data, validate=False)
-    except (binascii.Error, ValueError):
-        return data.encode("utf-8", "replace")
-
-
-def _wav_seconds(data: str) -> float | None:
-    head = _b64_decode(data[:64])
-    if len(head) < 44 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-        return None
-    byte_rate = int(struct.unpack("<I", head[28:32])[0])
-    if byte_rate <= 0:
-        return None
-    return max(0.0, len(data) * 3 / 4 - 44) / byte_rate
