@@ -170,6 +170,7 @@ def keep_in_part(state: TrimState, turn: Turn, target: int, min_tokens: int, str
     excess = sum(state.counts[i] for i in turn.indices) - target
     if not texts or excess <= 0:
         return None
+    before = state.snapshot(turn.indices)  # an attempt that falls short leaves the turn as it was
     index = min(texts, key=lambda i: (-state.counts[i], i))
     if state.counts[index] - excess < min_tokens:
         with_images = [i for i in turn.indices if _has_image(state.messages[i])]
@@ -184,6 +185,7 @@ def keep_in_part(state: TrimState, turn: Turn, target: int, min_tokens: int, str
     if excess > 0:
         shorten_message(state, index, state.counts[index] - excess, strategy)
     if sum(state.counts[i] for i in turn.indices) > target:
+        state.restore(before)
         return None
     return index
 

@@ -128,6 +128,16 @@ def content_hash(value: object) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """Messages of a `TrimState` as they were, with its total and removals (`TrimState.snapshot`)."""
+
+    messages: tuple[tuple[int, Any, int], ...]
+    total: int
+    removals: list[Removal]
+    shortened: set[int]
+
+
 @dataclass
 class TrimState:
     """The request as the pipeline is cutting it. Strategies read and change it through the
@@ -222,6 +232,21 @@ class TrimState:
         else:
             self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
         return before - after
+
+    def snapshot(self, indices: Sequence[int]) -> Snapshot:
+        """What `restore` needs to undo changes to the messages at `indices` (an attempt that may
+        not succeed: keeping a turn in part)."""
+        return Snapshot(
+            tuple((i, self.messages[i], self.counts[i]) for i in indices),
+            self.total,
+            list(self.removals),
+            set(self.shortened),
+        )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        for index, message, count in snapshot.messages:
+            self.messages[index], self.counts[index] = message, count
+        self.total, self.removals, self.shortened = snapshot.total, snapshot.removals, snapshot.shortened
 
     def clamp_output(self, key: str, value: int, strategy: str) -> None:
         requested, _ = requested_output(self.body)

@@ -13,7 +13,9 @@ from proxy.core.strategies import DropRecentTurns
 from proxy.core.tokens import RequestCounter
 from proxy.core.trim import TrimState
 from proxy.core.turns import validity_problems
+from tests.conftest import png_data_url
 from tests.core.test_trim_multiturn import growing, recount, request
+from tests.core.test_trim_properties import WORDS
 from tests.core.trimming import fit, profile, tokenizer, words
 
 PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAgAAAAIACAYAAAD0eNT6AAAAAA=="  # a 512 x 512 header
@@ -89,6 +91,35 @@ class TestKeepInPart:
         turn = state.conversation.turns[0]
         assert keep_in_part(state, turn, 20, 64, "drop_oldest_turns") is None
         assert state.removals == []
+
+    def test_a_turn_its_shortening_cannot_bring_to_the_target_is_left_as_it_was(self):
+        """Found by the property that appending a turn never moves the cut back: an attempt that
+        dropped an image and cut a text, then fell a few tokens short, left them changed."""
+        calls = [
+            {"id": f"c{i}", "type": "function", "function": {"name": "search", "arguments": "{}"}} for i in range(3)
+        ]
+        image = {"type": "image_url", "image_url": {"url": png_data_url(1024, 768)}}
+        messages = [
+            {"role": "user", "content": "alpha"},
+            {"role": "user", "content": [{"type": "text", "text": "alpha"}, image]},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "c0", "content": " ".join(WORDS[i % len(WORDS)] for i in range(500))},
+            {"role": "tool", "tool_call_id": "c1", "content": "alpha"},
+            {"role": "tool", "tool_call_id": "c2", "content": "alpha"},
+            {"role": "user", "content": "next"},
+        ]
+        reached = fell_short = 0
+        for target in range(500, 900, 13):
+            state = state_of({"messages": messages}, 1500)
+            turn = state.conversation.turns[1]
+            before = (list(state.messages), list(state.counts), state.total)
+            if keep_in_part(state, turn, target, 64, "drop_oldest_turns") is None:
+                fell_short += 1
+                assert (state.messages, state.counts, state.total, state.removals) == (*before, [])
+            else:
+                reached += 1
+                assert sum(state.counts[i] for i in turn.indices) <= target
+        assert reached and fell_short  # both kinds of attempt were made
 
 
 class TestDropRecentTurns:
