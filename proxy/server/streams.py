@@ -12,12 +12,11 @@ Three things a relay needs that a plain byte pipe cannot give:
   behalf (`ask_for_usage()` adds `stream_options.include_usage` to a stream that did not).
 - **Stale pooled connections.** A kept-alive connection the server closed fails the next request
   before a byte of response (`ServerDisconnectedError`); aiohttp retries that only for idempotent
-  methods. `stale_retry()` sends a POST once more on a fresh connection.
+  methods. `send_retrying_stale()` sends a POST once more on a fresh connection.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import zlib
 from collections.abc import AsyncIterator, Mapping
@@ -344,15 +343,3 @@ async def send_retrying_stale(session: aiohttp.ClientSession, method: str, url: 
     except BaseException:
         await fresh.close()
         raise
-
-
-@contextlib.asynccontextmanager
-async def stale_retry(
-    session: aiohttp.ClientSession, method: str, url: str | URL, **kwargs: Any
-) -> AsyncIterator[Sent]:
-    """`send_retrying_stale()` as a context manager: the response is closed on leaving it."""
-    sent = await send_retrying_stale(session, method, url, **kwargs)
-    try:
-        yield sent
-    finally:
-        await sent.close()

@@ -24,7 +24,7 @@ from proxy.server.streams import (
     overflow_probe,
     peek_first_event,
     replay,
-    stale_retry,
+    send_retrying_stale,
     tapped,
     usage_from_body,
 )
@@ -286,12 +286,18 @@ class TestStaleRetry:
         behaviour = KeepAliveThenClose()
         url = await raw_server(behaviour)
         async with aiohttp.ClientSession() as session:
-            async with stale_retry(session, "POST", url, data=b"{}") as first:
+            first = await send_retrying_stale(session, "POST", url, data=b"{}")
+            try:
                 assert first.response.status == 200 and not first.retried
                 await first.response.read()
-            async with stale_retry(session, "POST", url, data=b"{}") as second:
+            finally:
+                await first.close()
+            second = await send_retrying_stale(session, "POST", url, data=b"{}")
+            try:
                 assert second.response.status == 200 and second.retried
                 assert await second.response.json() == {"ok": True}
+            finally:
+                await second.close()
         assert (behaviour.connections, behaviour.requests) == (2, 3)
 
     async def test_it_retries_once_only(self, raw_server):
@@ -299,8 +305,7 @@ class TestStaleRetry:
         url = await raw_server(behaviour)
         async with aiohttp.ClientSession() as session:
             with pytest.raises(aiohttp.ServerDisconnectedError):
-                async with stale_retry(session, "POST", url, data=b"{}"):
-                    pass
+                await send_retrying_stale(session, "POST", url, data=b"{}")
         assert behaviour.requests == 2
 
     async def test_a_refused_connection_is_not_retried(self):
@@ -309,8 +314,7 @@ class TestStaleRetry:
             port = sock.getsockname()[1]
         async with aiohttp.ClientSession() as session:
             with pytest.raises(aiohttp.ClientConnectorError):
-                async with stale_retry(session, "POST", f"http://127.0.0.1:{port}/", data=b"{}"):
-                    pass
+                await send_retrying_stale(session, "POST", f"http://127.0.0.1:{port}/", data=b"{}")
 
 
 class TestStaleConnectionThroughTheProxy:
