@@ -153,15 +153,10 @@ class Counting:
         headers: Mapping[str, str] | None = None,
     ) -> int | None:
         """The window the upstream states for `model` (Ollama is asked once per model)."""
-        found = self.discoveries.get(upstream)
-        if found is None:
-            return None
-        if found.kind != "ollama":
-            return found.window(model)
-        key = (upstream, model)
-        if key not in self._windows:
-            self._windows[key] = await ollama_window(session, base_url, model, headers)
-        return self._windows[key]
+        known, stated = self.known_window(upstream, model)
+        if not known:
+            stated = self._windows[(upstream, model)] = await ollama_window(session, base_url, model, headers)
+        return stated
 
     async def choose(
         self,
