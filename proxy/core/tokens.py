@@ -39,6 +39,7 @@ from proxy.core.tool_calls import (
     calls_tokens,
     flag_groups,
     parallel_result_piece,
+    result_contexts,
     result_framing,
     scan_calls,
 )
@@ -252,10 +253,7 @@ class RequestCounter:
         counted before is carried, and this request's openings are kept for the next."""
         cache, n = self.cache, len(messages)
         if cache is None or len(hashes) != n or n == 0:
-            calls: dict[str, ResultContext] = {}
-            contexts: dict[int, ResultContext] = {}
-            scan_calls(messages, 0, calls, contexts)
-            self._results = flag_groups(contexts)
+            self._results = result_contexts(messages)
             return self._count_messages(messages, hashes)
         opening: Opening | None = None
         for size in sizes_to_look_up(n):
@@ -263,15 +261,15 @@ class RequestCounter:
             if opening is not None:
                 break
         start = opening.size if opening is not None else 0
-        calls = dict(opening.calls) if opening is not None else {}
-        contexts = dict(opening.contexts) if opening is not None else {}
+        calls: dict[str, ResultContext] = dict(opening.calls) if opening is not None else {}
+        contexts: dict[int, ResultContext] = dict(opening.contexts) if opening is not None else {}
         keep = sizes_to_keep(n)
         states: dict[int, tuple[dict[str, ResultContext], dict[int, ResultContext]]] = {}
         at = start
         for size in sorted(s for s in keep if s > start):  # the walk, paused where an opening is kept
-            scan_calls(messages[:size], at, calls, contexts)
+            scan_calls(messages, at, size, calls, contexts)
             states[size], at = (dict(calls), dict(contexts)), size
-        scan_calls(messages, at, calls, contexts)
+        scan_calls(messages, at, n, calls, contexts)
         self._results = flag_groups(contexts)
         if opening is not None and not still_marked_alike(opening, self._results):
             opening, start = None, 0  # a result joined a parallel call of the opening: its marks moved

@@ -60,16 +60,16 @@ def result_contexts(messages: Sequence[Any]) -> dict[int, ResultContext]:
     """The context of every `tool` message, by index; a later call with the same id wins."""
     calls: dict[str, ResultContext] = {}
     contexts: dict[int, ResultContext] = {}
-    scan_calls(messages, 0, calls, contexts)
+    scan_calls(messages, 0, len(messages), calls, contexts)
     return flag_groups(contexts)
 
 
 def scan_calls(
-    messages: Sequence[Any], start: int, calls: dict[str, ResultContext], contexts: dict[int, ResultContext]
+    messages: Sequence[Any], start: int, end: int, calls: dict[str, ResultContext], contexts: dict[int, ResultContext]
 ) -> None:
-    """Read `messages[start:]` into `calls` (the calls made so far, by id) and `contexts` (each
+    """Read `messages[start:end]` into `calls` (the calls made so far, by id) and `contexts` (each
     `tool` message's, without the group flags), which hold what came before `start`."""
-    for index in range(start, len(messages)):
+    for index in range(start, end):
         message = messages[index]
         if type(message) is not dict and not isinstance(message, Mapping):  # the concrete type first: 10x faster
             continue
