@@ -189,9 +189,7 @@ class PrefixReader:
                 started.append(body)
                 if len(started) == _CANDIDATES:
                     break
-            chosen = list(
-                {id(b): b for b in (*whole[:_CANDIDATES], *started[:_CANDIDATES], *family[:_CANDIDATES])}.values()
-            )
+            chosen = list({id(b): b for b in (*whole, *started, *family[:_CANDIDATES])}.values())
             self._bodies.move_to_end(id(chosen[0]))
             return chosen
 
