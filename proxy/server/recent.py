@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.core.trim import Removal
-from proxy.server.record import RequestRecord, by_strategy, folded_removals
+from proxy.server.record import RequestRecord, by_strategy, folded_removals, served_model_shown
 
 MAX_RUNS = 12  # removal runs kept per decision; the rest are summed into one entry
 EAGER_REMOVALS = 64  # a decision with more removals folds them when taken, not when read
@@ -59,9 +59,7 @@ class Decision:
     def __init__(self, record: RequestRecord) -> None:
         self.at, self.request_id, self.kind = record.at, record.request_id, record.kind
         self.outcome, self.status = record.outcome or "unknown", record.status
-        model, served = record.model, record.served_model
-        self.model = model
-        self.served_model = served if model is not None and served and served != model else None
+        self.model, self.served_model = record.model, served_model_shown(record)
         self.upstream, self.mode = record.upstream, record.mode
         self.notes = tuple(record.notes)
         correction = record.learned_correction or record.applied_correction

@@ -126,11 +126,11 @@ def summary(record: RequestRecord) -> dict[str, Any]:
 
 def _summarise(record: RequestRecord, out: dict[str, Any]) -> None:
     out["outcome"], out["status"] = record.outcome, record.status
-    model = record.model
-    if model is not None:
-        out["model"] = model
-        if record.served_model and record.served_model != model:
-            out["served_model"] = record.served_model
+    if record.model is not None:
+        out["model"] = record.model
+        served = served_model_shown(record)
+        if served is not None:
+            out["served_model"] = served
     if record.plan is not None:
         result = record.plan.result
         removals = result.removals
@@ -139,6 +139,12 @@ def _summarise(record: RequestRecord, out: dict[str, Any]) -> None:
         out["removed_tokens"] = sum(r.tokens for r in removals) if removals else 0
         if removals:
             out["by_strategy"] = by_strategy(removals)
+
+
+def served_model_shown(record: RequestRecord) -> str | None:
+    """The model a route renamed the request to, when it names one the client did not."""
+    model, served = record.model, record.served_model
+    return served if model is not None and served and served != model else None
 
 
 def by_strategy(removals: Sequence[Removal]) -> dict[str, dict[str, int]]:
