@@ -161,6 +161,15 @@ class TestCountCacheMemory:
         kept = set(cache._entries)
         assert CountCache.key(tokenizer, texts[0]) in kept and CountCache.key(tokenizer, texts[1]) not in kept
 
+    def test_the_messages_a_request_reads_again_outlive_older_entries(self):
+        cache = CountCache(max_entries=3)
+        for i in range(3):
+            cache.put(("message", i), i)
+        assert cache.get_many([("message", 0), None, ("message", 9)]) == [0, None, None]
+        cache.put(("message", 3), 3)
+        assert list(cache._entries) == [("message", 2), ("message", 0), ("message", 3)]
+        assert cache.bytes == sum(cache.entry_bytes(k, v) for k, v in cache._entries.items())
+
     def test_a_limit_of_zero_bytes_caches_nothing(self, registry):
         cache = CountCache(max_bytes=0)
         _conversations(registry, cache, 3)
