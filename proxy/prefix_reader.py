@@ -270,12 +270,16 @@ class PrefixReader:
 def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:
     """How many of `earlier`'s elements `raw` holds in the same bytes from its first byte on;
     0 when that is not more than `beat`. Bodies differ near their end (a turn replaced or
-    added), so the search steps back from the last element, then halves."""
+    added), so the search steps back from the last element, then halves. Each element's own
+    bytes are compared before all that precede it: a body that shares an earlier one's opening
+    but not element i (a sibling branch of a conversation) is told apart by element i alone,
+    not by comparing the whole opening first."""
     ends, old = earlier.ends, memoryview(earlier.raw)  # compared in place, never copied
     size, last = len(raw), len(ends) - 1
 
     def same(i: int) -> bool:
-        return size > ends[i] and raw.startswith(old[: ends[i]])
+        start = ends[i - 1] if i else 0
+        return size > ends[i] and raw.startswith(old[start : ends[i]], start) and raw.startswith(old[:start])
 
     if beat > last or not same(beat):
         return 0
