@@ -31,7 +31,8 @@ from bench.conversations import random_conversation
 from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelRegistry
 from proxy.core.plan import TrimPolicy
-from proxy.core.tokens import PINNED_ROLES, RequestCounter, latest_user_index
+from proxy.core.roles import PINNED_ROLES, latest_user_index
+from proxy.core.tokens import RequestCounter
 from proxy.core.trim import trim
 from proxy.core.turns import split_conversation, validity_problems
 from proxy.encodings import Tokenizers

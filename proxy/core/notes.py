@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from proxy.core.tokens import PINNED_ROLES
+from proxy.core.roles import PINNED_ROLES
 
 SUMMARY_HEADER = "[Summary of {count:,} earlier messages, removed to fit the context window]"
 SummaryStatus = Literal["produced", "reused", "timeout", "oversize", "failed"]

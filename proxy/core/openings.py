@@ -3,8 +3,9 @@
 A client re-sends its conversation with every turn: the messages it shares with the request
 before are counted already (the count cache holds each one), but finding that out is still a
 walk over every message (its key, its cache entry, the calls its tool results answer). An
-`Opening` is what counting `messages[:size]` left behind: the messages' counts and the state of
-the walk over tool calls at that point. Kept in the count cache under the exact sequence of the
+`Opening` is what counting `messages[:size]` left behind: the messages' counts, their sums (a
+`Tally`: the request adds up only the messages after) and the state of the walk over tool calls
+at that point. Kept in the count cache under the exact sequence of the
 messages' hashes (`proxy.prefix_reader`: equal bytes, equal messages), it lets the next request
 count only what follows. Its memory: its own tuple of counts (the counts themselves are the
 cache's message entries) and the calls and results seen, a few KB for a hundred messages.
@@ -28,10 +29,54 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.roles import COMPONENT_OF_ROLE, PINNED_ROLES
 from proxy.core.tool_calls import ResultContext
 
 KEPT_SHORT_OF_THE_END = (0, 1, 2)
 LOOKED_UP = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """The sums `RequestCounter.request` makes over the counts of the first `size` messages, so
+    that a request carrying them adds up only the messages after. Every message that is not
+    pinned or a tool result has its text in `history`: the request moves its latest user
+    message's to `latest_user` when that message lies in here."""
+
+    size: int = 0
+    tokens: int = 0
+    media: int = 0
+    calls: int = 0
+    components: tuple[tuple[str, int], ...] = ()  # text tokens by component, as `request()` splits them
+    pinned: int = 0  # all tokens of the system and developer messages
+    notes: tuple[str, ...] = ()  # the messages' notes, as the request reports them
+
+    @property
+    def footprint(self) -> int:
+        """About its bytes: the object, its components (a few pairs) and its notes."""
+        return 500 + sum(80 + len(note) for note in self.notes)
+
+    def plus(self, counts: Sequence[Any]) -> Tally:
+        """This tally and the counts of the messages that follow it (`MessageCount`s, in order)."""
+        if not counts:
+            return self
+        tokens, media, calls, pinned = self.tokens, self.media, self.calls, self.pinned
+        components = dict(self.components)
+        notes = list(self.notes)
+        for count in counts:
+            tokens += count.tokens
+            media += count.media_tokens
+            calls += count.tool_call_tokens
+            component = COMPONENT_OF_ROLE.get(count.role, "history")
+            components[component] = components.get(component, 0) + count.text_tokens
+            if count.role in PINNED_ROLES:
+                pinned += count.tokens
+            if count.notes:
+                notes += (f"messages[{count.index}]: {note}" for note in count.notes)
+        return Tally(self.size + len(counts), tokens, media, calls, tuple(components.items()), pinned, tuple(notes))
+
+
+NO_TALLY = Tally()
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +88,7 @@ class Opening:
     calls: Mapping[str, ResultContext]  # the calls made so far, by id
     contexts: Mapping[int, ResultContext]  # each `tool` result's, without the group marks
     marked: Mapping[int, ResultContext]  # the group-marked contexts its counts were made with
+    tally: Tally = NO_TALLY  # the sums over `counts`
 
     @property
     def footprint(self) -> int:
@@ -51,7 +97,8 @@ class Opening:
         shared between the openings of one request). tracemalloc: 2.2 KB of dicts and a 0.8 KB
         tuple for 96 messages with 23 calls; this says 3.7 KB."""
         entries = len(self.calls) + len(self.contexts) + len(self.marked)
-        return 200 + 8 * len(self.counts) + 60 * entries
+        return 200 + 8 * len(self.counts) + 60 * entries + self.tally.footprint
+
 
 
 def opening_key(scope: int, hashes: Sequence[int], size: int) -> Hashable:

@@ -214,7 +214,7 @@ class CountCache:
         value = entries.get(key)
         if value is None:
             return None
-        try:
+        try:  # noqa: SIM105  # not contextlib.suppress: a context manager per hit on the hot path
             entries.move_to_end(key)  # most recently used goes last
         except KeyError:  # evicted by another thread meanwhile: the count stands
             pass
@@ -229,7 +229,7 @@ class CountCache:
         for key in keys:
             value = entries.get(key) if key is not None else None
             if value is not None:
-                try:
+                try:  # noqa: SIM105  # as in get()
                     entries.move_to_end(key)  # most recently used goes last
                 except KeyError:  # evicted by another thread meanwhile: the count stands
                     pass

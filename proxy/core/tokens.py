@@ -32,7 +32,16 @@ import orjson
 from proxy.core.images import image_cost
 from proxy.core.media import audio_cost, file_cost
 from proxy.core.models import ModelProfile
-from proxy.core.openings import Opening, opening_key, sizes_to_keep, sizes_to_look_up, still_marked_alike
+from proxy.core.openings import (
+    NO_TALLY,
+    Opening,
+    Tally,
+    opening_key,
+    sizes_to_keep,
+    sizes_to_look_up,
+    still_marked_alike,
+)
+from proxy.core.roles import latest_user_index
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
 from proxy.core.tool_calls import (
     ResultContext,
@@ -56,8 +65,6 @@ COMPONENTS = (
     "response_format",
     "reply_priming",
 )
-PINNED_ROLES = frozenset({"system", "developer"})
-TOOL_RESULT_ROLES = frozenset({"tool", "function"})
 
 # Fields of a message that are not shown to the model as text, or are counted elsewhere.
 _STRUCTURAL_FIELDS = frozenset({"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "audio"})
@@ -88,6 +95,7 @@ class RequestCount:
     components: Mapping[str, int]
     messages: tuple[MessageCount, ...]
     fixed_tokens: int  # tool definitions + response format + reply priming
+    pinned_tokens: int  # the system and developer messages' (never cut)
     notes: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,14 +110,6 @@ class RequestCount:
             ],
             "notes": list(self.notes),
         }
-
-
-def latest_user_index(messages: Sequence[Any]) -> int | None:
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            return i
-    return None
 
 
 class RequestCounter:
@@ -208,27 +208,25 @@ class RequestCounter:
         the opening it shares with a request counted before are carried (`proxy.core.openings`)."""
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
-        counts = self._counts_with_openings(messages, message_hashes)
+        counts, carried = self._counts_with_openings(messages, message_hashes)
         tool_count = self._tool_definitions(body)
         format_count = response_format_tokens(body, self.tokenizer, self.fmt)
         tools, response_format = tool_count.tokens, format_count.tokens
+        # The carried opening's sums, then the messages after it: no walk over the opening.
+        tally = carried.plus(counts[carried.size :])
         components = dict.fromkeys(COMPONENTS, 0)
+        components.update(tally.components)
+        latest = latest_user_index(messages)
+        if latest is not None:  # summed as history above, as every user message is
+            moved = counts[latest].text_tokens
+            components["history"] -= moved
+            components["latest_user"] += moved
         components["tool_definitions"] = tools
         components["response_format"] = response_format
         components["reply_priming"] = self.fmt.reply_priming
-        latest = latest_user_index(messages)
-        notes: list[str] = [*tool_count.notes, *format_count.notes]
-        media = calls = 0
-        for count in counts:  # once per message of every request: no call of ours in it
-            media += count.media_tokens
-            calls += count.tool_call_tokens
-            role = count.role
-            component = _COMPONENT_OF_ROLE.get(role) or ("latest_user" if count.index == latest else "history")
-            components[component] += count.tokens - count.media_tokens - count.tool_call_tokens
-            if count.notes:
-                notes += (f"messages[{count.index}]: {note}" for note in count.notes)
-        components["images"] += media
-        components["tool_calls"] += calls
+        components["images"] += tally.media
+        components["tool_calls"] += tally.calls
+        notes: list[str] = [*tool_count.notes, *format_count.notes, *tally.notes]
         if self.fmt.messages_bound:
             notes.append(self.fmt.messages_bound)
         if not self.profile.known:
@@ -241,23 +239,28 @@ class RequestCounter:
             model=self.profile.name,
             tokenizer=self.tokenizer.name,
             exact=self.tokenizer.exact and self.profile.tokenizer_exact and not notes,
-            total=sum(c.tokens for c in counts) + fixed,
+            total=tally.tokens + fixed,
             components=components,
             messages=counts,
             fixed_tokens=fixed,
+            pinned_tokens=tally.pinned,
             notes=tuple(notes),
         )
 
-    def _counts_with_openings(self, messages: list[Any], hashes: Sequence[int]) -> tuple[MessageCount, ...]:
-        """Every message's count, and the tool results' contexts in `_results`; an opening
-        counted before is carried, and this request's openings are kept for the next."""
+    def _counts_with_openings(
+        self, messages: list[Any], hashes: Sequence[int]
+    ) -> tuple[tuple[MessageCount, ...], Tally]:
+        """Every message's count, and the sums over those of the opening carried; the tool
+        results' contexts in `_results`. An opening counted before is carried, and this
+        request's openings are kept for the next."""
         cache, n = self.cache, len(messages)
         if cache is None or len(hashes) != n or n == 0:
             self._results = result_contexts(messages)
-            return self._count_messages(messages, hashes)
+            return self._count_messages(messages, hashes), NO_TALLY
+        keys = {size: opening_key(self._scope, hashes, size) for size in sizes_to_look_up(n)}
         opening: Opening | None = None
-        for size in sizes_to_look_up(n):
-            opening = cache.get(opening_key(self._scope, hashes, size))
+        for key in keys.values():
+            opening = cache.get(key)
             if opening is not None:
                 break
         start = opening.size if opening is not None else 0
@@ -275,10 +278,14 @@ class RequestCounter:
             opening, start = None, 0  # a result joined a parallel call of the opening: its marks moved
         carried = opening.counts if opening is not None else ()
         counts: tuple[MessageCount, ...] = carried + self._count_messages(messages, hashes, start)
+        tally = opening.tally if opening is not None else NO_TALLY
+        kept = tally
         for size, (made, seen) in states.items():  # openings not kept before (those past the carried one)
             marked = {i: c for i, c in self._results.items() if i < size and c.group is not None}
-            cache.put(opening_key(self._scope, hashes, size), Opening(size, counts[:size], made, seen, marked))
-        return counts
+            kept = kept.plus(counts[kept.size : size])
+            key = keys.get(size) or opening_key(self._scope, hashes, size)
+            cache.put(key, Opening(size, counts[:size], made, seen, marked, kept))
+        return counts, tally
 
     def _count_messages(
         self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0
@@ -415,12 +422,3 @@ class RequestCounter:
             notes.append(f"image is {where}; assumed the largest cost for detail={detail} ({cost.tokens} tokens)")
         return 0, cost.tokens, notes
 
-
-_COMPONENT_OF_ROLE = {
-    **dict.fromkeys(PINNED_ROLES, "system"),
-    **dict.fromkeys(TOOL_RESULT_ROLES, "tool_results"),
-}
-
-
-def component_of(role: str, is_latest_user: bool) -> str:
-    return _COMPONENT_OF_ROLE.get(role) or ("latest_user" if is_latest_user else "history")

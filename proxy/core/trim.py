@@ -27,8 +27,9 @@ import orjson
 from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_output
 from proxy.core.cuts import HistoryCut
 from proxy.core.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
+from proxy.core.roles import PINNED_ROLES
 from proxy.core.tokens import RequestCount, RequestCounter
-from proxy.core.turns import Conversation, pinned_and_protected, split_conversation
+from proxy.core.turns import Conversation, protected_start, split_conversation
 
 RemovalKind = Literal["dropped", "truncated", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
@@ -285,9 +286,10 @@ def trim(
 ) -> TrimResult:
     """Cut `body` down to its budget with `strategies`, in order; see the module docstring."""
     compaction = compaction or CompactionPolicy()
-    untouchable = pinned_and_protected(body.get("messages") or ())
-    if untouchable is not None:  # most requests fit: decide that without splitting them into turns
-        pinned = count.fixed_tokens + sum(count.messages[i].tokens for group in untouchable for i in group)
+    tail = protected_start(body.get("messages") or ())
+    if tail is not None:  # most requests fit: decide that without splitting them into turns
+        protected = sum(c.tokens for c in count.messages[tail:] if c.role not in PINNED_ROLES)
+        pinned = count.fixed_tokens + count.pinned_tokens + protected
         before = input_budget(context_window, body, count.total, pinned, policy)
         if before.fits:
             return TrimResult(body, "unchanged", count.total, count.total, before)

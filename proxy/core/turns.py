@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.tokens import PINNED_ROLES, TOOL_RESULT_ROLES, latest_user_index
+from proxy.core.roles import PINNED_ROLES, TOOL_RESULT_ROLES, latest_user_index
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +89,14 @@ def split_conversation(messages: Sequence[Any]) -> Conversation:
     return Conversation(pinned, protected, tuple(Turn(tuple(t)) for t in turns))
 
 
-def pinned_and_protected(messages: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """`split_conversation(messages)`'s pinned and protected indices without splitting the history
-    into turns, or None when that needs the full split.
+def protected_start(messages: Sequence[Any]) -> int | None:
+    """Where `split_conversation(messages)`'s protected tail starts (the latest user message), or
+    None when finding that needs the full split.
 
     It does not when a user message exists and no tool result follows it: a unit only reaches past
     its first message through tool results, so then no unit can reach across the latest user
     message, and the protected tail starts exactly there. This is the common shape of a request,
-    and deciding that a request fits needs only these indices.
+    and deciding that a request fits needs only this and the pinned messages' tokens.
     """
     latest = latest_user_index(messages)
     if latest is None:
@@ -104,6 +104,15 @@ def pinned_and_protected(messages: Sequence[Any]) -> tuple[tuple[int, ...], tupl
     for message in messages[latest + 1 :]:
         if isinstance(message, (dict, Mapping)) and message.get("role") in TOOL_RESULT_ROLES:
             return None
+    return latest
+
+
+def pinned_and_protected(messages: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """`split_conversation(messages)`'s pinned and protected indices without splitting the history
+    into turns, or None when that needs the full split (`protected_start`)."""
+    latest = protected_start(messages)
+    if latest is None:
+        return None
     # `dict` first: a parsed body holds dicts, and the check against the ABC alone is 10x slower.
     pinned = tuple(
         i for i, m in enumerate(messages) if isinstance(m, (dict, Mapping)) and m.get("role") in PINNED_ROLES

@@ -43,6 +43,7 @@ def assistant(text: str) -> dict[str, Any]:
 
 
 SYSTEM = {"role": "system", "content": "You look things up."}
+REMOTE_IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
 
 
 def fresh(registry, tokenizers, model: str, messages: list[dict[str, Any]]) -> RequestCount:
@@ -91,6 +92,14 @@ class TestCarriedCounts:
         assert count == fresh(registry, tokenizers, model, second)
         assert count.components["latest_user"] > 0
 
+    def test_the_opening_carries_its_notes_images_and_pinned_messages(self, model, registry, tokenizers):
+        first = [SYSTEM, {"role": "user", "content": [{"type": "text", "text": "see"}, REMOTE_IMAGE]}, assistant("ok")]
+        second = [*first, {"role": "developer", "content": "be brief"}, user("and now?")]
+        count = in_turn(registry, tokenizers, model, first, second)
+        assert count == fresh(registry, tokenizers, model, second)
+        assert count.components["images"] > 0 and any(n.startswith("messages[1]: content[1]") for n in count.notes)
+        assert count.pinned_tokens == count.messages[0].tokens + count.messages[3].tokens
+
     def test_each_request_keeps_its_openings_for_the_next(self, model, registry, tokenizers):
         profile = registry.profile(model)
         cache = CountCache()
@@ -114,6 +123,12 @@ TURN = st.one_of(
         lambda ids: calls(*ids)
     ),
     st.builds(result, st.sampled_from(["c1", "c2", "c3", "c4", "c9"]), st.text(max_size=20)),
+    # A pinned message in the middle, and parts that carry notes and image tokens.
+    st.builds(lambda text: {"role": "developer", "content": text}, st.text(max_size=20)),
+    st.builds(
+        lambda text: {"role": "user", "content": [{"type": "text", "text": text}, REMOTE_IMAGE]},
+        st.text(max_size=20),
+    ),
 )
 
 

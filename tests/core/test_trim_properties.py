@@ -18,8 +18,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.roles import PINNED_ROLES
 from proxy.core.tokens import RequestCounter
-from proxy.core.turns import pinned_and_protected, split_conversation, validity_problems
+from proxy.core.turns import pinned_and_protected, protected_start, split_conversation, validity_problems
 from tests.conftest import png_data_url
 from tests.core.trimming import fit, profile, tokenizer
 
@@ -219,3 +220,19 @@ def test_the_quick_pinned_and_protected_indices_always_match_the_full_split(body
     split = split_conversation(body["messages"])
     event("quick" if quick is not None else "full split needed")
     assert quick is None or quick == (split.pinned, split.protected)
+
+
+@given(body=conversation())
+@settings(max_examples=200, deadline=None)
+def test_the_quick_fits_check_weighs_what_the_full_split_protects(body):
+    """Deciding that a request fits takes the pinned messages' tokens from the count and the
+    protected tail from where it starts: the same tokens the full split would never cut."""
+    messages = body["messages"]
+    count = RequestCounter(profile(128_000), tokenizer()).request(body)
+    start = protected_start(messages)
+    split = split_conversation(messages)
+    if start is None:
+        event("full split needed")
+        return
+    quick = count.pinned_tokens + sum(c.tokens for c in count.messages[start:] if c.role not in PINNED_ROLES)
+    assert quick == sum(count.messages[i].tokens for i in (*split.pinned, *split.protected))
