@@ -33,10 +33,13 @@ def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_m
     return check_chat_body(value, require_model=require_model)
 
 
-def check_chat_body(value: object, *, require_model: bool = True, checked_messages: int = 0) -> dict[str, Any]:
+def check_chat_body(
+    value: object, *, require_model: bool = True, checked_messages: int = 0, checked_others: bool = False
+) -> dict[str, Any]:
     """`value` as a chat-completions body, or InvalidBody naming the first field of the wrong type.
     The first `checked_messages` messages passed this check before (the same values, read from
-    the same bytes of an earlier body: `proxy.prefix_reader`) and are not looked at again."""
+    the same bytes of an earlier body: `proxy.prefix_reader`) and are not looked at again; with
+    `checked_others`, neither are the fields other than `messages`."""
     if not isinstance(value, dict):
         raise InvalidBody(f"the request body must be a JSON object, not {_kind(value)}")
     validate_body(value, checked_messages)  # the core's own minimum: a non-empty `messages` of objects with roles
@@ -47,6 +50,8 @@ def check_chat_body(value: object, *, require_model: bool = True, checked_messag
     for i in range(checked_messages, len(messages)):
         if not _plain_text(messages[i]):
             _message(messages[i], f"messages[{i}]")
+    if checked_others:
+        return value
     _optional(value, "tools", _array_of(_tool))
     _optional(value, "functions", _array_of(_FUNCTION))
     _optional(value, "tool_choice", _CHOICE)

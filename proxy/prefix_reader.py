@@ -16,6 +16,11 @@ Why it gives exactly what `read_json` gives:
   sit at their real depth and whose remaining top-level keys are checked for duplicates among
   themselves; keys that repeat one before the array (or the array's own key) are refused here
   and left to the full reader, which gives every error and its words.
+- When the new body also ends with the earlier body's bytes from its array's `]` on (the same
+  tools, the same options: the usual re-send), only the new elements are read (wrapped as
+  `{"<marker>":[0` + new elements + `]}`, which must read as that one key) and the keys after
+  the array are the earlier body's values: the same bytes in the same place of an object
+  after its array, so the same values, already checked.
 - Anything unexpected (no earlier body, a different array, a rest that does not read, elements
   that are not objects) takes the full reader: this path only ever saves work.
 
@@ -62,6 +67,9 @@ class KnownPrefix:
 
     checked: int = 0
     hashes: tuple[int, ...] = ()
+    # Every top-level key but the array's holds the value an earlier body held, read from the same
+    # bytes: an adapter that accepted that body need not check those keys again.
+    others_known: bool = False
 
 
 NOTHING_KNOWN = KnownPrefix()
@@ -74,6 +82,13 @@ class _Body:
     elements: list[Any]
     ends: tuple[int, ...]  # offset just after each element
     hashes: tuple[int, ...]
+    tail: dict[str, Any]  # the top-level keys after the array, in order
+    close: int  # the offset of the array's `]`
+
+    @property
+    def after_array(self) -> memoryview:
+        """Its bytes from the array's `]` to the end."""
+        return memoryview(self.raw)[self.close :]
 
 
 @dataclass(frozen=True)
@@ -197,28 +212,50 @@ class PrefixReader:
         """`raw` read as `earlier`'s first `shared` elements and the rest parsed; None when the
         rest does not read (the full reader says why)."""
         start = earlier.ends[shared - 1]
-        try:
-            rest = read_json(_WRAP + raw[start:], self.limits)
-        except ValueError:
-            return None  # the full reader says what is wrong
-        if type(rest) is not dict:
-            return None
-        added = rest.pop(_MARKER, None)
-        if type(added) is not list or not added or added[0] != 0:
-            return None
-        if self.key in rest or any(name in rest for name in earlier.head):  # a key twice: the full reader refuses it
-            return None
-        added = added[1:]
+        reused = self._new_elements(raw, earlier, start)
+        if reused is not None:
+            added, tail = reused
+        else:
+            try:
+                rest = read_json(_WRAP + raw[start:], self.limits)
+            except ValueError:
+                return None  # the full reader says what is wrong
+            if type(rest) is not dict:
+                return None
+            added = rest.pop(_MARKER, None)
+            if type(added) is not list or not added or added[0] != 0:
+                return None
+            # A key twice: the full reader refuses it.
+            if self.key in rest or any(name in rest for name in earlier.head):
+                return None
+            added, tail = added[1:], rest
         if any(type(e) is not dict for e in added):
             return None
         spans = _spans(raw, start, added)
         if spans is None:
             return None
         elements = [*earlier.elements[:shared], *added]
-        value = {**earlier.head, self.key: elements, **rest}
+        value = {**earlier.head, self.key: elements, **tail}
         ends, hashes = earlier.ends[:shared] + spans[0], earlier.hashes[:shared] + spans[1]
-        body = _Body(raw, earlier.head, elements, ends, hashes)
-        return Reading(value, KnownPrefix(shared, hashes), body, earlier)
+        body = _Body(raw, earlier.head, elements, ends, hashes, tail, spans[2])
+        return Reading(value, KnownPrefix(shared, hashes, reused is not None), body, earlier)
+
+    def _new_elements(self, raw: bytes, earlier: _Body, start: int) -> tuple[list[Any], dict[str, Any]] | None:
+        """When `raw` ends as `earlier` does from its array's `]` on: the elements between the
+        shared ones and that `]` (read strictly, at their real depth), and `earlier`'s keys
+        after the array; None otherwise (the whole rest is then read)."""
+        after = earlier.after_array
+        close = len(raw) - len(after)
+        if close <= start or not raw.endswith(after):
+            return None
+        try:
+            rest = read_json(_WRAP + raw[start:close] + b"]}", self.limits)
+        except ValueError:
+            return None
+        added = rest.get(_MARKER) if type(rest) is dict and len(rest) == 1 else None
+        if type(added) is not list or len(added) < 2 or added[0] != 0:
+            return None  # not elements alone: the `]` met was not the array's
+        return added[1:], earlier.tail
 
     # -- locating the array of a body read in full -------------------------------------------
 
@@ -235,12 +272,12 @@ class PrefixReader:
         spans = _spans(raw, opened, elements)
         if spans is None:
             return None
-        head: dict[str, Any] = {}
-        for name, item in value.items():
-            if name == self.key:
-                break
-            head[name] = item
-        return _Body(raw, head, elements, *spans)
+        names = list(value)
+        at = names.index(self.key)
+        head = {name: value[name] for name in names[:at]}
+        tail = {name: value[name] for name in names[at + 1 :]}
+        ends, hashes, close = spans
+        return _Body(raw, head, elements, ends, hashes, tail, close)
 
     def _array_start(self, raw: bytes) -> int | None:
         """Where the array under the top-level key starts (just after its `[`), when the key is
@@ -296,10 +333,10 @@ def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:
     return low + 1
 
 
-def _spans(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _spans(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
     """The end offsets and hashes of `elements`, the parsed values of the array elements written
-    in `raw` from `position` (just after the `[`, or after an earlier element) to the array's `]`;
-    None when they are not all objects. A client that writes JSON compactly (the SDKs, orjson,
+    in `raw` from `position` (just after the `[`, or after an earlier element) to the array's `]`,
+    and where that `]` is; None when they are not all objects. A client that writes JSON compactly (the SDKs, orjson,
     JSON.stringify) wrote each element as orjson writes it back: then the element's bytes are
     found by comparison (a complete JSON value ends where its text ends); otherwise by a scan of
     the brackets outside strings."""
@@ -318,15 +355,16 @@ def _spans(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, .
             hashes.append(hash(text))
     except TypeError:  # an integer beyond 64 bits: orjson cannot write it
         return _scanned(raw, position, elements)
-    if _CLOSE.match(raw, position) is None:
+    closed = _CLOSE.match(raw, position)
+    if closed is None:
         return None
-    return tuple(ends), tuple(hashes)
+    return tuple(ends), tuple(hashes), closed.end() - 1
 
 
-def _scanned(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _scanned(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
     """`_spans` by a scan of the brackets outside strings, from `position` on."""
     spans: list[tuple[int, int]] = []
-    depth, start = 0, position
+    depth, start, close = 0, position, None
     for match in _BRACKET.finditer(raw, position):
         bracket = raw[match.start(1)]
         if bracket == 0x7B or bracket == 0x5B:  # { [
@@ -340,7 +378,8 @@ def _scanned(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int,
         if depth == 0:
             spans.append((start, match.end(1)))
         elif depth < 0:
+            close = match.start(1)
             break
-    if len(spans) != len(elements):  # a scalar element leaves no bracket
+    if len(spans) != len(elements) or close is None:  # a scalar element leaves no bracket
         return None
-    return tuple(e for _, e in spans), tuple(hash(raw[s:e]) for s, e in spans)
+    return tuple(e for _, e in spans), tuple(hash(raw[s:e]) for s, e in spans), close

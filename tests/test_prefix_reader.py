@@ -116,6 +116,24 @@ class TestReadingAConversationReSent:
         assert reading.known.checked == 7
         assert reading.value == body(follow_up)
 
+    def test_a_body_that_ends_as_the_earlier_one_reuses_its_fields_after_the_messages(self):
+        prefix = reader()
+        tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+        first = accepted(prefix, COMPACT(body(conversation(4), tools=tools, stream=True)))
+        raw = COMPACT(body([*conversation(4), {"role": "user", "content": "more"}], tools=tools, stream=True))
+        reading = prefix.read(raw)
+        assert reading.value == read_json(raw) and list(reading.value) == list(read_json(raw))
+        assert reading.known.others_known and reading.value["tools"] is first.value["tools"]
+
+    def test_an_ending_that_matches_after_another_array_is_read_as_the_full_reader_reads_it(self):
+        prefix = reader()
+        accepted(prefix, COMPACT(body(conversation(4), n=1)))
+        # Ends with `],"n":1}` too, but that `]` closes `stop`, not the messages.
+        raw = COMPACT(body([*conversation(4), {"role": "user", "content": "more"}], stop=["x"], n=1))
+        reading = prefix.read(raw)
+        assert reading.value == read_json(raw) and list(reading.value) == list(read_json(raw))
+        assert reading.known.checked == 9 and not reading.known.others_known
+
     def test_small_bodies_are_read_in_full_and_not_kept(self):
         prefix = PrefixReader("messages", min_body=10_000)
         accepted(prefix, COMPACT(body(conversation(1, words=2))))
@@ -246,6 +264,9 @@ MESSAGE = st.fixed_dictionaries(
 )
 
 
+AFTER = st.dictionaries(st.sampled_from(["stream", "tools", "n"]), st.integers(-(2**63), 2**63 - 1), max_size=2)
+
+
 class TestProperties:
     @settings(max_examples=150, deadline=None)
     @given(
@@ -253,14 +274,17 @@ class TestProperties:
         keep=st.integers(0, 8),
         added=st.lists(MESSAGE, max_size=4),
         write=st.sampled_from([COMPACT, spaced, indented]),
-        after=st.dictionaries(st.sampled_from(["stream", "tools", "n"]), st.integers(-(2**63), 2**63 - 1), max_size=2),
+        after=AFTER,
+        changed=st.one_of(st.none(), AFTER, st.lists(st.integers(), max_size=2).map(lambda stop: {"stop": stop})),
     )
-    def test_any_follow_up_reads_as_the_full_reader_reads_it(self, first, keep, added, write, after):
+    def test_any_follow_up_reads_as_the_full_reader_reads_it(self, first, keep, added, write, after, changed):
+        """Fields after the messages the same as before (the usual re-send), or not."""
         prefix = PrefixReader("messages", min_body=0)
         accepted(prefix, write({"model": "m", "messages": first, **after}))
-        raw = write({"model": "m", "messages": [*first[:keep], *added], **after})
+        later = after if changed is None else {**changed, **after}
+        raw = write({"model": "m", "messages": [*first[:keep], *added], **later})
         if not [*first[:keep], *added]:
             return
         reading = prefix.read(raw)
-        assert reading.value == read_json(raw)
+        assert reading.value == read_json(raw) and list(reading.value) == list(read_json(raw))
         assert reading.known.hashes in ((), PrefixReader("messages", min_body=0).read(raw).known.hashes)

@@ -41,7 +41,9 @@ class ChatAdapter(Adapter):
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         try:
-            checked = check_chat_body(body, require_model=False, checked_messages=known.checked)
+            checked = check_chat_body(
+                body, require_model=False, checked_messages=known.checked, checked_others=known.others_known
+            )
         except InvalidBody as exc:
             raise InvalidRequest(str(exc), param=exc.param) from None
         model = optional_model(checked, required=False)
