@@ -139,6 +139,10 @@ DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
 # 24 bytes and 3-6 index cells of 4 bytes per entry) and the order's node (48 bytes, and 8 for
 # its pointer in the node table).
 _SLOT_BYTES = 176
+# Short repeating strings (roles, names) remembered per tokenizer beside the bounded map: at most
+# this many of at most this many characters, about 0.5 MB at worst.
+SHORT_ENTRIES = 4096
+SHORT_TEXT = 64
 # Shapes of entry whose size a cache remembers (a few are used: message, text, tool definitions).
 _MAX_SHAPES = 64
 
@@ -201,9 +205,21 @@ class CountCache:
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._writing = threading.Lock()
         self._shape_bytes: dict[tuple[type, ...], tuple[int, bool]] = {}  # (bytes, plus a footprint?)
+        self._short: dict[str, dict[str, int]] = {}  # short texts' counts, by tokenizer identity
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def short_counts(self, tokenizer: Tokenizer) -> dict[str, int]:
+        """The counts of short repeating strings (roles, names) with `tokenizer`, for the counter
+        to read and fill (`SHORT_ENTRIES` of at most `SHORT_TEXT` characters): encoding "user"
+        again for every request cost more than the lookup."""
+        if self.max_entries == 0:  # no room at all: nothing is remembered
+            return {}
+        counts = self._short.get(tokenizer.identity)
+        if counts is None:
+            counts = self._short.setdefault(tokenizer.identity, {})
+        return counts
 
     @staticmethod
     def key(tokenizer: Tokenizer, text: str) -> tuple[str, bytes]:

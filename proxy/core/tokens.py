@@ -42,7 +42,7 @@ from proxy.core.openings import (
     still_marked_alike,
 )
 from proxy.core.roles import latest_user_index
-from proxy.core.tokenizer import CountCache, Tokenizer, count_text
+from proxy.core.tokenizer import SHORT_ENTRIES, SHORT_TEXT, CountCache, Tokenizer, count_text
 from proxy.core.tool_calls import (
     ResultContext,
     calls_tokens,
@@ -120,7 +120,7 @@ class RequestCounter:
         self.tokenizer = tokenizer
         self.cache = cache
         self.fmt = profile.chat_format
-        self._small: dict[str, int] = {}
+        self._small: dict[str, int] = cache.short_counts(tokenizer) if cache is not None else {}
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
@@ -135,10 +135,13 @@ class RequestCounter:
         return count_text(self.tokenizer, text, self.cache)
 
     def _short(self, text: str) -> int:
-        """Roles, names and similar short, repeating strings."""
+        """Roles, names and similar short, repeating strings (remembered across requests with a
+        cache: `CountCache.short_counts`)."""
         n = self._small.get(text)
         if n is None:
-            n = self._small[text] = self.tokenizer.count(text)
+            n = self.tokenizer.count(text)
+            if len(text) <= SHORT_TEXT and len(self._small) < SHORT_ENTRIES:
+                self._small[text] = n
         return n
 
     def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:

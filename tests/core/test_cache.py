@@ -201,3 +201,21 @@ class TestToolDefinitionsCache:
         edited = {**base, "tools": _tools("Search the web and the intranet, then rank the results.")}
         for body in (base, forced, edited):
             assert cached.request(body).total == fresh.request(body).total
+
+
+class TestShortStrings:
+    def test_roles_are_encoded_once_across_requests_that_share_a_cache(self, registry):
+        tokenizer, cache = CountingTokenizer(), CountCache()
+        profile = registry.profile("gpt-4o")
+        for i in range(3):  # each message new: counted, not taken whole from the cache
+            RequestCounter(profile, tokenizer, cache).request({"messages": [{"role": "user", "content": f"hi {i}"}]})
+        assert tokenizer.encoded_chars == 3 * len("hi 0") + len("user")
+
+    def test_only_short_strings_are_remembered_and_only_so_many(self, registry):
+        tokenizer, cache = CountingTokenizer(), CountCache()
+        profile = registry.profile("gpt-4o")
+        names = [f"agent-{i}" for i in range(5000)] + ["n" * 65]
+        for name in names:
+            RequestCounter(profile, tokenizer, cache).request({"messages": [{"role": "user", "name": name}]})
+        remembered = cache.short_counts(tokenizer)
+        assert len(remembered) == 4096 and "n" * 65 not in remembered
