@@ -18,9 +18,10 @@ What could make the carried counts wrong, and why it does not:
   were made with, and when the request's own marks differ it is counted whole.
 - Which user message is the latest is decided over the whole request, from the counts, after.
 
-Each request keeps its opening at its own length and one and two messages short of it (the last
-turn replaced, as a client retrying or editing does), and looks up its own length and up to four
-shorter, longest first.
+Each request keeps its opening at its own length, and looks up its own length and up to four
+shorter, longest first. A request that replaces its last turn (a client retrying or editing)
+finds the opening the request before the last one kept, and counts the turn after it from the
+message cache: keeping openings one and two short of every request too cost more than that.
 """
 
 from __future__ import annotations
@@ -29,51 +30,57 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.roles import COMPONENT_OF_ROLE, PINNED_ROLES
+from proxy.core.roles import PINNED_ROLES, TOOL_RESULT_ROLES
 from proxy.core.tool_calls import ResultContext
 
-KEPT_SHORT_OF_THE_END = (0, 1, 2)
+KEPT_SHORT_OF_THE_END = (0,)
 LOOKED_UP = 5
 
 
 @dataclass(frozen=True, slots=True)
 class Tally:
     """The sums `RequestCounter.request` makes over the counts of the first `size` messages, so
-    that a request carrying them adds up only the messages after. Every message that is not
-    pinned or a tool result has its text in `history`: the request moves its latest user
+    that a request carrying them adds up only the messages after. The text tokens of a message
+    that is neither pinned nor a tool result are in `history`: the request moves its latest user
     message's to `latest_user` when that message lies in here."""
 
     size: int = 0
     tokens: int = 0
     media: int = 0
     calls: int = 0
-    components: tuple[tuple[str, int], ...] = ()  # text tokens by component, as `request()` splits them
+    system: int = 0  # text tokens of the system and developer messages
+    history: int = 0  # text tokens of every other message but tool results
+    results: int = 0  # text tokens of tool and function results
     pinned: int = 0  # all tokens of the system and developer messages
     notes: tuple[str, ...] = ()  # the messages' notes, as the request reports them
 
     @property
     def footprint(self) -> int:
-        """About its bytes: the object, its components (a few pairs) and its notes."""
-        return 500 + sum(80 + len(note) for note in self.notes)
+        """About its bytes: the object and its notes."""
+        return 150 + sum(80 + len(note) for note in self.notes) if self.notes else 150
 
     def plus(self, counts: Sequence[Any]) -> Tally:
         """This tally and the counts of the messages that follow it (`MessageCount`s, in order)."""
         if not counts:
             return self
         tokens, media, calls, pinned = self.tokens, self.media, self.calls, self.pinned
-        components = dict(self.components)
-        notes = list(self.notes)
-        for count in counts:
+        system, history, results = self.system, self.history, self.results
+        notes = self.notes
+        for count in counts:  # once per new message of a request: no call of ours in it
             tokens += count.tokens
             media += count.media_tokens
             calls += count.tool_call_tokens
-            component = COMPONENT_OF_ROLE.get(count.role, "history")
-            components[component] = components.get(component, 0) + count.text_tokens
+            text = count.tokens - count.media_tokens - count.tool_call_tokens
             if count.role in PINNED_ROLES:
+                system += text
                 pinned += count.tokens
+            elif count.role in TOOL_RESULT_ROLES:
+                results += text
+            else:
+                history += text
             if count.notes:
-                notes += (f"messages[{count.index}]: {note}" for note in count.notes)
-        return Tally(self.size + len(counts), tokens, media, calls, tuple(components.items()), pinned, tuple(notes))
+                notes += tuple(f"messages[{count.index}]: {note}" for note in count.notes)
+        return Tally(self.size + len(counts), tokens, media, calls, system, history, results, pinned, notes)
 
 
 NO_TALLY = Tally()

@@ -9,13 +9,6 @@ from typing import Any
 PINNED_ROLES = frozenset({"system", "developer"})
 TOOL_RESULT_ROLES = frozenset({"tool", "function"})
 
-# The component of `RequestCount.components` a message's text tokens belong to, by role; any other
-# role's is `latest_user` for the latest user message, `history` otherwise.
-COMPONENT_OF_ROLE = {
-    **dict.fromkeys(PINNED_ROLES, "system"),
-    **dict.fromkeys(TOOL_RESULT_ROLES, "tool_results"),
-}
-
 
 def latest_user_index(messages: Sequence[Any]) -> int | None:
     for i in range(len(messages) - 1, -1, -1):

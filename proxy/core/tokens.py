@@ -218,7 +218,8 @@ class RequestCounter:
         # The carried opening's sums, then the messages after it: no walk over the opening.
         tally = carried.plus(counts[carried.size :])
         components = dict.fromkeys(COMPONENTS, 0)
-        components.update(tally.components)
+        components["system"], components["history"] = tally.system, tally.history
+        components["tool_results"] = tally.results
         latest = latest_user_index(messages)
         if latest is not None:  # summed as history above, as every user message is
             moved = counts[latest].text_tokens

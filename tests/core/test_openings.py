@@ -116,6 +116,22 @@ class TestCarriedCounts:
         assert cache.misses - counted == 2 + len(openings)  # the two new messages counted, and those openings kept
 
 
+class TestWhatIsCountedAgain:
+    def test_a_request_that_replaces_its_last_turn_encodes_only_that_turn(self, registry):
+        from tests.core.test_cache import CountingTokenizer
+
+        profile, tokenizer, cache = registry.profile("gpt-4o"), CountingTokenizer(), CountCache()
+        first = [SYSTEM, user("one " * 100), assistant("two " * 100), user("three " * 100)]
+        second = [*first, assistant("four " * 100), user("five " * 100)]
+        for messages in (first, second):
+            RequestCounter(profile, tokenizer, cache).request({"messages": messages}, hashes(messages))
+        encoded = tokenizer.encoded_chars
+        edited = [*second[:-1], user("six " * 100)]  # the last question asked again, differently
+        count = RequestCounter(profile, tokenizer, cache).request({"messages": edited}, hashes(edited))
+        assert tokenizer.encoded_chars - encoded == len("six " * 100)
+        assert count == RequestCounter(profile, tokenizer).request({"messages": edited})
+
+
 TURN = st.one_of(
     st.builds(user, st.text(max_size=30)),
     st.builds(assistant, st.text(max_size=30)),
