@@ -8,7 +8,10 @@ Scenarios: warm added latency at one request in flight (25 KB), warm throughput 
 than a rate on a shared machine, where the rate also depends on what else gets the cores), and
 added time to the first byte of an SSE answer (64 deltas 20 ms apart).
 
-Run: python bench/warm.py --guard before=/tmp/base --guard after=. [--rounds 4] [--seconds 3]
+With `--fill S`, every guard is first sent cold 25 KB bodies for S seconds, so that its caches are
+full, as `make bench`'s earlier scenarios leave them.
+
+Run: python bench/warm.py --guard before=/tmp/base --guard after=. [--rounds 4] [--seconds 3] [--fill 8]
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ async def scenarios(
         await target.open()
     every = list(targets.values())
     try:
+        if args.fill:  # as `make bench`'s cold scenarios leave them: the guards' caches full
+            cold = Bodies.of_size(25_000)
+            await load.throughput([targets[g] for g in guards], cold.cold, 16, args.fill, 1)
         small = Bodies.of_size(25_000)
         for t in every:
             await t.post(small.base)
@@ -92,6 +98,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--latency", type=int, default=200)
     parser.add_argument("--streams", type=int, default=20)
+    parser.add_argument(
+        "--fill", type=float, default=0.0, help="first send cold 25 KB bodies for this many seconds (caches full)"
+    )
     args = parser.parse_args()
     sources = {name: Path(tree).resolve() for name, tree in (g.split("=", 1) for g in args.guard)}
     began = time.perf_counter()
