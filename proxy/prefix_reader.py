@@ -310,13 +310,21 @@ def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:
     added), so the search steps back from the last element, then halves. Each element's own
     bytes are compared before all that precede it: a body that shares an earlier one's opening
     but not element i (a sibling branch of a conversation) is told apart by element i alone,
-    not by comparing the whole opening first."""
+    not by comparing the whole opening first; bytes found equal once are not compared again."""
     ends, old = earlier.ends, memoryview(earlier.raw)  # compared in place, never copied
     size, last = len(raw), len(ends) - 1
+    equal = 0  # raw[:equal] is known to be earlier.raw[:equal]
 
     def same(i: int) -> bool:
-        start = ends[i - 1] if i else 0
-        return size > ends[i] and raw.startswith(old[start : ends[i]], start) and raw.startswith(old[:start])
+        nonlocal equal
+        end = ends[i]
+        if end <= equal:
+            return size > end
+        start = max(ends[i - 1] if i else 0, equal)
+        if size > end and raw.startswith(old[start:end], start) and raw.startswith(old[equal:start], equal):
+            equal = end
+            return True
+        return False
 
     if beat > last or not same(beat):
         return 0
