@@ -322,7 +322,8 @@ def _plan(
     if parsed.server_state:
         _note(record, "server_state")
     plan = fitted.plan
-    return dataclasses.replace(plan, result=dataclasses.replace(plan.result, body=fitted.body), view=plan.result)
+    result = plan.result if fitted.body is plan.result.body else dataclasses.replace(plan.result, body=fitted.body)
+    return dataclasses.replace(plan, result=result, view=plan.result)
 
 
 def _count_tokens(gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str) -> web.Response:
