@@ -48,6 +48,7 @@ from proxy.state import open_store
 from proxy.strict_json import JsonLimits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer
 LOCAL_HANDLERS: Mapping[str, Handler] = {
     "/healthz": healthz,
@@ -286,8 +287,12 @@ def canonical_route(request: web.Request) -> None:
     path = canonical_path(request.rel_url.raw_path)
     record = request[RECORD]
     record.path = path.value
-    apis = request.app[GATEWAY].apis
-    route = route_for(path, request.method, request.app[PASSTHROUGH], apis.api_for)
+    gw, key = request.app[GATEWAY], (path.value, request.method)
+    route = gw.routes.get(key)
+    if route is None:  # worked out once per path and method (a refusal is raised, never kept)
+        route = route_for(path, request.method, request.app[PASSTHROUGH], gw.apis.api_for)
+        if len(gw.routes) < ROUTES_KEPT:
+            gw.routes[key] = route
     request[PATH_ROUTE] = route
     if route.kind == "guarded" and route.api is not None:
         record.kind = route.api

@@ -19,6 +19,7 @@ from proxy.server.compaction import Summariser
 from proxy.server.counting import Counting
 from proxy.server.credentials import UpstreamAuth
 from proxy.server.metrics import Metrics
+from proxy.server.paths import PathRoute
 from proxy.server.record import RequestRecord
 from proxy.server.upstream import Router, request_headers
 from proxy.settings import Settings, UpstreamSettings
@@ -45,6 +46,8 @@ class Gateway:
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
     counting: Counting = field(default_factory=Counting)  # backend tokenizers, stated windows, calibration
     _service: dict[str, tuple[str | None, Mapping[str, str]]] = field(default_factory=dict, init=False, repr=False)
+    # The route each (canonical path, method) took: the same few recur on every request.
+    routes: dict[tuple[str, str], PathRoute] = field(default_factory=dict, init=False, repr=False)
 
     @functools.cached_property
     def corrections(self) -> SharedCorrections:

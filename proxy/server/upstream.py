@@ -22,7 +22,7 @@ import functools
 import json
 import math
 import zlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -201,16 +201,23 @@ def upstream_failure(upstream: UpstreamSettings, exc: BaseException) -> GuardErr
     return None
 
 
-@contextlib.contextmanager
-def upstream_errors(upstream: UpstreamSettings) -> Iterator[None]:
-    """aiohttp's failures as the proxy's own errors; every other exception passes through."""
-    try:
-        yield
-    except Exception as exc:
-        error = upstream_failure(upstream, exc)
-        if error is None:
-            raise
-        raise error from exc
+class upstream_errors:  # used as a function: `with upstream_errors(upstream):`
+    """aiohttp's failures as the proxy's own errors; every other exception passes through.
+    A class rather than a generator-based context manager: it wraps every upstream call."""
+
+    __slots__ = ("upstream",)
+
+    def __init__(self, upstream: UpstreamSettings) -> None:
+        self.upstream = upstream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, Exception):  # anything else goes on as it was (None: not swallowed)
+            error = upstream_failure(self.upstream, exc)
+            if error is not None:
+                raise error from exc
 
 
 @functools.lru_cache(maxsize=64)

@@ -9,7 +9,8 @@ import pytest
 
 from proxy.apis.registry import AdapterRegistry
 from proxy.guard import Guard
-from proxy.server.app import create_app
+from proxy.server.app import ROUTES_KEPT, create_app
+from proxy.server.gateway import GATEWAY
 from proxy.server.paths import (
     CanonicalPath,
     InvalidPath,
@@ -145,6 +146,15 @@ class TestRoutingOverSockets:
         response = await raw_request(proxy.port, "GET", target)
         assert response.status == 405 and response.headers["Allow"] == "POST"
         assert response.json()["error"]["code"] == "method_not_allowed" and upstream.received == []
+
+    async def test_a_route_is_kept_per_path_and_method_and_only_so_many(self, proxy, upstream):
+        assert (await raw_request(proxy.port, "POST", "/v1/chat/completions", HI, JSON)).status == 200
+        assert (await raw_request(proxy.port, "GET", "/v1/chat/completions")).status == 405  # refused, not kept
+        for i in range(ROUTES_KEPT + 20):
+            assert (await raw_request(proxy.port, "GET", f"/v1/models/m{i}")).status == 200
+        routes = proxy.app[GATEWAY].routes
+        assert len(routes) == ROUTES_KEPT and ("/v1/chat/completions", "GET") not in routes
+        assert upstream.received[-1].path == f"/v1/models/m{ROUTES_KEPT + 19}"  # past the bound: routed all the same
 
     async def test_the_openai_api_surface_is_passed_through(self, proxy, upstream, logs):
         response = await raw_request(proxy.port, "GET", "/v1//models/./gpt-4o/")
