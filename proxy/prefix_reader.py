@@ -344,10 +344,10 @@ def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:
 def _spans(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
     """The end offsets and hashes of `elements`, the parsed values of the array elements written
     in `raw` from `position` (just after the `[`, or after an earlier element) to the array's `]`,
-    and where that `]` is; None when they are not all objects. A client that writes JSON compactly (the SDKs, orjson,
-    JSON.stringify) wrote each element as orjson writes it back: then the element's bytes are
-    found by comparison (a complete JSON value ends where its text ends); otherwise by a scan of
-    the brackets outside strings."""
+    and where that `]` is; None when they are not all objects. A client that writes JSON
+    compactly (the SDKs, orjson, JSON.stringify) wrote each element as orjson writes it back:
+    then the element's bytes are found by comparison (a complete JSON value ends where its text
+    ends); otherwise by a scan of the brackets outside strings."""
     ends: list[int] = []
     hashes: list[int] = []
     try:

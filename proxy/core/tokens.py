@@ -261,9 +261,10 @@ class RequestCounter:
         if cache is None or len(hashes) != n or n == 0:
             self._results = result_contexts(messages)
             return self._count_messages(messages, hashes), NO_TALLY
-        keys = {size: opening_key(self._scope, hashes, size) for size in sizes_to_look_up(n)}
+        keys: dict[int, Hashable] = {}  # each hashes a prefix of `hashes`: made only as far as looked
         opening: Opening | None = None
-        for key in keys.values():
+        for size in sizes_to_look_up(n):
+            key = keys[size] = opening_key(self._scope, hashes, size)
             opening = cache.get(key)
             if opening is not None:
                 break
