@@ -5,9 +5,9 @@ before are counted already (the count cache holds each one), but finding that ou
 walk over every message (its key, its cache entry, the calls its tool results answer). An
 `Opening` is what counting `messages[:size]` left behind: the messages' counts, their sums (a
 `Tally`: the request adds up only the messages after) and the state of the walk over tool calls
-at that point. Kept in the count cache under the exact sequence of the
-messages' hashes (`proxy.prefix_reader`: equal bytes, equal messages), it lets the next request
-count only what follows. Its memory: its own tuple of counts (the counts themselves are the
+at that point. Kept in the count cache under the exact sequence of the messages' hashes
+(`proxy.prefix_reader`: equal bytes, equal messages), it lets the next request count only what
+follows. Its memory: its own tuple of counts (the counts themselves are the
 cache's message entries) and the calls and results seen, a few KB for a hundred messages.
 
 What could make the carried counts wrong, and why it does not:
@@ -105,7 +105,6 @@ class Opening:
         tuple for 96 messages with 23 calls; this says 3.7 KB."""
         entries = len(self.calls) + len(self.contexts) + len(self.marked)
         return 200 + 8 * len(self.counts) + 60 * entries + self.tally.footprint
-
 
 
 def opening_key(scope: int, hashes: Sequence[int], size: int) -> Hashable:
