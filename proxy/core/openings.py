@@ -7,8 +7,8 @@ walk over every message (its key, its cache entry, the calls its tool results an
 `Tally`: the request adds up only the messages after) and the state of the walk over tool calls
 at that point. Kept in the count cache under the exact sequence of the messages' hashes
 (`proxy.prefix_reader`: equal bytes, equal messages), it lets the next request count only what
-follows. Its memory: its own tuple of counts (the counts themselves are the
-cache's message entries) and the calls and results seen, a few KB for a hundred messages.
+follows. Its memory: its own tuple of counts (the counts themselves are the cache's message
+entries) and the calls and results seen, a few KB for a hundred messages.
 
 What could make the carried counts wrong, and why it does not:
 - A message's count depends on the message and, for a `tool` result, on the call it answers,
