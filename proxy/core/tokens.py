@@ -211,12 +211,10 @@ class RequestCounter:
         the opening it shares with a request counted before are carried (`proxy.core.openings`)."""
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
-        counts, carried = self._counts_with_openings(messages, message_hashes)
+        counts, tally = self._counts_with_openings(messages, message_hashes)
         tool_count = self._tool_definitions(body)
         format_count = response_format_tokens(body, self.tokenizer, self.fmt)
         tools, response_format = tool_count.tokens, format_count.tokens
-        # The carried opening's sums, then the messages after it: no walk over the opening.
-        tally = carried.plus(counts[carried.size :])
         components = dict.fromkeys(COMPONENTS, 0)
         components["system"], components["history"] = tally.system, tally.history
         components["tool_results"] = tally.results
@@ -254,13 +252,14 @@ class RequestCounter:
     def _counts_with_openings(
         self, messages: list[Any], hashes: Sequence[int]
     ) -> tuple[tuple[MessageCount, ...], Tally]:
-        """Every message's count, and the sums over those of the opening carried; the tool
-        results' contexts in `_results`. An opening counted before is carried, and this
-        request's openings are kept for the next."""
+        """Every message's count and their sums; the tool results' contexts in `_results`. An
+        opening counted before is carried with its sums (no walk over it), and this request's
+        openings are kept for the next."""
         cache, n = self.cache, len(messages)
         if cache is None or len(hashes) != n or n == 0:
             self._results = result_contexts(messages)
-            return self._count_messages(messages, hashes), NO_TALLY
+            counts = self._count_messages(messages, hashes)
+            return counts, NO_TALLY.plus(counts)
         keys: dict[int, Hashable] = {}  # each hashes a prefix of `hashes`: made only as far as looked
         opening: Opening | None = None
         for size in sizes_to_look_up(n):
@@ -282,15 +281,14 @@ class RequestCounter:
         if opening is not None and not still_marked_alike(opening, self._results):
             opening, start = None, 0  # a result joined a parallel call of the opening: its marks moved
         carried = opening.counts if opening is not None else ()
-        counts: tuple[MessageCount, ...] = carried + self._count_messages(messages, hashes, start)
+        counts = carried + self._count_messages(messages, hashes, start)
         tally = opening.tally if opening is not None else NO_TALLY
-        kept = tally
         for size, (made, seen) in states.items():  # openings not kept before (those past the carried one)
             marked = {i: c for i, c in self._results.items() if i < size and c.group is not None}
-            kept = kept.plus(counts[kept.size : size])
+            tally = tally.plus(counts[tally.size : size])
             key = keys.get(size) or opening_key(self._scope, hashes, size)
-            cache.put(key, Opening(size, counts[:size], made, seen, marked, kept))
-        return counts, tally
+            cache.put(key, Opening(size, counts[:size], made, seen, marked, tally))
+        return counts, tally.plus(counts[tally.size :])
 
     def _count_messages(
         self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0
