@@ -107,20 +107,6 @@ def protected_start(messages: Sequence[Any]) -> int | None:
     return latest
 
 
-def pinned_and_protected(messages: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """`split_conversation(messages)`'s pinned and protected indices without splitting the history
-    into turns, or None when that needs the full split (`protected_start`)."""
-    latest = protected_start(messages)
-    if latest is None:
-        return None
-    # `dict` first: a parsed body holds dicts, and the check against the ABC alone is 10x slower.
-    pinned = tuple(
-        i for i, m in enumerate(messages) if isinstance(m, (dict, Mapping)) and m.get("role") in PINNED_ROLES
-    )
-    pinned_set = set(pinned)
-    return pinned, tuple(i for i in range(latest, len(messages)) if i not in pinned_set)
-
-
 def _units(messages: Sequence[Any], roles: Sequence[object]) -> list[Unit]:
     """Non-pinned messages in order, each tool call grouped with its results."""
     units: list[Unit] = []

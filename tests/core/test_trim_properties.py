@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from proxy.core.roles import PINNED_ROLES
 from proxy.core.tokens import RequestCounter
-from proxy.core.turns import pinned_and_protected, protected_start, split_conversation, validity_problems
+from proxy.core.turns import protected_start, split_conversation, validity_problems
 from tests.conftest import png_data_url
-from tests.core.trimming import fit, profile, tokenizer
+from tests.core.trimming import fit, profile, quick_split, tokenizer
 
 WORDS = ["alpha", "beta", "gamma", "delta", "río", "数据", "東京", "{", "}", "\n", "def", "return", "42"]
 text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=60).map(" ".join)
@@ -216,7 +216,7 @@ def test_appending_a_turn_never_moves_the_cut_back(body, window, options):
 @given(body=conversation())
 @settings(max_examples=300, deadline=None)
 def test_the_quick_pinned_and_protected_indices_always_match_the_full_split(body):
-    quick = pinned_and_protected(body["messages"])
+    quick = quick_split(body["messages"])
     split = split_conversation(body["messages"])
     event("quick" if quick is not None else "full split needed")
     assert quick is None or quick == (split.pinned, split.protected)

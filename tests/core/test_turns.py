@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.core.turns import pinned_and_protected, split_conversation, validity_problems
+from proxy.core.turns import protected_start, split_conversation, validity_problems
+from tests.core.trimming import quick_split
 
 
 def call(*ids: str) -> dict:
@@ -56,8 +57,8 @@ class TestSplitConversation:
         assert conversation.protected == (2,)
 
 
-class TestPinnedAndProtected:
-    def test_without_a_tool_result_after_the_latest_user_message_it_matches_the_full_split(self):
+class TestProtectedStart:
+    def test_without_a_tool_result_after_the_latest_user_message_it_is_where_the_full_split_protects(self):
         for messages in (
             [SYSTEM, U, A, U],
             [SYSTEM, U, call("a"), result("a"), A, {"role": "developer", "content": "d"}, U, A],
@@ -65,13 +66,14 @@ class TestPinnedAndProtected:
             [A, SYSTEM, U],
         ):
             conversation = split_conversation(messages)
-            assert pinned_and_protected(messages) == (conversation.pinned, conversation.protected)
+            assert quick_split(messages) == (conversation.pinned, conversation.protected)
 
     def test_a_tool_result_after_the_latest_user_message_needs_the_full_split(self):
-        assert pinned_and_protected([U, call("x"), U, result("x")]) is None
+        assert protected_start([U, call("x"), U, result("x")]) is None
 
     def test_a_conversation_without_a_user_message_needs_the_full_split(self):
-        assert pinned_and_protected([SYSTEM, A, A]) is None
+        assert protected_start([SYSTEM, A, A]) is None
+
 
 
 class TestValidityProblems:

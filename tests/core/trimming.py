@@ -9,8 +9,10 @@ from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile, ModelRegistry
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, TrimPolicy, plan_request
+from proxy.core.roles import PINNED_ROLES
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import Tokenizer
+from proxy.core.turns import protected_start
 from proxy.encodings import Tokenizers
 from proxy.model_map import load_model_map
 
@@ -52,3 +54,13 @@ def fit(
 def words(n: int, word: str = "lorem") -> str:
     """About `n` tokens of text."""
     return " ".join([word] * n)
+
+
+def quick_split(messages: list[dict[str, Any]]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The pinned and protected indices as the trim's quick check reads them: pinned by role, and
+    protected from `protected_start` on but for those."""
+    start = protected_start(messages)
+    if start is None:
+        return None
+    pinned = tuple(i for i, m in enumerate(messages) if m.get("role") in PINNED_ROLES)
+    return pinned, tuple(i for i in range(start, len(messages)) if i not in pinned)
