@@ -175,6 +175,17 @@ async def all_ready(guards: list[Any], timeout: float = 120) -> None:
     await asyncio.gather(*(g.until_ready(timeout) for g in guards))
 
 
+async def warmed(guards: list[Any]) -> None:
+    """One chat request to each guard directly. Its first request for a model whose vocabulary no
+    config names (gpt-4o, with only `--upstream`) loads that vocabulary, about half a second in
+    which the process answers nothing: behind HAProxy's 250 ms check with `fall 1`, that request
+    would take the replica out of the pool while a test starts (docs/deployment.md says so)."""
+    async with aiohttp.ClientSession() as session:
+        for guard in guards:
+            async with session.post(guard.url("/v1/chat/completions"), json=CHAT) as response:
+                assert response.status == 200, await response.text()
+
+
 @pytest.fixture
 def logs() -> Any:
     from tests.server.conftest import Logs
@@ -248,6 +259,7 @@ def start_guard(
 async def start_fleet(log_dir: Path, upstream: FakeUpstream, processes: list[Process], *serve_args: str) -> Fleet:
     guards = [start_guard(name, free_port(), log_dir, upstream, processes, *serve_args) for name in ("a", "b", "c")]
     await all_ready(guards)
+    await warmed(guards)
     haproxy = HAProxy(log_dir, guards)
     processes.append(haproxy)
     haproxy.start()
