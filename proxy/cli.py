@@ -14,6 +14,7 @@ one-line message on standard error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from proxy import package_version
+from proxy.config_schema import build, shallow
 from proxy.core.plan import InvalidBody
 from proxy.errors import ConfigError
-from proxy.settings import Settings, load_settings, masked
+from proxy.settings import ModelsSettings, Settings, load_settings, masked
 from proxy.strict_json import UnreadableJson, read_json
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
@@ -170,9 +172,8 @@ def _load(args: argparse.Namespace) -> _Request:
         if args.context_window < 256:
             raise InputError("--context-window must be at least 256")
         pinned = {"match": model, "context_window": args.context_window}
-        overrides = [pinned, *(o.model_dump(exclude_none=True) for o in settings.models.overrides)]
-        models = settings.models.model_validate({**settings.models.model_dump(), "overrides": overrides})
-        settings = settings.model_copy(update={"models": models})
+        models = build(ModelsSettings, {**shallow(settings.models), "overrides": [pinned, *settings.models.overrides]})
+        settings = dataclasses.replace(settings, models=models)
     return _Request(Guard(settings), adapter, parsed, model, notes)
 
 

@@ -1,13 +1,14 @@
 """YAML -> one frozen `Settings`, built once at start (and again, whole, on a reload).
 
-The schema is written once, here, as pydantic models: every section is frozen and forbids unknown
-keys, so a typo is an error instead of a silent default, and the defaults, the validation and
-`config/context-guard.yaml` (a test keeps it equal to the defaults) cannot drift apart.
+The schema is written once, here, as frozen dataclasses whose type hints `proxy.config_schema`
+checks: every section forbids unknown keys, so a typo is an error instead of a silent default,
+and the defaults, the validation and `config/context-guard.yaml` (a test keeps it equal to the
+defaults) cannot drift apart.
 
 `${VAR}` and `${VAR:-default}` are replaced from the environment *before* validation, so
 `port: ${PORT:-9000}` is a number and `allow_mode_header: ${DEBUG:-false}` a boolean. Every
-error names the file, the dotted key and the reason (`cg.yaml: server.port: must be ...`); the
-loader turns pydantic's errors into one `ConfigError` in `proxy.config_errors`.
+error names the file, the dotted key and the reason (`cg.yaml: server.port: must be ...`): the
+loader turns the schema's first error into one `ConfigError`.
 
 With no file, the defaults apply: listen on 127.0.0.1:8080, forward the OpenAI API surface to
 OpenAI with the key in OPENAI_API_KEY, enforce budgets.
@@ -15,20 +16,22 @@ OpenAI with the key in OPENAI_API_KEY, enforce budgets.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from proxy.apis.completions import CompletionsOptions
-from proxy.config_errors import config_error, expand_environment
+from proxy.config_env import expand_environment
+from proxy.config_schema import INTERNAL, Bounds, SchemaError, build, convert, dotted, plain, shallow
 from proxy.core.budget import BudgetPolicy
 from proxy.core.calibration import CalibrationPolicy
 from proxy.core.corrections import CorrectionPolicy
@@ -55,22 +58,19 @@ _BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai"}
 ApiName = Literal["chat", "responses", "completions", "messages"]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-Port = Annotated[int, Field(ge=0, le=65535)]
+PositiveFloat = Annotated[float, Bounds(gt=0)]
+Port = Annotated[int, Bounds(ge=0, le=65535)]
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
-
-
-class ServerSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
     host: str = "127.0.0.1"
     port: Port = 8080
-    max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
-    offload_bytes: Annotated[int, Field(ge=0)] = 256 * 1024  # count bodies with more new bytes in a worker thread
+    max_body_bytes: Annotated[int, Bounds(ge=1024)] = 32 * 1024 * 1024
+    offload_bytes: Annotated[int, Bounds(ge=0)] = 256 * 1024  # count bodies with more new bytes in a worker thread
     # Earlier bodies kept so that a conversation re-sent with a new turn is parsed only where it is new
     # (`proxy.prefix_reader`); 0 turns it off. Their parsed values take about three times this.
-    prefix_memory_bytes: Annotated[int, Field(ge=0)] = 8 * 1024 * 1024
+    prefix_memory_bytes: Annotated[int, Bounds(ge=0)] = 8 * 1024 * 1024
     client_keys: tuple[str, ...] = ()
     allow_mode_header: bool = False
     # Listening beyond loopback while injecting an upstream credential with no client keys is refused
@@ -78,44 +78,39 @@ class ServerSettings(Section):
     allow_unauthenticated: bool = False
     metrics_public: bool = False  # /metrics without a client key even when keys are configured
     body_timeout_seconds: PositiveFloat = 60.0  # a request body that takes longer to arrive gets 408
-    max_json_depth: Annotated[int, Field(ge=8, le=10_000)] = 64
+    max_json_depth: Annotated[int, Bounds(ge=8, le=10_000)] = 64
     # Which other paths are forwarded: all, none, or these prefixes (the OpenAI API surface by default).
     passthrough: Literal["all", "none"] | tuple[str, ...] = ("/v1/",)
-    upstream_connections: Annotated[int, Field(ge=1)] = 1024
+    upstream_connections: Annotated[int, Bounds(ge=1)] = 1024
     connection_wait_seconds: PositiveFloat = 5.0  # a full pool answers 503 overloaded after this
-    workers: Annotated[int, Field(ge=0, le=256)] = 0  # 0: one per available core
-    drain_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 0.0
-    shutdown_grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    workers: Annotated[int, Bounds(ge=0, le=256)] = 0  # 0: one per available core
+    drain_delay_seconds: Annotated[float, Bounds(ge=0, le=600)] = 0.0
+    shutdown_grace_seconds: Annotated[float, Bounds(ge=0, le=3600)] = 30.0
 
-    @field_validator("client_keys")
-    @classmethod
-    def _no_empty_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
-        if any(not key.strip() for key in keys):
-            raise ValueError("a client key is empty (is its environment variable set?); remove it or set it")
-        return keys
-
-    @field_validator("passthrough")
-    @classmethod
-    def _prefixes(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
-        if isinstance(value, tuple) and any(not p.startswith("/") for p in value):
-            raise ValueError("every passthrough prefix must start with /")
-        return value
+    def __post_init__(self) -> None:
+        if any(not key.strip() for key in self.client_keys):
+            message = "a client key is empty (is its environment variable set?); remove it or set it"
+            raise SchemaError(message, ("client_keys",))
+        if isinstance(self.passthrough, tuple) and any(not p.startswith("/") for p in self.passthrough):
+            raise SchemaError("every passthrough prefix must start with /", ("passthrough",))
 
 
-class LogSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class LogSettings:
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
-    content_preview_chars: Annotated[int, Field(ge=0)] = 0
-    max_line_bytes: Annotated[int, Field(ge=1024)] = 8192  # the removals list is folded to fit
+    content_preview_chars: Annotated[int, Bounds(ge=0)] = 0
+    max_line_bytes: Annotated[int, Bounds(ge=1024)] = 8192  # the removals list is folded to fit
 
 
-class BudgetSettings(Section):
-    output_reserve_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.15
-    output_reserve_min: Annotated[int, Field(ge=0)] = 500
-    output_reserve_max: Annotated[int, Field(ge=0)] = 4096
-    safety_margin_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
-    safety_margin_min: Annotated[int, Field(ge=0)] = 0
-    constrained_below: Annotated[int, Field(ge=0)] = 1000
+@dataclass(frozen=True, kw_only=True)
+class BudgetSettings:
+    output_reserve_ratio: Annotated[float, Bounds(ge=0, lt=1)] = 0.15
+    output_reserve_min: Annotated[int, Bounds(ge=0)] = 500
+    output_reserve_max: Annotated[int, Bounds(ge=0)] = 4096
+    safety_margin_ratio: Annotated[float, Bounds(ge=0, lt=1)] = 0.05
+    safety_margin_min: Annotated[int, Bounds(ge=0)] = 0
+    constrained_below: Annotated[int, Bounds(ge=0)] = 1000
 
     @cached_property
     def policy(self) -> BudgetPolicy:
@@ -128,29 +123,29 @@ class BudgetSettings(Section):
             constrained_below=self.constrained_below,
         )
 
-    @model_validator(mode="after")
-    def _consistent(self) -> BudgetSettings:
+    def __post_init__(self) -> None:
         if self.output_reserve_max < self.output_reserve_min:
             raise ValueError("need output_reserve_min <= output_reserve_max")
-        return self
 
 
-class SummariserSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class SummariserSettings:
     """The model that writes summaries of dropped history, through one of the configured upstreams."""
 
     upstream: str
-    model: Annotated[str, Field(min_length=1)]
+    model: Annotated[str, Bounds(min_length=1)]
     deadline_seconds: PositiveFloat = 10.0
-    max_response_bytes: Annotated[int, Field(ge=1024)] = 65_536
-    max_input_chars: Annotated[int, Field(ge=1000)] = 200_000
-    cache_entries: Annotated[int, Field(ge=1)] = 1024
+    max_response_bytes: Annotated[int, Bounds(ge=1024)] = 65_536
+    max_input_chars: Annotated[int, Bounds(ge=1000)] = 200_000
+    cache_entries: Annotated[int, Bounds(ge=1)] = 1024
 
 
-class TrimSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class TrimSettings:
     mode: Mode = "enforce"
     overflow: Literal["reject", "forward"] = "reject"
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
     # A short factual system note in a trimmed chat request: "12 earlier messages, 8,412 tokens, were
     # removed to fit the context window", so the model knows its history is partial.
     budget_note: bool = False
@@ -159,44 +154,40 @@ class TrimSettings(Section):
     # reuse the same text and the same cached prefix; a slow, failing or oversized one falls back to
     # plain dropping.
     summarize_dropped: bool = False
-    summary_share: Annotated[float, Field(gt=0, lt=0.5)] = 0.1
-    summary_max_tokens: Annotated[int, Field(ge=50)] = 1000
+    summary_share: Annotated[float, Bounds(gt=0, lt=0.5)] = 0.1
+    summary_max_tokens: Annotated[int, Bounds(ge=50)] = 1000
     summariser: SummariserSettings | None = None
 
-    @model_validator(mode="after")
-    def _summariser_named(self) -> TrimSettings:
+    def __post_init__(self) -> None:
         if self.summarize_dropped and self.summariser is None:
-            raise ValueError("trim.summariser: is required when trim.summarize_dropped is true")
-        return self
-
-    @model_validator(mode="after")
-    def _builds(self) -> TrimSettings:
+            raise SchemaError("is required when trim.summarize_dropped is true", ("summariser",))
         for name in self.options:
             if name not in STRATEGIES:
-                raise ValueError(f"trim.options.{name}: unknown strategy; known: {', '.join(STRATEGIES)}")
+                raise SchemaError(f"unknown strategy; known: {', '.join(STRATEGIES)}", ("options", name))
         for name, options in self.options.items():
             check_strategy_options(name, build_pipeline([name])[0], options)
         try:
             build_pipeline(self.pipeline, self.options)
         except ValueError as exc:
-            raise ValueError(f"trim.pipeline: {exc}") from None
-        return self
+            raise SchemaError(str(exc), ("pipeline",)) from None
 
 
 def check_strategy_options(name: str, strategy: object, options: Mapping[str, Any]) -> None:
-    """Each option of a strategy has the type its field declares, and no count is negative."""
+    """Each option of a strategy has the type its field declares, and no count is negative (a
+    SchemaError at `options.<strategy>.<option>` of the trim section)."""
     hints = typing.get_type_hints(type(strategy))
     for key, value in options.items():
-        where = f"trim.options.{name}.{key}"
+        where = ("options", name, key)
         if key not in hints:
-            raise ValueError(f"{where}: unknown option; known: {', '.join(sorted(set(hints) - {'name', 'which'}))}")
+            known = ", ".join(sorted(set(hints) - {"name", "which"}))
+            raise SchemaError(f"unknown option; known: {known}", where)
         try:
-            TypeAdapter(hints[key]).validate_python(value, strict=not isinstance(value, list))
-        except ValidationError:
-            raise ValueError(f"{where}: must be {_type_name(hints[key])}, not {value!r}") from None
+            convert(hints[key], value, strict=True)
+        except SchemaError:
+            raise SchemaError(f"must be {_type_name(hints[key])}, not {value!r}", where) from None
         numbers = value.values() if isinstance(value, Mapping) else [value]
         if any(isinstance(n, int | float) and not isinstance(n, bool) and n < 0 for n in numbers):
-            raise ValueError(f"{where}: must be at least 0, not {value!r}")
+            raise SchemaError(f"must be at least 0, not {value!r}", where)
 
 
 def _type_name(hint: Any) -> str:
@@ -209,28 +200,30 @@ def _type_name(hint: Any) -> str:
     return "a mapping" if origin is not None else str(hint)
 
 
-class TokenizerSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class TokenizerSettings:
     encodings_dir: str | None = None
-    cache_entries: Annotated[int, Field(ge=0)] = 100_000
+    cache_entries: Annotated[int, Bounds(ge=0)] = 100_000
     # The count cache's memory, as `proxy.core.tokenizer.entry_bytes` estimates it (about 460 bytes
     # a chat message's entry); whichever bound is reached first evicts. 0: no cache.
-    cache_bytes: Annotated[int, Field(ge=0)] = DEFAULT_CACHE_BYTES
+    cache_bytes: Annotated[int, Bounds(ge=0)] = DEFAULT_CACHE_BYTES
 
 
-class ModelOverrideSettings(Section):
-    match: Annotated[str, Field(min_length=1)]
-    context_window: Annotated[int, Field(ge=256)] | None = None
-    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+@dataclass(frozen=True, kw_only=True)
+class ModelOverrideSettings:
+    match: Annotated[str, Bounds(min_length=1)]
+    context_window: Annotated[int, Bounds(ge=256)] | None = None
+    max_output_tokens: Annotated[int, Bounds(ge=1)] | None = None
     tokenizer: str | None = None
     alias_of: str | None = None
     mode: Mode | None = None
 
-    @field_validator("tokenizer")
-    @classmethod
-    def _tokenizer(cls, value: str | None) -> str | None:
-        if value is not None:
-            TokenizerSpec.parse(value)
-        return value
+    def __post_init__(self) -> None:
+        if self.tokenizer is not None:
+            try:
+                TokenizerSpec.parse(self.tokenizer)
+            except ValueError as exc:
+                raise SchemaError(str(exc), ("tokenizer",)) from None
 
     @cached_property
     def override(self) -> ModelOverride:
@@ -238,41 +231,44 @@ class ModelOverrideSettings(Section):
         return ModelOverride(self.match, self.context_window, self.max_output_tokens, spec, self.alias_of)
 
 
-class ModelsSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class ModelsSettings:
     map_file: str | None = None
-    fallback_context_window: Annotated[int, Field(ge=256)] = 8192
+    fallback_context_window: Annotated[int, Bounds(ge=256)] = 8192
     overrides: tuple[ModelOverrideSettings, ...] = ()
 
 
-class UpstreamSettings(Section):
-    name: str = ""  # filled from the key under `upstreams`
+@dataclass(frozen=True, kw_only=True)
+class UpstreamSettings:
+    name: str = field(default="", metadata=INTERNAL)  # filled from the key under `upstreams`
     base_url: str
     # Which API shapes it serves, how it authenticates, and how it counts: `auto` asks the server at
     # start (vLLM, llama.cpp, Ollama: its window, its tokenizer; `--upstream URL` is `auto`);
     # `generic` asks nothing.
     kind: UpstreamKind = "generic"
     tokenize: Literal["auto", "local", "backend"] = "auto"  # count with the server's own tokenizer where it has one
-    discovery_timeout: Annotated[float, Field(gt=0, le=60)] = 3.0
-    tokenize_timeout: Annotated[float, Field(gt=0, le=60)] = 2.0  # one request's tokenize calls together
-    framing_timeout: Annotated[float, Field(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
-    tokenize_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    discovery_timeout: Annotated[float, Bounds(gt=0, le=60)] = 3.0
+    tokenize_timeout: Annotated[float, Bounds(gt=0, le=60)] = 2.0  # one request's tokenize calls together
+    framing_timeout: Annotated[float, Bounds(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
+    tokenize_concurrency: Annotated[int, Bounds(ge=1, le=64)] = 4
     # Where the server lowers max_tokens to what the window leaves (llama.cpp, Ollama): the output
     # the budget keeps free at least; null: the default reserve (15% of the window, 500 to 4,096).
-    min_output_tokens: Annotated[int, Field(ge=0)] | None = None
+    min_output_tokens: Annotated[int, Bounds(ge=0)] | None = None
     apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
     api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
     token_file: str | None = None
-    token_refresh_seconds: Annotated[float, Field(ge=1)] = 3000.0
-    headers: dict[str, str] = Field(default_factory=dict)
+    token_refresh_seconds: Annotated[float, Bounds(ge=1)] = 3000.0
+    headers: dict[str, str] = field(default_factory=dict)
     connect_timeout: PositiveFloat = 10.0
     read_timeout: PositiveFloat = 600.0
 
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, url: str) -> str:
-        check_url(url)
-        return url.rstrip("/")
+    def __post_init__(self) -> None:
+        try:
+            check_url(self.base_url)
+        except ValueError as exc:
+            raise SchemaError(str(exc), ("base_url",)) from None
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
 
     @property
     def backend_options(self) -> BackendOptions:
@@ -307,7 +303,8 @@ KIND_APIS: Mapping[str, tuple[str, ...]] = {
 }
 
 
-class Route(Section):
+@dataclass(frozen=True, kw_only=True)
+class Route:
     match: str = "*"  # exact model name or glob
     upstream: str
     rename: str | None = None
@@ -316,12 +313,13 @@ class Route(Section):
         return self.match == model or fnmatch.fnmatchcase(model, self.match)
 
 
-class SelfCorrectionSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class SelfCorrectionSettings:
     enabled: bool = True
     # A provider's stated limit is believed only within this share of the window we know for the model.
-    plausible_min_ratio: Annotated[float, Field(gt=0, le=1)] = 0.25
-    plausible_min_tokens: Annotated[int, Field(ge=1)] = 1024
-    max_factor: Annotated[float, Field(ge=1)] = 4.0  # provider count / our count above this is not believed
+    plausible_min_ratio: Annotated[float, Bounds(gt=0, le=1)] = 0.25
+    plausible_min_tokens: Annotated[int, Bounds(ge=1)] = 1024
+    max_factor: Annotated[float, Bounds(ge=1)] = 4.0  # provider count / our count above this is not believed
     ttl_seconds: PositiveFloat = 24 * 3600.0
 
     @property
@@ -332,58 +330,62 @@ class SelfCorrectionSettings(Section):
         return CorrectionPolicy(self.plausible_min_ratio, self.plausible_min_tokens, self.max_factor)
 
 
-class ReadinessSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class ReadinessSettings:
     """What `/readyz` requires besides a loaded config and not draining."""
 
     require_upstreams: bool = True  # False: /readyz ignores upstream reachability
     reachable_within_seconds: PositiveFloat = 30.0  # an upstream counts as reachable this long after contact
-    probe_interval_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
-    probe_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 2.0
+    probe_interval_seconds: Annotated[float, Bounds(gt=0, le=3600)] = 5.0
+    probe_timeout_seconds: Annotated[float, Bounds(gt=0, le=60)] = 2.0
 
-    @model_validator(mode="after")
-    def _window_covers_probes(self) -> ReadinessSettings:
+    def __post_init__(self) -> None:
         if self.reachable_within_seconds < self.probe_interval_seconds:
-            raise ValueError(
-                "readiness.reachable_within_seconds: must be at least readiness.probe_interval_seconds "
-                f"({self.probe_interval_seconds}), not {self.reachable_within_seconds}"
+            raise SchemaError(
+                "must be at least readiness.probe_interval_seconds "
+                f"({self.probe_interval_seconds}), not {self.reachable_within_seconds}",
+                ("reachable_within_seconds",),
             )
-        return self
 
 
-class CompletionsSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class CompletionsSettings:
     overflow: Literal["cut", "reject"] = "cut"  # a legacy prompt over budget: cut its middle, or refuse it
-    min_prompt_tokens: Annotated[int, Field(ge=0)] = 256  # a cut never leaves the prompt shorter than this
+    min_prompt_tokens: Annotated[int, Bounds(ge=0)] = 256  # a cut never leaves the prompt shorter than this
 
     @property
     def options(self) -> CompletionsOptions:
         return CompletionsOptions(self.overflow, self.min_prompt_tokens)
 
 
-class ApisSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class ApisSettings:
     completions: CompletionsSettings = CompletionsSettings()
 
 
-class CalibrationSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class CalibrationSettings:
     """Learning each estimated model's real count from `usage.prompt_tokens` (never applied to an
     exact tokenizer): undercounts corrected at once, overcounts loosened slowly, with evidence."""
 
-    quantile: Annotated[float, Field(ge=0.5, le=1.0)] = 0.9  # of the recent ratios
-    window: Annotated[int, Field(ge=1)] = 32  # recent ratios kept per upstream and model
-    min_samples: Annotated[int, Field(ge=1)] = 3  # observations before the factor may go down
-    max_step: Annotated[float, Field(gt=0, le=1)] = 0.25  # the most the factor falls per observation
-    min_factor: Annotated[float, Field(gt=0)] = 0.25
-    max_factor: Annotated[float, Field(gt=0)] = 4.0
-    headroom: Annotated[float, Field(ge=0, le=0.5)] = 0.02  # on top of the learned ratio
-    min_tokens: Annotated[int, Field(ge=0)] = 64  # smaller requests teach nothing
+    quantile: Annotated[float, Bounds(ge=0.5, le=1.0)] = 0.9  # of the recent ratios
+    window: Annotated[int, Bounds(ge=1)] = 32  # recent ratios kept per upstream and model
+    min_samples: Annotated[int, Bounds(ge=1)] = 3  # observations before the factor may go down
+    max_step: Annotated[float, Bounds(gt=0, le=1)] = 0.25  # the most the factor falls per observation
+    min_factor: Annotated[float, Bounds(gt=0)] = 0.25
+    max_factor: Annotated[float, Bounds(gt=0)] = 4.0
+    headroom: Annotated[float, Bounds(ge=0, le=0.5)] = 0.02  # on top of the learned ratio
+    min_tokens: Annotated[int, Bounds(ge=0)] = 64  # smaller requests teach nothing
 
     @cached_property
     def policy(self) -> CalibrationPolicy:
-        return CalibrationPolicy(**self.model_dump())
+        return CalibrationPolicy(**shallow(self))
 
 
-class PageSettings(Section):
+@dataclass(frozen=True, kw_only=True)
+class PageSettings:
     enabled: bool = True  # GET /context-guard/recent: the last decisions, no content ever
-    size: Annotated[int, Field(ge=1, le=100_000)] = 500
+    size: Annotated[int, Bounds(ge=1, le=100_000)] = 500
     admin_key_env: str | None = None  # else the client keys guard it (and it is loopback-only without keys)
 
 
@@ -394,15 +396,16 @@ def _default_upstreams() -> dict[str, UpstreamSettings]:
     return {"openai": openai}
 
 
-class Settings(Section):
-    source: str = Field(default="<defaults>", exclude=True)
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    source: str = field(default="<defaults>", compare=False, metadata=INTERNAL)
     server: ServerSettings = ServerSettings()
     log: LogSettings = LogSettings()
     budget: BudgetSettings = BudgetSettings()
     trim: TrimSettings = TrimSettings()
     tokenizers: TokenizerSettings = TokenizerSettings()
     models: ModelsSettings = ModelsSettings()
-    upstreams: dict[str, UpstreamSettings] = Field(default_factory=_default_upstreams, min_length=1)
+    upstreams: Annotated[dict[str, UpstreamSettings], Bounds(min_length=1)] = field(default_factory=_default_upstreams)
     routes: tuple[Route, ...] = ()
     self_correction: SelfCorrectionSettings = SelfCorrectionSettings()
     state: StateOptions = StateOptions()
@@ -411,29 +414,30 @@ class Settings(Section):
     apis: ApisSettings = ApisSettings()
     calibration: CalibrationSettings = CalibrationSettings()
 
-    @field_validator("upstreams", mode="before")
-    @classmethod
-    def _named(cls, value: object) -> object:
-        if isinstance(value, Mapping):
-            return {k: {**v, "name": k} if isinstance(v, Mapping) else v for k, v in value.items()}
-        return value
-
-    @model_validator(mode="after")
-    def _routes_name_upstreams(self) -> Settings:
+    def __post_init__(self) -> None:
         if not self.routes:
             object.__setattr__(self, "routes", (Route(match="*", upstream=next(iter(self.upstreams))),))
+        known = ", ".join(self.upstreams)
         summariser = self.trim.summariser
+        where = ("trim", "summariser", "upstream")
         if summariser is not None and summariser.upstream not in self.upstreams:
-            known = ", ".join(self.upstreams)
-            raise ValueError(f"trim.summariser.upstream: {summariser.upstream!r} is not one of the upstreams: {known}")
+            raise SchemaError(f"{summariser.upstream!r} is not one of the upstreams: {known}", where)
         serving = self.upstreams[summariser.upstream] if summariser is not None else None
         if serving is not None and (not serving.serves("chat") or serving.kind == "azure"):
-            raise ValueError("trim.summariser.upstream: must serve chat completions at base_url/chat/completions")
+            raise SchemaError("must serve chat completions at base_url/chat/completions", where)
         for i, route in enumerate(self.routes):
             if route.upstream not in self.upstreams:
-                known = ", ".join(self.upstreams)
-                raise ValueError(f"routes[{i}].upstream: {route.upstream!r} is not one of the upstreams: {known}")
-        return self
+                raise SchemaError(f"{route.upstream!r} is not one of the upstreams: {known}", ("routes", i, "upstream"))
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Settings:
+        """Settings from plain data (sections as mappings, or built already), checked whole; each
+        upstream takes its name from its key."""
+        upstreams = data.get("upstreams")
+        if isinstance(upstreams, Mapping):
+            named = {k: {**v, "name": k} if isinstance(v, Mapping) else v for k, v in upstreams.items()}
+            data = {**data, "upstreams": named}
+        return build(cls, data)  # type: ignore[no-any-return]  # build returns the class it is given
 
     @cached_property
     def trim_policy(self) -> TrimPolicy:
@@ -463,18 +467,11 @@ class Settings(Section):
     def revalidated(self, **changes: Any) -> Settings:
         """These settings with `changes`, validated whole again (a summariser naming an upstream
         that is gone is an error, not a crash later)."""
-        plain = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in changes.items()}
-        data = {**self.model_dump(), **plain}
-        data["upstreams"] = {
-            name: u.model_dump() if isinstance(u, BaseModel) else u for name, u in data["upstreams"].items()
-        }
-        data["routes"] = [r.model_dump() if isinstance(r, BaseModel) else r for r in data["routes"]]
-        return Settings.model_validate({**data, "source": self.source})
+        return Settings.of({**shallow(self), **changes})
 
     def with_server(self, **changes: Any) -> Settings:
         """Command-line flags (`--host`, `--port`, ...) over the file's server section, validated."""
-        server = ServerSettings.model_validate({**self.server.model_dump(), **changes})
-        return self.model_copy(update={"server": server})
+        return dataclasses.replace(self, server=build(ServerSettings, {**shallow(self.server), **changes}))
 
     def exposure_problem(self, env: Mapping[str, str]) -> str | None:
         """Why this config must not start: listening beyond loopback, injecting an upstream
@@ -533,14 +530,14 @@ def settings_from_dict(data: object, source: str, env: Mapping[str, str]) -> Set
         raise ConfigError("unknown setting", source=source, key="source")
     expanded = expand_environment(data, env, source)
     try:
-        return Settings.model_validate({**expanded, "source": source})
-    except ValidationError as exc:
-        raise config_error(exc, source, Settings) from None
+        return Settings.of({**expanded, "source": source})
+    except SchemaError as exc:
+        raise ConfigError(exc.message, source=source, key=dotted(exc.location) or None) from None
 
 
 def masked(settings: Settings) -> dict[str, Any]:
     """The effective settings as plain data, with every secret value masked (for `check-config`)."""
-    data = settings.model_dump(mode="json")
+    data: dict[str, Any] = plain(settings)
     data["server"]["client_keys"] = ["***" for _ in settings.server.client_keys]
     for upstream in data["upstreams"].values():
         upstream.pop("name", None)

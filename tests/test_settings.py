@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
+from proxy.config_schema import plain
 from proxy.errors import ConfigError
 from proxy.settings import Settings, load_settings, settings_from_dict
 
@@ -19,7 +20,8 @@ def load(data: dict, env: dict | None = None) -> Settings:
 
 class TestDocumentedConfig:
     def test_loads_to_exactly_the_built_in_defaults(self):
-        assert load_settings(DOCUMENTED, env={}).model_dump() == Settings().model_dump()
+        documented = load_settings(DOCUMENTED, env={})
+        assert documented == Settings() and plain(documented) == plain(Settings())
 
     @pytest.mark.parametrize(
         "path", sorted((Path(__file__).parent.parent / "examples").glob("*.yaml")), ids=lambda p: p.name
@@ -109,7 +111,7 @@ class TestValues:
         assert settings.upstreams["v"].base_url == "http://h:8000/v1"
 
     def test_settings_are_frozen(self):
-        with pytest.raises(ValidationError):
+        with pytest.raises(dataclasses.FrozenInstanceError):
             Settings().server.port = 1  # type: ignore[misc]
 
     def test_the_upstream_flag_sends_everything_to_one_url(self):

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from proxy.config_errors import reason
+from proxy.config_schema import reason
 from proxy.errors import ConfigError
 from proxy.logging import configure_logging
 from proxy.server.lifecycle import ServerOptions, serve_process

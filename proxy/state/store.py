@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from pydantic import ConfigDict
-
 Value = Any  # JSON-serialisable: None, bool, int, float, str, list, dict
 
 
@@ -34,9 +32,8 @@ class StateKey:
 class StateOptions:
     """`state.*` settings. With no `url`, learned state stays in this process, as before."""
 
-    # Validated by the settings schema as the `state` section: unknown keys are errors there too.
-    __pydantic_config__ = ConfigDict(extra="forbid")
-
+    # Built by the settings schema as the `state` section (`proxy.config_schema`): types checked
+    # there, unknown keys refused; the limits are checked here.
     url: str | None = None  # redis://host:6379/0 or rediss://...; None keeps state in memory
     deadline_ms: float = 50.0  # the longest a request waits on Redis before using local state
     local_cache_seconds: float = 2.0  # how long a value read from Redis is reused without asking again

@@ -195,7 +195,7 @@ class TestSharedCountCache:
         from proxy.guard import Guard
         from proxy.settings import Settings
 
-        guard = Guard(Settings.model_validate({"tokenizers": {"cache_bytes": 8192}}), model_map)
+        guard = Guard(Settings.of({"tokenizers": {"cache_bytes": 8192}}), model_map)
         for n in range(20):
             body = chat(6)
             body["messages"][0]["content"] = f"conversation {n}"  # every conversation new

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gzip
 import json
@@ -161,9 +162,7 @@ class TestSlowBodies:
     @pytest.fixture
     async def impatient_proxy(self, aiohttp_server, model_map, upstream):
         settings = gateway_settings(upstream.url)
-        settings = settings.model_copy(
-            update={"server": settings.server.model_copy(update={"body_timeout_seconds": 0.5})}
-        )
+        settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, body_timeout_seconds=0.5))
         return await aiohttp_server(create_app(settings, Guard(settings, model_map)))
 
     async def test_a_half_sent_body_gets_408_and_the_connection_is_closed(self, impatient_proxy, upstream):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -180,7 +181,7 @@ class TestRoutingOverSockets:
 
     async def test_a_none_policy_forwards_nothing_but_chat(self, aiohttp_server, model_map, upstream):
         settings = gateway_settings(upstream.url)
-        settings = settings.model_copy(update={"server": settings.server.model_copy(update={"passthrough": "none"})})
+        settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, passthrough="none"))
         app = create_app(settings, Guard(settings, model_map))
         proxy = await aiohttp_server(app)
         assert (await raw_request(proxy.port, "GET", "/v1/models")).status == 404
@@ -190,7 +191,7 @@ class TestRoutingOverSockets:
     async def test_with_an_all_policy_every_url_stays_under_the_base_path(self, aiohttp_server, model_map, upstream):
         base = upstream.url + "/deployments/d1"
         settings = gateway_settings(base)
-        settings = settings.model_copy(update={"server": settings.server.model_copy(update={"passthrough": "all"})})
+        settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, passthrough="all"))
         app = create_app(settings, Guard(settings, model_map))
         proxy = await aiohttp_server(app)
         for target in ["/other", "/v1/models/../../x", "/a/./b/../c/"]:
@@ -215,7 +216,7 @@ class TestASecondListener:
     async def test_no_request_target_or_header_reaches_it(self, aiohttp_server, model_map, upstream, sentinel):
         fake, port = sentinel
         settings = gateway_settings(upstream.url)
-        settings = settings.model_copy(update={"server": settings.server.model_copy(update={"passthrough": "all"})})
+        settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, passthrough="all"))
         app = create_app(settings, Guard(settings, model_map))
         proxy = await aiohttp_server(app)
         attempts = [

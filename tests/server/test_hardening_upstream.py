@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -149,8 +150,8 @@ class TestPool:
     @pytest.fixture
     async def one_slot_proxy(self, aiohttp_server, model_map, upstream):
         settings = gateway_settings(upstream.url)
-        server = settings.server.model_copy(update={"upstream_connections": 1, "connection_wait_seconds": 0.3})
-        settings = settings.model_copy(update={"server": server})
+        server = dataclasses.replace(settings.server, upstream_connections=1, connection_wait_seconds=0.3)
+        settings = dataclasses.replace(settings, server=server)
         app = create_app(settings, Guard(settings, model_map))
         return await aiohttp_server(app)
 

@@ -9,7 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.errors import ConfigError
 from proxy.server.health import HEALTH, Reachability, ReadinessOptions
+from proxy.settings import settings_from_dict
 from tests.server.conftest import gateway_settings
 
 
@@ -110,11 +112,11 @@ class TestReadinessOptions:
     @pytest.mark.parametrize(
         ("options", "message"),
         [
-            ({"probe_interval_seconds": 0}, "probe_interval_seconds"),
-            ({"probe_timeout_seconds": 61}, "probe_timeout_seconds"),
-            ({"reachable_within_seconds": 1}, "readiness.reachable_within_seconds: must be at least"),
+            ({"probe_interval_seconds": 0}, "cg.yaml: readiness.probe_interval_seconds: must be greater than 0"),
+            ({"probe_timeout_seconds": 61}, "cg.yaml: readiness.probe_timeout_seconds: must be at most 60"),
+            ({"reachable_within_seconds": 1}, r"cg.yaml: readiness.reachable_within_seconds: must be at least readiness.probe_interval_seconds \(5.0\)"),
         ],
     )
     def test_a_bad_value_is_refused_naming_the_key(self, options, message):
-        with pytest.raises(ValueError, match=message):
-            ReadinessOptions(**options)
+        with pytest.raises(ConfigError, match=message):
+            settings_from_dict({"readiness": options}, "cg.yaml", {})

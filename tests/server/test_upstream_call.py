@@ -8,6 +8,7 @@ what a client and an operator see: the status, the error code, the metrics and t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from typing import Any
@@ -55,9 +56,9 @@ class TestUpstreamCall:
     async def silent_proxy(self, aiohttp_server: Any, model_map: Any, logs: Any) -> Any:
         upstream = await aiohttp_server(silent_stream_app(silence=2.0))
         settings = gateway_settings(str(upstream.make_url("/v1")))
-        fake = settings.upstreams["fake"].model_copy(update={"read_timeout": 0.3})
-        server = settings.server.model_copy(update={"upstream_connections": 1})
-        settings = settings.model_copy(update={"upstreams": {"fake": fake}, "server": server})
+        fake = dataclasses.replace(settings.upstreams["fake"], read_timeout=0.3)
+        server = dataclasses.replace(settings.server, upstream_connections=1)
+        settings = dataclasses.replace(settings, upstreams={"fake": fake}, server=server)
         return await aiohttp_server(create_app(settings, Guard(settings, model_map)))
 
     async def test_a_stream_silent_past_the_read_timeout_before_its_first_event_is_a_504(self, silent_proxy):
@@ -127,8 +128,8 @@ class TestServiceHeaders:
     @pytest.fixture
     def gateway(self, model_map: Any) -> Any:
         settings = gateway_settings("http://127.0.0.1:9/v1")
-        fake = settings.upstreams["fake"].model_copy(update={"headers": {"x-team": "search"}})
-        settings = settings.model_copy(update={"upstreams": {"fake": fake}})
+        fake = dataclasses.replace(settings.upstreams["fake"], headers={"x-team": "search"})
+        settings = dataclasses.replace(settings, upstreams={"fake": fake})
         return build_gateway(settings, Guard(settings, model_map))
 
     def test_they_carry_the_upstreams_configured_headers_and_the_credential(self, gateway):
