@@ -40,6 +40,12 @@ class TestLoadModelMap:
         loaded = load_model_map(write(tmp_path, {"a": {"mode": ["chat"]}, "b": {"mode": ["chat"]}}))
         assert loaded["a"] == loaded["b"] == {"mode": ["chat"]}
 
+    def test_an_entry_s_own_objects_and_lists_are_dropped_and_it_is_still_shared(self, tmp_path):
+        nested = {"mode": "chat", "tiered_pricing": {"mode": "x", "rate": 1}, "regions": [{"mode": "y"}]}
+        loaded = load_model_map(write(tmp_path, {"a": nested, "b": {"mode": "chat"}, "c": {"pricing": {"a": 1}}}))
+        assert loaded == {"a": {"mode": "chat"}, "b": {"mode": "chat"}, "c": {}}
+        assert loaded["a"] is loaded["b"]
+
     def test_the_sample_entry_and_entries_that_are_not_objects_are_dropped(self, tmp_path):
         loaded = load_model_map(write(tmp_path, {"sample_spec": {"mode": "chat"}, "odd": 3, "m": {"mode": "chat"}}))
         assert list(loaded) == ["m"]
