@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import binascii
 import contextlib
-import ctypes
 import hashlib
 import os
 import struct
@@ -35,6 +34,7 @@ from proxy.core.models import TokenizerSpec
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
 from proxy.errors import ConfigError, GuardError
 from proxy.gguf_vocab import gguf_encoder
+from proxy.malloc import return_freed_memory
 
 if TYPE_CHECKING:
     import tiktoken
@@ -176,7 +176,7 @@ def _load_tiktoken(name: str, folder: Path) -> tiktoken.Encoding:
         raise TokenizerUnavailable(f"tiktoken encoding {name!r} failed to load from {folder}: {exc}") from exc
     # The Rust encoder copied the ranks; the Python dict would only serve pickling (see above).
     spec["mergeable_ranks"].clear()
-    _return_freed_memory()
+    return_freed_memory()  # glibc keeps the heap the ranks dict held otherwise: ~4 MB
     return encoding
 
 
@@ -201,12 +201,6 @@ def _ranks_reader(folder: Path) -> Callable[..., dict[bytes, int]]:
         return dict(zip(map(binascii.a2b_base64, parts[0::2]), map(int, parts[1::2]), strict=True))
 
     return read
-
-
-def _return_freed_memory() -> None:
-    """Hand the heap freed by a vocabulary load back to the OS (glibc keeps it otherwise: ~4 MB)."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: the process reuses it instead
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 # Threads that do a large body's work (parse, count, plan) run below the event loop's priority,
