@@ -18,6 +18,7 @@ time and memory were spent on (a quarter of both before), and it is all the sett
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -56,7 +57,7 @@ class Bounds:
             ("less than", self.lt, operator.lt),
         ):
             if limit is not None and not within(value, limit):
-                raise SchemaError(f"must be {words} {_number(limit)}, not {given!r}")
+                raise SchemaError(f"must be {words} {_number(limit)}, not {shown(given)}")
 
 
 class SchemaError(ValueError):
@@ -132,15 +133,15 @@ def convert(hint: Any, value: Any, *, strict: bool = False) -> Any:
         choices = typing.get_args(hint)
         if any(value == c and type(value) is type(c) for c in choices):
             return value
-        raise SchemaError(f"must be one of {', '.join(map(str, choices))}, not {value!r}")
+        raise SchemaError(f"must be one of {', '.join(map(str, choices))}, not {shown(value)}")
     if origin is tuple or origin is list:
         if not isinstance(value, list | tuple):
-            raise SchemaError(f"must be a list, not {value!r}")
+            raise SchemaError(f"must be a list, not {shown(value)}")
         item = typing.get_args(hint)[0]
         return tuple(_at(i, item, v, strict) for i, v in enumerate(value))
     if origin is dict or origin is Mapping:
         if not isinstance(value, Mapping):
-            raise SchemaError(f"must be a mapping, not {value!r}")
+            raise SchemaError(f"must be a mapping, not {shown(value)}")
         key_hint, item = typing.get_args(hint)
         return {convert(key_hint, k, strict=True): _at(k, item, v, strict) for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
@@ -217,22 +218,19 @@ def _int(value: Any, strict: bool) -> int:
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str) and _INT.fullmatch(value.strip()):
-            return int(value)
-    raise SchemaError(f"must be a whole number, not {value!r}")
+            with contextlib.suppress(ValueError):  # more digits than Python reads from text
+                return int(value)
+    raise SchemaError(f"must be a whole number, not {shown(value)}")
 
 
 def _float(value: Any, strict: bool) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, str) and not strict:
-        try:
+    number = math.nan
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if numeric or (isinstance(value, str) and not strict):
+        with contextlib.suppress(ValueError, OverflowError):  # not a number; an integer beyond a float
             number = float(value)
-        except ValueError:
-            raise SchemaError(f"must be a number, not {value!r}") from None
-    else:
-        raise SchemaError(f"must be a number, not {value!r}")
     if math.isnan(number):
-        raise SchemaError(f"must be a number, not {value!r}")
+        raise SchemaError(f"must be a number, not {shown(value)}")
     return number
 
 
@@ -240,18 +238,18 @@ def _bool(value: Any, strict: bool) -> bool:
     if isinstance(value, bool):
         return value
     if not strict:
-        text = str(value).strip().lower() if isinstance(value, str | int) else None
+        text = value.strip().lower() if isinstance(value, str) else str(value) if value in (0, 1) else None
         if text in _TRUE:
             return True
         if text in _FALSE:
             return False
-    raise SchemaError(f"must be true or false, not {value!r}")
+    raise SchemaError(f"must be true or false, not {shown(value)}")
 
 
 def _str(value: Any, strict: bool) -> str:
     if isinstance(value, str):
         return value
-    raise SchemaError(f"must be a string, not {value!r}")
+    raise SchemaError(f"must be a string, not {shown(value)}")
 
 
 _SCALARS = {int: _int, float: _float, bool: _bool, str: _str}
@@ -274,6 +272,15 @@ def _required(cls: Any) -> frozenset[str]:
 @functools.cache
 def _internal(cls: Any) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("internal"))
+
+
+def shown(value: Any) -> str:
+    """`value` as an error shows it: its repr, cut short (a key holding a whole document)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer with more digits than Python writes out
+        return "a number too long to show"
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _number(limit: float) -> str:

@@ -31,7 +31,7 @@ import yaml
 
 from proxy.apis.completions import CompletionsOptions
 from proxy.config_env import expand_environment
-from proxy.config_schema import INTERNAL, Bounds, SchemaError, build, convert, dotted, plain, shallow
+from proxy.config_schema import INTERNAL, Bounds, SchemaError, build, convert, dotted, plain, shallow, shown
 from proxy.core.budget import BudgetPolicy
 from proxy.core.calibration import CalibrationPolicy
 from proxy.core.corrections import CorrectionPolicy
@@ -184,10 +184,10 @@ def check_strategy_options(name: str, strategy: object, options: Mapping[str, An
         try:
             convert(hints[key], value, strict=True)
         except SchemaError:
-            raise SchemaError(f"must be {_type_name(hints[key])}, not {value!r}", where) from None
+            raise SchemaError(f"must be {_type_name(hints[key])}, not {shown(value)}", where) from None
         numbers = value.values() if isinstance(value, Mapping) else [value]
         if any(isinstance(n, int | float) and not isinstance(n, bool) and n < 0 for n in numbers):
-            raise SchemaError(f"must be at least 0, not {value!r}", where)
+            raise SchemaError(f"must be at least 0, not {shown(value)}", where)
 
 
 def _type_name(hint: Any) -> str:

@@ -5,12 +5,18 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.config_schema import INTERNAL, Bounds, SchemaError, build, convert, plain, reason
+from proxy.core.strategies import STRATEGIES
+from proxy.errors import ConfigError
+from proxy.settings import Settings, settings_from_dict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +90,8 @@ class TestErrorsNamePlaceAndReason:
             ({"required": "x", "inner": {"port": 1.5}}, "inner.port: must be a whole number, not 1.5"),
             ({"required": "x", "inner": {"ratio": 0}}, "inner.ratio: must be greater than 0, not 0"),
             ({"required": "x", "inner": {"ratio": "nan"}}, "inner.ratio: must be a number, not 'nan'"),
+            ({"required": "x", "inner": {"ratio": 10**400}}, "inner.ratio: must be a number, not 1" + "0" * 76 + "..."),
+            ({"required": "x", "inner": {"port": "9" * 5000}}, "inner.port: must be a whole number, not '" + "9" * 76 + "..."),
             ({"required": "x", "inner": {"prot": 1}}, "inner.prot: unknown setting; known here: port, ratio"),
             ({"required": "x", "items": [{}, {"port": -1}]}, "items[1].port: must be at least 0, not -1"),
             ({"required": "x", "items": []}, "items: must hold at least 1 item(s)"),
@@ -124,3 +132,49 @@ def test_starting_the_server_imports_no_validation_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+class TestAnyYamlIsLoadedOrRefusedClearly:
+    """Whatever a YAML file holds, the loader gives settings or one ConfigError naming the key:
+    never another exception (a traceback at start is a defect, not an error message)."""
+
+    @staticmethod
+    def yaml_like() -> st.SearchStrategy[Any]:
+        scalars = st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(),
+            st.integers(-(2**40), 2**40),
+            st.builds(pow, st.just(10), st.just(5000)),  # more digits than Python writes out or a float holds
+            st.just("9" * 5000),  # digits beyond what Python reads as an integer
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.sampled_from(["", "yes", "off", "8080", "1.5", "enforce", "*", "/v1/", "http://h:1/v1", "o200k_base"]),
+            st.text(max_size=8),
+        )
+        keys = st.sampled_from(sorted(_SETTING_NAMES)) | st.text(max_size=6)
+        return st.recursive(
+            scalars,
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=4),
+            max_leaves=12,
+        )
+
+    @settings(max_examples=150, deadline=None)
+    @given(data=st.data())
+    def test_loads_or_raises_a_config_error(self, data):
+        sections = data.draw(st.dictionaries(st.sampled_from(sorted(_SECTIONS)), self.yaml_like(), max_size=3))
+        try:
+            settings_from_dict(sections, "cg.yaml", {})
+        except ConfigError as exc:
+            assert str(exc).startswith("cg.yaml: ")
+
+
+def _names(hint: Any) -> set[str]:
+    """Every field name of the settings' sections, however deep (the keys worth drawing)."""
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint, include_extras=True)
+        return {f.name for f in dataclasses.fields(hint)}.union(*(_names(hints[f.name]) for f in dataclasses.fields(hint)))
+    return set().union(*(_names(arg) for arg in typing.get_args(hint)))
+
+
+_SECTIONS = {f.name for f in dataclasses.fields(Settings)} - {"source"}
+_SETTING_NAMES = _names(Settings) | set(STRATEGIES)
