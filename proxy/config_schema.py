@@ -113,7 +113,7 @@ def build(cls: Any, data: Any, *, strict: bool = False) -> Any:
         return cls(**values)
     except SchemaError:
         raise
-    except (ValueError, TypeError) as exc:  # a check across fields (__post_init__)
+    except ValueError as exc:  # a check across fields (__post_init__); any other exception is a bug
         raise SchemaError(str(exc)) from None
 
 

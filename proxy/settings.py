@@ -183,21 +183,11 @@ def check_strategy_options(name: str, strategy: object, options: Mapping[str, An
             raise SchemaError(f"unknown option; known: {known}", where)
         try:
             convert(hints[key], value, strict=True)
-        except SchemaError:
-            raise SchemaError(f"must be {_type_name(hints[key])}, not {shown(value)}", where) from None
+        except SchemaError as exc:
+            raise exc.within(*where) from None
         numbers = value.values() if isinstance(value, Mapping) else [value]
         if any(isinstance(n, int | float) and not isinstance(n, bool) and n < 0 for n in numbers):
             raise SchemaError(f"must be at least 0, not {shown(value)}", where)
-
-
-def _type_name(hint: Any) -> str:
-    names = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
-    if hint in names:
-        return names[hint]
-    origin = typing.get_origin(hint)
-    if origin in (tuple, list):
-        return "a list"
-    return "a mapping" if origin is not None else str(hint)
 
 
 @dataclass(frozen=True, kw_only=True)

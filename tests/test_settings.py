@@ -56,6 +56,7 @@ class TestErrorsNameFileAndKey:
             ),
             ({"trim": {"options": {"shrink_messages": {"cap": "big"}}}}, "trim.options.shrink_messages.cap", "must be a whole number"),
             ({"trim": {"options": {"shrink_messages": {"roles": "assistant"}}}}, "trim.options.shrink_messages.roles", "must be a list"),
+            ({"trim": {"options": {"shrink_messages": {"caps": {"tool": "x"}}}}}, "trim.options.shrink_messages.caps.tool", "must be a whole number, not 'x'"),
             ({"trim": {"options": {"drop_oldest_turns": {"min_history_turns": -5}}}}, "trim.options.drop_oldest_turns.min_history_turns", "at least 0"),
             ({"server": {"client_keys": [""]}}, "server.client_keys", "a client key is empty"),
             ({"budget": {"output_reserve_min": 10, "output_reserve_max": 5}}, "budget", "reserve_min <= output_reserve_max"),
