@@ -69,7 +69,7 @@ class _Kept:
         fields = _KEPT.intersection(read)
         if not fields or any(isinstance(read[field], dict) for field in fields):
             return read
-        entry = self.shared({field: read[field] for field in FIELDS if field in fields})
+        entry = self.shared(_fields(read))
         self.entries[id(entry)] = entry
         return entry
 
