@@ -42,6 +42,7 @@ from proxy.server.page import PAGE_HANDLERS, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
+from proxy.server.streams import upstream_session
 from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
 from proxy.settings import DISCOVERED_KINDS, Settings, UpstreamSettings
 from proxy.state import open_store
@@ -140,7 +141,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     gateway = app[GATEWAY]
     # The pool (UpstreamPool) bounds calls in flight and says 503 when full; the connector must not queue too.
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True)
-    async with aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False) as session:
+    async with upstream_session(connector) as session:
         gateway.session = session
         gateway.summariser = open_summariser(gateway.settings, session)
         await discover_upstreams(gateway, session)

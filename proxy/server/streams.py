@@ -12,7 +12,8 @@ Three things a relay needs that a plain byte pipe cannot give:
   behalf (`ask_for_usage()` adds `stream_options.include_usage` to a stream that did not).
 - **Stale pooled connections.** A kept-alive connection the server closed fails the next request
   before a byte of response (`ServerDisconnectedError`); aiohttp retries that only for idempotent
-  methods. `send_retrying_stale()` sends a POST once more on a fresh connection.
+  methods. `send_retrying_stale()` sends a POST once more on a fresh connection, of a session
+  made as `upstream_session()` makes the app's (no cookie jar shared between clients).
 """
 
 from __future__ import annotations
@@ -293,6 +294,17 @@ class UsageTap:
         return not (self.strip and isinstance(payload, dict) and payload.get("choices") == [])
 
 
+def upstream_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+    """A session for calls upstream on behalf of many clients: bytes relayed as they come (no
+    decompression), no proxy settings from the environment, and no cookie jar. A jar would keep
+    the cookies one client's answer set and send them with every other client's requests to
+    that host (aiohttp's default jar does, for any host that is not an IP address); a client's
+    own `Cookie` header is forwarded as given, and an upstream's `Set-Cookie` relayed to it."""
+    return aiohttp.ClientSession(
+        connector=connector, auto_decompress=False, trust_env=False, cookie_jar=aiohttp.DummyCookieJar()
+    )
+
+
 # A pooled connection the server has closed fails in one of these ways before any response byte.
 _STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 
@@ -335,9 +347,7 @@ async def send_retrying_stale(session: aiohttp.ClientSession, method: str, url: 
     except aiohttp.ClientError as exc:
         if not is_stale_connection(exc):
             raise
-    fresh = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(force_close=True), auto_decompress=False, trust_env=False
-    )
+    fresh = upstream_session(aiohttp.TCPConnector(force_close=True))
     try:
         return Sent(await fresh.request(method, url, **kwargs), retried=True, fresh=fresh)
     except BaseException:

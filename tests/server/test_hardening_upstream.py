@@ -9,6 +9,7 @@ import time
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from proxy.guard import Guard
 from proxy.server.app import create_app, request_id_of
@@ -144,6 +145,45 @@ class TestClientsThatLeave:
         await asyncio.wait_for(upstream.stream_cancelled.wait(), 5)
         event = await the_request_event(logs)
         assert event["status"] == 499 and event["error"] == "client_disconnected"
+
+
+class TestCookies:
+    """The gateway keeps no cookies: each client's own go up as it sent them, and what an upstream
+    sets for one client goes back to that client alone."""
+
+    @pytest.fixture
+    async def cookie_upstream(self, aiohttp_server):
+        seen: list[str | None] = []
+
+        async def chat(request: web.Request) -> web.Response:
+            seen.append(request.headers.get("Cookie"))
+            answer = web.json_response({"id": "c", "object": "chat.completion", "choices": []})
+            if request.headers.get("X-Client") == "alice":
+                answer.set_cookie("session", "alice-secret", path="/")
+            return answer
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        server = await aiohttp_server(app)
+        # A host name, not an IP address: aiohttp's default jar keeps cookies only for names.
+        return f"http://localhost:{server.port}/v1", seen
+
+    async def test_a_cookie_set_for_one_client_is_never_sent_for_another(self, start_proxy, cookie_upstream):
+        url, seen = cookie_upstream
+        proxy = await start_proxy(gateway_settings(url, upstreams={"fake": {"base_url": url}}))
+        alice = await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, {**JSON, "X-Client": "alice"})
+        bob = await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, {**JSON, "X-Client": "bob"})
+        assert alice.status == bob.status == 200
+        assert "session=alice-secret" in alice.headers["Set-Cookie"] and "Set-Cookie" not in bob.headers
+        assert seen == [None, None]
+
+    async def test_a_clients_own_cookie_header_goes_up_as_sent(self, start_proxy, cookie_upstream):
+        url, seen = cookie_upstream
+        proxy = await start_proxy(gateway_settings(url, upstreams={"fake": {"base_url": url}}))
+        headers = {**JSON, "X-Client": "alice", "Cookie": "theirs=1; other=2"}
+        for _ in range(2):  # the second time too: nothing the first answer set is added
+            assert (await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, headers)).status == 200
+        assert seen == ["theirs=1; other=2", "theirs=1; other=2"]
 
 
 class TestPool:
