@@ -20,7 +20,8 @@ Why it gives exactly what `read_json` gives:
   tools, the same options: the usual re-send), only the new elements are read (wrapped as
   `{"<marker>":[0` + new elements + `]}`, which must read as that one key) and the keys after
   the array are the earlier body's values: the same bytes in the same place of an object
-  after its array, so the same values, already checked.
+  after its array, so the same values, already checked. A body sent again as it was (a retry,
+  a regenerated answer) has no new element: nothing of it is parsed.
 - Anything unexpected (no earlier body, a different array, a rest that does not read, elements
   that are not objects) takes the full reader: this path only ever saves work.
 
@@ -57,6 +58,7 @@ _KEY = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[{}\[\]]', re.S)
 _COLON_BRACKET = re.compile(rb"\s*:\s*\[")
 _SEPARATOR = re.compile(rb"\s*,?\s*")  # before an element: a comma, except before the first
 _CLOSE = re.compile(rb"\s*\]")
+_JSON_SPACE = b" \t\r\n"  # JSON's whitespace: not bytes.strip()'s, which takes \v and \f too
 
 
 @dataclass(frozen=True)
@@ -246,8 +248,10 @@ class PrefixReader:
         after the array; None otherwise (the whole rest is then read)."""
         after = earlier.after_array
         close = len(raw) - len(after)
-        if close <= start or not raw.endswith(after):
+        if close < start or not raw.endswith(after):
             return None
+        if not raw[start:close].strip(_JSON_SPACE):  # no element after the shared ones: a body sent again
+            return [], earlier.tail
         try:
             rest = read_json(_WRAP + raw[start:close] + b"]}", self.limits)
         except ValueError:

@@ -125,6 +125,34 @@ class TestReadingAConversationReSent:
         assert reading.value == read_json(raw) and list(reading.value) == list(read_json(raw))
         assert reading.known.others_known and reading.value["tools"] is first.value["tools"]
 
+    @pytest.mark.parametrize("write", [COMPACT, indented], ids=["compact", "indented"])
+    def test_a_body_sent_again_as_it_was_is_the_earlier_reading_again(self, write):
+        """A retry: every message and every field after them is the value read before."""
+        prefix = reader()
+        tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+        raw = write(body(conversation(4), tools=tools))
+        first = accepted(prefix, raw)
+        again = prefix.read(bytes(raw))
+        assert again.value == read_json(raw) and list(again.value) == list(read_json(raw))
+        assert again.known.checked == 9 and again.known.others_known
+        assert again.value["tools"] is first.value["tools"] and again.known.hashes == first.known.hashes
+
+    def test_a_body_cut_back_to_fewer_messages_with_the_same_ending_reads_as_the_full_reader_reads_it(self):
+        prefix = reader()
+        accepted(prefix, COMPACT(body(conversation(4), n=1)))
+        raw = COMPACT(body(conversation(2), n=1))
+        reading = prefix.read(raw)
+        assert reading.value == read_json(raw) and reading.known.checked == 5 and reading.known.others_known
+
+    @pytest.mark.parametrize("space", [b"\x0b", b"\x0c"], ids=["vertical tab", "form feed"])
+    def test_a_space_json_does_not_allow_before_the_end_of_the_messages_is_refused_as_ever(self, space):
+        prefix = reader()
+        raw = COMPACT(body(conversation(4), n=1))
+        accepted(prefix, raw)
+        close = raw.rindex(b"]")
+        with pytest.raises(UnreadableJson):
+            prefix.read(raw[:close] + space + raw[close:])
+
     def test_an_ending_that_matches_after_another_array_is_read_as_the_full_reader_reads_it(self):
         prefix = reader()
         accepted(prefix, COMPACT(body(conversation(4), n=1)))
