@@ -253,7 +253,7 @@ class UsageTap:
 
     def feed(self, chunk: bytes) -> bytes:
         """What to forward of `chunk` now."""
-        if not self._readable:
+        if not self._readable or (not self._pending and _passes_whole(chunk)):
             return chunk
         text = self._pending + chunk
         whole = not self._pending
@@ -292,6 +292,20 @@ class UsageTap:
             return True
         self.usage = usage
         return not (self.strip and isinstance(payload, dict) and payload.get("choices") == [])
+
+
+def _passes_whole(chunk: bytes) -> bool:
+    """Whether a chunk that starts an event goes on as it came without a look at its events: it
+    ends one (with the usual terminator) and none of its events can be `[DONE]` or name `usage`,
+    even escaped (the test `_keep` makes). Most deltas of a stream: five scans in C instead of
+    splitting it into events."""
+    return (
+        chunk.endswith(b"\n\n")
+        and b"\r" not in chunk
+        and b"usage" not in chunk
+        and b"\\u" not in chunk
+        and b"[DONE]" not in chunk
+    )
 
 
 def upstream_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:

@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.server.streams import (
     UsageTap,
@@ -182,6 +184,47 @@ class TestUsageTap:
 
         tap = UsageTap(strip=True)
         assert b"".join([c async for c in tapped(chunks(), tap)]) == CHUNK + DONE
+
+
+# Events of every kind the tap tells apart: deltas (one naming `usage` in its text, one escaped),
+# the usage chunk (its key escaped too), `[DONE]`, a comment, and some with CRLF terminators.
+EVENTS = [
+    CHUNK,
+    b'data: {"choices":[{"delta":{"content":"the usage of words"}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"caf\\u00e9"}}]}\n\n',
+    USAGE_CHUNK,
+    USAGE_CHUNK.replace(b'"usage"', b'"\\u0075sage"'),
+    USAGE_CHUNK.replace(b"\n", b"\r\n"),
+    b": keep-alive\n\n",
+    CHUNK.replace(b"\n\n", b"\r\n\r\n"),
+    DONE,
+]
+
+
+def tapped_whole(stream: bytes, cuts: list[int], strip: bool) -> tuple[bytes, Any, bool]:
+    """What the tap forwards of `stream` cut at `cuts`, the usage it read and whether it saw the end."""
+    tap = UsageTap(strip=strip)
+    edges = [0, *sorted(set(cuts)), len(stream)]
+    out = b"".join(tap.feed(stream[a:b]) for a, b in zip(edges, edges[1:], strict=False) if b > a) + tap.finish()
+    return out, tap.usage, tap.ended
+
+
+class TestUsageTapWhereverTheStreamIsCut:
+    @settings(max_examples=300, deadline=None)
+    @given(
+        events=st.lists(st.sampled_from(EVENTS), max_size=12),
+        cut_at=st.lists(st.floats(0, 1), max_size=8),
+        between=st.lists(st.integers(0, 12), max_size=6),
+        strip=st.booleans(),
+    )
+    def test_any_cuts_give_what_one_byte_at_a_time_gives(self, events, cut_at, between, strip):
+        """One byte at a time, the tap looks at every event; in chunks it may pass whole ones on
+        unread: the same bytes must come out, with the same usage and the same end. Cuts fall
+        anywhere, and between events (where a server's writes usually end)."""
+        stream = b"".join(events)
+        ends = [sum(len(e) for e in events[:i]) for i in range(len(events) + 1)]
+        cuts = [int(f * len(stream)) for f in cut_at] + [ends[i] for i in between if i < len(ends)]
+        assert tapped_whole(stream, cuts, strip) == tapped_whole(stream, list(range(len(stream))), strip)
 
 
 class TestAskForUsage:
