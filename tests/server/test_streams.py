@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -205,7 +206,7 @@ def tapped_whole(stream: bytes, cuts: list[int], strip: bool) -> tuple[bytes, An
     """What the tap forwards of `stream` cut at `cuts`, the usage it read and whether it saw the end."""
     tap = UsageTap(strip=strip)
     edges = [0, *sorted(set(cuts)), len(stream)]
-    out = b"".join(tap.feed(stream[a:b]) for a, b in zip(edges, edges[1:], strict=False) if b > a) + tap.finish()
+    out = b"".join(tap.feed(stream[a:b]) for a, b in itertools.pairwise(edges) if b > a) + tap.finish()
     return out, tap.usage, tap.ended
 
 
