@@ -310,12 +310,20 @@ def _passes_whole(chunk: bytes) -> bool:
 
 def upstream_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
     """A session for calls upstream on behalf of many clients: bytes relayed as they come (no
-    decompression), no proxy settings from the environment, and no cookie jar. A jar would keep
-    the cookies one client's answer set and send them with every other client's requests to
-    that host (aiohttp's default jar does, for any host that is not an IP address); a client's
-    own `Cookie` header is forwarded as given, and an upstream's `Set-Cookie` relayed to it."""
+    decompression), no proxy settings from the environment, and nothing added that changes what
+    comes back:
+    - no `Accept-Encoding` unless the client sent one (aiohttp adds `gzip, deflate`): a client
+      that did not ask for a compressed answer must not be relayed one;
+    - no cookie jar. A jar would keep the cookies one client's answer set and send them with
+      every other client's requests to that host (aiohttp's default jar does, for any host that
+      is not an IP address); a client's own `Cookie` header is forwarded as given, and an
+      upstream's `Set-Cookie` relayed to it."""
     return aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, trust_env=False, cookie_jar=aiohttp.DummyCookieJar()
+        connector=connector,
+        auto_decompress=False,
+        trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("Accept-Encoding",),
     )
 
 

@@ -186,6 +186,16 @@ class TestCookies:
         assert seen == ["theirs=1; other=2", "theirs=1; other=2"]
 
 
+class TestAcceptEncoding:
+    @pytest.mark.parametrize("given", [None, "gzip", "identity"])
+    async def test_the_upstream_is_asked_for_the_encodings_the_client_asked_for_and_no_other(
+        self, proxy, upstream, given
+    ):
+        headers = JSON if given is None else {**JSON, "Accept-Encoding": given}
+        assert (await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, headers)).status == 200
+        assert {k.lower(): v for k, v in upstream.received[-1].headers.items()}.get("accept-encoding") == given
+
+
 class TestPool:
     @pytest.fixture
     async def one_slot_proxy(self, aiohttp_server, model_map, upstream):
