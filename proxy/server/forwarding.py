@@ -11,13 +11,13 @@ import aiohttp
 from aiohttp import web
 
 from proxy.codec import dumps, loads
-from proxy.errors import GuardError, ModelNotRouted
+from proxy.errors import GuardError, ModelNotRouted, PathNotFound
 from proxy.server import body as request_body
 from proxy.server.backends import forwardable_request_id
 from proxy.server.credentials import without_client_keys
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
 from proxy.server.health import HEALTH
-from proxy.server.paths import PATH_ROUTE, upstream_url
+from proxy.server.paths import PATH_ROUTE, counted_when_sent, upstream_url
 from proxy.server.record import RequestRecord
 from proxy.server.streams import overflow_probe, send_retrying_stale
 from proxy.server.upstream import (
@@ -182,6 +182,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     except ModelNotRouted:
         target = gw.router.default()
     record.model, record.upstream = model, target.upstream.name
+    path = request[PATH_ROUTE].path
+    counted = counted_when_sent(target.upstream.base_url, path, gw.apis.api_for)
+    if counted is not None:
+        raise PathNotFound(
+            f"context-guard does not forward {path}: upstream {target.upstream.name!r} would receive it as "
+            f"{counted}, which the guard counts; send it to that API's own path"
+        )
     async with upstream_call(request, gw, record, target, raw) as response:
         return await relay_answer(request, gw, record, target, response, {"x-request-id": record.request_id})
 

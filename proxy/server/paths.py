@@ -15,7 +15,8 @@ raw path is read once, here:
 The result, `CanonicalPath`, is matched against the API adapters' paths (`proxy.apis.registry`:
 every counted path and the shape it speaks), `LOCAL_PATHS` (answered here), and
 the pass-through policy; and it builds the upstream URL, which always stays under the upstream's
-base path. Nothing downstream looks at the raw path again.
+base path. Nothing downstream looks at the raw path again. A forwarded path is checked once more
+against where it lands (`counted_when_sent`): no spelling reaches a counted endpoint uncounted.
 """
 
 from __future__ import annotations
@@ -224,3 +225,17 @@ def upstream_url(base_url: str, path: CanonicalPath, query_string: str = "") -> 
         query_string=query_string,
         encoded=True,
     )
+
+
+def counted_when_sent(base_url: str, path: CanonicalPath, guarded: Callable[[str], str | None]) -> str | None:
+    """The path a forwarded request reaches under `base_url`, when the guard counts that path
+    (`guarded` names its API shape); None otherwise. The client-facing `/v1` is swapped for the
+    base path, so a base URL that stops short of its API's root lets a longer spelling land on a
+    counted endpoint: with Azure's base at the host, `/v1/openai/deployments/d/chat/completions`
+    would reach `/openai/deployments/d/chat/completions`, and with a base of `http://host`,
+    `/v1/v1/chat/completions` would reach `/v1/chat/completions`. Pass-through refuses those."""
+    try:
+        sent = canonical_path(upstream_url(base_url, path).raw_path)
+    except InvalidPath:  # a base path of the operator's that reads ambiguously: not one of ours
+        return None
+    return sent.value if guarded(sent.value) is not None else None

@@ -174,6 +174,33 @@ class TestRoutingOverSockets:
         assert response.status == 404 and response.json()["error"]["code"] == "unknown_url"
         assert upstream.received == []
 
+    @pytest.mark.parametrize(
+        ("base", "target", "lands_on"),
+        [
+            ("", "/v1/v1/chat/completions", "/v1/chat/completions"),
+            ("", "/v1/openai/deployments/d1/chat/completions", "/openai/deployments/d1/chat/completions"),
+            ("", "/v1/openai/v1/responses", "/openai/v1/responses"),
+            ("/openai", "/v1/deployments/d1/completions", "/openai/deployments/d1/completions"),
+        ],
+    )
+    async def test_no_spelling_reaches_a_counted_path_through_pass_through(
+        self, start_proxy, upstream, logs, base, target, lands_on
+    ):
+        """A base URL short of its API's root (Azure's at the host) must not let a longer
+        spelling land on a counted endpoint uncounted."""
+        root = upstream.url.removesuffix("/v1") + base
+        proxy = await start_proxy(gateway_settings(root, upstreams={"fake": {"base_url": root}}))
+        response = await raw_request(proxy.port, "POST", target, HI, JSON)
+        assert response.status == 404 and lands_on in response.json()["error"]["message"]
+        assert upstream.received == []
+        assert (await raw_request(proxy.port, "POST", lands_on, HI, JSON)).status == 200  # counted as itself
+        assert logs.events("request")[-1]["kind"] != "passthrough"
+
+    async def test_a_longer_spelling_that_lands_elsewhere_is_forwarded(self, proxy, upstream):
+        """With the base at `/v1`, `/v1/v1/chat/completions` reaches `/v1/v1/chat/completions`: not counted anywhere."""
+        assert (await raw_request(proxy.port, "POST", "/v1/v1/chat/completions", HI, JSON)).status == 200
+        assert upstream.received[-1].path == "/v1/v1/chat/completions"
+
     async def test_local_endpoints_are_answered_here(self, proxy, upstream):
         assert (await raw_request(proxy.port, "GET", "/healthz/")).json()["status"] == "ok"
         assert (await raw_request(proxy.port, "POST", "/healthz")).status == 405
