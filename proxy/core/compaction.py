@@ -4,7 +4,7 @@ asked, and the trimmed request with the summary in.
 The server's summariser (`proxy.server.compaction`) does the I/O between the two calls:
 
     request = summary_request(body, result)          # None when there is nothing to summarise
-    outcome = await summariser.summarise(request)      # cached by request.span_hash
+    outcome = await summariser.summarise(request)      # cached by request.cache_key
     result = with_summary(result, request, outcome.text, outcome.status, counter)
 
 The span is every message the trim dropped whole, in order; its hash is the cache key, so the
@@ -24,7 +24,7 @@ from typing import Any
 
 from proxy.core.notes import SummaryReport, SummaryStatus, summary_message
 from proxy.core.tokens import RequestCounter
-from proxy.core.trim import TrimResult, content_hash
+from proxy.core.trim import TrimResult, content_digest
 
 SUMMARISER_INSTRUCTIONS = (
     "You compress the earlier part of a conversation between a user and an assistant, which no "
@@ -37,10 +37,17 @@ SUMMARISER_INSTRUCTIONS = (
 
 @dataclass(frozen=True)
 class SummaryRequest:
-    span_hash: str  # the cache key: the hash of the dropped messages
+    span_hash: str  # the dropped messages' hash, for the log (`content_hash`)
     indices: tuple[int, ...]  # their positions in the original messages
     messages: tuple[Mapping[str, Any], ...]
     max_tokens: int  # the summary message, framing included, must fit in this
+    digest: str  # the dropped messages' whole SHA-256 (`content_digest`)
+
+    @property
+    def cache_key(self) -> str:
+        """What a summary is kept under, shared by every client: the whole digest of the span and
+        the room it was written for (a 48-bit log hash could be matched by another client's span)."""
+        return f"{self.digest}:{self.max_tokens}"
 
 
 def summary_request(body: Mapping[str, Any], result: TrimResult) -> SummaryRequest | None:
@@ -52,7 +59,8 @@ def summary_request(body: Mapping[str, Any], result: TrimResult) -> SummaryReque
     if not indices:
         return None
     messages = tuple(body["messages"][i] for i in indices)
-    return SummaryRequest(content_hash(list(messages)), indices, messages, result.summary_room)
+    digest = content_digest(list(messages))
+    return SummaryRequest(digest[:12], indices, messages, result.summary_room, digest)
 
 
 def with_summary(

@@ -118,15 +118,21 @@ class Strategy(Protocol):
 
 
 def content_hash(value: object) -> str:
-    """The first 12 hex digits of the SHA-256 of `value` as compact JSON with sorted keys: the
-    same message always gives the same hash, so log lines can be matched without content."""
+    """The first 12 hex digits of `content_digest(value)`: the same message always gives the same
+    hash, so log lines can be matched without content. Short, for reading: never a key that one
+    client's content could share with another's (that is the whole digest)."""
+    return content_digest(value)[:12]
+
+
+def content_digest(value: object) -> str:
+    """The SHA-256 of `value` as compact JSON with sorted keys, in hex."""
     try:
         data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
     except TypeError:  # integers beyond 64 bits
         data = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode(
             "utf-8", "surrogatepass"
         )
-    return hashlib.sha256(data).hexdigest()[:12]
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ class SummaryOutcome:
 
 
 class Summariser:
-    """Summaries of dropped spans, through `session`, cached by span hash (LRU, `cache_entries`)."""
+    """Summaries of dropped spans, through `session`, cached by the span's whole digest and room
+    (`SummaryRequest.cache_key`; LRU, `cache_entries`)."""
 
     def __init__(self, options: SummariserOptions, session: aiohttp.ClientSession, upstream: str = "") -> None:
         self.options = options
@@ -72,7 +73,7 @@ class Summariser:
     async def summarise(self, request: SummaryRequest, headers: Mapping[str, str] | None = None) -> SummaryOutcome:
         """The summary of `request`'s span: from the cache, from a call already under way for the
         same span, or from a new call sent with `headers` (the upstream's credentials) as well."""
-        key = request.span_hash
+        key = request.cache_key
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from proxy.core.compaction import SummaryRequest, summary_request, with_summary
 from proxy.core.tokens import RequestCounter
+from proxy.core.trim import content_digest
 from proxy.server.compaction import Summariser, SummariserOptions
 from tests.core.trimming import fit, profile, tokenizer, words
 
@@ -48,9 +49,10 @@ async def fake(aiohttp_server: Any) -> tuple[FakeSummariser, str]:
     return summariser, str(server.make_url("/v1/chat/completions"))
 
 
-def span(tag: str = "a") -> SummaryRequest:
+def span(tag: str = "a", room: int = 400, log_hash: str | None = None) -> SummaryRequest:
     messages = ({"role": "user", "content": f"question {tag}"}, {"role": "assistant", "content": f"answer {tag}"})
-    return SummaryRequest(f"hash-{tag}", (1, 2), messages, 400)
+    digest = content_digest(list(messages))
+    return SummaryRequest(log_hash or digest[:12], (1, 2), messages, room, digest)
 
 
 async def summarise(url: str, request: SummaryRequest, **options: Any) -> Any:
@@ -76,6 +78,24 @@ class TestSummariser:
             other = await summariser.summarise(span("b"))
         assert (first.status, second.status, other.status) == ("produced", "reused", "produced")
         assert second.text == first.text and len(upstream.calls) == 2
+
+    async def test_spans_that_share_only_their_log_hash_are_never_given_each_others_summary(self, fake):
+        """The log's 12-digit hash can be matched by another client's span with enough tries: the
+        cache is keyed by the whole digest."""
+        upstream, url = fake
+        async with aiohttp.ClientSession() as session:
+            summariser = Summariser(SummariserOptions(url=url, model="small"), session)
+            mine = await summariser.summarise(span("mine", log_hash="0123456789ab"))
+            theirs = await summariser.summarise(span("theirs", log_hash="0123456789ab"))
+        assert (mine.status, theirs.status) == ("produced", "produced") and len(upstream.calls) == 2
+        assert "question theirs" in upstream.calls[1]["messages"][1]["content"]
+
+    async def test_a_summary_written_for_one_room_is_not_reused_for_another(self, fake):
+        upstream, url = fake
+        async with aiohttp.ClientSession() as session:
+            summariser = Summariser(SummariserOptions(url=url, model="small"), session)
+            outcomes = [await summariser.summarise(span(room=room)) for room in (400, 120, 400)]
+        assert [o.status for o in outcomes] == ["produced", "produced", "reused"] and len(upstream.calls) == 2
 
     async def test_concurrent_requests_for_one_span_share_one_call(self, fake):
         upstream, url = fake
