@@ -84,7 +84,9 @@ class Decision:
     def _fold(self) -> Folded:
         if self._folded is None:
             removals = self._removals
-            runs = folded_removals(removals)  # no previews: the page never shows content
+            # No previews and no hashes: the page never shows content, and a content hash is
+            # content to whoever can guess it (a short code, a name), while any client key reads it.
+            runs = folded_removals(removals, hashes=False)
             if len(runs) > MAX_RUNS:
                 rest = runs[MAX_RUNS - 1 :]
                 tokens = sum(int(run.get("tokens", 0)) for run in rest)

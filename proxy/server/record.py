@@ -156,9 +156,11 @@ def by_strategy(removals: Sequence[Removal]) -> dict[str, dict[str, int]]:
     return out
 
 
-def folded_removals(removals: Sequence[Removal], previews: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
+def folded_removals(
+    removals: Sequence[Removal], previews: Mapping[int, str] | None = None, *, hashes: bool = True
+) -> list[dict[str, Any]]:
     """Removals as runs: consecutive messages removed the same way by the same strategy are one
-    entry with a range; a run of one keeps its role and content hash."""
+    entry with a range; a run of one keeps its role and (with `hashes`) its content hash."""
     runs: list[list[Removal]] = []
     for removal in removals:
         last = runs[-1][-1] if runs else None
@@ -180,7 +182,9 @@ def folded_removals(removals: Sequence[Removal], previews: Mapping[int, str] | N
         if len(run) == 1:
             where = "request" if first.index is None else f"message {first.index}"
             entry = {"what": where, "role": first.role, "kind": first.kind, "tokens": first.tokens}
-            entry.update(strategy=first.strategy, hash=first.hash)
+            entry["strategy"] = first.strategy
+            if hashes:
+                entry["hash"] = first.hash
             if previews and first.index is not None and first.index in previews:
                 entry["preview"] = previews[first.index]
         else:

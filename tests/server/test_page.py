@@ -136,6 +136,24 @@ class TestThePage:
         assert sum(s["tokens"] for s in row["by_strategy"].values()) == row["removed_tokens"]
         assert decision._removals == ()  # folded when taken: the ring holds a dozen runs, not the removals
 
+    async def test_a_message_removed_alone_is_shown_without_its_content_hash(self, proxy, logs):
+        """Any client key reads the page: a hash of a short secret (a PIN at the end of a known
+        form) is that secret to whoever tries the guesses. The operator's log keeps it."""
+        form = "Card services terms and conditions, version 7. " * 900
+        body = {
+            "model": "gpt-4",
+            "messages": [
+                {"role": "system", "content": "You are a banking assistant."},
+                {"role": "user", "content": form + "My card PIN is 4821."},
+                {"role": "user", "content": "Which of these terms apply to me?"},
+            ],
+        }
+        assert await chat(proxy, body, "pin") == 200
+        (removed,) = json.loads((await get(proxy, JSON_PATH))[1])["rows"][0]["removed"]
+        assert removed["what"] == "message 1" and "hash" not in removed
+        (logged,) = [e for e in logs.events("request") if e["request_id"] == "pin"]
+        assert logged["removed"][0]["hash"]
+
     async def test_the_html_shows_the_same_rows_with_a_bar_and_never_any_content(self, proxy):
         await make_traffic(proxy)
         status, page, headers = await get(proxy, PAGE_PATH)
