@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from proxy.apis import fields
 from proxy.apis.base import (
     Adapter,
     Changes,
@@ -49,6 +50,7 @@ from proxy.apis.base import (
     stream_flag,
     text_part,
 )
+from proxy.apis.fields import unread_fields
 from proxy.apis.responses import opaque_part
 from proxy.core.images import AreaCost
 from proxy.core.models import ModelProfile
@@ -147,6 +149,7 @@ class MessagesAdapter(Adapter):
             notes=tuple(view.notes),
             reserve_field="max_tokens",
             reserve_view_field="max_tokens",
+            unread=unread_fields(body, fields.MESSAGES),
         )
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:

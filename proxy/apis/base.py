@@ -104,6 +104,14 @@ class Parsed:
     # A count cache key per view message (a hash of its bytes as received), when the view's messages
     # are the body's own (chat) and the reader located them; empty otherwise.
     message_hashes: tuple[int, ...] = ()
+    # Top-level fields the adapter neither counts nor knows to stay out of the prompt (`proxy.apis.fields`).
+    unread: tuple[str, ...] = ()
+
+    @property
+    def read_whole(self) -> bool:
+        """Whether everything the upstream may put in the prompt was counted: what it says about
+        this request (a count, its usage) may then be learned for the model."""
+        return not self.unread and not self.server_state
 
     @property
     def messages(self) -> list[Any]:

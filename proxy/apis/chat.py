@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from proxy.apis import fields
 from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
+from proxy.apis.fields import unread_fields
 from proxy.chat_body import check_chat_body
 from proxy.core.plan import InvalidBody
 from proxy.core.trim import Removal
@@ -60,6 +62,7 @@ class ChatAdapter(Adapter):
             reserve_field=reserve,
             reserve_view_field=reserve,
             message_hashes=hashes,
+            unread=unread_fields(checked, fields.CHAT),
         )
 
     def render(

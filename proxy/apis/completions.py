@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
+from proxy.apis import fields
 from proxy.apis.base import (
     Adapter,
     Changes,
@@ -29,6 +30,7 @@ from proxy.apis.base import (
     require_object,
     stream_flag,
 )
+from proxy.apis.fields import unread_fields
 from proxy.core.models import ModelProfile
 from proxy.core.strategies import build_pipeline
 from proxy.core.trim import Strategy
@@ -89,6 +91,7 @@ class CompletionsAdapter(Adapter):
             reserve_field="max_tokens",
             reserve_view_field="max_tokens",
             private={"cuttable": batch == 1 and token_ids == 0},
+            unread=unread_fields(body, fields.COMPLETIONS),
         )
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:

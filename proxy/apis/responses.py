@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from proxy.apis import fields
 from proxy.apis.base import (
     Adapter,
     Changes,
@@ -54,6 +55,7 @@ from proxy.apis.base import (
     stream_flag,
     text_part,
 )
+from proxy.apis.fields import unread_fields
 from proxy.core.models import ModelProfile
 from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
@@ -186,6 +188,7 @@ class ResponsesAdapter(Adapter):
             notes=tuple(build.notes),
             reserve_field="max_output_tokens",
             reserve_view_field="max_completion_tokens",
+            unread=unread_fields(body, fields.RESPONSES),
         )
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:

@@ -14,6 +14,14 @@ client. Three rules stop that:
 - a measured limit or factor outside a plausible range of the known window is not believed;
 - a correction is remembered only after the retry it produced succeeded (the caller commits it,
   per upstream and model, with an expiry, in `proxy.state.corrections`).
+
+A client can also make the provider count more than the guard did without writing any sentence:
+with a field the guard does not count but the server renders into the prompt (vLLM's
+`documents`). The provider's numbers are then true, but the count factor is about that request.
+So the window is always measured from the model's known window, never from a correction applied
+before (corrections do not compound), and what is remembered for other requests of a request the
+adapter did not read whole (`Parsed.read_whole`) is the provider's stated limit alone
+(`Correction.limit_only`).
 """
 
 from __future__ import annotations
@@ -167,6 +175,15 @@ class Correction:
             return None
         window = math.floor(min(limit, our_window) / (factor * (1 + CORRECTION_HEADROOM)))
         return cls(max(1, window), factor, overflow.provider, overflow.limit, provider_prompt, our_prompt_tokens)
+
+    def limit_only(self, known_window: int) -> Correction | None:
+        """What this correction says about the model whatever the request held: the provider's
+        stated window (with the headroom), without the count factor; None when it stated none or
+        the window known already is no larger."""
+        if self.limit is None or self.limit >= known_window:
+            return None
+        window = math.floor(self.limit / (1 + CORRECTION_HEADROOM))
+        return Correction(max(1, window), 1.0, self.provider, self.limit, None, 0)
 
     def to_dict(self) -> dict[str, object]:
         return {

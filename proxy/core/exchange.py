@@ -60,8 +60,12 @@ class Attempts:
         correction: Correction | None = None,
         self_correct: CorrectionPolicy | None = DEFAULT_POLICY,
         provider: str | None = None,
+        read_whole: bool = True,
     ) -> None:
         self._planner = planner
+        # Whether the request's count covered everything the upstream may put in its prompt: only
+        # then is a count factor its error implies about the model, not about this request.
+        self.read_whole = read_whole
         self.provider = provider  # the upstream's kind, named in a correction; None: as its error's wording says
         self.mode = mode
         self.known_window = known_window
@@ -105,10 +109,10 @@ class Attempts:
         if self.provider is not None:  # llama-cpp-python words its errors as OpenAI does
             overflow = replace(overflow, provider=self.provider)
         budget = plan.result.budget
-        correction = Correction.measure(
+        correction = Correction.measure(  # from the known window: corrections never compound
             overflow,
             plan.result.tokens_after,
-            budget.context_window,
+            self.known_window,
             budget.output_reserve,
             self._policy,
         )
@@ -116,7 +120,7 @@ class Attempts:
             self.ignored_overflow = "implausible"
             return Relay()
         self.learned = correction
-        retry = self._planner(correction.window)
+        retry = self._planner(min(correction.window, budget.context_window))  # never looser than what overflowed
         if retry.result.outcome not in ("trimmed", "rejected"):
             # `overflow: forward` and still too long, or nothing the guard can cut: sending it again cannot help.
             self.ignored_overflow = "not_retried"
@@ -125,5 +129,8 @@ class Attempts:
         return self._decide(retry)
 
     def succeeded(self) -> Correction | None:
-        """The upstream accepted the latest attempt: the correction to remember, if a retry won."""
-        return self.learned if self.attempt == 2 else None
+        """The upstream accepted the latest attempt: the correction to remember for the model, if a
+        retry won (of a request not read whole, only the window the provider stated)."""
+        if self.attempt != 2 or self.learned is None:
+            return None
+        return self.learned if self.read_whole else self.learned.limit_only(self.known_window)

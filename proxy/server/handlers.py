@@ -66,6 +66,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     parsed = await off_loop(_parse, gw, endpoint, raw, match) if large else _parse(gw, endpoint, raw, match)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
+    record.unread_fields = parsed.unread
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
         return _count_tokens(gw, record, endpoint, parsed, model)
     mode = select_mode(request, gw, model)
@@ -121,6 +122,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         correction=correction,
         self_correct=gw.correction_policy,
         provider=backend.kind if backend.kind != "generic" else None,
+        read_whole=parsed.read_whole,
     )
     decision = await off_loop(attempts.start) if large else attempts.start()
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
@@ -155,7 +157,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
                     finally:
                         _delivered(record, reader)
                     await _commit(gw, record, attempts, target, served)
-                    _learn(gw, record, upstream.name, served, reader, sent, choice, local, endpoint.api)
+                    _learn(gw, record, upstream.name, served, reader, sent, choice, local, parsed)
                     if gw.settings.log.content_preview_chars > 0:
                         _previews(gw, record, parsed)
                     return out
@@ -265,13 +267,17 @@ def _learn(
     sent: Mapping[str, Any],
     choice: Choice,
     local: Tokenizer,
-    api: str,
+    parsed: Parsed,
 ) -> None:
-    """An estimate learns from the prompt tokens the upstream reports (chat completions)."""
+    """An estimate learns from the prompt tokens the upstream reports (chat completions), when
+    everything the upstream may have put in the prompt was counted: a field the guard does not
+    read (vLLM's `documents`) would otherwise teach every other request its size."""
     usage = reader.usage
-    if usage is None or api != "chat" or record.client_disconnected or record.stream_broken:
+    if usage is None or parsed.api != "chat" or record.client_disconnected or record.stream_broken:
         return
     record.provider_prompt_tokens = usage.prompt_tokens
+    if not parsed.read_whole:
+        return
     learned = gw.counting.observe(upstream, model, usage.prompt_tokens, sent, choice, local, gw.guard.cache)
     if learned is not None:
         record.calibration = learned.factor

@@ -60,6 +60,7 @@ class RequestRecord:
     calibration: float | None = None  # the factor a calibrated estimate was scaled by
     provider_prompt_tokens: int | None = None  # what the upstream's usage said it counted
     notes: list[str] = field(default_factory=list)  # e.g. fallback_window, estimate, server_state
+    unread_fields: tuple[str, ...] = ()  # top-level fields the guard could not count (names only)
     previews: dict[int, str] = field(default_factory=dict)  # opt-in removal previews by message index
     total_ms: float = 0.0
 
@@ -239,6 +240,7 @@ def log_event(record: RequestRecord, max_line_bytes: int = 8192) -> dict[str, An
         ("stream_broken", record.stream_broken),
         ("client_disconnected", True if record.client_disconnected else None),
         ("notes", list(record.notes) or None),
+        ("unread_fields", list(record.unread_fields) or None),
     ):
         if value is not None:
             event[key] = value

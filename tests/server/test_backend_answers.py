@@ -20,7 +20,8 @@ WINDOW = 3000  # the fake server's real window, far below the 8,192 the guard as
 class LlamaLike:
     """Answers like llama-cpp-python: an over-window stream is a 200 with an empty body; the same
     request not streamed is a 400 with llama.cpp's structured overflow error. It reports usage as
-    twice the guard's own estimate, as a model with a denser tokenizer would."""
+    twice the guard's own estimate, as a model with a denser tokenizer would. Its chat template puts
+    a request's `documents` in the prompt too, as vLLM's retrieval templates do."""
 
     window = WINDOW
 
@@ -30,7 +31,8 @@ class LlamaLike:
 
     @staticmethod
     def count(body: dict[str, Any]) -> int:
-        return sum(len(str(m.get("content", ""))) for m in body["messages"]) // 2
+        documents = sum(len(str(d.get("text", ""))) for d in body.get("documents", ()))
+        return (sum(len(str(m.get("content", ""))) for m in body["messages"]) + documents) // 2
 
     def overflow(self, body: dict[str, Any], prompt: int) -> dict[str, Any]:
         return {"code": 400, "message": "exceeds the available context size", "type": "exceed_context_size_error",
@@ -110,3 +112,18 @@ class TestCalibrationFromUsage:
         assert first["count_source"] == "estimate" and first["provider_prompt_tokens"] > 0
         assert second["count_source"] == "calibrated" and second["calibration"] > 0
         assert abs(second["tokens_before"] - second["provider_prompt_tokens"]) <= 0.1 * second["provider_prompt_tokens"]
+
+    async def test_a_request_with_a_field_the_guard_cannot_count_teaches_nothing(self, start_proxy, llama, logs):
+        """Its usage is true, but about that request: one client's documents must not scale every
+        other client's estimate."""
+        _, url = llama
+        proxy = await start_proxy(gateway_settings(url))
+        short = [{"role": "user", "content": "tell me about rivers " * 40}]
+        documents = [{"title": "notes", "text": "x" * 4000}]
+        for body in ({"messages": short}, {"messages": short, "documents": documents}, {"messages": short}):
+            assert (await post(proxy, {"model": "local-model", **body}))[0] == 200
+        _, with_documents, after = logs.events("request")[-3:]
+        # The same messages, counted as the first request taught: the documents taught nothing.
+        assert after["count_source"] == "calibrated" and after["tokens_before"] == with_documents["tokens_before"]
+        assert with_documents["provider_prompt_tokens"] > 2 * with_documents["tokens_before"]
+        assert with_documents["unread_fields"] == ["documents"]

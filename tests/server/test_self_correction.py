@@ -55,6 +55,16 @@ class TestCorrection:
         )
         assert correction.window == int(4096 / 1.02)
 
+    def test_what_a_request_not_read_whole_teaches_is_the_stated_limit_alone(self):
+        correction = Correction.measure(
+            Overflow("vllm", 6000, 9000), our_prompt_tokens=6000, our_window=8192, output_reserve=500
+        )
+        shared = correction.limit_only(8192)
+        assert correction.factor == 1.5 and (shared.window, shared.factor) == (int(6000 / 1.02), 1.0)
+        assert correction.limit_only(6000) is None  # no tighter than the window known already
+        no_limit = Correction.measure(Overflow("openai", None, 9000), 6000, 8192, 500)
+        assert no_limit is not None and no_limit.limit_only(8192) is None
+
     @pytest.mark.parametrize(
         ("overflow", "why"),
         [
@@ -158,6 +168,43 @@ class TestNoClientCanPoisonTheWindow:
         assert status == 400 and len(upstream.received) == 1
         (event,) = logs.events("request")
         assert event["self_correction_ignored"] == "implausible" and event["level"] == "warning"
+
+    async def test_a_field_the_guard_cannot_count_corrects_only_its_own_request(self, proxy, upstream, logs):
+        """vLLM renders `documents` into the prompt: the provider's count of such a request is true,
+        but about that request. Retried to fit, it teaches other requests nothing (the limit it
+        states is the window known already), however often it comes."""
+        upstream.limit, upstream.provider_factor, upstream.renders_documents = 8192, 1.0, True
+        documents = [{"title": "notes", "text": "lorem ipsum " * 1000}]
+        for _ in range(3):
+            body = {"model": "gpt-4", "messages": long_conversation(), "documents": documents, "max_tokens": 100}
+            status, _, _ = await chat(proxy, body)
+            assert status == 200
+        status, _, headers = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        assert status == 200 and int(headers["x-context-guard-budget"]) == 8192 - 1228 - 410
+        first = logs.events("request")[0]
+        assert first["unread_fields"] == ["documents"] and first["self_correction"]["factor"] > 1.2
+        assert "applied_correction" not in logs.events("request")[-1]
+
+    async def test_a_field_the_guard_cannot_count_still_teaches_the_window_the_provider_states(
+        self, proxy, upstream, logs
+    ):
+        upstream.limit, upstream.provider_factor, upstream.renders_documents = 6000, 1.0, True
+        documents = [{"title": "notes", "text": "lorem ipsum " * 400}]
+        body = {"model": "gpt-4", "messages": long_conversation(), "documents": documents, "max_tokens": 100}
+        assert (await chat(proxy, body))[0] == 200
+        status, _, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
+        applied = logs.events("request")[-1]["applied_correction"]
+        assert status == 200 and applied["factor"] == 1.0 and applied["corrected_window"] == int(6000 / 1.02)
+
+    async def test_corrections_do_not_compound(self, proxy, upstream, logs):
+        """Each is measured from the model's known window, not from the one a correction gave."""
+        upstream.limit, upstream.provider_factor = 6000, 1.25
+        for turns in (80, 90, 100):
+            await chat(proxy, {"model": "gpt-4", "messages": long_conversation(turns)})
+        upstream.provider_factor = 2.2  # counts far more now: the next request overflows the corrected window
+        await chat(proxy, {"model": "gpt-4", "messages": long_conversation(110)})
+        learned = [e["self_correction"] for e in logs.events("request") if "self_correction" in e]
+        assert len(learned) == 2 and learned[-1]["corrected_window"] == int(6000 / (learned[-1]["factor"] * 1.02))
 
     async def test_a_learned_correction_shows_in_the_log_and_metrics(self, proxy, upstream, logs):
         upstream.limit, upstream.provider_factor = 6000, 1.25

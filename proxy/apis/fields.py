@@ -1,0 +1,69 @@
+"""The top-level fields each API shape's adapter accounts for: those it counts, and those known
+to stay out of the prompt (sampling options, output settings, metadata).
+
+Any other field is forwarded untouched, as always, but the guard cannot say what it adds to the
+prompt: vLLM renders `documents` and a client's own `chat_template` into it, the Responses API
+adds the conversation `previous_response_id` names. So what the upstream says about such a
+request (a count in an overflow error, `usage.prompt_tokens`) is about that request alone: it
+may correct that request's own retry, but it is never taken as a fact about the model for other
+clients' requests (a correction's count factor, a calibration ratio). A field missing from these
+lists costs only that: the lists err on the side of not learning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import islice
+from typing import Any
+
+UNREAD_SHOWN = 8  # names kept for the log; one is enough to say the request was not read whole
+
+# Options of the OpenAI-style APIs that never reach the prompt, and those of the servers that
+# speak them (vLLM, llama.cpp, Ollama): sampling, decoding constraints, output and bookkeeping.
+_SAMPLING = frozenset(
+    {
+        "model", "stream", "stream_options", "temperature", "top_p", "n", "stop", "seed", "user",
+        "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "metadata",
+        "store", "service_tier", "safety_identifier", "prompt_cache_key", "background",
+        # vLLM
+        "best_of", "use_beam_search", "top_k", "min_p", "repetition_penalty", "length_penalty",
+        "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "min_tokens", "skip_special_tokens",
+        "spaces_between_special_tokens", "truncate_prompt_tokens", "prompt_logprobs", "allowed_token_ids",
+        "bad_words", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+        "guided_decoding_backend", "guided_whitespace_pattern", "structured_outputs", "priority",
+        "request_id", "return_tokens_as_token_ids", "return_token_ids", "cache_salt", "logits_processors",
+        "vllm_xargs", "kv_transfer_params",
+        # llama.cpp's server
+        "n_predict", "typical_p", "tfs_z", "repeat_penalty", "repeat_last_n", "penalize_nl", "mirostat",
+        "mirostat_tau", "mirostat_eta", "grammar", "json_schema", "n_probs", "min_keep", "cache_prompt",
+        "samplers", "dynatemp_range", "dynatemp_exponent", "xtc_probability", "xtc_threshold",
+        "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+        "id_slot", "t_max_predict_ms", "return_tokens", "timings_per_token", "post_sampling_probs",
+        "reasoning_format", "lora",
+        # Ollama
+        "keep_alive", "options", "format", "think",
+    }
+)  # fmt: skip
+
+CHAT = _SAMPLING | {
+    "messages", "tools", "tool_choice", "functions", "function_call", "response_format", "max_tokens",
+    "max_completion_tokens", "parallel_tool_calls", "reasoning_effort", "verbosity", "modalities", "audio",
+    "prediction",
+}  # fmt: skip
+COMPLETIONS = _SAMPLING | {"prompt", "max_tokens", "echo", "suffix", "best_of"}
+RESPONSES = _SAMPLING | {
+    "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
+    "max_tool_calls", "reasoning", "text", "truncation", "include",
+}  # fmt: skip
+MESSAGES = frozenset(
+    {
+        "model", "messages", "system", "max_tokens", "tools", "tool_choice", "stream", "temperature",
+        "top_k", "top_p", "stop_sequences", "metadata", "thinking", "service_tier", "output_format",
+        "anthropic_version", "context_management",
+    }
+)  # fmt: skip
+
+
+def unread_fields(body: Mapping[str, Any], accounted: frozenset[str]) -> tuple[str, ...]:
+    """The first few top-level fields of `body` outside `accounted` (names cut short for the log)."""
+    return tuple(name[:64] for name in islice((k for k in body if k not in accounted), UNREAD_SHOWN))
