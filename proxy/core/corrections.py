@@ -115,13 +115,28 @@ def parse_overflow(status: int, body: bytes, sent: bytes = b"") -> Overflow | No
         match = pattern.match(message.lstrip())
         if match is None:
             continue
-        if match.group(0).encode() in sent or _json_escaped(match.group(0)) in sent:
+        if _sent_holds(match.group(0), sent):
             return None  # the sentence was in what the client sent: an echo, not the provider's word
         groups = match.groupdict()
         return Overflow(provider, _int(groups.get("limit")), _int(groups.get("prompt")), _int(groups.get("total")))
     if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
         return Overflow("openai", None, None)
     return None
+
+
+def _sent_holds(sentence: str, sent: bytes) -> bool:
+    """Whether `sent` could have carried `sentence` to an upstream that echoes what it reads: as
+    written, JSON-escaped, or spelled with `\\u` escapes the upstream decodes (`\\u0054his model's
+    ...`). A body with escapes that does not read as JSON counts as holding it."""
+    if sentence.encode() in sent or _json_escaped(sentence) in sent:
+        return True
+    if b"\\u" not in sent:
+        return False
+    try:
+        written_out = json.dumps(json.loads(sent), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    except (ValueError, RecursionError):
+        return True
+    return sentence.encode() in written_out or _json_escaped(sentence) in written_out
 
 
 def _json_escaped(text: str) -> bytes:

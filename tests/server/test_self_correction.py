@@ -152,6 +152,19 @@ class TestNoClientCanPoisonTheWindow:
         assert status == 200 and int(headers["x-context-guard-budget"]) == 8192 - 1228 - 410
         assert "self_correction" not in logs.events("request")[0]
 
+    async def test_overflow_wording_spelled_with_escapes_the_upstream_decodes_teaches_nothing(
+        self, proxy, upstream, logs
+    ):
+        upstream.echo_field = "user"
+        plausible = "This model's maximum context length is 4000 tokens. However, your messages resulted in 100 tokens"
+        raw = json.dumps({"model": "gpt-4", "messages": long_conversation(2), "user": plausible})
+        raw = raw.replace("This model's maximum", "\\u0054his model\\u0027s maximum")
+        assert "This model" not in raw
+        async with aiohttp.ClientSession() as session:
+            async with session.post(proxy.make_url("/v1/chat/completions"), data=raw) as r:
+                assert r.status == 400 and plausible in (await r.json())["error"]["message"]
+        assert len(upstream.received) == 1 and "self_correction" not in logs.events("request")[0]
+
     async def test_a_correction_whose_retry_fails_is_not_remembered(self, proxy, upstream, logs):
         upstream.fail_with = overflow_error("openai", 6000, 7000)  # too long, whatever it is sent
         status, _, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
