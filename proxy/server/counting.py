@@ -105,6 +105,15 @@ class Choice:
 
 
 DEFAULT_OPTIONS = BackendOptions()
+# Models per upstream-and-model table kept (a window an Ollama server stated, a backend counter):
+# a glob route takes any model name a client writes, and each new one must not grow the process.
+MODELS_KEPT = 1024
+
+
+def _keep_bounded(table: dict[Any, Any]) -> None:
+    """Forget the entries `table` holds longest, past `MODELS_KEPT`."""
+    while len(table) > MODELS_KEPT:
+        del table[next(iter(table))]
 
 
 @dataclass
@@ -156,6 +165,7 @@ class Counting:
         known, stated = self.known_window(upstream, model)
         if not known:
             stated = self._windows[(upstream, model)] = await ollama_window(session, base_url, model, headers)
+            _keep_bounded(self._windows)
         return stated
 
     async def choose(
@@ -231,6 +241,7 @@ class Counting:
                 framing_timeout=options.framing_timeout,
             )
             self._counters[key] = counter
+            _keep_bounded(self._counters)
         return counter
 
     def observe(

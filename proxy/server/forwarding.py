@@ -73,8 +73,10 @@ class UpstreamCall:
         query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
         url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
         headers = request_headers(request.headers, upstream, auth, keys)
-        if not forwardable_request_id(gw.counting.profile_of(upstream.name), headers.get("x-request-id", "")):
-            headers.popall("x-request-id", None)  # llama-cpp-python refuses any id that is not a UUID
+        if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
+            headers["x-request-id"] = self._record.request_id
+            if not forwardable_request_id(gw.counting.profile_of(upstream.name), self._record.request_id):
+                del headers["x-request-id"]  # llama-cpp-python refuses any id that is not a UUID
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()
         self._pool = pool = request.app[UPSTREAM_POOL]

@@ -17,7 +17,7 @@ from proxy.core.models import ModelRegistry
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
 from proxy.core.tokens import RequestCounter
 from proxy.server.backends import BackendOptions, Discovery
-from proxy.server.counting import Counting
+from proxy.server.counting import MODELS_KEPT, Counting
 from proxy.server.gateway import GATEWAY
 
 
@@ -138,6 +138,21 @@ class TestKnownWindow:
         async with aiohttp.ClientSession() as session:
             asked = await counting.window(session, "ollama", str(server.make_url("/v1")), "llama3")
         assert before == (False, None) and counting.known_window("ollama", "llama3") == (True, asked) == (True, 8192)
+
+    async def test_what_is_kept_per_model_stays_bounded_whatever_names_clients_send(self, aiohttp_server):
+        async def show(request: web.Request) -> web.Response:
+            return web.json_response({"parameters": "num_ctx 8192"})
+
+        app = web.Application()
+        app.router.add_post("/api/show", show)
+        server = await aiohttp_server(app)
+        counting = Counting(discoveries={"ollama": Discovery("ollama")})
+        async with aiohttp.ClientSession() as session:
+            for i in range(MODELS_KEPT + 50):
+                await counting.window(session, "ollama", str(server.make_url("/v1")), f"made-up-{i}")
+        assert len(counting._windows) == MODELS_KEPT
+        assert counting.known_window("ollama", f"made-up-{MODELS_KEPT + 49}") == (True, 8192)  # the newest kept
+        assert counting.known_window("ollama", "made-up-0") == (False, None)  # the oldest asked again
 
 
 class TestObserve:

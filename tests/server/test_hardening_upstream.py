@@ -246,6 +246,13 @@ class TestRequestIds:
         )
         assert response.status == 200 and len(response.headers["x-request-id"]) == 32
         assert logs.events("request")[-1]["request_id"] == response.headers["x-request-id"]
+        sent = {k.lower(): v for k, v in upstream.received[-1].headers.items()}
+        assert sent["x-request-id"] == response.headers["x-request-id"]  # one id everywhere
+
+    async def test_a_kept_id_goes_upstream_as_sent(self, proxy, upstream):
+        headers = {**JSON, "X-Request-ID": "req-123_ABC"}
+        assert (await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, headers)).status == 200
+        assert [v for k, v in upstream.received[-1].headers.items() if k.lower() == "x-request-id"] == ["req-123_ABC"]
 
     async def test_a_non_utf8_id_is_replaced_and_the_request_still_logged(self, proxy, upstream, logs):
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
