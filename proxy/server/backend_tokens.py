@@ -52,6 +52,9 @@ class TokenizeCalls(Protocol):
 
     async def conversation(self, messages: list[dict[str, Any]]) -> int | None: ...
 
+    def use_headers(self, headers: Mapping[str, str]) -> None:
+        """Send `headers` from now on (the upstream's credential, refreshed)."""
+
 
 @dataclass
 class _Http:
@@ -66,6 +69,10 @@ class _Http:
 
     async def post(self, url: str, body: object) -> object:
         return await upstream_json(self.session, "POST", url, body, self.headers)
+
+    def use_headers(self, headers: Mapping[str, str]) -> None:
+        if headers != self.headers:
+            self.headers = dict(headers)
 
 
 class LlamaServerCalls(_Http):

@@ -242,6 +242,8 @@ class Counting:
             )
             self._counters[key] = counter
             _keep_bounded(self._counters)
+        elif headers is not None:  # a token the upstream's auth refreshed since the counter was made
+            counter.calls.use_headers(headers)
         return counter
 
     def observe(

@@ -80,6 +80,31 @@ class TestChoose:
         assert choice.source == "backend" and choice.bypasses_cache
         assert RequestCounter(choice.profile, choice.tokenizer).request(chat(2)).total == rendered(chat(2)["messages"])
 
+    async def test_the_backend_is_asked_with_the_credential_of_the_moment(self, aiohttp_server):
+        """A token from `token_command` or `token_file` is refreshed: the tokenize calls must carry
+        the new one, not the one the counter for that model was made with."""
+        app, _ = llama_cpp_python_like()
+        seen: list[str | None] = []
+
+        @web.middleware
+        async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+            if "tokenize" in request.path:
+                seen.append(request.headers.get("Authorization"))
+            return await handler(request)
+
+        app.middlewares.append(record)
+        url = str((await aiohttp_server(app)).make_url("/v1"))
+        counting, asked_with = Counting(), {}
+        async with aiohttp.ClientSession() as session:
+            await counting.discover(session, "local", url)
+            for token, turns in (("one", 2), ("two", 3)):  # the second has a new message to count
+                seen.clear()
+                headers = {"Authorization": f"Bearer {token}"}
+                profile = REGISTRY.profile("smol")
+                await counting.choose(session, "local", url, "smol", chat(turns), profile, ESTIMATE, headers)
+                asked_with[token] = set(seen)
+        assert asked_with == {"one": {"Bearer one"}, "two": {"Bearer two"}}
+
     async def test_tokenize_local_keeps_the_guard_s_own_count(self, llama):
         url, asked = llama
         counting = Counting({"local": BackendOptions(tokenize="local")})
