@@ -59,6 +59,8 @@ class Bounds:
             if limit is not None and not within(value, limit):
                 raise SchemaError(f"must be {words} {_number(limit)}, not {shown(given)}")
 
+PositiveFloat = Annotated[float, Bounds(gt=0)]
+
 
 class SchemaError(ValueError):
     """A value that does not fit the schema: `message` says why, `location` where (keys and

@@ -28,7 +28,8 @@ from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.encodings import Tokenizers
 from proxy.errors import ConfigError
 from proxy.model_map import load_model_map
-from proxy.settings import Mode, Settings
+from proxy.settings import Settings
+from proxy.trim_settings import Mode
 
 
 class Guard:

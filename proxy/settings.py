@@ -17,10 +17,7 @@ OpenAI with the key in OPENAI_API_KEY, enforce budgets.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import os
-import re
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -31,34 +28,23 @@ import yaml
 
 from proxy.apis.completions import CompletionsOptions
 from proxy.config_env import expand_environment
-from proxy.config_schema import INTERNAL, Bounds, SchemaError, build, convert, dotted, plain, shallow, shown
-from proxy.core.budget import BudgetPolicy
+from proxy.config_schema import INTERNAL, Bounds, PositiveFloat, SchemaError, build, dotted, plain, shallow
 from proxy.core.calibration import CalibrationPolicy
 from proxy.core.corrections import CorrectionPolicy
 from proxy.core.models import ModelOverride, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import TrimPolicy
-from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
+from proxy.core.strategies import build_pipeline
 from proxy.core.tokenizer import DEFAULT_CACHE_BYTES
 from proxy.errors import ConfigError
+from proxy.trim_settings import BudgetSettings, Mode, TrimSettings
+from proxy.upstream_settings import Route, UpstreamSettings
 
 if TYPE_CHECKING:
-    from proxy.server.backends import BackendOptions
+    pass
 from proxy.state.store import StateOptions
 
-Mode = Literal["enforce", "dry_run", "off"]
-MODES: tuple[Mode, ...] = ("enforce", "dry_run", "off")
-UpstreamKind = Literal[
-    "auto", "openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
-]
-# Kinds whose server is asked at start what it is (its window, whether it can tokenize).
-DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
-# How each kind behaves as a backend (proxy.server.backends); hosted APIs are never probed.
-_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai"}
-ApiName = Literal["chat", "responses", "completions", "messages"]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-PositiveFloat = Annotated[float, Bounds(gt=0)]
 Port = Annotated[int, Bounds(ge=0, le=65535)]
 
 
@@ -104,93 +90,6 @@ class LogSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class BudgetSettings:
-    output_reserve_ratio: Annotated[float, Bounds(ge=0, lt=1)] = 0.15
-    output_reserve_min: Annotated[int, Bounds(ge=0)] = 500
-    output_reserve_max: Annotated[int, Bounds(ge=0)] = 4096
-    safety_margin_ratio: Annotated[float, Bounds(ge=0, lt=1)] = 0.05
-    safety_margin_min: Annotated[int, Bounds(ge=0)] = 0
-    constrained_below: Annotated[int, Bounds(ge=0)] = 1000
-
-    @cached_property
-    def policy(self) -> BudgetPolicy:
-        return BudgetPolicy(
-            reserve_ratio=self.output_reserve_ratio,
-            reserve_min=self.output_reserve_min,
-            reserve_max=self.output_reserve_max,
-            safety_ratio=self.safety_margin_ratio,
-            safety_min=self.safety_margin_min,
-            constrained_below=self.constrained_below,
-        )
-
-    def __post_init__(self) -> None:
-        if self.output_reserve_max < self.output_reserve_min:
-            raise ValueError("need output_reserve_min <= output_reserve_max")
-
-
-@dataclass(frozen=True, kw_only=True)
-class SummariserSettings:
-    """The model that writes summaries of dropped history, through one of the configured upstreams."""
-
-    upstream: str
-    model: Annotated[str, Bounds(min_length=1)]
-    deadline_seconds: PositiveFloat = 10.0
-    max_response_bytes: Annotated[int, Bounds(ge=1024)] = 65_536
-    max_input_chars: Annotated[int, Bounds(ge=1000)] = 200_000
-    cache_entries: Annotated[int, Bounds(ge=1)] = 1024
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrimSettings:
-    mode: Mode = "enforce"
-    overflow: Literal["reject", "forward"] = "reject"
-    pipeline: tuple[str, ...] = DEFAULT_PIPELINE
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # A short factual system note in a trimmed chat request: "12 earlier messages, 8,412 tokens, were
-    # removed to fit the context window", so the model knows its history is partial.
-    budget_note: bool = False
-    # Summarise what was dropped with a model of its own and put the summary in its place (chat
-    # completions; off by default). Summaries are cached by the span they replace, so the next turns
-    # reuse the same text and the same cached prefix; a slow, failing or oversized one falls back to
-    # plain dropping.
-    summarize_dropped: bool = False
-    summary_share: Annotated[float, Bounds(gt=0, lt=0.5)] = 0.1
-    summary_max_tokens: Annotated[int, Bounds(ge=50)] = 1000
-    summariser: SummariserSettings | None = None
-
-    def __post_init__(self) -> None:
-        if self.summarize_dropped and self.summariser is None:
-            raise SchemaError("is required when trim.summarize_dropped is true", ("summariser",))
-        for name in self.options:
-            if name not in STRATEGIES:
-                raise SchemaError(f"unknown strategy; known: {', '.join(STRATEGIES)}", ("options", name))
-        for name, options in self.options.items():
-            check_strategy_options(name, build_pipeline([name])[0], options)
-        try:
-            build_pipeline(self.pipeline, self.options)
-        except ValueError as exc:
-            raise SchemaError(str(exc), ("pipeline",)) from None
-
-
-def check_strategy_options(name: str, strategy: object, options: Mapping[str, Any]) -> None:
-    """Each option of a strategy has the type its field declares, and no count is negative (a
-    SchemaError at `options.<strategy>.<option>` of the trim section)."""
-    hints = typing.get_type_hints(type(strategy))
-    for key, value in options.items():
-        where = ("options", name, key)
-        if key not in hints:
-            known = ", ".join(sorted(set(hints) - {"name", "which"}))
-            raise SchemaError(f"unknown option; known: {known}", where)
-        try:
-            convert(hints[key], value, strict=True)
-        except SchemaError as exc:
-            raise exc.within(*where) from None
-        numbers = value.values() if isinstance(value, Mapping) else [value]
-        if any(isinstance(n, int | float) and not isinstance(n, bool) and n < 0 for n in numbers):
-            raise SchemaError(f"must be at least 0, not {shown(value)}", where)
-
-
-@dataclass(frozen=True, kw_only=True)
 class TokenizerSettings:
     encodings_dir: str | None = None
     cache_entries: Annotated[int, Bounds(ge=0)] = 100_000
@@ -226,81 +125,6 @@ class ModelsSettings:
     map_file: str | None = None
     fallback_context_window: Annotated[int, Bounds(ge=256)] = 8192
     overrides: tuple[ModelOverrideSettings, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class UpstreamSettings:
-    name: str = field(default="", metadata=INTERNAL)  # filled from the key under `upstreams`
-    base_url: str
-    # Which API shapes it serves, how it authenticates, and how it counts: `auto` asks the server at
-    # start (vLLM, llama.cpp, Ollama: its window, its tokenizer; `--upstream URL` is `auto`);
-    # `generic` asks nothing.
-    kind: UpstreamKind = "generic"
-    tokenize: Literal["auto", "local", "backend"] = "auto"  # count with the server's own tokenizer where it has one
-    discovery_timeout: Annotated[float, Bounds(gt=0, le=60)] = 3.0
-    tokenize_timeout: Annotated[float, Bounds(gt=0, le=60)] = 2.0  # one request's tokenize calls together
-    framing_timeout: Annotated[float, Bounds(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
-    tokenize_concurrency: Annotated[int, Bounds(ge=1, le=64)] = 4
-    # Where the server lowers max_tokens to what the window leaves (llama.cpp, Ollama): the output
-    # the budget keeps free at least; null: the default reserve (15% of the window, 500 to 4,096).
-    min_output_tokens: Annotated[int, Bounds(ge=0)] | None = None
-    apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
-    api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
-    token_command: str | None = None  # e.g. `gcloud auth print-access-token`
-    token_file: str | None = None
-    token_refresh_seconds: Annotated[float, Bounds(ge=1)] = 3000.0
-    headers: dict[str, str] = field(default_factory=dict)
-    connect_timeout: PositiveFloat = 10.0
-    read_timeout: PositiveFloat = 600.0
-
-    def __post_init__(self) -> None:
-        try:
-            check_url(self.base_url)
-        except ValueError as exc:
-            raise SchemaError(str(exc), ("base_url",)) from None
-        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
-
-    @property
-    def backend_options(self) -> BackendOptions:
-        from proxy.server.backends import BackendOptions  # aiohttp's world: loaded only by the server
-
-        kind = _BACKEND_KIND.get(self.kind, self.kind)
-        return BackendOptions(
-            kind=kind,  # type: ignore[arg-type]  # the kinds map onto the backend kinds above
-            tokenize=self.tokenize,
-            discovery_timeout=self.discovery_timeout,
-            tokenize_timeout=self.tokenize_timeout,
-            framing_timeout=self.framing_timeout,
-            tokenize_concurrency=self.tokenize_concurrency,
-            min_output_tokens=self.min_output_tokens,
-        )
-
-    def serves(self, api: str) -> bool:
-        return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])
-
-
-KIND_APIS: Mapping[str, tuple[str, ...]] = {
-    "openai": ("chat", "responses", "completions"),
-    "azure": ("chat", "responses", "completions"),
-    "vertex": ("chat",),
-    "vllm": ("chat", "responses", "completions"),
-    "llamacpp": ("chat", "completions"),
-    "ollama": ("chat", "completions"),
-    "anthropic": ("messages",),
-    "generic": ("chat", "responses", "completions", "messages"),
-    "echo": ("chat", "responses", "completions", "messages"),
-    "auto": ("chat", "responses", "completions", "messages"),
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Route:
-    match: str = "*"  # exact model name or glob
-    upstream: str
-    rename: str | None = None
-
-    def matches(self, model: str) -> bool:
-        return self.match == model or fnmatch.fnmatchcase(model, self.match)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -490,11 +314,6 @@ class Settings:
             "with no client keys: anyone who reaches the port spends that credential. Set server.client_keys, "
             "listen on 127.0.0.1, or set server.allow_unauthenticated: true to accept this"
         )
-
-
-def check_url(url: str) -> None:
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise ValueError(f"{url!r} must start with http:// or https:// and name a host")
 
 
 def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Settings:

@@ -44,9 +44,10 @@ from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
 from proxy.server.streams import upstream_session
 from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
-from proxy.settings import DISCOVERED_KINDS, Settings, UpstreamSettings
+from proxy.settings import Settings
 from proxy.state import open_store
 from proxy.strict_json import JsonLimits
+from proxy.upstream_settings import DISCOVERED_KINDS, UpstreamSettings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps

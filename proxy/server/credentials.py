@@ -29,7 +29,7 @@ from urllib.parse import unquote_plus
 
 from proxy.errors import UpstreamUnavailable
 from proxy.logging import get_logger
-from proxy.settings import UpstreamSettings
+from proxy.upstream_settings import UpstreamSettings
 
 COMMAND_TIMEOUT_SECONDS = 30.0
 CLIENT_KEY_HEADERS = ("x-api-key", "api-key")  # besides `Authorization: Bearer <key>`

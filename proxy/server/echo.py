@@ -36,7 +36,8 @@ from proxy.core.turns import call_ids, validity_problems
 from proxy.encodings import Tokenizers
 from proxy.errors import GuardError
 from proxy.server.handlers import parse_chat
-from proxy.settings import Route, Settings, UpstreamSettings
+from proxy.settings import Settings
+from proxy.upstream_settings import Route, UpstreamSettings
 
 OWNER = "context-guard-echo"
 UPSTREAM_NAME = "echo"  # how the guard's log lines and metrics name it

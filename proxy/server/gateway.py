@@ -22,9 +22,10 @@ from proxy.server.metrics import Metrics
 from proxy.server.paths import PathRoute
 from proxy.server.record import RequestRecord
 from proxy.server.upstream import Router, request_headers
-from proxy.settings import Settings, UpstreamSettings
+from proxy.settings import Settings
 from proxy.state import MemoryStore, StateStore
 from proxy.state.corrections import SharedCorrections
+from proxy.upstream_settings import UpstreamSettings
 
 MODE_HEADER = "x-context-guard-mode"
 RECORD = web.RequestKey("record", RequestRecord)  # opened for every request by the records middleware

@@ -50,8 +50,9 @@ from proxy.server.upstream import (
     read_error_body,
     request_headers,
 )
-from proxy.settings import MODES, Mode, UpstreamSettings
 from proxy.strict_json import UnreadableJson
+from proxy.trim_settings import MODES, Mode
+from proxy.upstream_settings import UpstreamSettings
 
 
 async def guarded(request: web.Request) -> web.StreamResponse:

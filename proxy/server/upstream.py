@@ -33,7 +33,8 @@ from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout
 from proxy.server.credentials import names_a_client_key
 from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
 from proxy.server.streams import is_event_stream
-from proxy.settings import Route, Settings, UpstreamSettings
+from proxy.settings import Settings
+from proxy.upstream_settings import Route, UpstreamSettings
 
 HOP_BY_HOP = frozenset(
     {

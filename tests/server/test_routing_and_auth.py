@@ -11,7 +11,7 @@ import pytest
 from proxy.errors import UpstreamUnavailable
 from proxy.server.credentials import UpstreamAuth
 from proxy.server.upstream import request_headers
-from proxy.settings import UpstreamSettings
+from proxy.upstream_settings import UpstreamSettings
 from tests.server.conftest import gateway_settings, long_conversation
 
 HI = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}

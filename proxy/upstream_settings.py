@@ -1,0 +1,104 @@
+"""The `upstreams` and `routes` sections of the settings: where requests go, how each upstream
+authenticates and counts, and which model goes where (`proxy.settings` reads the whole file)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from proxy.config_schema import INTERNAL, Bounds, PositiveFloat, SchemaError
+
+if TYPE_CHECKING:
+    from proxy.server.backends import BackendOptions
+
+UpstreamKind = Literal[
+    "auto", "openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
+]
+# Kinds whose server is asked at start what it is (its window, whether it can tokenize).
+DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
+# How each kind behaves as a backend (proxy.server.backends); hosted APIs are never probed.
+_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai"}
+ApiName = Literal["chat", "responses", "completions", "messages"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpstreamSettings:
+    name: str = field(default="", metadata=INTERNAL)  # filled from the key under `upstreams`
+    base_url: str
+    # Which API shapes it serves, how it authenticates, and how it counts: `auto` asks the server at
+    # start (vLLM, llama.cpp, Ollama: its window, its tokenizer; `--upstream URL` is `auto`);
+    # `generic` asks nothing.
+    kind: UpstreamKind = "generic"
+    tokenize: Literal["auto", "local", "backend"] = "auto"  # count with the server's own tokenizer where it has one
+    discovery_timeout: Annotated[float, Bounds(gt=0, le=60)] = 3.0
+    tokenize_timeout: Annotated[float, Bounds(gt=0, le=60)] = 2.0  # one request's tokenize calls together
+    framing_timeout: Annotated[float, Bounds(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
+    tokenize_concurrency: Annotated[int, Bounds(ge=1, le=64)] = 4
+    # Where the server lowers max_tokens to what the window leaves (llama.cpp, Ollama): the output
+    # the budget keeps free at least; null: the default reserve (15% of the window, 500 to 4,096).
+    min_output_tokens: Annotated[int, Bounds(ge=0)] | None = None
+    apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
+    api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
+    token_command: str | None = None  # e.g. `gcloud auth print-access-token`
+    token_file: str | None = None
+    token_refresh_seconds: Annotated[float, Bounds(ge=1)] = 3000.0
+    headers: dict[str, str] = field(default_factory=dict)
+    connect_timeout: PositiveFloat = 10.0
+    read_timeout: PositiveFloat = 600.0
+
+    def __post_init__(self) -> None:
+        try:
+            check_url(self.base_url)
+        except ValueError as exc:
+            raise SchemaError(str(exc), ("base_url",)) from None
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+
+    @property
+    def backend_options(self) -> BackendOptions:
+        from proxy.server.backends import BackendOptions  # aiohttp's world: loaded only by the server
+
+        kind = _BACKEND_KIND.get(self.kind, self.kind)
+        return BackendOptions(
+            kind=kind,  # type: ignore[arg-type]  # the kinds map onto the backend kinds above
+            tokenize=self.tokenize,
+            discovery_timeout=self.discovery_timeout,
+            tokenize_timeout=self.tokenize_timeout,
+            framing_timeout=self.framing_timeout,
+            tokenize_concurrency=self.tokenize_concurrency,
+            min_output_tokens=self.min_output_tokens,
+        )
+
+    def serves(self, api: str) -> bool:
+        return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])
+
+
+KIND_APIS: Mapping[str, tuple[str, ...]] = {
+    "openai": ("chat", "responses", "completions"),
+    "azure": ("chat", "responses", "completions"),
+    "vertex": ("chat",),
+    "vllm": ("chat", "responses", "completions"),
+    "llamacpp": ("chat", "completions"),
+    "ollama": ("chat", "completions"),
+    "anthropic": ("messages",),
+    "generic": ("chat", "responses", "completions", "messages"),
+    "echo": ("chat", "responses", "completions", "messages"),
+    "auto": ("chat", "responses", "completions", "messages"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    match: str = "*"  # exact model name or glob
+    upstream: str
+    rename: str | None = None
+
+    def matches(self, model: str) -> bool:
+        return self.match == model or fnmatch.fnmatchcase(model, self.match)
+
+
+def check_url(url: str) -> None:
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"{url!r} must start with http:// or https:// and name a host")
