@@ -32,6 +32,7 @@ import aiohttp
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.processes import stop  # noqa: E402
 from bench.proxy_overhead import free_port, rss_mb, serve_proxy, wait_ready  # noqa: E402
 
 SLOW_UPSTREAM = (
@@ -178,8 +179,7 @@ async def main() -> None:
             Path(args.markdown).write_text(markdown(lines, os.getloadavg()[0]), encoding="utf-8")
     finally:
         for process in (proxy, upstream):
-            process.terminate()
-            process.wait(timeout=10)
+            stop(process)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.conversations import agent_conversation  # noqa: E402
+from bench.processes import stop  # noqa: E402
 
 UPSTREAM = (
     "import sys; from aiohttp import web; from tests.server.fake_upstream import FakeUpstream; "
@@ -141,8 +142,7 @@ async def main() -> None:
         )
     finally:
         for process in (proxy, upstream):
-            process.terminate()
-            process.wait(timeout=10)
+            stop(process)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import core_speed, load, report  # noqa: E402
 from bench.load import SMALL, Bodies, Target, summary_ms  # noqa: E402
+from bench.processes import stop  # noqa: E402
 
 SSE_QUERY = "deltas=64&gap_ms=20"
 
@@ -129,12 +130,7 @@ def started(
         wait_ready(port, process, path=path)
         yield process, time.perf_counter() - launched
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 Row = dict[str, Any]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from bench.processes import stop
 
 ROOT = Path(__file__).parent.parent
 
@@ -70,13 +71,8 @@ class Process:
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.popen is not None:
+            stop(self.popen, timeout)
 
     @property
     def output(self) -> str:

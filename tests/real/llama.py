@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.processes import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = ROOT / "scripts" / "install-llama.sh"
 N_CTX = 2048
@@ -108,9 +110,4 @@ def running_server(log_path: Path, n_ctx: int = N_CTX) -> Iterator[LlamaServer]:
             _warm_up(url)
             yield LlamaServer(python, gguf, url, n_ctx)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=15)
+            stop(process)
