@@ -16,7 +16,10 @@ renders (or, on llama-cpp-python, which cannot render without generating, answer
 
 and becomes the `ChatFormat` the core counts with. Each request's calls run under one deadline;
 a text the backend did not count in time is counted by the local estimate, and the count says
-it is not exact. A backend whose calls fail is left alone for `cooldown` seconds.
+it is not exact. A backend that cannot be reached (no connection, a timeout, a 5xx) is left alone
+for `FAILURE_COOLDOWN` seconds; a text it answers about without a count (a 4xx: it refused that
+text) is counted locally, that text only: one client's text must not switch the backend's
+counting off for every other client.
 
 The core stays synchronous: `BackendCounter.prepare()` (async) fetches every count the core will
 ask for, found by a first pass with a recording tokenizer, and returns a plain `Tokenizer`
@@ -26,6 +29,7 @@ holding them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import time
@@ -38,10 +42,14 @@ import aiohttp
 from proxy.core.models import ChatFormat, ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.tokens import RequestCounter
-from proxy.server.backends import Discovery, server_root, token_count, upstream_json
+from proxy.server.backends import Discovery, server_root, token_count
 
 PROBE = "x"
 FAILURE_COOLDOWN = 30.0
+
+
+class BackendDown(Exception):
+    """The backend could not answer a tokenize call: not a refusal of one text, the server itself."""
 
 
 class TokenizeCalls(Protocol):
@@ -68,7 +76,19 @@ class _Http:
         return server_root(self.base_url)
 
     async def post(self, url: str, body: object) -> object:
-        return await upstream_json(self.session, "POST", url, body, self.headers)
+        """The JSON of a 2xx answer; None for an answer without one (a 4xx, not JSON); BackendDown
+        when the server could not answer (no connection, a timeout, a 5xx)."""
+        try:
+            async with self.session.post(url, json=body, headers=self.headers, allow_redirects=False) as response:
+                if response.status >= 500:
+                    raise BackendDown(f"{url} answered {response.status}")
+                if response.status >= 300:
+                    return None
+                return await response.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise BackendDown(f"{url}: {type(exc).__name__}") from exc
+        except ValueError:  # not JSON
+            return None
 
     def use_headers(self, headers: Mapping[str, str]) -> None:
         if headers != self.headers:
@@ -330,10 +350,13 @@ class BackendCounter:
         return (self.name, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
 
     async def _count(self, text: str) -> int | None:
-        async with self._limit:
-            n = await self.calls.text(text)
-        if n is None:
+        try:
+            async with self._limit:
+                n = await self.calls.text(text)
+        except BackendDown:
             self._down_until = self.clock() + FAILURE_COOLDOWN
+            return None
+        if n is None:  # refused: this text is counted locally, the backend stays in use
             return None
         n = max(0, n - (self._empty or 0))
         self.cache.put(self._key(text), n)
@@ -345,10 +368,11 @@ class BackendCounter:
             return self._framing
         async with self._setup:
             if self._framing is None and self.clock() >= self._down_until:
-                empty = await self.calls.text("")
-                if empty is not None:
-                    self._empty = empty
-                    self._framing = await measure_framing(self.calls, self._count)
+                with contextlib.suppress(BackendDown):
+                    empty = await self.calls.text("")
+                    if empty is not None:
+                        self._empty = empty
+                        self._framing = await measure_framing(self.calls, self._count)
                 if self._framing is None:
                     self._down_until = self.clock() + FAILURE_COOLDOWN
         return self._framing
@@ -380,7 +404,7 @@ class BackendCounter:
         tokenizer = PrefetchedTokenizer(self.name, counts, fallback)
         uncounted = len(recorder.texts - counts.keys())
         complete = uncounted == 0
-        note = None if complete else f"{uncounted} texts counted locally (backend too slow)"
+        note = None if complete else f"{uncounted} texts counted locally (backend too slow, or it refused them)"
         return Prepared(counted_profile, tokenizer, complete, calls, note)
 
     async def complete(self, tokenizer: PrefetchedTokenizer) -> int:

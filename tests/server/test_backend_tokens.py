@@ -16,7 +16,7 @@ import pytest
 from proxy.core.models import TEMPLATE_FORMAT, ModelRegistry
 from proxy.core.tokenizer import CharEstimateTokenizer, CountCache
 from proxy.core.tokens import RequestCounter
-from proxy.server.backend_tokens import BackendCounter, Framing, measure_framing
+from proxy.server.backend_tokens import BackendCounter, BackendDown, Framing, measure_framing
 
 DEFAULT_SYSTEM = "You are a helpful assistant named Chatty"
 
@@ -24,7 +24,9 @@ DEFAULT_SYSTEM = "You are a helpful assistant named Chatty"
 class ChatMlServer:
     def __init__(self, delay: float = 0.0, fail: bool = False, call_frame: int | None = None) -> None:
         self.delay = delay
-        self.fail = fail
+        self.fail = fail  # every call answered without a count (as a 4xx would be)
+        self.down = False  # every call fails as an unreachable server's does
+        self.refused: set[str] = set()  # texts answered without a count
         self.call_frame = call_frame  # tokens around a tool call's name and arguments; None: calls dropped
         self.text_calls: list[str] = []
         self.conversation_calls = 0
@@ -36,7 +38,9 @@ class ChatMlServer:
     async def text(self, text: str) -> int | None:
         self.text_calls.append(text)
         await asyncio.sleep(self.delay)
-        return None if self.fail else 1 + self.words(text)  # a BOS on every text
+        if self.down:
+            raise BackendDown("connection refused")
+        return None if self.fail or text in self.refused else 1 + self.words(text)  # a BOS on every text
 
     async def conversation(self, messages: list[dict[str, Any]]) -> int | None:
         self.conversation_calls += 1
@@ -187,6 +191,29 @@ class TestBackendCounter:
         assert len(server.text_calls) == calls  # not asked again during the cooldown
         server.fail, clock.now = False, 60.0
         assert (await counter.prepare(conversation(1), profile, FALLBACK)).remote
+
+    async def test_a_backend_that_goes_down_is_left_alone_for_a_while(self, profile):
+        server, clock = ChatMlServer(), FakeClock()
+        counter = BackendCounter("local/model", server, CountCache(), clock=clock)
+        await counter.framing()
+        server.down = True
+        assert not (await counter.prepare(conversation(2), profile, FALLBACK)).remote
+        calls = len(server.text_calls)
+        assert not (await counter.prepare(conversation(3), profile, FALLBACK)).remote
+        assert len(server.text_calls) == calls  # not asked during the cooldown
+
+    async def test_a_text_the_backend_refuses_is_counted_locally_and_the_backend_stays_in_use(self, profile):
+        """One client's text (too long for the server's tokenize call, say) must not switch the
+        backend's counting off for the requests of every other client."""
+        server = ChatMlServer()
+        counter = BackendCounter("local/model", server, CountCache())
+        await counter.framing()
+        refused = conversation(1)
+        refused["messages"][1]["content"] = "a text this server will not tokenize"
+        server.refused.add(refused["messages"][1]["content"])
+        total, first = await count(counter, refused, profile)
+        assert not first.remote and not first.tokenizer.exact and "counted locally" in first.note
+        assert (await counter.prepare(conversation(2), profile, FALLBACK)).remote
 
     async def test_a_text_the_trim_makes_up_is_counted_locally_and_breaks_exactness(self, profile):
         counter = BackendCounter("local/model", ChatMlServer(), CountCache())
