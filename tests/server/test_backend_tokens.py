@@ -211,7 +211,7 @@ class TestBackendCounter:
         refused = conversation(1)
         refused["messages"][1]["content"] = "a text this server will not tokenize"
         server.refused.add(refused["messages"][1]["content"])
-        total, first = await count(counter, refused, profile)
+        _, first = await count(counter, refused, profile)
         assert not first.remote and not first.tokenizer.exact and "counted locally" in first.note
         assert (await counter.prepare(conversation(2), profile, FALLBACK)).remote
 
