@@ -219,6 +219,11 @@ class Adapter:
         """Strategies that replace the configured pipeline for this request; None keeps it."""
         return None
 
+    def counted_view(self, parsed: Parsed, tokenizer: Tokenizer) -> Mapping[str, Any]:
+        """The chat view the core counts, once the tokenizer is known (`parsed.chat` unless the
+        view depends on counts)."""
+        return parsed.chat
+
 
 def openai_error(status: int, error_type: str, message: str, param: str | None = None) -> dict[str, Any]:
     code = {400: "invalid_request", 401: "invalid_api_key", 404: "not_found", 413: "request_too_large"}.get(status)
@@ -271,7 +276,7 @@ def fit(
 ) -> Fitted:
     """Count and trim `parsed` with the core, and render the result in the API's own shape."""
     plan = plan_request(
-        parsed.chat,
+        adapter.counted_view(parsed, tokenizer),
         adapter.profile(profile, parsed),
         tokenizer,
         policy,

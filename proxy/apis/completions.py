@@ -14,6 +14,7 @@ A batch of several prompts, or prompts given as token ids, is counted by its lon
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
@@ -33,6 +34,7 @@ from proxy.apis.base import (
 from proxy.apis.fields import unread_fields
 from proxy.core.models import ModelProfile
 from proxy.core.strategies import build_pipeline
+from proxy.core.tokenizer import Tokenizer
 from proxy.core.trim import Strategy
 from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
@@ -78,7 +80,7 @@ class CompletionsAdapter(Adapter):
         chat["max_tokens"] = reserve if reserve is not None else API_DEFAULT_MAX_TOKENS
         notes = []
         if batch > 1:
-            notes.append(f"a batch of {batch} prompts, counted by the longest; never cut")
+            notes.append(f"a batch of {batch} prompts, counted by the longest in tokens; never cut")
         return Parsed(
             api=self.name,
             body=body,
@@ -93,6 +95,18 @@ class CompletionsAdapter(Adapter):
             private={"cuttable": batch == 1 and token_ids == 0},
             unread=unread_fields(body, fields.COMPLETIONS),
         )
+
+    def counted_view(self, parsed: Parsed, tokenizer: Tokenizer) -> Mapping[str, Any]:
+        """A batch of text prompts is counted by the one of the most tokens: the longest in
+        characters may be far from it (12,000 ASCII characters are 1,500 tokens, 9,000 CJK ones
+        over 20,000)."""
+        prompts = parsed.body.get("prompt")
+        if not (isinstance(prompts, list) and len(prompts) > 1 and all(isinstance(p, str) for p in prompts)):
+            return parsed.chat
+        counts = tokenizer.count_many(list(prompts))
+        longest = prompts[max(range(len(prompts)), key=counts.__getitem__)]
+        (message,) = parsed.chat["messages"]
+        return {**parsed.chat, "messages": [{**message, "content": longest}]}
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """No chat framing: a prompt is sent as it is. Token-id prompts count by their number."""

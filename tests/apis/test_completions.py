@@ -39,6 +39,13 @@ class TestCount:
         long = words(300)
         assert fit_body(ADAPTER, body(["short", long]), 4096).plan.count.total == tokenizer().count(long) + 1
 
+    def test_a_batch_is_counted_by_the_prompt_of_the_most_tokens_not_of_the_most_characters(self) -> None:
+        ascii_prompt = "a" * 1200
+        cjk_prompt = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(900))  # fewer characters
+        assert tokenizer().count(cjk_prompt) > 2 * tokenizer().count(ascii_prompt)
+        total = fit_body(ADAPTER, body([ascii_prompt, cjk_prompt]), 4096).plan.count.total
+        assert total == tokenizer().count(cjk_prompt) + 1
+
 
 class TestOverBudget:
     def test_a_long_prompt_is_cut_in_the_middle_keeping_its_head_and_tail(self) -> None:
