@@ -68,6 +68,8 @@ COMPONENTS = (
 
 # Fields of a message that are not shown to the model as text, or are counted elsewhere.
 _STRUCTURAL_FIELDS = frozenset({"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "audio"})
+# Fields whose values are markers for a gateway or a cache, never prompt text.
+_MARKER_FIELDS = frozenset({"cache_control"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,12 +354,30 @@ class RequestCounter:
             call_tokens, call_notes = calls_tokens(message, fmt, self.text, self._short)
             notes += call_notes
         tokens += call_tokens
-        if len(message) > 2:
-            for key, value in message.items():
-                # Reasoning text, refusals and provider extensions: shown to some models, so counted.
-                if key not in _STRUCTURAL_FIELDS and isinstance(value, str) and value:
-                    tokens += self.text(value)
+        if len(message) > 2 or "content" not in message:  # {role, content}, most messages, holds nothing more
+            tokens += self._other_fields(message, notes)
         return MessageCount(index, role, tokens, media_tokens, call_tokens, tuple(notes))
+
+    def _other_fields(self, message: Mapping[str, Any], notes: list[str]) -> int:
+        """Reasoning text, refusals and provider extensions (`reasoning_content`, LiteLLM's
+        `thinking_blocks`, OpenRouter's `reasoning_details`): shown to some models, so counted,
+        text as text and anything else as its JSON (with a note: a bound, not a count). An
+        assistant's earlier audio answer, sent back by id, is not visible here: noted."""
+        tokens = 0
+        for key, value in message.items():
+            if key in _STRUCTURAL_FIELDS or key in _MARKER_FIELDS or value is None or isinstance(value, bool):
+                continue
+            if isinstance(value, str):
+                tokens += self.text(value)
+            elif isinstance(value, int | float):
+                tokens += self._short(str(value))
+            else:
+                tokens += self.text(json.dumps(value, ensure_ascii=False, default=str))
+                notes.append(f"{key}: not text; counted as its JSON")
+        audio = message.get("audio")
+        if isinstance(audio, Mapping) and "id" in audio and "data" not in audio:
+            notes.append("audio: an earlier answer's audio, sent back by id, is not visible to the guard; not counted")
+        return tokens
 
     def _parallel_result(self, message: Mapping[str, Any], index: int, context: ResultContext) -> MessageCount:
         """One result of a parallel call: its piece of the joined JSON list, and the group's

@@ -186,6 +186,37 @@ class TestToolCallsAndResults:
         ).tokens
         assert with_reasoning == plain + counter.text("let me think " * 10)
 
+    @pytest.mark.parametrize("field", ["reasoning_content", "refusal"])
+    def test_a_text_field_is_counted_in_a_message_with_no_content(self, counter_for, field):
+        counter = counter_for("gpt-4o")
+        bare = counter.message({"role": "assistant"}, 0).tokens
+        assert counter.message({"role": "assistant", field: "let me think " * 10}, 0).tokens == bare + counter.text(
+            "let me think " * 10
+        )
+
+    @pytest.mark.parametrize(
+        "field",
+        [
+            {"thinking_blocks": [{"type": "thinking", "thinking": "let me think " * 10, "signature": "s"}]},  # LiteLLM
+            {"reasoning_details": [{"type": "reasoning.text", "text": "let me think " * 10}]},  # OpenRouter
+        ],
+    )
+    def test_a_field_that_is_not_text_is_counted_as_its_json_and_said_to_be_a_bound(self, counter_for, field):
+        counter = counter_for("gpt-4o")
+        counted = counter.message({"role": "assistant", "content": "ok", **field}, 0)
+        plain = counter.message({"role": "assistant", "content": "ok"}, 0).tokens
+        (value,) = field.values()
+        assert counted.tokens == plain + counter.text(json.dumps(value)) and "counted as its JSON" in counted.notes[0]
+
+    def test_a_cache_marker_is_not_prompt_text(self, counter_for):
+        counter = counter_for("gpt-4o")
+        marked = counter.message({"role": "user", "content": "hi", "cache_control": {"type": "ephemeral"}}, 0)
+        assert marked.tokens == counter.message({"role": "user", "content": "hi"}, 0).tokens and not marked.notes
+
+    def test_an_earlier_audio_answer_sent_back_by_id_is_said_not_to_be_counted(self, counter_for):
+        counted = counter_for("gpt-4o").message({"role": "assistant", "audio": {"id": "audio_abc123"}}, 0)
+        assert "not counted" in counted.notes[0]
+
 
 class TestToolDefinitions:
     def _count(self, counter, parameters):
