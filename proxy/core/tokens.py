@@ -52,7 +52,7 @@ from proxy.core.tool_calls import (
     result_framing,
     scan_calls,
 )
-from proxy.core.tools import ToolsCount, response_format_tokens, tool_definitions_tokens
+from proxy.core.tools import ToolsCount, first_system_text, response_format_tokens, tool_definitions_tokens
 
 COMPONENTS = (
     "system",
@@ -148,12 +148,16 @@ class RequestCounter:
 
     def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
         """Tool definitions' count, from the cache when the same definitions were counted before:
-        an agent sends the same tools with every request."""
+        an agent sends the same tools with every request. The key holds the first system message
+        too, which the namespace joins (its hash is the string's own, kept with it: a re-sent
+        system message is the very string read before, `proxy.prefix_reader`)."""
         if self.cache is None or not (body.get("tools") or body.get("functions")):
             return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
         fields = [body.get(k) for k in ("tools", "functions", "tool_choice", "function_call")]
+        messages = body.get("messages")
+        system = first_system_text(messages) if isinstance(messages, list) else None
         try:
-            key = (self._scope, "tools", hash(orjson.dumps(fields)))
+            key = (self._scope, "tools", hash(orjson.dumps(fields)), hash(system))
         except TypeError:
             return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
         count: ToolsCount | None = self.cache.get(key)

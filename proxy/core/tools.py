@@ -103,7 +103,7 @@ def functions_tokens(
         return ToolsCount(tokens, ("tool definitions: this model's template is not published; counted as JSON",))
     rendering = render_namespace(functions)
     tokens = fmt.functions_overhead + count_text(tokenizer, rendering.text, cache)
-    system = _first_system_text(messages)
+    system = first_system_text(messages)
     if system is not None:
         # The namespace joins the system message, which gains a newline (that may merge with its
         # last characters, as in "Hello:" + "\n").
@@ -156,7 +156,7 @@ def response_format_tokens(body: Mapping[str, Any], tokenizer: Tokenizer, fmt: C
     return ToolsCount(0)
 
 
-def _first_system_text(messages: Sequence[Any]) -> str | None:
+def first_system_text(messages: Sequence[Any]) -> str | None:
     """The text of the first system message, which the function namespace joins; its last text
     part when the content is a list."""
     for message in messages:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from proxy.core.tokens import COMPONENTS
+from proxy.core.tokenizer import CountCache
+from proxy.core.tokens import COMPONENTS, RequestCounter
 from tests.conftest import png_data_url
 
 # The OpenAI cookbook's "How to count tokens with tiktoken" examples, with the API's own counts.
@@ -224,6 +225,23 @@ class TestToolDefinitions:
         return counter.request({"messages": [{"role": "user", "content": "x"}], "tools": tools}).components[
             "tool_definitions"
         ]
+
+    def test_the_cached_count_of_the_same_tools_follows_the_system_message_they_join(self, registry, tokenizers):
+        """The namespace joins the first system message (which gains a newline): the same tools
+        cost differently with one and without one, cached or not."""
+        profile = registry.profile("gpt-4o")
+        tools = [{"type": "function", "function": {"name": "f", "description": "Does f.", "parameters": {}}}]
+        alone = {"messages": [{"role": "user", "content": "x"}], "tools": tools}
+        joined = {"messages": [{"role": "system", "content": "Be brief:"}, *alone["messages"]], "tools": tools}
+
+        def tools_tokens(body, cache):
+            counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), cache)
+            return counter.request(body).components["tool_definitions"]
+
+        fresh = [tools_tokens(body, None) for body in (alone, joined)]
+        cache = CountCache()
+        assert fresh[0] != fresh[1]
+        assert [tools_tokens(body, cache) for body in (joined, alone, joined)] == [fresh[1], fresh[0], fresh[1]]
 
     def test_nested_objects_arrays_and_enums_all_add_tokens(self, counter_for):
         counter = counter_for("gpt-4o")
