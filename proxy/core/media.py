@@ -2,10 +2,17 @@
 bounded from above, and say so.
 
 - **Audio** (`input_audio`): Gemini documents 32 tokens per second, the highest published rate;
-  the length is read from a WAV header, and audio of another format is assumed to be 16 kbit/s,
-  a lower rate than any common codec, so that its length is overestimated.
+  the length is read from a WAV header (by the slower of its stated byte rate and the one its
+  sample rate, channels and sample size give: decoders use the latter), and audio of another
+  format is assumed to be 16 kbit/s, a lower rate than any common codec, so that its length is
+  overestimated.
 - **Files** (`file` with `file_data`): providers show each page as extracted text and as an
   image, so a page costs the model's largest image and the text at most a token per 3 bytes.
+  A PDF's pages and text are read from its compressed streams too (object streams hold the page
+  objects of most PDFs written since 1.5; content streams hold the text): pages are the most of
+  the page objects seen and the largest `/Count` of a page tree, and the text is bounded by the
+  file's bytes and its streams' inflated bytes. Streams inflating past `PDF_INFLATE_CAP` are
+  counted as that much text (the request is then over any window).
   A file sent by `file_id` is not visible to the guard and is not counted (the note says so).
 
 Each function returns (text tokens, media tokens, notes), as a content part's count does.
@@ -16,7 +23,9 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 import struct
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +33,10 @@ from proxy.core.images import ImageCostScheme
 
 AUDIO_TOKENS_PER_SECOND = 32
 AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
+PDF_INFLATE_CAP = 64 * 1024 * 1024  # inflated stream bytes read of one file, at most
+_PDF_STREAM = re.compile(rb"stream\r?\n")
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
+_PDF_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d{1,9})|/Count\s+(\d{1,9})[^>]*?/Type\s*/Pages\b")
 
 
 def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
@@ -50,12 +63,39 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
     if not isinstance(data, str):
         return 0, 0, ["file sent by file_id: its content is not visible to the guard and is not counted"]
     raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
-    pages = max(
-        1,
-        raw.count(b"/Type /Page") - raw.count(b"/Type /Pages") + raw.count(b"/Type/Page") - raw.count(b"/Type/Pages"),
-    )
-    tokens = pages * images.max_cost("high") + math.ceil(len(raw) / 3)
-    return 0, tokens, [f"file of {pages} page(s) estimated at {tokens} tokens"]
+    pages, text_bytes, capped = _pdf_bound(raw)
+    tokens = pages * images.max_cost("high") + math.ceil(text_bytes / 3)
+    notes = [f"file of {pages} page(s) estimated at {tokens} tokens"]
+    if capped:
+        notes.append(f"its streams inflate past {PDF_INFLATE_CAP} bytes: counted as that much text")
+    return 0, tokens, notes
+
+
+def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
+    """(pages, bytes of text at most, whether the inflated streams reached the cap) of a file:
+    its bytes and those its Flate streams inflate to are searched for page objects and page
+    trees' counts. A file that is not a PDF is one page of its own bytes."""
+    inflated: list[bytes] = []
+    total, capped = 0, False
+    for found in _PDF_STREAM.finditer(raw):
+        end = raw.find(b"endstream", found.end())
+        if end < 0:
+            break
+        inflater = zlib.decompressobj()
+        try:
+            chunk = inflater.decompress(raw[found.end() : end], PDF_INFLATE_CAP - total)
+        except zlib.error:  # not Flate (an image's DCT, or plain): its raw bytes are counted already
+            continue
+        inflated.append(chunk)
+        total += len(chunk)
+        if inflater.unconsumed_tail or total >= PDF_INFLATE_CAP:
+            capped = True
+            break
+    objects, counts = 0, [0]
+    for text in (raw, *inflated):
+        objects += len(_PDF_PAGE.findall(text))
+        counts += (int(a or b) for a, b in _PDF_COUNT.findall(text))
+    return max(1, objects, *counts), len(raw) + total, capped
 
 
 def _b64_decode(data: str) -> bytes:
@@ -69,7 +109,9 @@ def _wav_seconds(data: str) -> float | None:
     head = _b64_decode(data[:64])
     if len(head) < 44 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         return None
-    byte_rate = int(struct.unpack("<I", head[28:32])[0])
-    if byte_rate <= 0:
+    channels, sample_rate, stated = struct.unpack("<HII", head[22:32])
+    (bits,) = struct.unpack("<H", head[34:36])
+    rates: list[int] = [r for r in (int(stated), int(sample_rate) * int(channels) * int(bits) // 8) if r > 0]
+    if not rates:
         return None
-    return max(0.0, len(data) * 3 / 4 - 44) / byte_rate
+    return max(0.0, len(data) * 3 / 4 - 44) / min(rates)  # the slower rate: the longer, a bound

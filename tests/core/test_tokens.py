@@ -349,6 +349,64 @@ class TestAudioAndFiles:
         assert any("2 page" in n for n in m.notes)
 
 
+def wav(seconds: int, stated_byte_rate: int) -> str:
+    """Base64 of `seconds` of 16 kHz mono 16-bit PCM whose header states `stated_byte_rate`."""
+    import base64
+    import struct
+
+    data = b"\0" * (32000 * seconds)
+    fmt = struct.pack("<IHHIIHH", 16, 1, 1, 16000, stated_byte_rate, 2, 16)
+    head = b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVE" + b"fmt " + fmt + b"data" + struct.pack("<I", len(data))
+    return base64.b64encode(head + data).decode()
+
+
+def pdf_part(pdf: bytes) -> dict:
+    import base64
+
+    return {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode()}}
+
+
+def object_stream_pdf(pages: int, text: bytes) -> bytes:
+    """A PDF 1.5 file whose page objects sit in a compressed object stream, and whose one content
+    stream (the text) is compressed too: no `/Type /Page` in its bytes as written."""
+    import zlib
+
+    objects = b" ".join(b"<< /Type /Page /Parent 2 0 R >>" for _ in range(pages))
+    tree = b"<< /Type /Pages /Count %d >>" % pages
+    packed = zlib.compress(tree + b" " + objects)
+    content = zlib.compress(b"BT /F1 12 Tf (" + text + b") Tj ET")
+    return (
+        b"%PDF-1.5\n1 0 obj << /Type /ObjStm /N 2 /Filter /FlateDecode >>\nstream\n" + packed + b"\nendstream\n"
+        b"9 0 obj << /Filter /FlateDecode >>\nstream\n" + content + b"\nendstream\n%%EOF"
+    )
+
+
+class TestMediaBounds:
+    def test_a_wav_header_with_a_wrong_byte_rate_is_read_by_its_sample_rate(self, counter_for):
+        """Decoders play it by sample rate x block align: ten minutes are not one token."""
+        part = {"type": "input_audio", "input_audio": {"data": wav(600, 0xFFFFFFFF), "format": "wav"}}
+        tokens = counter_for("gpt-4o").message({"role": "user", "content": [part]}, 0).media_tokens
+        assert 600 * 32 <= tokens <= 600 * 32 + 1  # base64's padding, read as bytes
+
+    def test_a_pdf_s_pages_and_text_are_read_from_its_compressed_streams(self, counter_for):
+        text = b"The quick brown fox jumps over the lazy dog. " * 2000
+        pdf = object_stream_pdf(30, text)
+        assert b"/Type /Page" not in pdf and len(pdf) < len(text) / 10
+        counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(pdf)]}, 0)
+        assert any("30 page(s)" in note for note in counted.notes)
+        assert counted.media_tokens >= 30 * 85 + len(text) // 3
+
+    def test_streams_that_inflate_past_the_cap_are_counted_as_that_much(self, counter_for, monkeypatch):
+        import zlib
+
+        from proxy.core import media
+
+        monkeypatch.setattr(media, "PDF_INFLATE_CAP", 1_000_000)
+        bomb = b"%PDF-1.5\n1 0 obj << /Filter /FlateDecode >>\nstream\n" + zlib.compress(b"\0" * 3_000_000)
+        counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(bomb + b"\nendstream\n")]}, 0)
+        assert counted.media_tokens >= 1_000_000 // 3 and any("inflate past" in note for note in counted.notes)
+
+
 class TestAudioIsAnEstimate:
     def test_even_a_measured_wav_duration_makes_the_count_inexact(self, counter_for):
         import base64
