@@ -22,6 +22,12 @@ by two spaces per level, the closing brace not; `anyOf` joined with ` | `; `cons
 `additionalProperties` and the description of `parameters` itself not shown; property
 descriptions shown for top-level properties only; a default as a trailing comment.
 
+Reasoning models (gpt-5, the o-series, gpt-oss) are shown their tools by the harmony renderer,
+whose rules were not measured here; openai/harmony's own `json_schema_to_typescript` shows the
+title, the description and the examples of every property at every depth, and each object's own
+description. For them (`shows_all`) every one of those is rendered too, so that the count is not
+below what they are shown.
+
 Anything else (`$ref`, `oneOf`/`allOf`, a list of types, formats, bounds, multi-line
 descriptions, `strict`) has no published or measured rendering. It is rendered here in a form
 that costs at least what the API is likely to show (unknown keywords become comments), and the
@@ -74,24 +80,27 @@ def function_definition(tool: object) -> Mapping[str, Any] | None:
     return None
 
 
-def render_namespace(functions: Iterable[Mapping[str, Any]]) -> Rendering:
-    """Every function in one `namespace functions { ... }` block, as the model sees it."""
+def render_namespace(functions: Iterable[Mapping[str, Any]], shows_all: bool = False) -> Rendering:
+    """Every function in one `namespace functions { ... }` block, as the model sees it (with
+    `shows_all`, as a reasoning model may: every title, description and example)."""
     lines = ["namespace functions {", ""]
     estimates: list[str] = []
     for function in functions:
-        rendered = render_function(function)
+        rendered = render_function(function, shows_all)
         lines.append(rendered.text)
         estimates += rendered.estimates
     lines.append("} // namespace functions")
     return Rendering("\n".join(lines), tuple(dict.fromkeys(estimates)))
 
 
-def render_function(function: Mapping[str, Any]) -> Rendering:
+def render_function(function: Mapping[str, Any], shows_all: bool = False) -> Rendering:
     """One function's declaration, with the empty line that follows it in the namespace."""
     estimates: list[str] = []
     name = _text(function.get("name"))
     lines = _comment(_text(function.get("description")), estimates)
     parameters = function.get("parameters")
+    if isinstance(parameters, Mapping) and shows_all:
+        lines += _shown_all(parameters, estimates)
     if isinstance(parameters, Mapping):
         unknown = _unknown_keywords(parameters, {"description"})
         if unknown:
@@ -105,7 +114,7 @@ def render_function(function: Mapping[str, Any]) -> Rendering:
         estimates.append("strict functions have no measured rendering")
     properties = _properties(parameters)
     if properties:
-        schema = _Schema(parameters if isinstance(parameters, Mapping) else {}, estimates)
+        schema = _Schema(parameters if isinstance(parameters, Mapping) else {}, estimates, shows_all)
         lines.append(f"type {name} = (_: {{")
         lines.append(schema.properties(parameters if isinstance(parameters, Mapping) else {}, 0, 0))
         lines.append("}) => any;")
@@ -118,7 +127,8 @@ def render_function(function: Mapping[str, Any]) -> Rendering:
 class _Schema:
     """Renders the properties of one function's parameters; `$ref`s resolve against its root."""
 
-    def __init__(self, root: Mapping[str, Any], estimates: list[str]) -> None:
+    def __init__(self, root: Mapping[str, Any], estimates: list[str], shows_all: bool = False) -> None:
+        self.shows_all = shows_all
         self.definitions: dict[str, Any] = {}
         for key in ("$defs", "definitions"):
             if isinstance(root.get(key), Mapping):
@@ -132,7 +142,9 @@ class _Schema:
         for key, prop in _properties(schema).items():
             prop = prop if isinstance(prop, Mapping) else {}
             description = _text(prop.get("description"))
-            if description and indent < 2:  # nested descriptions are not shown
+            if self.shows_all:
+                lines += _shown_all(prop, self.estimates)
+            elif description and indent < 2:  # nested descriptions are not shown
                 lines += _comment(description, self.estimates)
             optional = "" if key in required else "?"
             line = f"{key}{optional}: {self.type(prop, indent, depth + 1)},"
@@ -183,7 +195,11 @@ class _Schema:
         if kind in ("boolean", "null"):
             return str(kind)
         if kind == "object" or (kind is None and "properties" in schema):
-            return "\n".join(["{", self.properties(schema, indent + 2, depth), "}"])
+            if not self.shows_all:
+                return "\n".join(["{", self.properties(schema, indent + 2, depth), "}"])
+            # harmony: the object's own description above its brace, its lines four spaces in
+            own = [" " * indent + line for line in _comment(_text(schema.get("description")), self.estimates)]
+            return "\n".join([*own, "{", self.properties(schema, indent + 4, depth), "}"])
         if kind == "array":
             items = schema.get("items")
             return f"{self.type(items, indent, depth)}[]" if isinstance(items, Mapping) else "any[]"
@@ -200,6 +216,20 @@ class _Schema:
         if not isinstance(definition, Mapping):
             return f"any /* {_json(target)} */"
         return self.type(definition, indent, depth + 1)
+
+
+def _shown_all(schema: Mapping[str, Any], estimates: list[str]) -> list[str]:
+    """The comments a reasoning model may be shown above a property (or a function's
+    parameters): its title, its description and its examples."""
+    lines: list[str] = []
+    title = _text(schema.get("title"))
+    if title:
+        lines += [*_comment(title, estimates), "//"]
+    lines += _comment(_text(schema.get("description")), estimates)
+    examples = schema.get("examples")
+    if examples is not None:
+        lines.append(f"// Examples: {_json(examples)}")
+    return lines
 
 
 def _unknown_keywords(schema: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:

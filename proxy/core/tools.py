@@ -101,7 +101,7 @@ def functions_tokens(
         text = "\n".join(json.dumps({"type": "function", "function": f}, indent=4, default=str) for f in functions)
         tokens = fmt.functions_overhead + count_text(tokenizer, text, cache)
         return ToolsCount(tokens, ("tool definitions: this model's template is not published; counted as JSON",))
-    rendering = render_namespace(functions)
+    rendering = render_namespace(functions, shows_all=not fmt.tools_measured)
     tokens = fmt.functions_overhead + count_text(tokenizer, rendering.text, cache)
     system = first_system_text(messages)
     if system is not None:

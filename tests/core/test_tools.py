@@ -208,6 +208,21 @@ class TestFunctionsTokens:
         assert reasoning.tokens == chat.tokens + 85
         assert not reasoning.exact and chat.exact
 
+    def test_a_reasoning_model_is_counted_every_title_description_and_example_at_every_depth(self, counter_for):
+        """harmony (gpt-oss, and the reasoning models' renderer) shows them all; the measured 2023
+        rule shows top-level descriptions only. A nested model's fields must not count as nothing."""
+        note = "Free text on what this field means downstream, its units and its empty value. " * 4
+        field = {"type": "string", "title": "A Field Of The Line Item", "description": note, "examples": ["x-1"]}
+        item = {"type": "object", "description": note, "properties": {f"f{i}": field for i in range(10)}}
+        schema = {"type": "object", "properties": {"items": {"type": "array", "items": item}}}
+        functions = [{"name": "submit", "parameters": schema}]
+        oss = counter_for("gpt-oss-120b")
+        reasoning = functions_tokens(functions, [], oss.tokenizer, oss.fmt)
+        gpt = counter_for("gpt-4o")
+        measured = functions_tokens(functions, [], gpt.tokenizer, gpt.fmt)
+        shown = 11 * oss.text(note) + 10 * oss.text("A Field Of The Line Item")  # at least what is written
+        assert reasoning.tokens > shown > measured.tokens and not reasoning.exact
+
     def test_template_families_count_their_json_as_an_estimate_above_the_namespace(self, counter_for):
         claude = counter_for("claude-sonnet-4-5")
         gpt = counter_for("gpt-4o")
