@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -260,19 +260,17 @@ def _user(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> None:
             raise InvalidRequest(f"{where}: is required", param=where)
         inner = block.get("content")
         if isinstance(inner, list):
-            result: Any = [_block(b, view, f"messages.{i}.content.{j}.content.{n}") for n, b in enumerate(inner)]
-            parts: tuple[int | None, ...] = tuple(range(len(inner)))
+            result: Any
+            result, parts = _blocks(inner, range(len(inner)), view, f"messages.{i}.content.{j}.content")
         else:
             result, parts = (inner if isinstance(inner, str) else ""), ()
         view.add({"role": "tool", "tool_call_id": tool_use_id, "content": result}, (Origin("messages", i, j),), parts)
     if len(others) == len(content):
-        parts_list = [_block(content[j], view, f"messages.{i}.content.{j}") for j in others]
-        view.add({"role": "user", "content": parts_list}, (Origin("messages", i),), tuple(others))
+        parts_list, mapping = _blocks(content, others, view, f"messages.{i}.content")
+        view.add({"role": "user", "content": parts_list}, (Origin("messages", i),), mapping)
     elif others:
-        parts_list = [_block(content[j], view, f"messages.{i}.content.{j}") for j in others]
-        view.add(
-            {"role": "user", "content": parts_list}, tuple(Origin("messages", i, j) for j in others), tuple(others)
-        )
+        parts_list, mapping = _blocks(content, others, view, f"messages.{i}.content")
+        view.add({"role": "user", "content": parts_list}, tuple(Origin("messages", i, j) for j in others), mapping)
 
 
 def _assistant(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> None:
@@ -292,14 +290,36 @@ def _assistant(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> N
         elif kind == "redacted_thinking":
             view.estimate(f"messages.{i}.content.{j}: redacted thinking is not counted")
         else:
-            parts.append(_block(block, view, f"messages.{i}.content.{j}"))
-            mapping.append(j)
+            shown, places = _blocks(content, (j,), view, f"messages.{i}.content")
+            parts += shown
+            mapping += places
     message: dict[str, Any] = {"role": "assistant", "content": parts or None}
     if calls:
         message["tool_calls"] = calls
     if thinking:
         message["reasoning_content"] = "\n".join(thinking)
     view.add(message, (Origin("messages", i),), tuple(mapping))
+
+
+def _blocks(
+    blocks: Sequence[Mapping[str, Any]], indices: Iterable[int], view: ViewBuilder, where: str
+) -> tuple[list[dict[str, Any]], tuple[int | None, ...]]:
+    """The view parts of `blocks[j]` for each j of `indices`, and the block each part came from.
+    A document's `title` and `context` are shown to the model with it: they follow its part as
+    one part of their own, counted as their JSON and never shortened or written back (None)."""
+    parts: list[dict[str, Any]] = []
+    mapping: list[int | None] = []
+    for j in indices:
+        block = blocks[j]
+        part = _block(block, view, f"{where}.{j}")
+        parts.append(part)
+        mapping.append(j)
+        if block.get("type") == "document" and part.get("type") != "item":  # an opaque part holds them already
+            shown = {key: block[key] for key in ("title", "context") if isinstance(block.get(key), str) and block[key]}
+            if shown:
+                parts.append(opaque_part(shown))
+                mapping.append(None)
+    return parts, tuple(mapping)
 
 
 def _block(block: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str, Any]:

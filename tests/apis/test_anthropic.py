@@ -153,6 +153,25 @@ class TestParse:
         }
         assert ADAPTER.parse(body).messages[0]["content"] == [{"type": "text", "text": "hello world"}]
 
+    def test_a_document_s_title_and_context_are_counted_and_kept_as_sent_through_a_trim(self) -> None:
+        """The model is shown them with the document (Anthropic's citations): they are counted,
+        and a trim that shortens the document's text leaves them as they came."""
+        context = "Background the reader needs: " + words(2000)
+
+        def body(**shown: str) -> dict[str, Any]:
+            document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": words(3000)}}
+            later = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and so?"}]
+            return {"model": CLAUDE, "max_tokens": 100, "messages": [
+                {"role": "user", "content": [{**document, **shown}, {"type": "text", "text": "read this"}]}, *later
+            ]}  # fmt: skip
+
+        plain = fit_body(ADAPTER, body(), 200_000, model=CLAUDE).plan.count.total
+        shown = fit_body(ADAPTER, body(title="Q3 notes", context=context), 200_000, model=CLAUDE).plan.count.total
+        assert shown - plain >= 2000
+        trimmed = fit_body(ADAPTER, body(title="Q3 notes", context=context), 5000, model=CLAUDE)
+        block = trimmed.body["messages"][0]["content"][0]
+        assert trimmed.plan.result.outcome == "trimmed" and (block["title"], block["context"]) == ("Q3 notes", context)
+
     def test_redacted_thinking_makes_the_count_an_estimate(self) -> None:
         body = {
             "model": CLAUDE,
