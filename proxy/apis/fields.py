@@ -2,12 +2,13 @@
 to stay out of the prompt (sampling options, output settings, metadata).
 
 Any other field is forwarded untouched, as always, but the guard cannot say what it adds to the
-prompt: vLLM renders `documents` and a client's own `chat_template` into it, the Responses API
-adds the conversation `previous_response_id` names. So what the upstream says about such a
-request (a count in an overflow error, `usage.prompt_tokens`) is about that request alone: it
-may correct that request's own retry, but it is never taken as a fact about the model for other
-clients' requests (a correction's count factor, a calibration ratio). A field missing from these
-lists costs only that: the lists err on the side of not learning.
+prompt: vLLM renders a client's own `chat_template` (anything at all), the Responses API adds the
+conversation `previous_response_id` names (vLLM's `documents` are counted, as their JSON). So
+what the upstream says about such a request (a count in an overflow error, `usage.prompt_tokens`)
+is about that request alone: it may correct that request's own retry, but it is never taken as a
+fact about the model for other clients' requests (a correction's count factor, a calibration
+ratio). A field missing from these lists costs only that: the lists err on the side of not
+learning.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ _SAMPLING = frozenset(
 CHAT = _SAMPLING | {
     "messages", "tools", "tool_choice", "functions", "function_call", "response_format", "max_tokens",
     "max_completion_tokens", "parallel_tool_calls", "reasoning_effort", "verbosity", "modalities", "audio",
-    "prediction",
+    "prediction", "documents",  # counted as their JSON (`RequestCounter`)
 }  # fmt: skip
 COMPLETIONS = _SAMPLING | {"prompt", "max_tokens", "echo", "suffix", "best_of"}
 RESPONSES = _SAMPLING | {

@@ -63,6 +63,7 @@ COMPONENTS = (
     "images",
     "tool_definitions",
     "response_format",
+    "documents",
     "reply_priming",
 )
 
@@ -166,6 +167,17 @@ class RequestCounter:
             self.cache.put(key, count)
         return count
 
+    def _documents(self, body: Mapping[str, Any]) -> ToolsCount:
+        """A chat body's `documents` (vLLM passes them to the model's chat template, which a
+        retrieval model's renders into the prompt): their compact JSON, a bound of any template's
+        rendering of them, never cut."""
+        documents = body.get("documents")
+        if not documents:
+            return ToolsCount(0)
+        text = json.dumps(documents, ensure_ascii=False, separators=(",", ":"), default=str)
+        note = "documents: rendered by the server's chat template, if at all; counted as their JSON"
+        return ToolsCount(count_text(self.tokenizer, text, self.cache), (note,))
+
     def _message_keys(self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0) -> list[Hashable | None]:
         """A cache key per message from `start` on: the hash of its compact JSON (which tells `1`, `1.0` and
         `true` apart), scoped to this tokenizer, chat format and image pricing, and for a tool
@@ -220,6 +232,7 @@ class RequestCounter:
         counts, tally = self._counts_with_openings(messages, message_hashes)
         tool_count = self._tool_definitions(body)
         format_count = response_format_tokens(body, self.tokenizer, self.fmt)
+        documents = self._documents(body)
         tools, response_format = tool_count.tokens, format_count.tokens
         components = dict.fromkeys(COMPONENTS, 0)
         components["system"], components["history"] = tally.system, tally.history
@@ -231,10 +244,11 @@ class RequestCounter:
             components["latest_user"] += moved
         components["tool_definitions"] = tools
         components["response_format"] = response_format
+        components["documents"] = documents.tokens
         components["reply_priming"] = self.fmt.reply_priming
         components["images"] += tally.media
         components["tool_calls"] += tally.calls
-        notes: list[str] = [*tool_count.notes, *format_count.notes, *tally.notes]
+        notes: list[str] = [*tool_count.notes, *format_count.notes, *documents.notes, *tally.notes]
         if self.fmt.messages_bound:
             notes.append(self.fmt.messages_bound)
         if not self.profile.known:
@@ -242,7 +256,7 @@ class RequestCounter:
             notes.append(f"model {self.profile.name!r} is not in the model map: assumed a {window}-token window")
         if not self.tokenizer.exact or not self.profile.tokenizer_exact:
             notes.append(f"counted with {self.tokenizer.name}, an estimate for this model that errs high")
-        fixed = tools + response_format + self.fmt.reply_priming
+        fixed = tools + response_format + documents.tokens + self.fmt.reply_priming
         return RequestCount(
             model=self.profile.name,
             tokenizer=self.tokenizer.name,

@@ -46,7 +46,7 @@ class TestUnreadFields:
     @pytest.mark.parametrize(
         ("path", "field"),
         [
-            ("/v1/chat/completions", "documents"),  # vLLM renders them with a retrieval template
+            ("/v1/chat/completions", "rag_context"),  # a server's own extension, rendered by its template
             ("/v1/chat/completions", "chat_template"),  # a client's own template: anything at all
             ("/v1/chat/completions", "chat_template_kwargs"),
             ("/v1/responses", "conversation"),
@@ -57,6 +57,9 @@ class TestUnreadFields:
     def test_a_field_that_may_reach_the_prompt_is_named(self, path, field):
         result = parsed(path, **{field: [{"text": "x"}]})
         assert result.unread == (field,) and not result.read_whole
+
+    def test_vllm_s_documents_are_counted_not_unread(self):
+        assert parsed("/v1/chat/completions", documents=[{"title": "t", "text": "x"}]).read_whole
 
     def test_context_kept_by_the_provider_is_not_read_whole_either(self):
         result = parsed("/v1/responses", previous_response_id="resp_1")

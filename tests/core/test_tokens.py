@@ -107,6 +107,7 @@ class TestBreakdown:
             ],
             "tools": COOKBOOK_TOOLS,
             "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}},
+            "documents": [{"title": "Rivers", "text": "Rivers flow to the sea."}],
         }
         count = counter_for("gpt-4o").request(body)
         assert sum(count.components.values()) == count.total
@@ -379,6 +380,20 @@ def object_stream_pdf(pages: int, text: bytes) -> bytes:
         b"%PDF-1.5\n1 0 obj << /Type /ObjStm /N 2 /Filter /FlateDecode >>\nstream\n" + packed + b"\nendstream\n"
         b"9 0 obj << /Filter /FlateDecode >>\nstream\n" + content + b"\nendstream\n%%EOF"
     )
+
+
+class TestDocuments:
+    def test_vllm_s_documents_are_counted_as_their_json_and_said_to_be_a_bound(self, counter_for):
+        """vLLM hands a chat body's `documents` to the model's template, which a retrieval
+        model's renders into the prompt: a bound of any rendering is their JSON."""
+        documents = [{"title": "Rivers", "text": "Rivers flow to the sea. " * 200}]
+        counter = counter_for("gpt-4o")
+        plain = counter.request({"messages": [{"role": "user", "content": "summarise"}]})
+        count = counter.request({"messages": [{"role": "user", "content": "summarise"}], "documents": documents})
+        as_json = counter.text(json.dumps(documents, separators=(",", ":")))
+        assert count.components["documents"] == as_json == count.total - plain.total
+        assert count.fixed_tokens == plain.fixed_tokens + as_json and not count.exact
+        assert any(note.startswith("documents:") for note in count.notes)
 
 
 class TestMediaBounds:

@@ -81,7 +81,7 @@ class FakeUpstream:
     limit: int | None = None
     provider_factor: float = 1.25
     error_style: str = "openai"
-    renders_documents: bool = False  # count a body's `documents` too, as vLLM's retrieval templates render them
+    renders_field: str | None = None  # count the texts of this body field too, as a server's own extension might
     fail_with: tuple[int, dict[str, Any]] | None = None  # answer every chat request with this error
     echo_field: str | None = None  # answer 400 starting with this body field's value, as upstreams echo input
     gzip_errors: bool = False  # compress error bodies when the client accepts gzip, as OpenAI does
@@ -108,8 +108,8 @@ class FakeUpstream:
 
     def provider_count(self, body: dict[str, Any]) -> int:
         counted = RequestCounter(profile(8192, body.get("model", "gpt-4")), tokenizer()).request(body).total
-        if self.renders_documents:
-            counted += sum(tokenizer().count(str(d.get("text", ""))) for d in body.get("documents", ()))
+        if self.renders_field is not None:
+            counted += sum(tokenizer().count(str(d.get("text", ""))) for d in body.get(self.renders_field, ()))
         return math.ceil(counted * self.provider_factor)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:

@@ -21,7 +21,7 @@ class LlamaLike:
     """Answers like llama-cpp-python: an over-window stream is a 200 with an empty body; the same
     request not streamed is a 400 with llama.cpp's structured overflow error. It reports usage as
     twice the guard's own estimate, as a model with a denser tokenizer would. Its chat template puts
-    a request's `documents` in the prompt too, as vLLM's retrieval templates do."""
+    the texts of a request's `rag_context` (an extension of its own) in the prompt too."""
 
     window = WINDOW
 
@@ -31,7 +31,7 @@ class LlamaLike:
 
     @staticmethod
     def count(body: dict[str, Any]) -> int:
-        documents = sum(len(str(d.get("text", ""))) for d in body.get("documents", ()))
+        documents = sum(len(str(d.get("text", ""))) for d in body.get("rag_context", ()))
         return (sum(len(str(m.get("content", ""))) for m in body["messages"]) + documents) // 2
 
     def overflow(self, body: dict[str, Any], prompt: int) -> dict[str, Any]:
@@ -120,10 +120,10 @@ class TestCalibrationFromUsage:
         proxy = await start_proxy(gateway_settings(url))
         short = [{"role": "user", "content": "tell me about rivers " * 40}]
         documents = [{"title": "notes", "text": "x" * 4000}]
-        for body in ({"messages": short}, {"messages": short, "documents": documents}, {"messages": short}):
+        for body in ({"messages": short}, {"messages": short, "rag_context": documents}, {"messages": short}):
             assert (await post(proxy, {"model": "local-model", **body}))[0] == 200
         _, with_documents, after = logs.events("request")[-3:]
         # The same messages, counted as the first request taught: the documents taught nothing.
         assert after["count_source"] == "calibrated" and after["tokens_before"] == with_documents["tokens_before"]
         assert with_documents["provider_prompt_tokens"] > 2 * with_documents["tokens_before"]
-        assert with_documents["unread_fields"] == ["documents"]
+        assert with_documents["unread_fields"] == ["rag_context"]

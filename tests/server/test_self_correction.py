@@ -183,27 +183,28 @@ class TestNoClientCanPoisonTheWindow:
         assert event["self_correction_ignored"] == "implausible" and event["level"] == "warning"
 
     async def test_a_field_the_guard_cannot_count_corrects_only_its_own_request(self, proxy, upstream, logs):
-        """vLLM renders `documents` into the prompt: the provider's count of such a request is true,
-        but about that request. Retried to fit, it teaches other requests nothing (the limit it
-        states is the window known already), however often it comes."""
-        upstream.limit, upstream.provider_factor, upstream.renders_documents = 8192, 1.0, True
+        """A server that renders a field of its own into the prompt (one the guard does not know):
+        the provider's count of such a request is true, but about that request. Retried to fit,
+        it teaches other requests nothing (the limit it states is the window known already),
+        however often it comes."""
+        upstream.limit, upstream.provider_factor, upstream.renders_field = 8192, 1.0, "rag_context"
         documents = [{"title": "notes", "text": "lorem ipsum " * 1000}]
         for _ in range(3):
-            body = {"model": "gpt-4", "messages": long_conversation(), "documents": documents, "max_tokens": 100}
+            body = {"model": "gpt-4", "messages": long_conversation(), "rag_context": documents, "max_tokens": 100}
             status, _, _ = await chat(proxy, body)
             assert status == 200
         status, _, headers = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
         assert status == 200 and int(headers["x-context-guard-budget"]) == 8192 - 1228 - 410
         first = logs.events("request")[0]
-        assert first["unread_fields"] == ["documents"] and first["self_correction"]["factor"] > 1.2
+        assert first["unread_fields"] == ["rag_context"] and first["self_correction"]["factor"] > 1.2
         assert "applied_correction" not in logs.events("request")[-1]
 
     async def test_a_field_the_guard_cannot_count_still_teaches_the_window_the_provider_states(
         self, proxy, upstream, logs
     ):
-        upstream.limit, upstream.provider_factor, upstream.renders_documents = 6000, 1.0, True
+        upstream.limit, upstream.provider_factor, upstream.renders_field = 6000, 1.0, "rag_context"
         documents = [{"title": "notes", "text": "lorem ipsum " * 400}]
-        body = {"model": "gpt-4", "messages": long_conversation(), "documents": documents, "max_tokens": 100}
+        body = {"model": "gpt-4", "messages": long_conversation(), "rag_context": documents, "max_tokens": 100}
         assert (await chat(proxy, body))[0] == 200
         status, _, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
         applied = logs.events("request")[-1]["applied_correction"]
