@@ -33,7 +33,10 @@ from proxy.core.images import ImageCostScheme
 
 AUDIO_TOKENS_PER_SECOND = 32
 AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
-PDF_INFLATE_CAP = 64 * 1024 * 1024  # inflated stream bytes read of one file, at most
+# Inflated stream bytes read of one file, at most: more text than any model's window holds (2.8M
+# tokens at a token per 3 bytes), and tens of milliseconds to inflate at worst, on the loop when
+# the body is small (a compressed bomb must not stall every other request for longer).
+PDF_INFLATE_CAP = 8 * 1024 * 1024
 _PDF_STREAM = re.compile(rb"stream\r?\n")
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 _PDF_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d{1,9})|/Count\s+(\d{1,9})[^>]*?/Type\s*/Pages\b")
