@@ -42,14 +42,10 @@ import aiohttp
 from proxy.core.models import ChatFormat, ModelProfile
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.tokens import RequestCounter
-from proxy.server.backends import Discovery, server_root, token_count
+from proxy.server.backends import BackendDown, Discovery, answered_json, server_root, token_count
 
 PROBE = "x"
 FAILURE_COOLDOWN = 30.0
-
-
-class BackendDown(Exception):
-    """The backend could not answer a tokenize call: not a refusal of one text, the server itself."""
 
 
 class TokenizeCalls(Protocol):
@@ -76,19 +72,8 @@ class _Http:
         return server_root(self.base_url)
 
     async def post(self, url: str, body: object) -> object:
-        """The JSON of a 2xx answer; None for an answer without one (a 4xx, not JSON); BackendDown
-        when the server could not answer (no connection, a timeout, a 5xx)."""
-        try:
-            async with self.session.post(url, json=body, headers=self.headers, allow_redirects=False) as response:
-                if response.status >= 500:
-                    raise BackendDown(f"{url} answered {response.status}")
-                if response.status >= 300:
-                    return None
-                return await response.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise BackendDown(f"{url}: {type(exc).__name__}") from exc
-        except ValueError:  # not JSON
-            return None
+        """`answered_json`: BackendDown when the server could not answer."""
+        return await answered_json(self.session, "POST", url, body, self.headers)
 
     def use_headers(self, headers: Mapping[str, str]) -> None:
         if headers != self.headers:

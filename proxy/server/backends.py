@@ -218,16 +218,36 @@ def server_root(base_url: str) -> str:
     return re.sub(r"/v\d+[a-z0-9]*/?$", "", base_url.rstrip("/"))
 
 
+class BackendDown(Exception):
+    """The server could not answer a call (no connection, a timeout, a 5xx): not a refusal of what
+    was asked, the server itself."""
+
+
+async def answered_json(
+    session: aiohttp.ClientSession, method: str, url: str, body: object = None, headers: Mapping[str, str] | None = None
+) -> object:
+    """The JSON of a 2xx answer; None for an answer without one (another status, not JSON);
+    BackendDown when the server could not answer."""
+    try:
+        async with session.request(method, url, json=body, headers=headers, allow_redirects=False) as response:
+            if response.status >= 500:
+                raise BackendDown(f"{url} answered {response.status}")
+            if response.status >= 300:
+                return None
+            return await response.json(content_type=None)
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise BackendDown(f"{url}: {type(exc).__name__}") from exc
+    except ValueError:  # not JSON
+        return None
+
+
 async def upstream_json(
     session: aiohttp.ClientSession, method: str, url: str, body: object = None, headers: Mapping[str, str] | None = None
 ) -> object:
     """The JSON of a 2xx answer, or None for anything else (an error status, not JSON, a failure)."""
     try:
-        async with session.request(method, url, json=body, headers=headers, allow_redirects=False) as response:
-            if response.status >= 300:
-                return None
-            return await response.json(content_type=None)
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        return await answered_json(session, method, url, body, headers)
+    except BackendDown:
         return None
 
 
