@@ -39,6 +39,7 @@ from proxy.errors import ConfigError
 from proxy.guard import Guard
 from proxy.logging import get_logger
 from proxy.malloc import one_arena
+from proxy.server.collector import collect_young_less_often
 from proxy.server.gateway import GATEWAY
 from proxy.server.health import HEALTH, os_error_reason
 from proxy.settings import Settings
@@ -240,6 +241,7 @@ async def _load_tokenizers(
         get_logger().error("cannot_start", reason=str(exc))
         stop.set()
         return str(exc)
+    collect_young_less_often()  # from now on, while serving (proxy.server.collector)
     health.tokenizers_ready = True
     if ready is not None:
         ready()

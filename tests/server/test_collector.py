@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import subprocess
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -139,3 +141,17 @@ class TestCollectorPause:
     def test_a_thaw_period_that_is_not_positive_is_refused(self):
         with pytest.raises(ValueError, match="thaw_seconds"):
             CollectorPause(thaw_seconds=0)
+
+
+def test_a_serving_process_collects_its_young_generation_every_ten_thousand_allocations() -> None:
+    """In a fresh interpreter (the thresholds are process-wide): CPython's 700 becomes 10,000, the
+    older generations' thresholds stay as they were."""
+    script = (
+        "import gc\n"
+        "from proxy.server.collector import collect_young_less_often\n"
+        "before = gc.get_threshold()\n"
+        "collect_young_less_often()\n"
+        "print(before, gc.get_threshold())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split(") (") == ["(700, 10, 10", "10000, 10, 10)\n"]
