@@ -287,6 +287,9 @@ class RequestCounter:
             opening = cache.get(key)
             if opening is not None:
                 break
+        if opening is not None and opening.size == n:  # the very messages of a request before: a retry
+            self._results = {**opening.contexts, **opening.marked}  # flag_groups(contexts), as it was kept
+            return opening.counts, opening.tally
         start = opening.size if opening is not None else 0
         calls: dict[str, ResultContext] = dict(opening.calls) if opening is not None else {}
         contexts: dict[int, ResultContext] = dict(opening.contexts) if opening is not None else {}
@@ -462,4 +465,3 @@ class RequestCounter:
             where = "a remote URL" if not url.startswith("data:") else "an unreadable data URL"
             notes.append(f"image is {where}; assumed the largest cost for detail={detail} ({cost.tokens} tokens)")
         return 0, cost.tokens, notes
-

@@ -115,6 +115,19 @@ class TestCarriedCounts:
         openings = [size for size in sizes_to_keep(len(follow_up)) if size > len(messages)]  # past the carried one
         assert cache.misses - counted == 2 + len(openings)  # the two new messages counted, and those openings kept
 
+    def test_a_request_sent_again_counts_its_results_again_as_it_did_the_first_time(self, model, registry, tokenizers):
+        """A retry carries its whole count; what the trim then counts again (a result shrunk, on
+        the same counter) must still see which parallel call each result answers."""
+        profile = registry.profile(model)
+        cache = CountCache()
+        messages = [SYSTEM, user("find a and b"), calls("c1", "c2"), result("c1"), result("c2"), assistant("done")]
+        first, again = (RequestCounter(profile, tokenizers.get(profile.tokenizer), cache) for _ in range(2))
+        assert first.request({"messages": messages}, hashes(messages)) == again.request(
+            {"messages": messages}, hashes(messages)
+        )
+        for index in (3, 4):
+            assert again.message(messages[index], index) == first.message(messages[index], index)
+
 
 class TestWhatIsCountedAgain:
     def test_a_request_that_replaces_its_last_turn_encodes_only_that_turn(self, registry):
