@@ -58,6 +58,9 @@ class SummariserSettings:
 class TrimSettings:
     mode: Mode = "enforce"
     overflow: Literal["reject", "forward"] = "reject"
+    # A chat request carrying the client's own prompt template (vLLM's `chat_template`): refused
+    # (400) in enforce mode, since what it renders is beyond counting; `forward` sends it as it came.
+    client_templates: Literal["refuse", "forward"] = "refuse"
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     # A short factual system note in a trimmed chat request: "12 earlier messages, 8,412 tokens, were

@@ -2,8 +2,10 @@
 to stay out of the prompt (sampling options, output settings, metadata).
 
 Any other field is forwarded untouched, as always, but the guard cannot say what it adds to the
-prompt: vLLM renders a client's own `chat_template` (anything at all), the Responses API adds the
-conversation `previous_response_id` names (vLLM's `documents` are counted, as their JSON). So
+prompt: vLLM passes `chat_template_kwargs` to the template, the Responses API adds the
+conversation `previous_response_id` names (vLLM's `documents` are counted, as their JSON; a
+client's own `chat_template`, which renders anything at all, is refused in enforce mode unless
+the operator forwards it: `refuse_client_template`). So
 what the upstream says about such a request (a count in an overflow error, `usage.prompt_tokens`)
 is about that request alone: it may correct that request's own retry, but it is never taken as a
 fact about the model for other clients' requests (a correction's count factor, a calibration
@@ -16,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import islice
 from typing import Any
+
+from proxy.errors import HTTPRefusal
 
 UNREAD_SHOWN = 8  # names kept for the log; one is enough to say the request was not read whole
 
@@ -63,6 +67,26 @@ MESSAGES = frozenset(
         "anthropic_version", "context_management",
     }
 )  # fmt: skip
+
+
+# Fields that hand the server a prompt template of the client's own (vLLM renders `chat_template`
+# in place of the model's): it may put any text at all into the prompt, beyond what the guard
+# counts, so in enforce mode such a request is refused unless `trim.client_templates: forward`.
+CLIENT_TEMPLATES = ("chat_template",)
+
+
+def refuse_client_template(body: Mapping[str, Any]) -> None:
+    """400 for a body that carries a template of the client's own (a null one is none)."""
+    name = next((name for name in CLIENT_TEMPLATES if body.get(name) is not None), None)
+    if name is not None:
+        raise HTTPRefusal(
+            f"context-guard counts the prompt as the model's own template renders it; a request's own "
+            f"`{name}` can render any text at all, which it cannot count. Send the request without it, "
+            "or ask the operator to allow it (trim.client_templates: forward)",
+            400,
+            code="client_template_refused",
+            param=name,
+        )
 
 
 def unread_fields(body: Mapping[str, Any], accounted: frozenset[str]) -> tuple[str, ...]:

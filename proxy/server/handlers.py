@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.apis.base import InvalidRequest, Parsed
+from proxy.apis.fields import refuse_client_template
 from proxy.apis.registry import Endpoint
 from proxy.core.budget import BudgetPolicy
 from proxy.core.compaction import summary_request, with_summary
@@ -71,6 +72,8 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
         return _count_tokens(gw, record, endpoint, parsed, model)
     mode = select_mode(request, gw, model)
+    if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
+        refuse_client_template(parsed.body)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
     if not target.upstream.serves(endpoint.api):
