@@ -11,7 +11,8 @@
     image                              -> an image part priced by Anthropic's published rule
                                           (width x height / 750 after fitting 1568 px, at most
                                           1,600 tokens), whatever the model's family
-    tools                              -> chat function tools (input_schema as parameters);
+    tools                              -> chat function tools (input_schema as parameters,
+                                          input_examples as their JSON with the description);
                                           server tools counted as their JSON; the tool-use system
                                           prompt Anthropic adds is counted from its published sizes
     max_tokens                         -> max_tokens (the output reserve)
@@ -367,6 +368,11 @@ def _tools(tools: object, view: ViewBuilder) -> tuple[list[Any], int]:
             function = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
             if isinstance(tool.get("description"), str):
                 function["description"] = tool["description"]
+            examples = tool.get("input_examples")
+            if examples is not None:  # shown to the model beside the tool: counted as their JSON, with it
+                shown = json.dumps(examples, ensure_ascii=False)
+                function["description"] = f"{function.get('description', '')}\n\nExamples: {shown}".lstrip()
+                view.estimate(f"tools.{j}: input_examples counted as their JSON")
             converted.append({"type": "function", "function": function})
         else:
             view.estimate(f"tools.{j}: server tool {tool.get('type')!r} estimated from its JSON")

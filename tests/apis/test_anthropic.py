@@ -109,6 +109,17 @@ class TestParse:
         )
         assert parsed.fixed_tokens == 700 + 346 and not parsed.exact
 
+    def test_a_tool_s_input_examples_are_counted_with_it_as_their_json(self) -> None:
+        """Anthropic shows a tool's `input_examples` to the model: a client's hundred examples are
+        as much prompt as a hundred messages."""
+        body = agent_body()
+        examples = [{"path": f"src/module_{i}.py", "reason": words(30)} for i in range(100)]
+        with_examples = {**body, "tools": [{**body["tools"][0], "input_examples": examples}]}
+        counted = fit_body(ADAPTER, with_examples, 200_000, model=CLAUDE).plan.count
+        plain = fit_body(ADAPTER, body, 200_000, model=CLAUDE).plan.count
+        assert counted.components["tool_definitions"] - plain.components["tool_definitions"] >= 100 * 30
+        assert any("input_examples counted as their JSON" in note for note in ADAPTER.parse(with_examples).notes)
+
     def test_the_tool_prompt_is_part_of_the_count(self) -> None:
         with_tools = fit_body(ADAPTER, agent_body(), 200_000, model=CLAUDE).plan.count
         body = agent_body()
