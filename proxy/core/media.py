@@ -11,7 +11,9 @@ bounded from above, and say so.
   A PDF's pages and text are read from its compressed streams too (object streams hold the page
   objects of most PDFs written since 1.5; content streams hold the text): pages are the most of
   the page objects seen and the largest `/Count` of a page tree, and the text is bounded by the
-  file's bytes and its streams' inflated bytes. Streams inflating past `PDF_INFLATE_CAP` are
+  file's bytes and its streams' inflated bytes. A zipped document (docx, xlsx, pptx, odt, epub:
+  a ZIP archive of XML) is one page and its members' inflated bytes of text, as a provider that
+  reads it extracts its text from those. Streams or members inflating past `FILE_INFLATE_CAP` are
   counted as that much text (the request is then over any window).
   A file sent by `file_id` is not visible to the guard and is not counted (the note says so).
 
@@ -22,9 +24,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import math
 import re
 import struct
+import zipfile
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -33,10 +37,14 @@ from proxy.core.images import ImageCostScheme
 
 AUDIO_TOKENS_PER_SECOND = 32
 AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
-# Inflated stream bytes read of one file, at most: more text than any model's window holds (2.8M
-# tokens at a token per 3 bytes), and tens of milliseconds to inflate at worst, on the loop when
-# the body is small (a compressed bomb must not stall every other request for longer).
-PDF_INFLATE_CAP = 8 * 1024 * 1024
+# Inflated bytes read of one file (a PDF's streams, a zipped document's members), at most: more
+# text than any model's window holds (2.8M tokens at a token per 3 bytes), and tens of
+# milliseconds to inflate at worst, on the loop when the body is small (a compressed bomb must not
+# stall every other request for longer).
+FILE_INFLATE_CAP = 8 * 1024 * 1024
+# Members of a zipped document read, at most: a real one has tens; more are counted as the cap.
+ZIP_MEMBERS_READ = 10_000
+_ZIP_MAGIC = b"PK\x03\x04"
 _PDF_STREAM = re.compile(rb"stream\r?\n")
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 _PDF_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d{1,9})|/Count\s+(\d{1,9})[^>]*?/Type\s*/Pages\b")
@@ -66,11 +74,11 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
     if not isinstance(data, str):
         return 0, 0, ["file sent by file_id: its content is not visible to the guard and is not counted"]
     raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
-    pages, text_bytes, capped = _pdf_bound(raw)
+    pages, text_bytes, capped = _zip_bound(raw) if raw.startswith(_ZIP_MAGIC) else _pdf_bound(raw)
     tokens = pages * images.max_cost("high") + math.ceil(text_bytes / 3)
     notes = [f"file of {pages} page(s) estimated at {tokens} tokens"]
     if capped:
-        notes.append(f"its streams inflate past {PDF_INFLATE_CAP} bytes: counted as that much text")
+        notes.append(f"its content inflates past {FILE_INFLATE_CAP} bytes: counted as that much text")
     return 0, tokens, notes
 
 
@@ -86,12 +94,12 @@ def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
             break
         inflater = zlib.decompressobj()
         try:
-            chunk = inflater.decompress(raw[found.end() : end], PDF_INFLATE_CAP - total)
+            chunk = inflater.decompress(raw[found.end() : end], FILE_INFLATE_CAP - total)
         except zlib.error:  # not Flate (an image's DCT, or plain): its raw bytes are counted already
             continue
         inflated.append(chunk)
         total += len(chunk)
-        if inflater.unconsumed_tail or total >= PDF_INFLATE_CAP:
+        if inflater.unconsumed_tail or total >= FILE_INFLATE_CAP:
             capped = True
             break
     objects, counts = 0, [0]
@@ -99,6 +107,26 @@ def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
         objects += len(_PDF_PAGE.findall(text))
         counts += (int(a or b) for a, b in _PDF_COUNT.findall(text))
     return max(1, objects, *counts), len(raw) + total, capped
+
+
+def _zip_bound(raw: bytes) -> tuple[int, int, bool]:
+    """(one page, bytes of text at most, whether the inflated members reached the cap) of a zipped
+    document: its bytes and every member inflated, as far as the cap. An archive that does not
+    read (damaged, encrypted, another compression) is its own bytes, as any other file is."""
+    total = 0
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            members = archive.infolist()
+            if len(members) > ZIP_MEMBERS_READ:
+                return 1, len(raw) + FILE_INFLATE_CAP, True
+            for info in members:
+                with archive.open(info) as member:
+                    total += len(member.read(FILE_INFLATE_CAP - total + 1))
+                if total > FILE_INFLATE_CAP:
+                    return 1, len(raw) + FILE_INFLATE_CAP, True
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError, ValueError):
+        pass  # what was inflated before the failure still counts
+    return 1, len(raw) + total, False
 
 
 def _b64_decode(data: str) -> bytes:

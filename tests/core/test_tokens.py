@@ -357,14 +357,19 @@ def wav(seconds: int, stated_byte_rate: int) -> str:
 
     data = b"\0" * (32000 * seconds)
     fmt = struct.pack("<IHHIIHH", 16, 1, 1, 16000, stated_byte_rate, 2, 16)
-    head = b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVE" + b"fmt " + fmt + b"data" + struct.pack("<I", len(data))
+    head = (
+        b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVE" + b"fmt " + fmt + b"data" + struct.pack("<I", len(data))
+    )
     return base64.b64encode(head + data).decode()
 
 
 def pdf_part(pdf: bytes) -> dict:
     import base64
 
-    return {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode()}}
+    return {
+        "type": "file",
+        "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode()},
+    }
 
 
 def object_stream_pdf(pages: int, text: bytes) -> bytes:
@@ -411,15 +416,46 @@ class TestMediaBounds:
         assert any("30 page(s)" in note for note in counted.notes)
         assert counted.media_tokens >= 30 * 85 + len(text) // 3
 
+    def test_a_zipped_document_s_text_is_read_from_its_inflated_members(self, counter_for):
+        """A docx is a ZIP of XML: its text is many times its compressed bytes."""
+        import io
+        import zipfile
+
+        text = b"<w:p><w:r><w:t>The quick brown fox jumps over the lazy dog.</w:t></w:r></w:p>" * 5000
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as docx:
+            docx.writestr("[Content_Types].xml", b"<Types/>")
+            docx.writestr("word/document.xml", text)
+        raw = archive.getvalue()
+        assert len(raw) < len(text) / 20
+        counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(raw)]}, 0)
+        assert counted.media_tokens >= len(text) // 3
+
+    def test_a_zip_past_the_cap_or_with_too_many_members_is_counted_as_the_cap(self, counter_for, monkeypatch):
+        import io
+        import zipfile
+
+        from proxy.core import media
+
+        monkeypatch.setattr(media, "FILE_INFLATE_CAP", 1_000_000)
+        monkeypatch.setattr(media, "ZIP_MEMBERS_READ", 50)
+        for members in ({"a.xml": b"\0" * 3_000_000}, {f"{i}.xml": b"x" for i in range(51)}):
+            archive = io.BytesIO()
+            with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bomb:
+                for name, content in members.items():
+                    bomb.writestr(name, content)
+            counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(archive.getvalue())]}, 0)
+            assert counted.media_tokens >= 1_000_000 // 3 and any("inflates past" in note for note in counted.notes)
+
     def test_streams_that_inflate_past_the_cap_are_counted_as_that_much(self, counter_for, monkeypatch):
         import zlib
 
         from proxy.core import media
 
-        monkeypatch.setattr(media, "PDF_INFLATE_CAP", 1_000_000)
+        monkeypatch.setattr(media, "FILE_INFLATE_CAP", 1_000_000)
         bomb = b"%PDF-1.5\n1 0 obj << /Filter /FlateDecode >>\nstream\n" + zlib.compress(b"\0" * 3_000_000)
         counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(bomb + b"\nendstream\n")]}, 0)
-        assert counted.media_tokens >= 1_000_000 // 3 and any("inflate past" in note for note in counted.notes)
+        assert counted.media_tokens >= 1_000_000 // 3 and any("inflates past" in note for note in counted.notes)
 
 
 class TestAudioIsAnEstimate:
