@@ -340,6 +340,8 @@ def _block(block: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str,
         if source.get("type") == "base64" and isinstance(source.get("data"), str):
             return {"type": "file", "file": {"file_data": _source_url(source)}}
         view.estimate(f"{where}: document by reference or as blocks, counted as its JSON")
+    elif isinstance(kind, str) and kind.endswith("_tool_result"):  # a server tool's: web search, fetch, ...
+        view.estimate(f"{where}: {kind} counted as its JSON; what its encrypted content stands for is not visible")
     return opaque_part(dict(block))
 
 

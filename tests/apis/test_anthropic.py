@@ -103,6 +103,23 @@ class TestParse:
         parsed = ADAPTER.parse({**agent_body(), "tool_choice": {"type": "any"}})
         assert parsed.fixed_tokens == 313
 
+    def test_a_web_search_result_sent_back_is_counted_as_its_json_and_said_to_be_an_estimate(self) -> None:
+        """The model reads the pages its `encrypted_content` stands for, which the guard cannot."""
+        result = {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [{"type": "web_search_result", "url": "https://example.com", "title": "Example",
+                         "encrypted_content": "RW5jcnlwdGVk" * 200, "page_age": None}],
+        }  # fmt: skip
+        turn = {"role": "assistant", "content": [{"type": "text", "text": "Searching."}, result]}
+        body = {**agent_body(), "messages": [*agent_body()["messages"], turn, {"role": "user", "content": "go on"}]}
+        parsed = ADAPTER.parse(body)
+        assert not parsed.exact and any("web_search_tool_result counted as its JSON" in n for n in parsed.notes)
+        assert (
+            fit_body(ADAPTER, body, 200_000, model=CLAUDE).plan.count.total
+            > fit_body(ADAPTER, agent_body(), 200_000, model=CLAUDE).plan.count.total + 200
+        )
+
     def test_anthropic_defined_tools_add_their_published_prompt_tokens(self) -> None:
         parsed = ADAPTER.parse(
             {**agent_body(), "tools": [{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]}
