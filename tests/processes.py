@@ -108,7 +108,9 @@ class Guard(Process):
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         out = []
-        for line in self.output.splitlines():
+        # Read while the process writes: a last line without its newline is still being written
+        # (a reader may see part of a write), so it is left for the next read.
+        for line in self.output.split("\n")[:-1]:
             if line.startswith("{"):
                 event = json.loads(line)
                 if name is None or event.get("event") == name:
