@@ -86,7 +86,9 @@ class LogSettings:
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
     content_preview_chars: Annotated[int, Bounds(ge=0)] = 0
-    max_line_bytes: Annotated[int, Bounds(ge=1024)] = 8192  # the removals list is folded to fit
+    # The removals list is folded to fit. By default a line and its newline are at most PIPE_BUF
+    # (4,096 bytes): one atomic write to a pipe, so the lines of workers sharing stdout never interleave.
+    max_line_bytes: Annotated[int, Bounds(ge=1024)] = 4095
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import select
 import shutil
 import subprocess
 from pathlib import Path
@@ -150,6 +151,15 @@ class TestLineSize:
         assert event["removed_count"] == event["by_strategy"]["shrink_tool_results"]["count"] > 200
         assert len(line.encode()) <= max_line_bytes
         assert re.fullmatch(r"\d+ more runs", event["removed"][-1]["what"])
+
+    async def test_by_default_a_line_is_one_atomic_write_to_a_pipe(self, start):
+        """Workers share the supervisor's stdout: a write of at most PIPE_BUF bytes to a pipe is
+        never interleaved with another process's, so no line of one worker splits another's."""
+        proxy = await start(trim={"pipeline": ["shrink_tool_results"], "options": {"shrink_tool_results": {"cap": 40}}})
+        assert await proxy.chat("gpt-4o", many_tool_results(300), "req-many") == 200
+        (line,) = proxy.request_lines()
+        assert json.loads(line)["removed_count"] > 200
+        assert len(line.encode()) + len(b"\n") <= select.PIPE_BUF
 
     async def test_previews_opted_into_do_not_break_the_bound(self, start):
         proxy = await start(
