@@ -288,8 +288,10 @@ class RequestCounter:
             if opening is not None:
                 break
         if opening is not None and opening.size == n:  # the very messages of a request before: a retry
-            self._results = {**opening.contexts, **opening.marked}  # flag_groups(contexts), as it was kept
-            return opening.counts, opening.tally
+            results = flag_groups(opening.contexts)
+            if still_marked_alike(opening, results):  # its counts were made with these marks
+                self._results = results
+                return opening.counts, opening.tally
         start = opening.size if opening is not None else 0
         calls: dict[str, ResultContext] = dict(opening.calls) if opening is not None else {}
         contexts: dict[int, ResultContext] = dict(opening.contexts) if opening is not None else {}
