@@ -42,9 +42,15 @@ AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
 # milliseconds to inflate at worst, on the loop when the body is small (a compressed bomb must not
 # stall every other request for longer).
 FILE_INFLATE_CAP = 8 * 1024 * 1024
-# Members of a zipped document read, at most: a real one has tens; more are counted as the cap.
-ZIP_MEMBERS_READ = 10_000
+# Members of a zipped document read, at most: a real one has tens to hundreds; more are counted
+# as the cap (each costs tens of microseconds to open, on the loop when the body is small).
+ZIP_MEMBERS_READ = 1_000
 _ZIP_MAGIC = b"PK\x03\x04"
+_ZIP_END = b"PK\x05\x06"  # the end of central directory record: its entries and directory size
+_ZIP_END_SEARCH = 22 + 65_535  # the record and the longest comment after it
+_ZIP_ENTRY_BYTES = 128  # a directory entry's bytes, at most, for the names a document's members have
+_ZIP_ENCRYPTED = 0x1
+_ZIP_CHUNK = 64 * 1024
 _PDF_STREAM = re.compile(rb"stream\r?\n")
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 _PDF_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d{1,9})|/Count\s+(\d{1,9})[^>]*?/Type\s*/Pages\b")
@@ -110,23 +116,62 @@ def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
 
 
 def _zip_bound(raw: bytes) -> tuple[int, int, bool]:
-    """(one page, bytes of text at most, whether the inflated members reached the cap) of a zipped
-    document: its bytes and every member inflated, as far as the cap. An archive that does not
-    read (damaged, encrypted, another compression) is its own bytes, as any other file is."""
-    total = 0
+    """(one page, bytes of text at most, whether the members reached the cap) of a zipped
+    document: its bytes and every member inflated, as far as the cap. What cannot be read within
+    a bound counts as the cap: more members than `ZIP_MEMBERS_READ` (or a directory too large for
+    that many: the archive's own reader walks all of it), and a member compressed otherwise than
+    by deflate (bzip2 and LZMA inflate a read whole) or encrypted. A damaged member counts what
+    inflates of it; an archive whose directory does not read is its own bytes, as any file is."""
+    capped = 1, len(raw) + FILE_INFLATE_CAP, True
+    end = raw.rfind(_ZIP_END, max(0, len(raw) - _ZIP_END_SEARCH))
+    if end >= 0 and len(raw) >= end + 22:
+        entries, directory_bytes = struct.unpack_from("<HI", raw, end + 10)
+        if entries > ZIP_MEMBERS_READ or directory_bytes > ZIP_MEMBERS_READ * _ZIP_ENTRY_BYTES:
+            return capped
     try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-            members = archive.infolist()
-            if len(members) > ZIP_MEMBERS_READ:
-                return 1, len(raw) + FILE_INFLATE_CAP, True
-            for info in members:
-                with archive.open(info) as member:
-                    total += len(member.read(FILE_INFLATE_CAP - total + 1))
-                if total > FILE_INFLATE_CAP:
-                    return 1, len(raw) + FILE_INFLATE_CAP, True
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError, ValueError):
-        pass  # what was inflated before the failure still counts
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError, struct.error):
+        return 1, len(raw), False
+    total = 0
+    with archive:
+        members = archive.infolist()
+        if len(members) > ZIP_MEMBERS_READ:
+            return capped
+        for info in members:
+            read = _member_bytes(raw, info, FILE_INFLATE_CAP - total)
+            if read is None:
+                return capped
+            total += read
+            if total > FILE_INFLATE_CAP:
+                return capped
     return 1, len(raw) + total, False
+
+
+def _member_bytes(raw: bytes, info: zipfile.ZipInfo, room: int) -> int | None:
+    """The bytes member `info` inflates to, as far as `room` + 1; None for one that cannot be read
+    within a bound (compressed otherwise than by deflate, or encrypted). Read from the archive's
+    bytes, not through the archive's reader, so that a checksum found wrong at the member's end
+    (which that reader raises with the last read's bytes unreturned) leaves the count whole; data
+    damaged midway counts what inflated before the damage, less at most one chunk."""
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & _ZIP_ENCRYPTED:
+        return None
+    at = info.header_offset
+    if raw[at : at + 4] != _ZIP_MAGIC or len(raw) < at + 30:
+        return 0
+    name_bytes, extra_bytes = struct.unpack_from("<HH", raw, at + 26)
+    start = at + 30 + name_bytes + extra_bytes
+    data = memoryview(raw)[start : start + info.compress_size]
+    if info.compress_type == zipfile.ZIP_STORED:
+        return min(len(data), room + 1)
+    inflater, read = zlib.decompressobj(-zlib.MAX_WBITS), 0
+    pending: bytes | memoryview = data
+    try:
+        while read <= room and pending and not inflater.eof:
+            read += len(inflater.decompress(pending, min(_ZIP_CHUNK, room + 1 - read)))
+            pending = inflater.unconsumed_tail
+    except zlib.error:
+        pass
+    return read
 
 
 def _b64_decode(data: str) -> bytes:

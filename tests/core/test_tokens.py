@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 
 import pytest
 
+from proxy.core import media
 from proxy.core.tokenizer import CountCache
 from proxy.core.tokens import COMPONENTS, RequestCounter
 from tests.conftest import png_data_url
@@ -418,9 +421,6 @@ class TestMediaBounds:
 
     def test_a_zipped_document_s_text_is_read_from_its_inflated_members(self, counter_for):
         """A docx is a ZIP of XML: its text is many times its compressed bytes."""
-        import io
-        import zipfile
-
         text = b"<w:p><w:r><w:t>The quick brown fox jumps over the lazy dog.</w:t></w:r></w:p>" * 5000
         archive = io.BytesIO()
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as docx:
@@ -431,21 +431,40 @@ class TestMediaBounds:
         counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(raw)]}, 0)
         assert counted.media_tokens >= len(text) // 3
 
-    def test_a_zip_past_the_cap_or_with_too_many_members_is_counted_as_the_cap(self, counter_for, monkeypatch):
-        import io
-        import zipfile
-
-        from proxy.core import media
-
+    @pytest.mark.parametrize(
+        ("members", "method"),
+        [
+            ({"a.xml": b"\0" * 3_000_000}, zipfile.ZIP_DEFLATED),  # inflates past the cap
+            ({f"{i}.xml": b"x" for i in range(51)}, zipfile.ZIP_DEFLATED),  # more members than are read
+            ({"a.xml": b"\0" * 1000}, zipfile.ZIP_BZIP2),  # bzip2 inflates a read whole: no bound but the cap
+            ({"a.xml": b"\0" * 1000}, zipfile.ZIP_LZMA),
+        ],
+        ids=["past the cap", "too many members", "bzip2", "lzma"],
+    )
+    def test_a_zip_that_cannot_be_read_within_the_cap_is_counted_as_the_cap(
+        self, counter_for, monkeypatch, members, method
+    ):
         monkeypatch.setattr(media, "FILE_INFLATE_CAP", 1_000_000)
         monkeypatch.setattr(media, "ZIP_MEMBERS_READ", 50)
-        for members in ({"a.xml": b"\0" * 3_000_000}, {f"{i}.xml": b"x" for i in range(51)}):
-            archive = io.BytesIO()
-            with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bomb:
-                for name, content in members.items():
-                    bomb.writestr(name, content)
-            counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(archive.getvalue())]}, 0)
-            assert counted.media_tokens >= 1_000_000 // 3 and any("inflates past" in note for note in counted.notes)
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w", method) as bomb:
+            for name, content in members.items():
+                bomb.writestr(name, content)
+        counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(archive.getvalue())]}, 0)
+        assert counted.media_tokens >= 1_000_000 // 3 and any("inflates past" in note for note in counted.notes)
+
+    def test_a_member_with_a_wrong_checksum_still_counts_all_it_inflates_to(self, counter_for):
+        """A provider that reads the text regardless sees all of it; the archive's own reader
+        raises at the member's end, with its last bytes unreturned."""
+        text = b"<w:t>The quick brown fox jumps over the lazy dog.</w:t>" * 5000
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as docx:
+            docx.writestr("word/document.xml", text)
+        raw = bytearray(archive.getvalue())
+        raw[14] ^= 0xFF  # the local header's CRC-32
+        raw[raw.rfind(b"PK\x01\x02") + 16] ^= 0xFF  # and the central directory's
+        counted = counter_for("gpt-4o").message({"role": "user", "content": [pdf_part(bytes(raw))]}, 0)
+        assert counted.media_tokens >= len(text) // 3
 
     def test_streams_that_inflate_past_the_cap_are_counted_as_that_much(self, counter_for, monkeypatch):
         import zlib
