@@ -69,23 +69,31 @@ MESSAGES = frozenset(
 )  # fmt: skip
 
 
-# Fields that hand the server a prompt template of the client's own (vLLM renders `chat_template`
-# in place of the model's): it may put any text at all into the prompt, beyond what the guard
-# counts, so in enforce mode such a request is refused unless `trim.client_templates: forward`.
-CLIENT_TEMPLATES = ("chat_template",)
+# Where a body hands the server a prompt template of the client's own: vLLM renders a request's
+# `chat_template` (or `chat_template_kwargs.chat_template`, which it takes the same way) in place
+# of the model's. It may put any text at all into the prompt, beyond what the guard counts, so in
+# enforce mode such a request is refused unless `trim.client_templates: forward`.
+def client_template(body: Mapping[str, Any]) -> str | None:
+    """Where `body` carries a template of the client's own (a null one is none), else None."""
+    if body.get("chat_template") is not None:
+        return "chat_template"
+    kwargs = body.get("chat_template_kwargs")
+    if isinstance(kwargs, Mapping) and kwargs.get("chat_template") is not None:
+        return "chat_template_kwargs.chat_template"
+    return None
 
 
 def refuse_client_template(body: Mapping[str, Any]) -> None:
-    """400 for a body that carries a template of the client's own (a null one is none)."""
-    name = next((name for name in CLIENT_TEMPLATES if body.get(name) is not None), None)
-    if name is not None:
+    """400 for a body that carries a template of the client's own."""
+    where = client_template(body)
+    if where is not None:
         raise HTTPRefusal(
             f"context-guard counts the prompt as the model's own template renders it; a request's own "
-            f"`{name}` can render any text at all, which it cannot count. Send the request without it, "
+            f"`{where}` can render any text at all, which it cannot count. Send the request without it, "
             "or ask the operator to allow it (trim.client_templates: forward)",
             400,
             code="client_template_refused",
-            param=name,
+            param=where,
         )
 
 

@@ -72,10 +72,10 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
         return _count_tokens(gw, record, endpoint, parsed, model)
     mode = select_mode(request, gw, model)
-    if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
-        refuse_client_template(parsed.body)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
+    if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
+        refuse_client_template(parsed.body)
     if not target.upstream.serves(endpoint.api):
         raise HTTPRefusal(
             f"upstream {target.upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"

@@ -20,19 +20,33 @@ def sdk(proxy) -> openai.AsyncOpenAI:
 
 
 class TestClientTemplates:
+    @pytest.mark.parametrize(
+        ("extra", "param"),
+        [
+            ({"chat_template": TEMPLATE}, "chat_template"),
+            # vLLM takes a template passed among the template's arguments the same way
+            ({"chat_template_kwargs": {"chat_template": TEMPLATE}}, "chat_template_kwargs.chat_template"),
+        ],
+        ids=["chat_template", "chat_template_kwargs.chat_template"],
+    )
     async def test_a_request_with_its_own_template_is_refused_in_the_api_s_shape_and_not_forwarded(
-        self, proxy, upstream, logs
+        self, proxy, upstream, logs, extra, param
     ):
         with pytest.raises(openai.BadRequestError) as refused:
-            await sdk(proxy).chat.completions.create(
-                model="gpt-4o", messages=MESSAGES, extra_body={"chat_template": TEMPLATE}
-            )
+            await sdk(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES, extra_body=extra)
         error = refused.value.body
         assert refused.value.status_code == 400 and isinstance(error, dict)
-        assert error["code"] == "client_template_refused" and error["param"] == "chat_template"
+        assert error["code"] == "client_template_refused" and error["param"] == param
         assert "trim.client_templates: forward" in error["message"]
         assert upstream.received == []
-        assert logs.events("request")[-1]["error"] == "client_template_refused"
+        line = logs.events("request")[-1]
+        assert line["error"] == "client_template_refused" and line["mode"] == "enforce" and line["upstream"] == "fake"
+
+    async def test_the_template_s_own_arguments_are_not_a_template(self, proxy, upstream):
+        await sdk(proxy).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+        )
+        assert len(upstream.received) == 1
 
     async def test_a_null_template_is_no_template(self, proxy, upstream):
         await sdk(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES, extra_body={"chat_template": None})
