@@ -28,12 +28,14 @@ import io
 import math
 import re
 import struct
-import zipfile
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.images import ImageCostScheme
+
+if TYPE_CHECKING:
+    import zipfile
 
 AUDIO_TOKENS_PER_SECOND = 32
 AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
@@ -50,6 +52,7 @@ _ZIP_END = b"PK\x05\x06"  # the end of central directory record: its entries and
 _ZIP_END_SEARCH = 22 + 65_535  # the record and the longest comment after it
 _ZIP_ENTRY_BYTES = 128  # a directory entry's bytes, at most, for the names a document's members have
 _ZIP_ENCRYPTED = 0x1
+_ZIP_STORED, _ZIP_DEFLATED = 0, 8  # the compression methods read (zipfile's ZIP_STORED, ZIP_DEFLATED)
 _ZIP_CHUNK = 64 * 1024
 _PDF_STREAM = re.compile(rb"stream\r?\n")
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
@@ -122,6 +125,8 @@ def _zip_bound(raw: bytes) -> tuple[int, int, bool]:
     that many: the archive's own reader walks all of it), and a member compressed otherwise than
     by deflate (bzip2 and LZMA inflate a read whole) or encrypted. A damaged member counts what
     inflates of it; an archive whose directory does not read is its own bytes, as any file is."""
+    import zipfile  # here: the serving process loads it only when a zipped file comes
+
     capped = 1, len(raw) + FILE_INFLATE_CAP, True
     end = raw.rfind(_ZIP_END, max(0, len(raw) - _ZIP_END_SEARCH))
     if end >= 0 and len(raw) >= end + 22:
@@ -153,7 +158,7 @@ def _member_bytes(raw: bytes, info: zipfile.ZipInfo, room: int) -> int | None:
     bytes, not through the archive's reader, so that a checksum found wrong at the member's end
     (which that reader raises with the last read's bytes unreturned) leaves the count whole; data
     damaged midway counts what inflated before the damage, less at most one chunk."""
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & _ZIP_ENCRYPTED:
+    if info.compress_type not in (_ZIP_STORED, _ZIP_DEFLATED) or info.flag_bits & _ZIP_ENCRYPTED:
         return None
     at = info.header_offset
     if raw[at : at + 4] != _ZIP_MAGIC or len(raw) < at + 30:
@@ -161,7 +166,7 @@ def _member_bytes(raw: bytes, info: zipfile.ZipInfo, room: int) -> int | None:
     name_bytes, extra_bytes = struct.unpack_from("<HH", raw, at + 26)
     start = at + 30 + name_bytes + extra_bytes
     data = memoryview(raw)[start : start + info.compress_size]
-    if info.compress_type == zipfile.ZIP_STORED:
+    if info.compress_type == _ZIP_STORED:
         return min(len(data), room + 1)
     inflater, read = zlib.decompressobj(-zlib.MAX_WBITS), 0
     pending: bytes | memoryview = data
