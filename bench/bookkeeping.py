@@ -74,10 +74,10 @@ async def measure() -> dict[str, float]:
         await upstream.close()
         RecentDecisions.add = add  # type: ignore[method-assign]
         record, gateway, recent = records[-1], app[app_module.GATEWAY], RecentDecisions(500)
-        event = log_event(record, 8192)
+        event = log_event(record, gateway.settings.log.max_line_bytes)
         pieces: dict[str, Any] = {
             "metrics": lambda: gateway.metrics.observe(record),
-            "log_event": lambda: log_event(record, 8192),
+            "log_event": lambda: log_event(record, gateway.settings.log.max_line_bytes),
             "log_line": lambda: log_request_line(gateway.log, False, "request", event),
             "page_row": lambda: recent.add(record),
             "write_all": lambda: app_module._write(gateway, record, recent),

@@ -5,12 +5,11 @@ Any other field is forwarded untouched, as always, but the guard cannot say what
 prompt: vLLM passes `chat_template_kwargs` to the template, the Responses API adds the
 conversation `previous_response_id` names (vLLM's `documents` are counted, as their JSON; a
 client's own `chat_template`, which renders anything at all, is refused in enforce mode unless
-the operator forwards it: `refuse_client_template`). So
-what the upstream says about such a request (a count in an overflow error, `usage.prompt_tokens`)
-is about that request alone: it may correct that request's own retry, but it is never taken as a
-fact about the model for other clients' requests (a correction's count factor, a calibration
-ratio). A field missing from these lists costs only that: the lists err on the side of not
-learning.
+the operator forwards it: `refuse_client_template`). So what the upstream says about such a
+request (a count in an overflow error, `usage.prompt_tokens`) is about that request alone: it
+may correct that request's own retry, but it is never taken as a fact about the model for other
+clients' requests (a correction's count factor, a calibration ratio). A field missing from these
+lists costs only that: the lists err on the side of not learning.
 """
 
 from __future__ import annotations

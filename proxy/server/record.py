@@ -195,7 +195,7 @@ def folded_removals(
     return out
 
 
-def log_event(record: RequestRecord, max_line_bytes: int = 4095) -> dict[str, Any]:
+def log_event(record: RequestRecord, max_line_bytes: int) -> dict[str, Any]:
     """The one log event of a request: the summary first, then the details (those with a value),
     then what was removed. Written field by field: it is built for every request."""
     event: dict[str, Any] = {"request_id": record.request_id}
