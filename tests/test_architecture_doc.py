@@ -33,7 +33,9 @@ def _has_code(path: Path) -> bool:
 
 
 def modules_listed() -> list[str]:
-    return [m.group(1) for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines() if (m := MODULE_LINE.match(line))]
+    return [
+        m.group(1) for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines() if (m := MODULE_LINE.match(line))
+    ]
 
 
 def pages() -> list[Path]:
