@@ -1,6 +1,6 @@
 """The documentation stays true to the tree: docs/architecture.md lists every module under `proxy/`
-(and no module that is gone), and every relative link in README.md and docs/*.md reaches a file
-and, where it names one, a heading of that file.
+(and no module that is gone), every relative link in README.md and docs/*.md reaches a file
+and, where it names one, a heading of that file, and the README's minimal config loads.
 """
 
 from __future__ import annotations
@@ -8,6 +8,10 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+
+import yaml
+
+from proxy.settings import settings_from_dict
 
 ROOT = Path(__file__).parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -102,3 +106,17 @@ class TestTheDocumentationsLinks:
         assert {"docs/architecture.md", "docs/operations.md", "docs/configuration.md"} <= set(
             relative_links(ROOT / "README.md")
         )
+
+
+class TestTheReadmesConfig:
+    def test_the_minimal_config_loads_and_sends_claude_models_to_anthropic(self):
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        section = text[text.index("## A minimal config") :]
+        (block,) = re.findall(r"```yaml\n(.*?)```", section.split("\n## ", 1)[0], flags=re.S)
+        settings = settings_from_dict(yaml.safe_load(block), "README.md", {"CONTEXT_GUARD_KEY": "cg-key"})
+        first = {
+            model: next(r.upstream for r in settings.routes if r.matches(model))
+            for model in ("claude-sonnet-4-6", "gpt-4o")
+        }
+        assert first == {"claude-sonnet-4-6": "anthropic", "gpt-4o": "openai"}
+        assert settings.upstreams["anthropic"].kind == "anthropic" and settings.server.client_keys == ("cg-key",)
