@@ -1,6 +1,6 @@
 """The documentation stays true to the tree: docs/architecture.md lists every module under `proxy/`
 (and no module that is gone), every relative link in README.md and docs/*.md reaches a file
-and, where it names one, a heading of that file, and the README's minimal config loads.
+and, where it names one, a heading of that file; the README keeps the figures' markers and its minimal config loads.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from bench import report
 from proxy.settings import settings_from_dict
 
 ROOT = Path(__file__).parent.parent
@@ -108,7 +109,11 @@ class TestTheDocumentationsLinks:
         )
 
 
-class TestTheReadmesConfig:
+class TestTheReadme:
+    def test_it_keeps_the_markers_make_bench_fills(self):
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        assert text.index(report.README_START) < text.index(report.README_END)
+
     def test_the_minimal_config_loads_and_sends_claude_models_to_anthropic(self):
         text = (ROOT / "README.md").read_text(encoding="utf-8")
         section = text[text.index("## A minimal config") :]
