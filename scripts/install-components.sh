@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real components the `components` tests start on loopback: redis-server and haproxy,
 # from the system's packages, only when they are missing (so running it twice costs nothing).
-# Also chromium (the page of recent decisions, opened headless) and jq (the README's log one-liners).
+# Also chromium (the page of recent decisions, opened headless) and jq (the log one-liners of docs/operations.md).
 set -euo pipefail
 
 missing=()

@@ -1,9 +1,9 @@
 """The operator's checklist for trim logs, run against a real proxy and a real fake upstream.
 
-- The console line of a trimmed request is the one the README's "Reading a trim log line" shows
+- The console line of a trimmed request is the one docs/operations.md's "Reading a trim log line" shows
   (summary first, removals as an aligned, indented block), and so is the JSON line.
 - A request with hundreds of removals still logs one line under `log.max_line_bytes`.
-- Every `jq` one-liner in that README section runs, with `jq`, on real log output and prints what
+- Every `jq` one-liner in that section runs, with `jq`, on real log output and prints what
   its comment says.
 """
 
@@ -28,13 +28,13 @@ from proxy.settings import settings_from_dict
 from tests.server.conftest import long_conversation
 from tests.server.fake_upstream import FakeUpstream
 
-README = Path(__file__).parent.parent / "README.md"
+OPERATIONS = Path(__file__).parent.parent / "docs" / "operations.md"
 SECTION = "## Reading a trim log line"
-LOG_FILE = "context-guard.log"  # the file name the README's one-liners read
+LOG_FILE = "context-guard.log"  # the file name the documented one-liners read
 
 
-def readme_section() -> str:
-    text = README.read_text(encoding="utf-8")
+def documented_section() -> str:
+    text = OPERATIONS.read_text(encoding="utf-8")
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     return text[start : end if end != -1 else len(text)]
@@ -109,13 +109,13 @@ def start(aiohttp_server: Any, model_map: Any) -> Any:
 
 
 class TestTheDocumentedLine:
-    async def test_the_console_line_of_a_trimmed_request_is_the_one_the_readme_shows(self, start):
+    async def test_the_console_line_of_a_trimmed_request_is_the_one_the_docs_show(self, start):
         proxy = await start("console")
         assert await proxy.chat("gpt-4", an_agent_conversation(), "req-7f3a") == 200
         live = normalised(proxy.stream.getvalue().rstrip("\n"))
-        documented = [block for block in fenced_blocks(readme_section(), "text") if "request_id=" in block]
-        assert documented, "the README section shows a console line"
-        assert normalised(documented[0].rstrip("\n")) == live, f"the README should show:\n{live}"
+        documented = [block for block in fenced_blocks(documented_section(), "text") if "request_id=" in block]
+        assert documented, "the section shows a console line"
+        assert normalised(documented[0].rstrip("\n")) == live, f"docs/operations.md should show:\n{live}"
 
     async def test_the_console_form_is_a_summary_line_then_an_aligned_indented_block(self, start):
         proxy = await start("console")
@@ -128,14 +128,14 @@ class TestTheDocumentedLine:
         assert columns[0] == columns[1]  # range, what, tokens and strategy start at the same offsets
         assert block[0].split()[-1] == "drop_oldest_turns" and block[1].split()[-1] == "shrink_tool_results"
 
-    async def test_the_json_line_is_the_one_the_readme_shows(self, start):
+    async def test_the_json_line_is_the_one_the_docs_show(self, start):
         proxy = await start("json")
         await proxy.chat("gpt-4", an_agent_conversation(), "req-7f3a")
         (line,) = proxy.request_lines()
-        documented = [block for block in fenced_blocks(readme_section(), "json") if '"request_id"' in block]
-        assert documented, "the README section shows a JSON line"
+        documented = [block for block in fenced_blocks(documented_section(), "json") if '"request_id"' in block]
+        assert documented, "the section shows a JSON line"
         shown, written = json.loads(normalised(documented[0])), json.loads(normalised(line))
-        assert list(shown.items()) == list(written.items()), f"the README should show:\n{line}"  # order too
+        assert list(shown.items()) == list(written.items()), f"docs/operations.md should show:\n{line}"  # order too
 
 
 class TestLineSize:
@@ -174,7 +174,7 @@ class TestLineSize:
 def jq_one_liners() -> list[tuple[str, str]]:
     """(comment, command) for every `jq` line in the section's shell blocks."""
     found = []
-    for block in fenced_blocks(readme_section(), "sh"):
+    for block in fenced_blocks(documented_section(), "sh"):
         comment = ""
         for line in block.splitlines():
             if line.startswith("#"):
@@ -184,7 +184,7 @@ def jq_one_liners() -> list[tuple[str, str]]:
     return found
 
 
-class TestTheReadmesJqOneLiners:
+class TestTheDocumentedJqOneLiners:
     @pytest.fixture
     async def log_file(self, start, tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
         if shutil.which("jq") is None:
