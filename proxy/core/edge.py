@@ -74,10 +74,15 @@ class CountCall:
     answer_field: str
 
     def key(self, upstream: str, model: str) -> str:
-        """What a cached answer is kept under: the upstream, the model and the body's digest."""
-        canonical = json.dumps(self.body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-        return f"{upstream}\x00{model}\x00{self.url}\x00{digest}"
+        """What a cached answer is kept under: the upstream, the model, the URL and the body's digest."""
+        return body_key(upstream, model, self.url, self.body)
+
+
+def body_key(upstream: str, model: str, url: str, body: Mapping[str, Any]) -> str:
+    """A cache key for a count of `body` asked of `url`: equal bodies (in any key order) share it."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{upstream}\x00{model}\x00{url}\x00{digest}"
 
 
 def read_count(call: CountCall, answer: object) -> int | None:

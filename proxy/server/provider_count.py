@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from proxy.core.edge import CountCall, bound_ratio_of, count_call, lower_bound, read_count, straddles
+from proxy.core.edge import CountCall, body_key, bound_ratio_of, count_call, lower_bound, read_count, straddles
 from proxy.core.exchange import Attempts, Forward, Reject
 from proxy.core.plan import Plan
 from proxy.server.backend_tokens import calls_for
@@ -160,9 +160,7 @@ async def _provider_count(
         messages = request.chat.get("messages")
         if calls is None or not isinstance(messages, list) or request.chat.get("tools"):
             return None  # the rendered conversation is asked without tools: a request with them is not
-        key = CountCall("openai", f"{request.base_url}#tokenize", {"messages": messages}, "").key(
-            request.upstream, request.model
-        )
+        key = body_key(request.upstream, request.model, f"{request.base_url}#tokenize", {"messages": messages})
         if key in counts.kept:
             return counts.kept[key]
         counts.calls += 1

@@ -35,11 +35,21 @@ class CountingUpstream:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self.handle)
+        app.router.add_get("/v1/models", self.models)
         return app
+
+    async def models(self, request: web.Request) -> web.Response:
+        """vLLM's model list: its `max_model_len` gives it away."""
+        return web.json_response(
+            {"object": "list", "data": [{"id": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": WINDOW}]}
+        )
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
         path = request.path
+        if path == "/tokenize" and "messages" in body:  # vLLM's chat template applied
+            self.count_bodies.append((path, body, dict(request.headers)))
+            return web.json_response({"count": self.answer, "max_model_len": WINDOW, "tokens": []})
         if path.endswith(("/messages/count_tokens", "/responses/input_tokens", ":countTokens")):
             self.count_bodies.append((path, body, dict(request.headers)))
             await asyncio.sleep(self.delay)
@@ -223,5 +233,22 @@ class TestVertexCountTokens:
         assert path == "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:countTokens"
         assert counted["systemInstruction"] == {"parts": [{"text": "You are terse."}]}
         assert [c["role"] for c in counted["contents"][:2]] == ["user", "model"]
+        assert fake.sent[0]["messages"] == messages
+        assert last_request(logs)["count_source"] == "provider"
+
+
+class TestVllmTokenize:
+    async def test_counted_locally_in_front_of_vllm_the_edge_asks_its_tokenize_for_the_conversation(
+        self, aiohttp_server: Any, start_proxy: Proxy, logs: Logs
+    ) -> None:
+        """With `tokenize: local` the guard estimates; at the edge, vLLM's `/tokenize` renders and counts."""
+        fake = CountingUpstream(answer=1650)
+        proxy, _ = await start(aiohttp_server, start_proxy, fake, "vllm", tokenize="local")
+        messages = conversation(1800)
+        body = {"model": "Qwen/Qwen2.5-7B-Instruct", "max_tokens": 100, "messages": messages}
+        status, _ = await post(proxy, "/v1/chat/completions", body)
+        assert status == 200
+        path, counted, _ = fake.count_bodies[0]
+        assert path == "/tokenize" and counted["messages"] == messages and counted["add_generation_prompt"] is True
         assert fake.sent[0]["messages"] == messages
         assert last_request(logs)["count_source"] == "provider"
