@@ -43,7 +43,7 @@ from proxy.server.counting import Choice, off_loop
 from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
-from proxy.server.provider_count import EdgeRequest, at_edge
+from proxy.server.provider_count import EdgeRequest, at_edge, credentials
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.streams import ask_for_usage
 from proxy.server.upstream import (
@@ -132,7 +132,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     decision = await off_loop(attempts.start) if large else attempts.start()
     if choice.source != "backend" and upstream.provider_count:  # bounds straddling the budget: the upstream counts
         edge = EdgeRequest.of(upstream, served, endpoint.api, parsed.body, parsed.chat, counting.discoveries)
-        headers = functools.partial(_service_headers, gw, upstream)
+        headers = functools.partial(credentials, request, gw, upstream)
         decision, decided = await at_edge(
             gw.provider_counts, session, headers, edge, attempts, decision, choice.tokenizer, record.notes
         )

@@ -26,13 +26,31 @@ import aiohttp
 from proxy.core.edge import CountCall, body_key, bound_ratio_of, count_call, lower_bound, read_count, straddles
 from proxy.core.exchange import Attempts, Forward, Reject
 from proxy.core.plan import Plan
+from proxy.errors import GuardError
 from proxy.server.backend_tokens import calls_for
 from proxy.server.backends import BackendDown, Discovery, answered_json
+from proxy.server.upstream import request_headers
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
+    from proxy.server.gateway import Gateway
     from proxy.upstream_settings import UpstreamSettings
 
 KEPT = 1024  # provider counts remembered per gateway
+# What of the forwarded request's headers a count call carries: who asks, and the API's version.
+_CREDENTIALS = frozenset(
+    (
+        "authorization",
+        "x-api-key",
+        "api-key",
+        "anthropic-version",
+        "anthropic-beta",
+        "openai-organization",
+        "openai-project",
+        "x-goog-user-project",
+    )
+)
 _KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex"}
 _ANTHROPIC_VERSION = "2023-06-01"
 
@@ -144,6 +162,19 @@ async def at_edge(
         notes.append("provider_count_over_budget")
         return decision, False
     return attempts.revised(_as_sent(plan, request.body, request.chat, counted)), True
+
+
+async def credentials(request: web.Request, gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
+    """The headers of the count call: the credential the forwarded request carries to the same
+    upstream (the upstream's own key, or the client's passing through), its configured headers,
+    and nothing else of the client's."""
+    keys = gw.settings.server.client_keys
+    try:
+        auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
+    except GuardError:  # no credential now: the call goes without, fails, and the upper bound stands
+        auth = None
+    headers = request_headers(request.headers, upstream, auth, keys)
+    return {k: v for k, v in headers.items() if k.lower() in _CREDENTIALS or k in upstream.headers}
 
 
 async def _provider_count(

@@ -110,9 +110,11 @@ async def start(
     return await start_proxy(settings), url
 
 
-async def post(proxy: TestServer, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+async def post(
+    proxy: TestServer, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as session:
-        async with session.post(str(proxy.make_url(path)), json=body) as response:
+        async with session.post(str(proxy.make_url(path)), json=body, headers=headers) as response:
             return response.status, await response.json()
 
 
@@ -128,9 +130,10 @@ class TestAnthropicCountTokens:
         proxy, _ = await start(aiohttp_server, start_proxy, fake, "anthropic")
         messages = conversation(1800)
         body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": "Be brief.", "messages": messages[1:]}
-        status, _ = await post(proxy, "/v1/messages", body)
+        status, _ = await post(proxy, "/v1/messages", body, {"x-api-key": "client-key", "x-trace": "t"})
         assert status == 200
         path, counted, headers = fake.count_bodies[0]
+        assert headers.get("x-api-key") == "client-key" and "x-trace" not in headers  # who asks, nothing else
         assert path == "/v1/messages/count_tokens"
         assert "max_tokens" not in counted and counted["system"] == "Be brief." and counted["messages"] == messages[1:]
         assert headers.get("anthropic-version")
