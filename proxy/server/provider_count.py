@@ -150,7 +150,9 @@ async def at_edge(
     plan = decision.plan
     if not request.enabled or plan is None or plan.count.exact:
         return decision, False
-    upper, budget = plan.count.total, plan.result.budget.input_budget
+    # The budget of the request as sent: a max_tokens the cut lowered is the client's again.
+    clamped = sum(r.tokens for r in plan.result.removals if r.kind == "max_tokens_clamped")
+    upper, budget = plan.count.total, plan.result.budget.input_budget - clamped
     lower = lower_bound(upper, False, bound_ratio_of(tokenizer, request.assumed_ratio))
     if not straddles(upper, lower, budget):
         return decision, False
@@ -161,7 +163,7 @@ async def at_edge(
     if counted > budget:
         notes.append("provider_count_over_budget")
         return decision, False
-    return attempts.revised(_as_sent(plan, request.body, request.chat, counted)), True
+    return attempts.revised(_as_sent(plan, request.body, request.chat, counted, clamped)), True
 
 
 async def credentials(request: web.Request, gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
@@ -206,7 +208,7 @@ async def _provider_count(
     return None
 
 
-def _as_sent(plan: Plan, body: Mapping[str, Any], chat: Mapping[str, Any], counted: int) -> Plan:
+def _as_sent(plan: Plan, body: Mapping[str, Any], chat: Mapping[str, Any], counted: int, clamped: int) -> Plan:
     """The plan for sending the request untouched, counted `counted` tokens by its provider."""
     untouched: dict[str, Any] = {
         "outcome": "unchanged",
@@ -220,5 +222,13 @@ def _as_sent(plan: Plan, body: Mapping[str, Any], chat: Mapping[str, Any], count
         "insert_at": 0,
         "inserted": (),
     }
-    view = dataclasses.replace(plan.view if plan.view is not None else plan.result, body=chat, **untouched)
-    return dataclasses.replace(plan, result=dataclasses.replace(plan.result, body=body, **untouched), view=view)
+    budget = plan.result.budget  # with the client's max_tokens again, where the cut had lowered it
+    budget = dataclasses.replace(
+        budget,
+        prompt_tokens=counted,
+        output_reserve=budget.output_reserve + clamped,
+        input_budget=budget.input_budget - clamped,
+    )
+    view = dataclasses.replace(plan.view or plan.result, body=chat, budget=budget, **untouched)
+    result = dataclasses.replace(plan.result, body=body, budget=budget, **untouched)
+    return dataclasses.replace(plan, result=result, view=view)

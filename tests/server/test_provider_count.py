@@ -152,6 +152,18 @@ class TestAnthropicCountTokens:
         assert len(fake.sent[0]["messages"]) < len(messages)
         assert "provider_count_over_budget" in last_request(logs)["notes"]
 
+    async def test_the_budget_is_the_one_the_clients_own_max_tokens_leaves(
+        self, aiohttp_server: Any, start_proxy: Proxy, logs: Logs
+    ) -> None:
+        """max_tokens 600 leaves 1,300: a provider count of 1,350 does not fit, whatever the cut lowered."""
+        fake = CountingUpstream(answer=1350)
+        proxy, _ = await start(aiohttp_server, start_proxy, fake, "anthropic")
+        messages = conversation(1200)[1:]
+        await post(proxy, "/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 600, "messages": messages})
+        assert len(fake.count_bodies) == 1
+        assert fake.sent[0]["messages"] != messages
+        assert last_request(logs)["count_source"] != "provider"
+
     async def test_a_failing_endpoint_cuts_to_the_upper_bound(
         self, aiohttp_server: Any, start_proxy: Proxy, logs: Logs
     ) -> None:
