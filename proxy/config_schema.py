@@ -59,7 +59,6 @@ class Bounds:
             if limit is not None and not within(value, limit):
                 raise SchemaError(f"must be {words} {_number(limit)}, not {shown(given)}")
 
-
 PositiveFloat = Annotated[float, Bounds(gt=0)]
 
 

@@ -91,9 +91,9 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
         counting=Counting(
             options={name: upstream.backend_options for name, upstream in settings.upstreams.items()},
             cache=guard.cache,
-            calibration=previous.counting.calibration
-            if previous is not None
-            else CalibrationTable(settings.calibration.policy),
+            calibration=previous.counting.calibration if previous is not None else CalibrationTable(
+                settings.calibration.policy
+            ),
             # What the servers said about themselves at start holds until a restart.
             discoveries=dict(previous.counting.discoveries) if previous is not None else {},
         ),

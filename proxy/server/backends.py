@@ -65,7 +65,9 @@ PROFILES: Mapping[str, BackendProfile] = {
     "vertex": BackendProfile(
         "vertex", True, True, ("input token count", "exceeds the maximum number of tokens allowed")
     ),
-    "vllm": BackendProfile("vllm", True, True, ("maximum context length is", "your request has", "in the messages")),
+    "vllm": BackendProfile(
+        "vllm", True, True, ("maximum context length is", "your request has", "in the messages")
+    ),
     # llama-server says `exceed_context_size_error`; llama-cpp-python, OpenAI's words (non-streaming
     # only: a stream is answered 200 with an empty body).
     "llamacpp": BackendProfile(

@@ -35,6 +35,7 @@ HEALTH_PATHS = frozenset({"/livez", "/readyz", "/healthz"})
 ReadinessOptions = ReadinessSettings
 
 
+
 @dataclass
 class _Seen:
     at: float | None = None  # monotonic time of the last success
