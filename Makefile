@@ -19,7 +19,9 @@ $(BIN)/.installed: pyproject.toml
 run: $(BIN)/.installed
 	$(BIN)/context-guard serve $(ARGS)
 
+# llama.cpp's vocabulary GGUFs and test vectors (scripts/install-vocabs.sh: once into ~/.cache, then instant).
 test: $(BIN)/.installed
+	PIP=$(BIN)/pip bash scripts/install-vocabs.sh >/dev/null
 	$(BIN)/pytest -q
 
 demo: $(BIN)/.installed

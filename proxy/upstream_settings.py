@@ -37,6 +37,12 @@ class UpstreamSettings:
     tokenize_timeout: Annotated[float, Bounds(gt=0, le=60)] = 2.0  # one request's tokenize calls together
     framing_timeout: Annotated[float, Bounds(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
     tokenize_concurrency: Annotated[int, Bounds(ge=1, le=64)] = 4
+    # Near the budget's edge (an estimate's bounds straddle it), ask the upstream's own count
+    # endpoint once (proxy.server.provider_count), within `provider_count_timeout` seconds; for
+    # tokenizers that state no worst case, `provider_count_ratio` is assumed (real >= count / ratio).
+    provider_count: bool = True
+    provider_count_timeout: Annotated[float, Bounds(gt=0, le=30)] = 2.0
+    provider_count_ratio: Annotated[float, Bounds(ge=1, le=10)] | None = None
     # Where the server lowers max_tokens to what the window leaves (llama.cpp, Ollama): the output
     # the budget keeps free at least; null: the default reserve (15% of the window, 500 to 4,096).
     min_output_tokens: Annotated[int, Bounds(ge=0)] | None = None

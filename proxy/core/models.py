@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from proxy.core.images import AreaCost, FixedTileCost, ImageCostScheme, PatchCost, TileCost
+from proxy.core.open_windows import documented_window, maker_provider
 
 TokenizerKind = Literal["tiktoken", "huggingface", "estimate"]
 
@@ -258,7 +259,7 @@ class ModelProfile:
     tokenizer: TokenizerSpec
     chat_format: ChatFormat
     images: ImageCostScheme
-    window_source: Literal["config", "model_map", "fallback"]
+    window_source: Literal["config", "model_map", "model_card", "fallback"]
     tokenizer_exact: bool
 
     @property
@@ -327,18 +328,31 @@ class ModelRegistry:
     _cache: dict[str, ModelProfile] = field(default_factory=dict, compare=False, repr=False)
     _by_bare_name: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
+    _by_host: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
+    _keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    _hosts: set[str] = field(default_factory=set, compare=False, repr=False)
+
     def __post_init__(self) -> None:
         # Providers list the same model under their own prefixes (`vertex_ai/claude-...@2024...`,
-        # `groq/llama-...`). Index every chat entry by its bare, lower-cased name as well; where
-        # several entries share one, the smallest window wins, so a guess never overshoots.
+        # `groq/llama-...`). Every chat entry is indexed by its lower-cased key, by its host and
+        # bare name, and by its bare name alone; where several share one, the smallest window
+        # wins, so a guess never overshoots.
         for key, entry in self.model_map.items():
             if not _is_chat(entry) or not _window_of(entry):
                 continue
-            bare = key.lower().rsplit("/", 1)[-1]
+            lowered = key.lower()
+            self._keys.setdefault(lowered, key)
+            host = lowered.split("/", 1)[0] if "/" in lowered else ""
+            self._hosts.add(host)
+            bare = lowered.rsplit("/", 1)[-1]
             for name in {bare, bare.replace("@", "-")}:
-                current = self._by_bare_name.get(name)
-                if current is None or _window_of(entry) < _window_of(self.model_map[current]):
+                if self._smaller(entry, self._by_bare_name.get(name)):
                     self._by_bare_name[name] = key
+                if self._smaller(entry, self._by_host.get((host, name))):
+                    self._by_host[(host, name)] = key
+
+    def _smaller(self, entry: Mapping[str, Any], current: str | None) -> bool:
+        return current is None or _window_of(entry) < _window_of(self.model_map[current])
 
     def profile(self, name: str) -> ModelProfile:
         cached = self._cache.get(name)
@@ -365,18 +379,16 @@ class ModelRegistry:
             window_source="fallback",
             tokenizer_exact=family.exact,
         )
-        entry_key = self._map_key(name)
-        if entry_key is not None:
-            entry = self.model_map[entry_key]
-            window = _window_of(entry)
-            if window:
-                profile = replace(
-                    profile,
-                    matched=entry_key,
-                    context_window=window,
-                    max_output_tokens=_positive_int(entry.get("max_output_tokens")),
-                    window_source="model_map",
-                )
+        found = self._map_entry(name)
+        if found is not None:
+            entry_key, entry, source = found
+            profile = replace(
+                profile,
+                matched=entry_key,
+                context_window=_window_of(entry),
+                max_output_tokens=_positive_int(entry.get("max_output_tokens")),
+                window_source=source,
+            )
         return self._apply(profile, override) if override is not None else profile
 
     def override_for(self, name: str) -> ModelOverride | None:
@@ -399,17 +411,44 @@ class ModelRegistry:
             profile = replace(profile, tokenizer=override.tokenizer, tokenizer_exact=exact)
         return profile
 
-    def _map_key(self, name: str) -> str | None:
-        candidates = name_candidates(name)
+    def _map_entry(self, name: str) -> tuple[str, Mapping[str, Any], Literal["model_map", "model_card"]] | None:
+        """The entry whose window `name` takes. A name led by a host the map knows (`together_ai/`,
+        `groq/`, `openrouter/`) takes that host's entry; any other (`Llama-3.1-8B-Instruct`,
+        `meta-llama/...`, `gpt-4o`) is the model itself: its own key, else the window its maker
+        documents (`proxy.core.open_windows`), else the maker's own API entry. Another host's entry
+        is taken last, for a name known nowhere else, and then the smallest of them."""
+        lowered = name.strip().lower()
+        host, _, rest = lowered.partition("/")
+        if rest and host in self._hosts and host not in _ORGS:
+            key = self._keys.get(lowered) or self._by_host.get((host, rest.rsplit("/", 1)[-1]))
+            if key is not None:
+                return key, self.model_map[key], "model_map"
+            lowered = rest  # the host has no entry for it: the model as its maker names it
+        candidates = name_candidates(lowered)
         for candidate in candidates:
-            entry = self.model_map.get(candidate)
-            if _is_chat(entry) and _window_of(entry):  # type: ignore[arg-type]  # _is_chat checked the type
-                return candidate
+            key = self._keys.get(candidate)
+            if key is not None and (candidate.count("/") == 0 or candidate == lowered):
+                return key, self.model_map[key], "model_map"
+        organisation, _, model = lowered.rpartition("/")
+        organisation = organisation.rsplit("/", 1)[-1]
+        documented = documented_window(model)
+        if documented is not None:
+            window, source = documented
+            return f"model card: {source}", {"max_input_tokens": window}, "model_card"
+        maker = maker_provider(organisation, model)
+        key = self._by_host.get((maker, model)) if maker is not None else None
+        if key is not None:
+            return key, self.model_map[key], "model_map"
         for candidate in candidates:
             for bare in (candidate.rsplit("/", 1)[-1], candidate.rsplit("/", 1)[-1].replace("@", "-")):
                 if bare in self._by_bare_name:
-                    return self._by_bare_name[bare]
+                    key = self._by_bare_name[bare]
+                    return key, self.model_map[key], "model_map"
         return None
+
+
+# Organisations that publish weights: a name led by one is the model, not a host's listing of it.
+_ORGS = frozenset({"meta-llama", "mistralai", "qwen", "google", "deepseek-ai", "microsoft", "nvidia", "models"})
 
 
 def _is_chat(entry: object) -> bool:

@@ -20,6 +20,7 @@ from proxy.server.counting import Counting
 from proxy.server.credentials import UpstreamAuth
 from proxy.server.metrics import Metrics
 from proxy.server.paths import PathRoute
+from proxy.server.provider_count import ProviderCounts
 from proxy.server.record import RequestRecord
 from proxy.server.upstream import Router, request_headers
 from proxy.settings import Settings
@@ -46,6 +47,7 @@ class Gateway:
     session: aiohttp.ClientSession | None = None
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
     counting: Counting = field(default_factory=Counting)  # backend tokenizers, stated windows, calibration
+    provider_counts: ProviderCounts = field(default_factory=ProviderCounts)  # counts asked at the budget's edge
     _service: dict[str, tuple[str | None, Mapping[str, str]]] = field(default_factory=dict, init=False, repr=False)
     # The route each (canonical path, method) took: the same few recur on every request.
     routes: dict[tuple[str, str], PathRoute] = field(default_factory=dict, init=False, repr=False)

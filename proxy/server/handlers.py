@@ -43,6 +43,7 @@ from proxy.server.counting import Choice, off_loop
 from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
+from proxy.server.provider_count import EdgeRequest, at_edge, credentials
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.streams import ask_for_usage
 from proxy.server.upstream import (
@@ -129,6 +130,13 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         read_whole=parsed.read_whole,
     )
     decision = await off_loop(attempts.start) if large else attempts.start()
+    if choice.source != "backend" and upstream.provider_count:  # bounds straddling the budget: the upstream counts
+        edge = EdgeRequest.of(upstream, served, endpoint.api, parsed.body, parsed.chat, counting.discoveries)
+        headers = functools.partial(credentials, request, gw, upstream)
+        decision, decided = await at_edge(
+            gw.provider_counts, session, headers, edge, attempts, decision, choice.tokenizer, record.notes
+        )
+        record.count_source = "provider" if decided else record.count_source
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:
