@@ -24,7 +24,7 @@ from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, plan_request
-from proxy.core.tokenizer import CountCache, Tokenizer, scoped
+from proxy.core.tokenizer import CountCache, ScopedCountCache, Tokenizer
 from proxy.encodings import Tokenizers
 from proxy.errors import ConfigError
 from proxy.model_map import load_model_map
@@ -111,7 +111,9 @@ class Guard:
     def count_cache(self, client: object | None) -> CountCache:
         """The count cache as `client` (`proxy.server.client_scope`) sees it: its own part of the
         shared one, unless `tokenizers.share_count_cache` (or no client is named: the CLI)."""
-        return self.cache if self.shares_count_cache else scoped(self.cache, client) or self.cache
+        if self.shares_count_cache or client is None:
+            return self.cache
+        return ScopedCountCache(self.cache, client)
 
     def _counting(
         self, model: str, counting: tuple[ModelProfile, Tokenizer] | None, client: object | None = None

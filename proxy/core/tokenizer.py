@@ -338,11 +338,6 @@ class ScopedCountCache(CountCache):
         self.shared.put((self.scope, key), value)
 
 
-def scoped(cache: CountCache | None, scope: Hashable | None) -> CountCache | None:
-    """`cache` seen by one client (`scope`), or as it is when there is no scope (a shared cache)."""
-    return ScopedCountCache(cache, scope) if cache is not None and scope is not None else cache
-
-
 def count_text(tokenizer: Tokenizer, text: str, cache: CountCache | None) -> int:
     """Count one text, through the cache when there is one."""
     return cache.count(tokenizer, text) if cache is not None else tokenizer.count(text)
