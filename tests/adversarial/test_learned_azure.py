@@ -5,6 +5,8 @@ Azure serves the deployment the path names and ignores the body's `model`. A cli
 budgets, routes and learns by the deployment.
 """
 
+# ruff: noqa: F811  # fixtures imported from tests/server/conftest.py, named again as parameters
+
 from __future__ import annotations
 
 import json

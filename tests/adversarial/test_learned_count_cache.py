@@ -6,6 +6,8 @@ are kept per client (its credential, else its connection) unless the operator op
 shared cache. Work is asserted by the cache's own hit count, not by the clock.
 """
 
+# ruff: noqa: F811  # fixtures imported from tests/server/conftest.py, named again as parameters
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,8 @@ the recent-decisions page: one longer than 256 characters is refused in the API'
 anything keys on it, and a name with control characters cannot forge a console log line.
 """
 
+# ruff: noqa: F811  # fixtures imported from tests/server/conftest.py, named again as parameters
+
 from __future__ import annotations
 
 import io

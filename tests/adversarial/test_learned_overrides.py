@@ -4,6 +4,8 @@ With an override capping `gpt-4o` at 16,000 tokens, a client must not get gpt-4o
 by spelling the name differently; an override for one dated version holds no other.
 """
 
+# ruff: noqa: F811  # fixtures imported from tests/server/conftest.py, named again as parameters
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,7 +28,8 @@ async def budget_for(proxy: Any, model: str) -> int:
 
 class TestAnOverride:
     @pytest.mark.parametrize(
-        "spelling", ["gpt-4o", "gpt-4o-2024-08-06", "openai/gpt-4o", "gpt-4o ", "GPT-4o", "ft:gpt-4o-2024-08-06:acme::abc"]
+        "spelling",
+        ["gpt-4o", "gpt-4o-2024-08-06", "openai/gpt-4o", "gpt-4o ", "GPT-4o", "ft:gpt-4o-2024-08-06:acme::abc"],
     )
     async def test_holds_every_spelling_of_its_model(self, start_proxy, upstream, logs, spelling):
         overrides = [{"match": "gpt-4o", "context_window": 16_000}]

@@ -6,6 +6,8 @@ retries that request cut to fit, and remembers for every other client at most th
 provider stated, never the factor.
 """
 
+# ruff: noqa: F811  # fixtures imported from tests/server/conftest.py, named again as parameters
+
 from __future__ import annotations
 
 import json
