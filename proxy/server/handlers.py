@@ -118,9 +118,10 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         _note(record, "fallback_window")
     backend = counting.profile_of(upstream.name)
+    client = client_scope(request)  # whose part of the count cache this request reads and fills
     budget = budget_policy(backend, gw.guard.policy.budget, counting.options_for(upstream.name).min_output_tokens)
     planner = functools.partial(
-        _plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget, client=client_scope(request)
+        _plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget, client=client
     )
     attempts = Attempts(
         planner,
@@ -164,7 +165,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
                     finally:
                         _delivered(record, reader)
                     await _commit(gw, record, attempts, target, served)
-                    _learn(gw, record, upstream.name, served, reader, sent, choice, local, parsed)
+                    _learn(gw, record, upstream.name, served, reader, sent, choice, local, parsed, client)
                     if gw.settings.log.content_preview_chars > 0:
                         _previews(gw, record, parsed)
                     return out
@@ -275,6 +276,7 @@ def _learn(
     choice: Choice,
     local: Tokenizer,
     parsed: Parsed,
+    client: Hashable,
 ) -> None:
     """An estimate learns from the prompt tokens the upstream reports (chat completions), when
     everything the upstream may have put in the prompt was counted: a field the guard does not
@@ -285,7 +287,8 @@ def _learn(
     record.provider_prompt_tokens = usage.prompt_tokens
     if not parsed.read_whole:
         return
-    learned = gw.counting.observe(upstream, model, usage.prompt_tokens, sent, choice, local, gw.guard.cache)
+    cache = gw.guard.count_cache(client)
+    learned = gw.counting.observe(upstream, model, usage.prompt_tokens, sent, choice, local, cache)
     if learned is not None:
         record.calibration = learned.factor
 
