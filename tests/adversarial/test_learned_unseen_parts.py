@@ -24,6 +24,7 @@ from tests.server.conftest import (  # noqa: F401  # fixtures: the real app in f
     upstream,
 )
 from tests.server.fake_upstream import FakeUpstream
+from tests.server.test_backend_answers import LlamaLike
 
 FILE_TOKENS = 4000  # what the provider finds in the file it fetches by id
 GPT4_BUDGET = 8192 - 1228 - 410  # gpt-4's window less the default output reserve and safety margin
@@ -79,3 +80,31 @@ class TestAPartTheGuardCannotSee:
         assert "applied_correction" not in honest and honest["window_source"] == "model_map"
         # what the factor would have cost the honest client
         assert math.floor(8192 / (factor * 1.02)) < GPT4_BUDGET
+
+
+class FileReadingServer(LlamaLike):
+    """A server whose `usage` counts what a file sent by id holds (an estimate-counted model)."""
+
+    window = 100_000
+
+    @staticmethod
+    def count(body: dict[str, Any]) -> int:
+        files = sum(1 for m in body["messages"] if isinstance(m.get("content"), list) for p in m["content"]
+                    if p.get("type") == "file")  # fmt: skip
+        plain = sum(len(m["content"]) for m in body["messages"] if isinstance(m.get("content"), str))
+        return plain // 4 + files * FILE_TOKENS
+
+
+class TestAPartTheGuardCannotSeeInAnAnswersUsage:
+    async def test_calibrates_no_other_clients_estimate(self, aiohttp_server, start_proxy, logs):
+        url = str((await aiohttp_server(FileReadingServer().app())).make_url("/v1"))
+        proxy = await start_proxy(gateway_settings(url))
+        question = {"role": "user", "content": "tell me about rivers " * 40}
+        attached = {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc123"}}]}
+        for _ in range(3):
+            status, _ = await chat(proxy, {"model": "local-model", "messages": [attached, question]}, "attacker")
+            assert status == 200
+        assert logs.events("request")[0]["provider_prompt_tokens"] > FILE_TOKENS
+        status, _ = await chat(proxy, {"model": "local-model", "messages": [question]}, "honest")
+        honest = logs.events("request")[-1]
+        assert status == 200 and honest["count_source"] == "estimate"  # not scaled by what the attacker taught
