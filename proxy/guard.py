@@ -24,7 +24,7 @@ from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, plan_request
-from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokenizer import CountCache, ScopedCountCache, Tokenizer
 from proxy.encodings import Tokenizers
 from proxy.errors import ConfigError
 from proxy.model_map import load_model_map
@@ -63,6 +63,7 @@ class Guard:
         if preload:
             self.load_configured()
         self.cache = CountCache(max_entries=tokenizers.cache_entries, max_bytes=tokenizers.cache_bytes)
+        self.shares_count_cache = tokenizers.share_count_cache
         self.policy = settings.trim_policy
         self._without_note = replace(self.policy, compaction=CompactionPolicy())
 
@@ -75,6 +76,12 @@ class Guard:
 
     def tokenizer(self, profile: ModelProfile) -> Tokenizer:
         return self.tokenizers.get(profile.tokenizer)
+
+    def override_pattern(self, model: str) -> str | None:
+        """The pattern of the operator's override that applies to `model` (matched by its
+        normalised names, as the model map is), or None."""
+        override = self.registry.override_for(model)
+        return override.pattern if override is not None else None
 
     def mode_for(self, model: str) -> Mode:
         return self.settings.mode_for_override(self.registry.override_for(model))
@@ -101,18 +108,26 @@ class Guard:
             body, profile, tokenizer, self.policy, cache, context_window=context_window, clock=time.perf_counter
         )
 
+    def count_cache(self, client: object | None) -> CountCache:
+        """The count cache as `client` (`proxy.server.client_scope`) sees it: its own part of the
+        shared one, unless `tokenizers.share_count_cache` (or no client is named: the CLI)."""
+        if self.shares_count_cache or client is None:
+            return self.cache
+        return ScopedCountCache(self.cache, client)
+
     def _counting(
-        self, model: str, counting: tuple[ModelProfile, Tokenizer] | None
+        self, model: str, counting: tuple[ModelProfile, Tokenizer] | None, client: object | None = None
     ) -> tuple[ModelProfile, Tokenizer, CountCache | None]:
         """The profile, tokenizer and cache to count with. The shared cache serves the profile's
         own loaded tokenizer, whichever profile it came with; any other tokenizer (the backend's,
-        an estimate scaled by calibration, whose factor moves) counts without it."""
+        an estimate scaled by calibration, whose factor moves) counts without it. `client` scopes
+        the cache (`count_cache`)."""
         if counting is None:
             profile = self.profile(model)
-            return profile, self.tokenizer(profile), self.cache
+            return profile, self.tokenizer(profile), self.count_cache(client)
         profile, tokenizer = counting
         own = tokenizer is self.tokenizers.loaded_tokenizer(profile.tokenizer)
-        return profile, tokenizer, self.cache if own else None
+        return profile, tokenizer, self.count_cache(client) if own else None
 
     def fit(
         self,
@@ -122,11 +137,12 @@ class Guard:
         context_window: int | None = None,
         counting: tuple[ModelProfile, Tokenizer] | None = None,
         budget: BudgetPolicy | None = None,
+        client: object | None = None,
     ) -> Fitted:
         """Count and trim a parsed request of any API shape for `model`, written back in its shape.
         `counting` is as for `plan()`; `budget`, when given, replaces the configured budget policy
-        (the upstream's: a server that lowers max_tokens itself)."""
-        profile, tokenizer, cache = self._counting(model, counting)
+        (the upstream's: a server that lowers max_tokens itself); `client` scopes the count cache."""
+        profile, tokenizer, cache = self._counting(model, counting, client)
         # The budget note and a summary go in where the adapter can write them (not legacy completions).
         policy = self.policy if adapter.writes_inserted else self._without_note
         if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one

@@ -181,23 +181,39 @@ def _printable(value: Any) -> Any:
 _LEAD = ("timestamp", "level", "event")
 
 
+# Control characters (C0, DEL, C1) and Unicode's line and paragraph separators, written as escapes on
+# the console: a value a client wrote (a model name, a path) cannot start a line of its own or move
+# the cursor (a `\n` and an ANSI sequence could otherwise forge a whole line).
+_CONSOLE_ESCAPES = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+}
+_CONSOLE_ESCAPES_IN_TRACEBACKS = {code: text for code, text in _CONSOLE_ESCAPES.items() if code != 0x0A}
+
+
+def console_text(text: str) -> str:
+    """`text` with every control character written as its escape (`\x1b`, `\x0a`)."""
+    return text.translate(_CONSOLE_ESCAPES)
+
+
 class ConsoleRenderer:
-    """Summary first, in the order the event gives it; removals as an aligned block."""
+    """Summary first, in the order the event gives it; removals as an aligned block. Every value
+    is one line: control characters in it are written as escapes."""
 
     def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> str:
         event = _printable(dict(event))
         removed = event.pop("removed", None)
         exc = event.pop("exception", None)
-        head = " ".join(str(event.pop(k)) for k in _LEAD if k in event)
-        fields = " ".join(f"{k}={_short(v)}" for k, v in event.items())
+        head = " ".join(console_text(str(event.pop(k))) for k in _LEAD if k in event)
+        fields = " ".join(f"{console_text(str(k))}={console_text(_short(v))}" for k, v in event.items())
         lines = [f"{head}  {fields}"]
         if isinstance(removed, list) and removed:
-            rows = [_removal_row(r) for r in removed if isinstance(r, dict)]
+            rows = [[console_text(cell) for cell in _removal_row(r)] for r in removed if isinstance(r, dict)]
             widths = [max(len(row[i]) for row in rows) for i in range(4)]
             for row in rows:
                 lines.append("    " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-        if exc:
-            lines.append(str(exc))
+        if exc:  # a traceback keeps its lines; nothing else in it may move the cursor
+            lines.append(str(exc).translate(_CONSOLE_ESCAPES_IN_TRACEBACKS))
         return "\n".join(lines)
 
 

@@ -98,6 +98,11 @@ class TokenizerSettings:
     # The count cache's memory, as `proxy.core.tokenizer.entry_bytes` estimates it (about 460 bytes
     # a chat message's entry); whichever bound is reached first evicts. 0: no cache.
     cache_bytes: Annotated[int, Bounds(ge=0)] = DEFAULT_CACHE_BYTES
+    # Counts are remembered per client (a hash of its credential, else its connection), so that how
+    # long a request takes cannot tell one client whether another sent a text. True: one cache for
+    # all clients (more hits when many clients send the same long texts; only for clients that trust
+    # each other).
+    share_count_cache: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

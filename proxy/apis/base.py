@@ -106,12 +106,15 @@ class Parsed:
     message_hashes: tuple[int, ...] = ()
     # Top-level fields the adapter neither counts nor knows to stay out of the prompt (`proxy.apis.fields`).
     unread: tuple[str, ...] = ()
+    # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
+    unseen: tuple[str, ...] = ()
 
     @property
     def read_whole(self) -> bool:
-        """Whether everything the upstream may put in the prompt was counted: what it says about
-        this request (a count, its usage) may then be learned for the model."""
-        return not self.unread and not self.server_state
+        """Whether everything the upstream may put in the prompt was counted exactly or bounded
+        from above: what it says about this request (a count, its usage) may then be learned for
+        the model."""
+        return not self.unread and not self.server_state and not self.unseen
 
     @property
     def messages(self) -> list[Any]:

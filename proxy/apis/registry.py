@@ -7,6 +7,12 @@ string here. `endpoint_for()` answers with an `Endpoint`: the adapter, the model
 `/v1/models`, ...) get None and go through the pass-through policy. Query strings (Azure's
 `api-version`) are not part of the path and are forwarded as they came.
 
+Where the path names the model (an Azure deployment, a Vertex AI model), that is the model the
+provider serves: it is the request's model for budgets, routes and learned state, whatever the
+body's `model` says (Azure ignores the body's; a body naming another model could otherwise make
+one deployment's requests teach another's window). A model name, from the body or the path, is
+refused past `proxy.apis.names.MAX_NAME_CHARS`.
+
     /v1/chat/completions, /chat/completions, /openai/v1/chat/completions      chat
     /openai/deployments/{deployment}/chat/completions                        chat (model = deployment)
     /v1/responses, /responses, /openai/v1/responses, /openai/responses        responses
@@ -24,13 +30,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
+from proxy.apis.names import bounded_name
 from proxy.apis.responses import ResponsesAdapter
+from proxy.apis.unseen import unseen_parts
 from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix, Match, PrefixReader, Reading
 from proxy.strict_json import DEFAULT_LIMITS, JsonLimits
 
@@ -58,7 +66,7 @@ class ServedApis:
 @dataclass(frozen=True)
 class Endpoint:
     adapter: Adapter
-    path_model: str | None = None  # the model the path names, used when the body names none
+    path_model: str | None = None  # the model the path names: the one the provider serves
     local: bool = False  # answered by the proxy itself, never forwarded
     stream: bool = False  # the path itself asks for a stream (Vertex AI's streamRawPredict)
 
@@ -67,12 +75,19 @@ class Endpoint:
         return self.adapter.name
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
-        """The adapter's parse, with the path's model filled in; a request with no model at all
-        is refused, as every one of these APIs refuses it."""
-        parsed = self.adapter.parse(body, known).with_model(self.path_model)
+        """The adapter's parse, with the path's model in place of the body's; a request with no
+        model at all, or one too long to key on, is refused. Parts the guard cannot see mark the
+        request as not read whole."""
+        parsed = self.adapter.parse(body, known)
+        if self.path_model is not None:
+            bounded_name(self.path_model, "deployment")
+            if parsed.model != self.path_model:
+                parsed = replace(parsed, model=self.path_model)
         if parsed.model is None:
             raise InvalidRequest("'model' is required", param="model")
-        return parsed
+        bounded_name(parsed.model, "model")
+        unseen = unseen_parts(parsed.messages)
+        return replace(parsed, unseen=unseen) if unseen else parsed
 
 
 class AdapterRegistry:

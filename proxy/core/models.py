@@ -278,6 +278,10 @@ class ModelOverride:
     alias_of: str | None = None  # count and budget this model as if it were that one
 
 
+# The profile cache: names kept at most, and the longest name kept (a longer one is resolved each time).
+CACHED_NAMES = 4096
+CACHED_NAME_CHARS = 256
+
 _DATE_SUFFIXES = (
     re.compile(r"-\d{4}-\d{2}-\d{2}$"),  # gpt-4o-2024-08-06
     re.compile(r"[-@]\d{8}$"),  # claude-3-5-sonnet-20240620, claude-3-opus@20240229
@@ -310,6 +314,13 @@ def name_candidates(name: str) -> list[str]:
     return list(seen)
 
 
+def override_names(name: str) -> list[str]:
+    """The forms of `name` an override is matched against, most specific first: the model map's
+    lookup names (`name_candidates`), the name itself included. Only suffixes and prefixes are
+    stripped, never added: a name never becomes a more specific one."""
+    return [name, *(candidate for candidate in name_candidates(name) if candidate != name)]
+
+
 def family_for(name: str) -> Family:
     for candidate in name_candidates(name):
         for pattern, family in FAMILIES:
@@ -327,6 +338,7 @@ class ModelRegistry:
     fallback_window: int = 8192
     _cache: dict[str, ModelProfile] = field(default_factory=dict, compare=False, repr=False)
     _by_bare_name: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    _override_cache: dict[str, ModelOverride | None] = field(default_factory=dict, compare=False, repr=False)
 
     _by_host: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -358,7 +370,8 @@ class ModelRegistry:
         cached = self._cache.get(name)
         if cached is None:
             cached = self._resolve(name, depth=0)
-            if len(self._cache) < 4096:  # model names come from clients; bound what we remember
+            # Model names come from clients; bound what we remember: how many, and how long each.
+            if len(self._cache) < CACHED_NAMES and len(name) <= CACHED_NAME_CHARS:
                 self._cache[name] = cached
         return cached
 
@@ -392,11 +405,26 @@ class ModelRegistry:
         return self._apply(profile, override) if override is not None else profile
 
     def override_for(self, name: str) -> ModelOverride | None:
-        lowered = name.lower()
-        for override in self.overrides:
-            if override.pattern == name or fnmatch.fnmatchcase(lowered, override.pattern.lower()):
-                return override
-        return None
+        """The operator's override for `name`: the first that matches the name as written, else the
+        first that matches one of its normalised forms, most specific first (`override_names`). So
+        an override for `gpt-4o` also holds `gpt-4o-2024-08-06`, `openai/gpt-4o`, `"gpt-4o "` and
+        `ft:gpt-4o:org::id`, while one for `gpt-4o-2024-08-06` holds no other version."""
+        if not self.overrides:
+            return None
+        if name in self._override_cache:
+            return self._override_cache[name]
+        found = next(
+            (
+                override
+                for candidate in override_names(name)
+                for override in self.overrides
+                if override.pattern == candidate or fnmatch.fnmatchcase(candidate.lower(), override.pattern.lower())
+            ),
+            None,
+        )
+        if len(self._override_cache) < CACHED_NAMES and len(name) <= CACHED_NAME_CHARS:
+            self._override_cache[name] = found
+        return found
 
     @staticmethod
     def _apply(profile: ModelProfile, override: ModelOverride) -> ModelProfile:

@@ -309,6 +309,35 @@ class CountCache:
         return [c or 0 for c in counts]  # every None was filled above
 
 
+class ScopedCountCache(CountCache):
+    """One client's view of a shared `CountCache`: every key it reads or writes is the pair
+    (scope, key), so a count one client's text left is never a hit for another, and the time a
+    request takes cannot tell a client whether someone else sent a text (a hit is 10x faster than
+    a count). The entries, their bound, the lock and the statistics are the shared cache's; the
+    view costs a tuple per key. Counts of short strings (`short_counts`: roles, names, at most
+    `SHORT_TEXT` characters) stay shared: encoding one costs about as much as looking it up."""
+
+    def __init__(self, shared: CountCache, scope: Hashable) -> None:  # no super().__init__: a view
+        self.shared, self.scope = shared, scope
+        self.max_entries, self.min_chars, self.max_bytes = shared.max_entries, shared.min_chars, shared.max_bytes
+
+    def __len__(self) -> int:
+        return len(self.shared)
+
+    def short_counts(self, tokenizer: Tokenizer) -> dict[str, int]:
+        return self.shared.short_counts(tokenizer)
+
+    def get(self, key: Hashable) -> Any:
+        return self.shared.get((self.scope, key))
+
+    def get_many(self, keys: list[Hashable | None]) -> list[Any]:
+        scope = self.scope
+        return self.shared.get_many([(scope, key) if key is not None else None for key in keys])
+
+    def put(self, key: Hashable, value: Any) -> None:
+        self.shared.put((self.scope, key), value)
+
+
 def count_text(tokenizer: Tokenizer, text: str, cache: CountCache | None) -> int:
     """Count one text, through the cache when there is one."""
     return cache.count(tokenizer, text) if cache is not None else tokenizer.count(text)

@@ -10,8 +10,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from proxy.apis.names import MAX_NAME_CHARS
 from proxy.codec import dumps, loads
-from proxy.errors import GuardError, ModelNotRouted, PathNotFound
+from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
 from proxy.server import body as request_body
 from proxy.server.backends import forwardable_request_id
 from proxy.server.credentials import without_client_keys
@@ -203,4 +204,6 @@ def _sniff_model(request: web.Request, raw: bytes) -> str | None:
     except ValueError:
         return None
     model = data.get("model") if isinstance(data, dict) else None
+    if isinstance(model, str) and len(model) > MAX_NAME_CHARS:  # it would key the route, the log and the page
+        raise BadRequest(f"'model' must be at most {MAX_NAME_CHARS} characters, not {len(model):,}", param="model")
     return model if isinstance(model, str) and model else None

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +39,7 @@ from proxy.prefix_reader import Match
 from proxy.server import answers
 from proxy.server.answers import UsageReader, first_event
 from proxy.server.backends import budget_policy
+from proxy.server.client_scope import client_scope
 from proxy.server.counting import Choice, off_loop
 from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
@@ -69,9 +70,9 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     parsed = await off_loop(_parse, gw, endpoint, raw, match) if large else _parse(gw, endpoint, raw, match)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
-    record.unread_fields = parsed.unread
+    record.unread_fields, record.unseen_parts = parsed.unread, parsed.unseen
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
-        return _count_tokens(gw, record, endpoint, parsed, model)
+        return _count_tokens(gw, record, endpoint, parsed, model, client_scope(request))
     mode = select_mode(request, gw, model)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
@@ -84,7 +85,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     served = target.model or model
     # The budget follows the model that will serve the request: after a rename, the target's window.
     profile = gw.guard.profile(served)
-    record.window_source = profile.window_source
+    record.window_source, record.override = profile.window_source, gw.guard.override_pattern(served)
     upstream, session, counting = target.upstream, gw.session, gw.counting
     assert session is not None, "the app's upstream session is opened at startup"
     # What is known already (no Ollama model to ask, no backend tokenizer) is not awaited, and the
@@ -118,8 +119,11 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         _note(record, "fallback_window")
     backend = counting.profile_of(upstream.name)
+    client = client_scope(request)  # whose part of the count cache this request reads and fills
     budget = budget_policy(backend, gw.guard.policy.budget, counting.options_for(upstream.name).min_output_tokens)
-    planner = functools.partial(_plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget)
+    planner = functools.partial(
+        _plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget, client=client
+    )
     attempts = Attempts(
         planner,
         mode,
@@ -169,7 +173,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
                     finally:
                         _delivered(record, reader)
                     await _commit(gw, record, attempts, target, served)
-                    _learn(gw, record, upstream.name, served, reader, sent, choice, local, parsed)
+                    _learn(gw, record, upstream.name, served, reader, sent, choice, local, parsed, client)
                     if gw.settings.log.content_preview_chars > 0:
                         _previews(gw, record, parsed)
                     return out
@@ -280,6 +284,7 @@ def _learn(
     choice: Choice,
     local: Tokenizer,
     parsed: Parsed,
+    client: Hashable,
 ) -> None:
     """An estimate learns from the prompt tokens the upstream reports (chat completions), when
     everything the upstream may have put in the prompt was counted: a field the guard does not
@@ -290,7 +295,8 @@ def _learn(
     record.provider_prompt_tokens = usage.prompt_tokens
     if not parsed.read_whole:
         return
-    learned = gw.counting.observe(upstream, model, usage.prompt_tokens, sent, choice, local, gw.guard.cache)
+    cache = gw.guard.count_cache(client)
+    learned = gw.counting.observe(upstream, model, usage.prompt_tokens, sent, choice, local, cache)
     if learned is not None:
         record.calibration = learned.factor
 
@@ -329,12 +335,13 @@ def _plan(
     window: int | None,
     choice: Choice | None = None,
     budget: BudgetPolicy | None = None,
+    client: Hashable | None = None,
 ) -> Plan:
     """Count and trim for `window` with the tokenizer `choice` names (the backend's own, the
     model's, or a calibrated estimate) and the upstream's `budget` policy; the plan's body is
     written back in the API's own shape."""
     counting = (choice.profile, choice.tokenizer) if choice is not None else None
-    fitted = gw.guard.fit(endpoint.adapter, parsed, model, window, counting, budget)
+    fitted = gw.guard.fit(endpoint.adapter, parsed, model, window, counting, budget, client)
     if not fitted.exact or (choice is not None and not choice.tokenizer.exact):  # the trim's texts too
         _note(record, "estimate")
     if parsed.server_state:
@@ -344,8 +351,10 @@ def _plan(
     return dataclasses.replace(plan, result=result, view=plan.result)
 
 
-def _count_tokens(gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str) -> web.Response:
-    fitted = gw.guard.fit(endpoint.adapter, parsed, model, None)
+def _count_tokens(
+    gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str, client: Hashable
+) -> web.Response:
+    fitted = gw.guard.fit(endpoint.adapter, parsed, model, None, client=client)
     record.plan, record.outcome = fitted.plan, "counted"
     from proxy.apis.anthropic import count_tokens_body
 

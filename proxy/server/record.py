@@ -61,6 +61,8 @@ class RequestRecord:
     provider_prompt_tokens: int | None = None  # what the upstream's usage said it counted
     notes: list[str] = field(default_factory=list)  # e.g. fallback_window, estimate, server_state
     unread_fields: tuple[str, ...] = ()  # top-level fields the guard could not count (names only)
+    unseen_parts: tuple[str, ...] = ()  # where the parts are whose content the guard cannot see
+    override: str | None = None  # the pattern of the operator's override that applied to the model
     previews: dict[int, str] = field(default_factory=dict)  # opt-in removal previews by message index
     total_ms: float = 0.0
 
@@ -132,6 +134,8 @@ def _summarise(record: RequestRecord, out: dict[str, Any]) -> None:
         served = served_model_shown(record)
         if served is not None:
             out["served_model"] = served
+        if record.override is not None:
+            out["override"] = record.override
     if record.plan is not None:
         result = record.plan.result
         removals = result.removals
@@ -200,7 +204,7 @@ def log_event(record: RequestRecord, max_line_bytes: int) -> dict[str, Any]:
     then what was removed. Written field by field: it is built for every request."""
     event: dict[str, Any] = {"request_id": record.request_id}
     _summarise(record, event)
-    event["kind"], event["method"], event["path"] = record.kind, record.method, record.path
+    event["kind"], event["method"], event["path"] = record.kind, record.method, clipped(record.path)
     value: Any
     for key, value in (
         ("upstream", record.upstream),
@@ -240,7 +244,8 @@ def log_event(record: RequestRecord, max_line_bytes: int) -> dict[str, Any]:
         ("stream_broken", record.stream_broken),
         ("client_disconnected", True if record.client_disconnected else None),
         ("notes", list(record.notes) or None),
-        ("unread_fields", list(record.unread_fields) or None),
+        ("unread_fields", clipped_names(record.unread_fields) or None),
+        ("unseen_parts", list(record.unseen_parts) or None),
     ):
         if value is not None:
             event[key] = value
@@ -252,6 +257,24 @@ def log_event(record: RequestRecord, max_line_bytes: int) -> dict[str, Any]:
         rest = len(orjson.dumps(event, default=str)) + LOGGER_FIELDS_BYTES
         event["removed"] = _bounded(folded_removals(record.removals, record.previews), max_line_bytes - rest)
     return event
+
+
+# What a client wrote reaches the line bounded: a path, and names (of fields it sent).
+SHOWN_CHARS = 256
+SHOWN_NAMES = 16
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text`, or its first `limit` characters and how many more there were."""
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text) - limit:,} more characters)"
+
+
+def clipped_names(names: Sequence[str]) -> list[str]:
+    """At most `SHOWN_NAMES` names, each clipped, and how many more there were."""
+    shown = [clipped(name, 64) for name in names[:SHOWN_NAMES]]
+    if len(names) > SHOWN_NAMES:
+        shown.append(f"...({len(names) - SHOWN_NAMES:,} more)")
+    return shown
 
 
 LOGGER_FIELDS_BYTES = 160  # `"removed":[...]`, `"event":"request"`, the level, the timestamp, a worker number

@@ -55,10 +55,11 @@ class TestEndpointFor:
         assert endpoint is not None
         assert endpoint.parse({"messages": [{"role": "user", "content": "hi"}]}).model == "prod-gpt4o"
 
-    def test_a_model_in_the_body_wins_over_the_deployment(self) -> None:
+    def test_the_deployment_wins_over_a_model_in_the_body(self) -> None:
+        """Azure serves the deployment the path names and ignores the body's model: so does the guard."""
         endpoint = REGISTRY.endpoint_for("/openai/deployments/prod/chat/completions")
         assert endpoint is not None
-        assert endpoint.parse({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).model == "gpt-4o"
+        assert endpoint.parse({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).model == "prod"
 
     def test_a_request_with_no_model_anywhere_is_refused(self) -> None:
         endpoint = REGISTRY.endpoint_for("/v1/chat/completions")
