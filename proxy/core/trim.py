@@ -88,7 +88,8 @@ class TrimResult:
         if shape == "anthropic":
             return f"{self._anthropic_sentence()} {explanation}"
         if shape == "openai":
-            return f"{self._openai_sentence()} {explanation}"
+            # The code in the text too: langchain-openai, among others, looks for it in the message.
+            return f"{self._openai_sentence()} (context-guard, context_length_exceeded) {explanation}"
         return explanation
 
     def _openai_sentence(self) -> str:

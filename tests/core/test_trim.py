@@ -229,7 +229,10 @@ class TestRejectionMessage:
         from proxy.core.plan import TrimPolicy, plan_request
 
         counter = counter_for("gpt-4")
-        body = {"model": "gpt-4", "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}]}
+        body = {
+            "model": "gpt-4",
+            "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}],
+        }
         result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
         message = result.rejection_message()
         assert message.startswith(f"This request has {result.tokens_before:,} input tokens; after every cut")
@@ -242,7 +245,9 @@ class TestRejectionMessage:
         body = {"model": "gpt-4", "max_tokens": 9000, "messages": [{"role": "user", "content": "Say hi."}]}
         result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy()).result
         assert result.outcome == "rejected"
-        assert "leaves no room for input" in result.rejection_message() and "budget is -" not in result.rejection_message()
+        assert (
+            "leaves no room for input" in result.rejection_message() and "budget is -" not in result.rejection_message()
+        )
 
 
 class TestRejectionWording:
@@ -262,7 +267,8 @@ class TestRejectionWording:
         message = result.rejection_message("openai")
         assert message.startswith(
             f"This model's maximum context length is 8192 tokens. However, your messages resulted in "
-            f"{result.tokens_after} tokens. Please reduce the length of the messages. This request has"
+            f"{result.tokens_after} tokens. Please reduce the length of the messages. (context-guard, "
+            f"context_length_exceeded) This request has"
         )
         assert "input budget is 6,554 tokens" in message
 
