@@ -289,3 +289,39 @@ class TestEveryApiShape:
         with pytest.raises(BadRequestError) as caught:
             await client.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages="not a list")  # type: ignore[arg-type]
         assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == "invalid_request_error"
+
+
+class TestBehindTheGuard:
+    """`--upstream echo` as the Agents SDK and the anthropic SDK meet it: the guard in front of the echo."""
+
+    @pytest.fixture
+    async def guard_url(self, start_proxy: Any) -> Any:
+        from proxy.server.echo import with_echo_upstream
+        from proxy.settings import settings_from_dict
+
+        async with running_echo() as echo_url:
+            settings = with_echo_upstream(settings_from_dict({}, "<test>", {}), echo_url)
+            proxy = await start_proxy(settings)
+            yield str(proxy.make_url("/v1"))
+
+    async def test_the_agents_sdk_runs_and_streams_through_it(self, guard_url, monkeypatch):
+        monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+        from agents import Agent, OpenAIResponsesModel, Runner
+
+        model = OpenAIResponsesModel("gpt-4o-mini", AsyncOpenAI(base_url=guard_url, api_key="x", max_retries=0))
+        agent = Agent(name="echo", instructions="Be brief.", model=model)
+        result = await Runner.run(agent, input="Hello")
+        streamed = Runner.run_streamed(agent, input="Hello again")
+        async for _ in streamed.stream_events():
+            pass
+        assert result.final_output.startswith("Echo from context-guard") and "2 messages" in result.final_output
+        assert streamed.final_output.startswith("Echo from context-guard")
+
+    async def test_the_anthropic_sdk_streams_through_it(self, guard_url):
+        from anthropic import AsyncAnthropic
+
+        client = AsyncAnthropic(base_url=guard_url.removesuffix("/v1"), api_key="x", max_retries=0)
+        args = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
+        async with client.messages.stream(**args) as stream:
+            final = await stream.get_final_message()
+        assert final.content[0].text.startswith("Echo from context-guard") and final.stop_reason == "end_turn"
