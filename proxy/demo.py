@@ -184,13 +184,9 @@ async def _send_anthropic(guard_root: str, step: Step, request_id: str) -> Seen:
     )
     try:
         async with client:
+            args: dict[str, Any] = {"system": system, "messages": messages, "tools": tools}  # typed by the SDK
             raw = await client.messages.with_raw_response.create(
-                model=CLAUDE,
-                max_tokens=512,
-                system=system,
-                messages=messages,
-                tools=tools,
-                extra_headers={"x-request-id": request_id},
+                model=CLAUDE, max_tokens=512, extra_headers={"x-request-id": request_id}, **args
             )
             message = await raw.parse()
         reply = "".join(block.text for block in message.content if block.type == "text")
