@@ -1,10 +1,19 @@
-"""Claude through context-guard with the official anthropic SDK: a tool loop, streaming, and count_tokens."""
+"""Claude through context-guard with the official anthropic SDK: a tool loop, streaming, and count_tokens.
+
+Run the guard with Claude routed to Anthropic (`context-guard serve --config examples/anthropic.yaml`,
+which sends ANTHROPIC_API_KEY upstream), or with no key at all against the echo upstream
+(`context-guard serve --upstream echo`); then `python examples/sdk_anthropic.py`.
+"""
 
 import os
 
 from anthropic import Anthropic
 
-client = Anthropic(base_url=os.environ.get("ANTHROPIC_BASE_URL", "http://127.0.0.1:8080"))
+# The guard sends its own key upstream when its config names one; the client's is then never forwarded.
+client = Anthropic(
+    base_url=os.environ.get("ANTHROPIC_BASE_URL", "http://127.0.0.1:8080"),
+    api_key=os.environ.get("ANTHROPIC_API_KEY", "the-guard-sends-its-own"),
+)
 weather = {
     "name": "get_weather",
     "description": "Weather for a city",

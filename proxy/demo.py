@@ -2,9 +2,10 @@
 
 It starts, in this one process and on free loopback ports, the built-in echo upstream
 (`proxy.server.echo`, which calls no model and answers with what reached it) and the guard in
-front of it, with one model given a small window. It then sends four requests through the guard
-with the official `openai` SDK: a short chat that fits; an agent conversation whose large tool
-result cannot fit; the same conversation one turn later; and that one again, streamed. For each
+front of it, with two models given a small window. It then sends five requests through the guard:
+with the official `openai` SDK, a short chat that fits; an agent conversation whose large tool
+result cannot fit; the same conversation one turn later; and that one again, streamed; then, with
+the official `anthropic` SDK, that conversation as Anthropic Messages to a Claude model. For each
 it prints a short before/after table, built from the guard's `x-context-guard-*` headers, its log
 event and the echo's account of what arrived, followed by the guard's real log line.
 
@@ -32,6 +33,7 @@ from proxy.server.echo import running_echo, with_echo_upstream
 from proxy.settings import Settings, settings_from_dict
 
 MODEL = "gpt-4o-mini"
+CLAUDE = "claude-sonnet-4-6"
 WINDOW = 4096  # as small as a laptop's local model: the agent conversation below cannot fit
 LOG_WAIT_SECONDS = 5.0
 REQUEST_TIMEOUT_SECONDS = 60.0
@@ -43,7 +45,7 @@ def demo_settings(echo_url: str) -> Settings:
     data = {
         "server": {"host": "127.0.0.1", "port": 0},
         "log": {"format": "json", "level": "info"},
-        "models": {"overrides": [{"match": MODEL, "context_window": WINDOW}]},
+        "models": {"overrides": [{"match": m, "context_window": WINDOW} for m in (MODEL, CLAUDE)]},
     }
     return with_echo_upstream(settings_from_dict(data, "<demo>", {}), echo_url)
 
@@ -53,6 +55,7 @@ class Step:
     title: str
     messages: list[dict[str, Any]]
     stream: bool = False
+    anthropic: bool = False  # sent with the anthropic SDK, as Messages to `CLAUDE`
 
 
 @dataclass
@@ -113,7 +116,11 @@ async def _run(out: TextIO) -> int:
             seen: list[Seen] = []
             async with client:
                 for number, step in enumerate(steps(), start=1):
-                    one = await _send(client, step, f"demo-{number}")
+                    request_id = f"demo-{number}"
+                    if step.anthropic:
+                        one = await _send_anthropic(guard_url.removesuffix("/v1"), step, request_id)
+                    else:
+                        one = await _send(client, step, request_id)
                     await _attach_log(one, log_stream)
                     seen.append(one)
                     _show(out, number, one, seen[1] if number == 3 else None)
@@ -157,6 +164,66 @@ async def _send(client: Any, step: Step, request_id: str) -> Seen:
         return Seen(step, request_id, exc.status_code, dict(exc.response.headers), exc.message, None, None)
     except APIConnectionError as exc:  # reported as unanswered, and the demo exits 1
         return Seen(step, request_id, 0, {}, str(exc), None, None)
+
+
+async def _send_anthropic(guard_root: str, step: Step, request_id: str) -> Seen:
+    """`step` as Anthropic Messages, with the anthropic SDK pointed at the guard's root."""
+    from anthropic import APIConnectionError, APIStatusError, AsyncAnthropic
+
+    system, messages = as_anthropic(step.messages)
+    tools = [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"]["description"],
+            "input_schema": t["function"]["parameters"],
+        }
+        for t in TOOLS
+    ]
+    client = AsyncAnthropic(
+        base_url=guard_root, api_key="no-key-needed", max_retries=0, timeout=REQUEST_TIMEOUT_SECONDS
+    )
+    try:
+        async with client:
+            args: dict[str, Any] = {"system": system, "messages": messages, "tools": tools}  # typed by the SDK
+            raw = await client.messages.with_raw_response.create(
+                model=CLAUDE, max_tokens=512, extra_headers={"x-request-id": request_id}, **args
+            )
+            message = await raw.parse()
+        reply = "".join(block.text for block in message.content if block.type == "text")
+        echo = (message.model_extra or {}).get("echo")
+        return Seen(step, request_id, raw.status_code, dict(raw.headers), reply, echo, message.usage.model_dump())
+    except APIStatusError as exc:
+        return Seen(step, request_id, exc.status_code, dict(exc.response.headers), exc.message, None, None)
+    except APIConnectionError as exc:
+        return Seen(step, request_id, 0, {}, str(exc), None, None)
+
+
+def as_anthropic(chat: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """A chat conversation as Anthropic's `system` and `messages`: tool calls as `tool_use` blocks,
+    their results as `tool_result` blocks in the user message that follows."""
+    system = "\n".join(str(m["content"]) for m in chat if m["role"] == "system")
+    messages: list[dict[str, Any]] = []
+    for m in chat:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            blocks = [
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "input": json.loads(c["function"]["arguments"]),
+                }
+                for c in m["tool_calls"]
+            ]
+            messages.append({"role": "assistant", "content": blocks})
+        elif m["role"] == "tool":
+            result = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+            if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
+                messages[-1]["content"].append(result)
+            else:
+                messages.append({"role": "user", "content": [result]})
+        elif m["role"] in ("user", "assistant"):
+            messages.append({"role": m["role"], "content": m["content"]})
+    return system, messages
 
 
 async def _attach_log(seen: Seen, log_stream: io.StringIO) -> None:
@@ -326,4 +393,5 @@ def steps() -> list[Step]:
         Step("An agent conversation whose test log cannot fit", earlier),
         Step("The same conversation, one turn later", one_turn_later),
         Step("The same, streamed", one_turn_later, stream=True),
+        Step(f"The same as Anthropic Messages to {CLAUDE}, with the anthropic SDK", one_turn_later, anthropic=True),
     ]

@@ -23,7 +23,10 @@ OpenAI's SDKs parse; the server's one error middleware is the only place that do
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.core.trim import TrimResult
 
 
 class ConfigError(Exception):
@@ -71,6 +74,22 @@ class ContextLengthExceeded(GuardError):
     status = 400
     error_type = "invalid_request_error"
     code = "context_length_exceeded"
+
+    @classmethod
+    def refused(cls, result: TrimResult, api: str, headers: dict[str, str]) -> ContextLengthExceeded:
+        """The guard's refusal of `result`, worded as the provider of `api` words its own overflow
+        (so client libraries classify it as one), with the guard's budget in the headers too."""
+        anthropic = api in ("messages", "count_tokens")
+        budget = result.budget
+        report = {
+            **headers,
+            "x-context-guard-context-window": str(budget.context_window),
+            "x-context-guard-output-reserve": str(budget.output_reserve),
+            "x-context-guard-safety-margin": str(budget.safety_margin),
+        }
+        message = result.rejection_message("anthropic" if anthropic else "openai")
+        # Anthropic's errors name no parameter (its adapter would put one before the message).
+        return cls(message, param=None if anthropic else "messages", headers=report)
 
 
 class Unauthorized(GuardError):

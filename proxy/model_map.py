@@ -1,7 +1,8 @@
 """Reads the model map: litellm's bundled JSON of context windows, without importing litellm.
 
 `import litellm` costs seconds and a hundred-odd megabytes and first tries a remote fetch of this
-same file; its packaged copy is all we need, read once at start.
+same file; its packaged copy is all we need, read once at start. Entries that disagree with the
+provider's documentation are corrected as it loads (`proxy.tokenizers.map_corrections`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from proxy.bundled import litellm_file
 from proxy.errors import ConfigError
+from proxy.tokenizers.map_corrections import corrected
 
 _FILE_NAME = "model_prices_and_context_window_backup.json"
 # What `proxy.core.models` reads of an entry. The map's prices and capabilities (about 40 fields
@@ -42,11 +44,12 @@ def load_model_map(path: Path | None = None) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"model map {source} cannot be read: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"model map {source} is not a JSON object")
-    return {
+    model_map = {
         key: entry if id(entry) in kept.entries else kept.shared(_fields(entry))
         for key, entry in data.items()
         if isinstance(entry, dict) and key != "sample_spec"
     }
+    return corrected(model_map)[0]  # where the provider's documentation says otherwise, it wins
 
 
 _KEPT = frozenset(FIELDS)

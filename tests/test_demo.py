@@ -119,8 +119,8 @@ class TestDemo:
         assert demo.code == 0, demo.out + demo.err
         assert demo.err == ""
 
-    def test_it_sends_four_requests_and_every_one_was_answered_by_the_echo_upstream(self, demo):
-        assert [r.number for r in demo.requests] == [1, 2, 3, 4]
+    def test_it_sends_five_requests_and_every_one_was_answered_by_the_echo_upstream(self, demo):
+        assert [r.number for r in demo.requests] == [1, 2, 3, 4, 5]
         for request in demo.requests:
             assert request.log["status"] == 200 and request.log["upstream_status"] == 200, request.title
             assert "NOT ANSWERED" not in "\n".join(request.lines)
@@ -153,6 +153,11 @@ class TestDemo:
         streamed = demo.requests[3]
         usage = next(line for line in streamed.lines if "usage chunk" in line)
         assert f"{streamed.echo_prompt_tokens:,} prompt" in usage
+
+    def test_the_anthropic_sdk_s_messages_request_is_cut_to_fit_and_arrives_valid(self, demo):
+        messages = demo.requests[4]
+        assert messages.log["kind"] == "messages" and messages.log["outcome"] == "trimmed"
+        assert messages.echo_prompt_tokens <= messages.log["budget"] and ", valid; tool calls: " in messages.echo_line
 
     def test_the_log_lines_carry_no_message_content(self, demo):
         for request in demo.requests:

@@ -79,7 +79,49 @@ class TrimResult:
     def fits(self) -> bool:
         return self.tokens_after <= self.budget.input_budget
 
-    def rejection_message(self) -> str:
+    def rejection_message(self, shape: Literal["openai", "anthropic"] | None = None) -> str:
+        """Why the request is refused. With a `shape`, it opens with the sentence that provider
+        words its own overflow error with (client libraries recognise an overflow by it:
+        litellm's ContextWindowExceededError, Anthropic-aware clients' "prompt is too long"),
+        and the guard's explanation follows."""
+        explanation = self._explanation()
+        if shape == "anthropic":
+            return f"{self._anthropic_sentence()} {explanation}"
+        if shape == "openai":
+            # The code in the text too: langchain-openai, among others, looks for it in the message.
+            return f"{self._openai_sentence()} (context-guard, context_length_exceeded) {explanation}"
+        return explanation
+
+    def _openai_sentence(self) -> str:
+        # OpenAI's own wording (numbers without separators, as it writes them), for the case it fits.
+        b, prompt = self.budget, self.tokens_after
+        window, asked = b.context_window, self.tokens_after + b.output_reserve
+        if prompt > window:
+            return (
+                f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+                f"{prompt} tokens. Please reduce the length of the messages."
+            )
+        stated = f"{window} tokens"
+        if asked <= window:  # over only by the guard's safety margin: the length that counts is the smaller one
+            window = window - b.safety_margin
+            margin = f"the guard keeps {b.safety_margin} of the model's {b.context_window} as a safety margin"
+            stated = f"{window} tokens ({margin})"
+        return (
+            f"This model's maximum context length is {stated}. However, you requested {asked} tokens "
+            f"({prompt} in the messages, {b.output_reserve} in the completion). Please reduce the length of the "
+            f"messages or completion."
+        )
+
+    def _anthropic_sentence(self) -> str:
+        b = self.budget
+        if b.input_budget <= 0:  # Anthropic's wording when max_tokens alone leaves no room
+            return (
+                f"input length and `max_tokens` exceed context limit: {self.tokens_after} + {b.output_reserve} > "
+                f"{b.context_window - b.safety_margin}, decrease input length or `max_tokens` and try again."
+            )
+        return f"prompt is too long: {self.tokens_after} tokens > {b.input_budget} maximum."
+
+    def _explanation(self) -> str:
         b = self.budget
         if b.input_budget <= 0:
             room = (
@@ -88,8 +130,12 @@ class TrimResult:
                 f"margin ({b.safety_margin:,}) are set aside. Lower max_tokens."
             )
             return f"This request has {self.tokens_before:,} input tokens. {room}"
+        cut = ""
+        if self.removals:
+            removed = sum(r.tokens for r in self.removals)
+            cut = f" (it cut {len(self.removals):,} items, {removed:,} tokens, by {', '.join(self.strategies)})"
         return (
-            f"This request has {self.tokens_before:,} input tokens; after every cut the guard may make it "
+            f"This request has {self.tokens_before:,} input tokens; after every cut the guard may make{cut} it "
             f"still has {self.tokens_after:,}, and the model's input budget is {b.input_budget:,} tokens "
             f"(context window {b.context_window:,} - output reserve {b.output_reserve:,} "
             f"- safety margin {b.safety_margin:,}). Shorten the system prompt or the latest message, "

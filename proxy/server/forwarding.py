@@ -3,6 +3,7 @@ timing, relaying the answer, and the paths forwarded untouched (pass-through).""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -11,6 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.names import MAX_NAME_CHARS
+from proxy.apis.stream_errors import broken_stream_event
 from proxy.codec import dumps, loads
 from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
 from proxy.server import body as request_body
@@ -145,7 +147,8 @@ async def relay_answer(
     extra: dict[str, str],
     chunks: AsyncIterator[bytes] | None = None,
 ) -> web.StreamResponse:
-    relayed = await relay(request, target.upstream, response, extra, chunks)
+    broken = functools.partial(broken_stream_event, record.kind)  # in the grammar of the client's API
+    relayed = await relay(request, target.upstream, response, extra, chunks, broken)
     if relayed.broken:
         record.stream_broken = relayed.broken
         gw.metrics.upstream_errors.labels(target.upstream.name, "stream_broken").inc()

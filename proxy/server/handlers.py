@@ -54,6 +54,7 @@ from proxy.server.upstream import (
     request_headers,
 )
 from proxy.strict_json import UnreadableJson
+from proxy.tokenizers.map_corrections import correction_for
 from proxy.trim_settings import MODES, Mode
 from proxy.upstream_settings import UpstreamSettings
 
@@ -86,6 +87,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     # The budget follows the model that will serve the request: after a rename, the target's window.
     profile = gw.guard.profile(served)
     record.window_source, record.override = profile.window_source, gw.guard.override_pattern(served)
+    record.map_correction = correction_for(profile)
     upstream, session, counting = target.upstream, gw.session, gw.counting
     assert session is not None, "the app's upstream session is opened at startup"
     # What is known already (no Ollama model to ask, no backend tokenizer) is not awaited, and the
@@ -151,9 +153,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         record.plan, record.attempts = attempts.plan, attempts.attempt
         if isinstance(decision, Reject):
             record.outcome = "rejected"
-            raise ContextLengthExceeded(
-                decision.plan.result.rejection_message(), param="messages", headers=report_headers(record)
-            )
+            raise ContextLengthExceeded.refused(decision.plan.result, endpoint.api, report_headers(record))
         assert isinstance(decision, Forward)
         record.outcome = _outcome(mode, decision)
         sent = decision.body if decision.body is not None else parsed.body

@@ -54,6 +54,8 @@ class RequestRecord:
     upstream_ms: float = 0.0
     stream: bool = False
     stream_broken: str | None = None
+    guard_outcome: str | None = None  # what the guard did (trimmed, unchanged) when what followed failed
+    map_correction: dict[str, Any] | None = None  # the model map's entry as corrected from the provider's docs
     client_disconnected: bool = False
     delivered: bool = False  # the client had the whole answer: leaving after it is no failure
     count_source: str | None = None  # backend (the server's tokenizer), model, calibrated or estimate
@@ -74,6 +76,11 @@ class RequestRecord:
             self.outcome = "client_disconnected"
         elif status >= 500 and self.error is not None:  # the guard's own failure (502, 503, 504, 500)
             self.outcome = "failed"
+        elif self.stream_broken is not None and status < 400:
+            # The client had the status line and part of the answer, then an error event: the
+            # answer failed as a 502 would have, whatever the status line said.
+            self.guard_outcome, self.outcome = self.outcome, "stream_broken"
+            self.status, self.error = 502, self.error or "upstream_stream_broken"
         if self.outcome is None:
             self.outcome = _outcome_for_status(status, self.kind)
 
@@ -242,6 +249,8 @@ def log_event(record: RequestRecord, max_line_bytes: int) -> dict[str, Any]:
         ("attempts", record.attempts if record.attempts > 1 else None),
         ("stream", True if record.stream else None),
         ("stream_broken", record.stream_broken),
+        ("guard_outcome", record.guard_outcome),
+        ("map_correction", record.map_correction),
         ("client_disconnected", True if record.client_disconnected else None),
         ("notes", list(record.notes) or None),
         ("unread_fields", clipped_names(record.unread_fields) or None),

@@ -19,16 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import math
 import zlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from proxy.apis.stream_errors import broken_stream_event
 from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
 from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
@@ -260,11 +260,13 @@ async def relay(
     response: aiohttp.ClientResponse,
     extra_headers: Mapping[str, str],
     chunks: AsyncIterator[bytes] | None = None,
+    broken_event: Callable[[str], bytes] | None = None,
 ) -> Relayed:
     """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
     begun or filtered; see `proxy.server.streams`). A client that goes away ends the relay
     (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
-    mid-stream ends an event stream cleanly, with an SSE error event then EOF; any other body
+    mid-stream ends an event stream cleanly, with an SSE error event (`broken_event`'s, in the
+    client's API's grammar; OpenAI's when not given) then EOF; any other body
     (or an event stream of announced length) is cut off by closing the client's connection, so
     that a half response can never pass for a whole one."""
     # The headers go out with the first bytes (one write, not two) unless this is an event stream
@@ -288,9 +290,9 @@ async def relay(
         if not is_event_stream(response) or out.content_length is not None:
             abort(request)
             return relayed
-        error = {"message": relayed.broken, "type": "upstream_error", "param": None, "code": "upstream_stream_broken"}
+        event = broken_event(relayed.broken) if broken_event else broken_stream_event("chat", relayed.broken)
         with contextlib.suppress(ConnectionResetError):
-            await out.write(b"data: " + json.dumps({"error": error}).encode() + b"\n\n")
+            await out.write(event)
     with contextlib.suppress(ConnectionResetError):
         await out.write_eof()
     return relayed

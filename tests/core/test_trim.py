@@ -229,7 +229,10 @@ class TestRejectionMessage:
         from proxy.core.plan import TrimPolicy, plan_request
 
         counter = counter_for("gpt-4")
-        body = {"model": "gpt-4", "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}]}
+        body = {
+            "model": "gpt-4",
+            "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}],
+        }
         result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
         message = result.rejection_message()
         assert message.startswith(f"This request has {result.tokens_before:,} input tokens; after every cut")
@@ -242,4 +245,49 @@ class TestRejectionMessage:
         body = {"model": "gpt-4", "max_tokens": 9000, "messages": [{"role": "user", "content": "Say hi."}]}
         result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy()).result
         assert result.outcome == "rejected"
-        assert "leaves no room for input" in result.rejection_message() and "budget is -" not in result.rejection_message()
+        assert (
+            "leaves no room for input" in result.rejection_message() and "budget is -" not in result.rejection_message()
+        )
+
+
+class TestRejectionWording:
+    """The refusal opens with the provider's own overflow sentence, which client libraries match."""
+
+    def _rejected(self, counter_for, **body_fields):
+        from proxy.core.budget import BudgetPolicy
+        from proxy.core.plan import TrimPolicy, plan_request
+
+        counter = counter_for("gpt-4")
+        messages = [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}]
+        body = {"model": "gpt-4", "messages": messages, **body_fields}
+        return plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+
+    def test_openai_wording_states_the_window_and_the_messages_tokens(self, counter_for):
+        result = self._rejected(counter_for)
+        message = result.rejection_message("openai")
+        assert message.startswith(
+            f"This model's maximum context length is 8192 tokens. However, your messages resulted in "
+            f"{result.tokens_after} tokens. Please reduce the length of the messages. (context-guard, "
+            f"context_length_exceeded) This request has"
+        )
+        assert "input budget is 6,554 tokens" in message
+
+    def test_a_prompt_inside_the_window_is_worded_with_the_completion_it_asks_for(self, counter_for):
+        from proxy.core.budget import BudgetPolicy
+        from proxy.core.plan import TrimPolicy, plan_request
+
+        counter = counter_for("gpt-4")
+        messages = [{"role": "system", "content": "rule " * 7000}, {"role": "user", "content": "hi"}]
+        body = {"model": "gpt-4", "max_tokens": 2000, "messages": messages}
+        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        assert result.outcome == "rejected" and result.tokens_after < 8192
+        assert result.rejection_message("openai").startswith(
+            f"This model's maximum context length is 8192 tokens. However, you requested "
+            f"{result.tokens_after + 2000} tokens ({result.tokens_after} in the messages, 2000 in the completion)."
+        )
+
+    def test_anthropic_wording_says_the_prompt_is_too_long_against_its_budget(self, counter_for):
+        result = self._rejected(counter_for)
+        message = result.rejection_message("anthropic")
+        assert message.startswith(f"prompt is too long: {result.tokens_after} tokens > 6554 maximum.")
+        assert "context window 8,192" in message

@@ -184,7 +184,7 @@ class TestOtherPaths:
         assert data == {"id": "gpt-4o", "object": "model", "created": 0, "owned_by": "context-guard-echo"}
 
     async def test_an_unknown_path_gets_an_openai_shaped_404_listing_what_it_serves(self, client):
-        response = await client.post("/v1/embeddings", json={})
+        response = await client.post("/v1/audio/speech", json={})
         error = (await response.json())["error"]
         assert response.status == 404 and error["code"] == "unknown_url" and "/v1/chat/completions" in error["message"]
 
@@ -215,3 +215,113 @@ class TestEchoInThread:
             assert asyncio.run(ask()) == 6
         assert refuses_connections(port)
         assert not any(t.name == "echo-upstream" for t in threading.enumerate())
+
+
+class TestEveryApiShape:
+    """Each API the guard serves, answered by the echo in its own shape and read by its own SDK."""
+
+    @pytest.fixture
+    async def url(self, aiohttp_server: Any) -> str:
+        server = await aiohttp_server(EchoUpstream().app())
+        return str(server.make_url("/v1"))
+
+    async def test_responses_answers_whole_with_its_report_and_usage(self, url):
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        response = await client.responses.create(model="gpt-4o", input="Hello", instructions="Be brief.")
+        echo = response.model_extra["echo"]
+        assert response.status == "completed" and response.output_text.startswith("Echo from context-guard")
+        assert echo["roles"] == ["system", "user"] and response.usage.input_tokens == echo["prompt_tokens"]
+
+    async def test_responses_streams_its_event_sequence_to_a_completed_response(self, url):
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        async with client.responses.stream(model="gpt-4o", input="Hello") as stream:
+            kinds = [event.type async for event in stream]
+            final = await stream.get_final_response()
+        assert kinds[:4] == [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+        ]
+        assert "response.output_text.delta" in kinds and kinds[-1] == "response.completed"
+        assert final.output_text.startswith("Echo from context-guard") and final.usage.output_tokens > 0
+
+    async def test_a_responses_tool_output_is_seen_with_its_call(self, url):
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        items = [
+            {"role": "user", "content": "Run the tests."},
+            {"type": "function_call", "call_id": "call_1", "name": "run_tests", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "240 passed"},
+        ]
+        response = await client.responses.create(model="gpt-4o", input=items)
+        calls = response.model_extra["echo"]["tool_calls"]
+        assert [(c["id"], c["name"], c["answered"]) for c in calls] == [("call_1", "run_tests", True)]
+
+    async def test_legacy_completions_answer_whole_and_streamed(self, url):
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        whole = await client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Say hi")
+        stream = await client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Say hi", stream=True)
+        streamed = "".join([chunk.choices[0].text async for chunk in stream if chunk.choices])
+        assert whole.choices[0].text == streamed and whole.usage.prompt_tokens > 0
+
+    async def test_embeddings_are_one_deterministic_vector_per_input(self, url):
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        first = await client.embeddings.create(model="text-embedding-3-small", input=["a", "b"])
+        again = await client.embeddings.create(model="text-embedding-3-small", input="a", encoding_format="float")
+        assert len(first.data) == 2 and first.data[0].embedding == pytest.approx(again.data[0].embedding, abs=1e-5)
+        assert first.data[0].embedding != first.data[1].embedding
+
+    async def test_anthropic_messages_answer_whole_and_streamed(self, url):
+        from anthropic import AsyncAnthropic
+
+        client = AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="x", max_retries=0)
+        args = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
+        whole = await client.messages.create(**args)
+        async with client.messages.stream(**args) as stream:
+            final = await stream.get_final_message()
+        assert whole.content[0].text == final.content[0].text and final.stop_reason == "end_turn"
+        assert final.usage.input_tokens == whole.usage.input_tokens > 0
+
+    async def test_anthropic_errors_take_anthropic_s_shape(self, url):
+        from anthropic import AsyncAnthropic, BadRequestError
+
+        client = AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="x", max_retries=0)
+        with pytest.raises(BadRequestError) as caught:
+            await client.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages="not a list")  # type: ignore[arg-type]
+        assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == "invalid_request_error"
+
+
+class TestBehindTheGuard:
+    """`--upstream echo` as the Agents SDK and the anthropic SDK meet it: the guard in front of the echo."""
+
+    @pytest.fixture
+    async def guard_url(self, start_proxy: Any) -> Any:
+        from proxy.server.echo import with_echo_upstream
+        from proxy.settings import settings_from_dict
+
+        async with running_echo() as echo_url:
+            settings = with_echo_upstream(settings_from_dict({}, "<test>", {}), echo_url)
+            proxy = await start_proxy(settings)
+            yield str(proxy.make_url("/v1"))
+
+    async def test_the_agents_sdk_runs_and_streams_through_it(self, guard_url, monkeypatch):
+        monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+        from agents import Agent, OpenAIResponsesModel, Runner
+
+        model = OpenAIResponsesModel("gpt-4o-mini", AsyncOpenAI(base_url=guard_url, api_key="x", max_retries=0))
+        agent = Agent(name="echo", instructions="Be brief.", model=model)
+        result = await Runner.run(agent, input="Hello")
+        streamed = Runner.run_streamed(agent, input="Hello again")
+        async for _ in streamed.stream_events():
+            pass
+        assert result.final_output.startswith("Echo from context-guard") and "2 messages" in result.final_output
+        assert streamed.final_output.startswith("Echo from context-guard")
+
+    async def test_the_anthropic_sdk_streams_through_it(self, guard_url):
+        from anthropic import AsyncAnthropic
+
+        client = AsyncAnthropic(base_url=guard_url.removesuffix("/v1"), api_key="x", max_retries=0)
+        args = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
+        async with client.messages.stream(**args) as stream:
+            final = await stream.get_final_message()
+        assert final.content[0].text.startswith("Echo from context-guard") and final.stop_reason == "end_turn"
