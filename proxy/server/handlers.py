@@ -44,6 +44,7 @@ from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_bod
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
 from proxy.server.record import RequestRecord, report_headers
+from proxy.server.slots import client_key
 from proxy.server.streams import ask_for_usage
 from proxy.server.upstream import (
     Target,
@@ -65,12 +66,16 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
     match = gw.apis.match(endpoint.adapter, raw)
     large = match.new_bytes > gw.settings.server.offload_bytes
-    parsed = await off_loop(_parse, gw, endpoint, raw, match) if large else _parse(gw, endpoint, raw, match)
+    client = client_key(request.headers, request.remote) if large else ""  # its share of the threads
+    if large:
+        parsed = await off_loop(_parse, gw, endpoint, raw, match, client=client)
+    else:
+        parsed = _parse(gw, endpoint, raw, match)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     record.unread_fields = parsed.unread
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
-        return _count_tokens(gw, record, endpoint, parsed, model)
+        return await _count_tokens(gw, record, endpoint, parsed, model, client if large else None)
     mode = select_mode(request, gw, model)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
@@ -128,7 +133,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         provider=backend.kind if backend.kind != "generic" else None,
         read_whole=parsed.read_whole,
     )
-    decision = await off_loop(attempts.start) if large else attempts.start()
+    decision = await off_loop(attempts.start, client=client) if large else attempts.start()
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:
@@ -336,8 +341,12 @@ def _plan(
     return dataclasses.replace(plan, result=result, view=plan.result)
 
 
-def _count_tokens(gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str) -> web.Response:
-    fitted = gw.guard.fit(endpoint.adapter, parsed, model, None)
+async def _count_tokens(
+    gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str, client: str | None
+) -> web.Response:
+    """Anthropic's count_tokens, counted as a request is (a large body off the loop, in its client's share)."""
+    fit = functools.partial(gw.guard.fit, endpoint.adapter, parsed, model, None)
+    fitted = await off_loop(fit, client=client) if client is not None else fit()
     record.plan, record.outcome = fitted.plan, "counted"
     from proxy.apis.anthropic import count_tokens_body
 
