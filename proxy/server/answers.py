@@ -13,6 +13,7 @@ Two things the handler needs from an answer with a success status:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -21,6 +22,7 @@ import aiohttp
 from proxy.server.streams import FirstEvent, Usage, UsageTap, is_event_stream, peek_first_event, usage_from_body
 
 MAX_USAGE_BODY = 4 * 1024 * 1024  # a whole answer larger than this is relayed unread
+PARSE_ON_LOOP_BYTES = 64 * 1024  # a whole answer larger than this is read for its usage in a thread
 
 
 async def first_event(response: aiohttp.ClientResponse, streaming: bool) -> FirstEvent | None:
@@ -44,6 +46,7 @@ class UsageReader:
         self.stream = is_event_stream(response)
         self._tap = UsageTap(strip, self.encoding) if self.stream else None
         self._body = bytearray()
+        self._unread = False  # the body grew past MAX_USAGE_BODY: no usage is read from it
         self._whole: Usage | None = None
         self.delivered = False  # the client has been sent the whole answer
 
@@ -67,8 +70,12 @@ class UsageReader:
             rest = self._tap.finish()
             if rest:
                 yield rest
-        elif len(self._body) <= MAX_USAGE_BODY:
-            self._whole = usage_from_body(bytes(self._body), self.encoding)
+        elif not self._unread:
+            body = bytes(self._body)
+            if len(body) > PARSE_ON_LOOP_BYTES:  # parsed in a thread: the loop serves others meanwhile
+                self._whole = await asyncio.to_thread(usage_from_body, body, self.encoding)
+            else:
+                self._whole = usage_from_body(body, self.encoding)
         self.delivered = True
 
     @property
@@ -79,6 +86,8 @@ class UsageReader:
         if self._tap is not None:
             out = self._tap.feed(chunk)
             return [out] if out else []
-        if len(self._body) <= MAX_USAGE_BODY:
+        if not self._unread:
             self._body += chunk
+            if len(self._body) > MAX_USAGE_BODY:  # relayed unread: what was kept is let go now
+                self._body, self._unread = bytearray(), True
         return [chunk]

@@ -25,6 +25,10 @@ from proxy.server.record import RequestRecord, by_strategy, folded_removals, ser
 MAX_RUNS = 12  # removal runs kept per decision; the rest are summed into one entry
 EAGER_REMOVALS = 64  # a decision with more removals folds them when taken, not when read
 MAX_CORRECTION_PAIRS = 256  # model names come from clients: the table of corrections is bounded too
+# Names come from clients: what a row keeps of each is bounded, so `page.size` rows are a bounded
+# page (at most about 2 KB of names per row) whatever the requests said.
+MAX_NAME_CHARS = 256
+MAX_NOTES = 16
 KNOWN_OUTCOMES = ("unchanged", "trimmed", "rejected", "forwarded_over_budget", "forwarded", "refused", "failed")
 
 
@@ -57,11 +61,11 @@ class Decision:
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord) -> None:
-        self.at, self.request_id, self.kind = record.at, record.request_id, record.kind
-        self.outcome, self.status = record.outcome or "unknown", record.status
-        self.model, self.served_model = record.model, served_model_shown(record)
-        self.upstream, self.mode = record.upstream, record.mode
-        self.notes = tuple(record.notes)
+        self.at, self.request_id, self.kind = record.at, _bounded(record.request_id), record.kind
+        self.outcome, self.status = _bounded(record.outcome or "unknown"), record.status
+        self.model, self.served_model = _bounded(record.model), _bounded(served_model_shown(record))
+        self.upstream, self.mode = _bounded(record.upstream), record.mode
+        self.notes = tuple(_bounded(note) for note in record.notes[:MAX_NOTES])
         correction = record.learned_correction or record.applied_correction
         self.corrected_window = correction.window if correction is not None else None
         self.total_ms = record.total_ms
@@ -187,11 +191,19 @@ class RecentDecisions:
         self.decisions.append(Decision(record))
         for correction, source in ((record.applied_correction, "applied"), (record.learned_correction, "learned")):
             if correction is not None and record.upstream is not None:
-                pair = (record.upstream, record.served_model or record.model or "")
+                pair = (_bounded(record.upstream) or "", _bounded(record.served_model or record.model) or "")
                 self.corrections.pop(pair, None)
                 self.corrections[pair] = {"source": source, "at": record.at, **correction.to_dict()}
                 while len(self.corrections) > MAX_CORRECTION_PAIRS:
                     self.corrections.popitem(last=False)
+
+    def snapshot(self) -> RecentDecisions:
+        """A copy to read in another thread while requests go on being added to this one."""
+        copy = RecentDecisions(self.size)
+        copy.decisions.extend(self.decisions)
+        copy.corrections.update(self.corrections)
+        copy.calibration.update(self.calibration)
+        return copy
 
     def rows(self, query: PageQuery) -> list[Decision]:
         """Matching decisions, newest first."""
@@ -217,6 +229,13 @@ def install_page(app: web.Application, size: int) -> RecentDecisions:
     """The buffer, under `RECENT`; the app's dispatcher serves `PAGE_HANDLERS` at their paths."""
     recent = app[RECENT] = RecentDecisions(size)
     return recent
+
+
+def _bounded(name: str | None) -> str | None:
+    """`name` as a row keeps it: its first `MAX_NAME_CHARS` characters, and an ellipsis if cut."""
+    if name is None or len(name) <= MAX_NAME_CHARS:
+        return name
+    return name[:MAX_NAME_CHARS] + "…"
 
 
 def iso_time(at: float) -> str:
