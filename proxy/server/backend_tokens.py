@@ -398,7 +398,8 @@ class BackendCounter:
             fmt = replace(fmt, reply_priming=fmt.reply_priming + framing.implicit_system)
         counted_profile = replace(profile, chat_format=fmt, tokenizer_exact=True)
         recorder = RecordingTokenizer(fallback)
-        RequestCounter(counted_profile, recorder).request(body)
+        # The first pass counts the whole body locally: in a thread, as the plan is, not on the loop.
+        await asyncio.to_thread(RequestCounter(counted_profile, recorder).request, body)
         counts: dict[str, int] = {}
         if not framing.renders_tool_calls:  # the template drops them: what they say costs nothing
             dropped = tool_call_texts(body) & recorder.texts

@@ -39,7 +39,7 @@ from proxy.prefix_reader import Match
 from proxy.server import answers
 from proxy.server.answers import UsageReader, first_event
 from proxy.server.backends import budget_policy
-from proxy.server.counting import Choice, off_loop
+from proxy.server.counting import Choice, near_loop, off_loop
 from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
@@ -65,17 +65,18 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     raw = await read_body(request, gw)
     # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
     match = gw.apis.match(endpoint.adapter, raw)
-    large = match.new_bytes > gw.settings.server.offload_bytes
-    client = client_key(request.headers, request.remote) if large else ""  # its share of the threads
+    size = match.new_bytes
+    large = size > gw.settings.server.offload_bytes
+    client = client_key(request.headers, request.remote)  # its share of the threads
     if large:
         parsed = await off_loop(_parse, gw, endpoint, raw, match, client=client)
     else:
-        parsed = _parse(gw, endpoint, raw, match)
+        parsed = await near_loop(_parse, gw, endpoint, raw, match, size=size, client=client)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     record.unread_fields = parsed.unread
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
-        return await _count_tokens(gw, record, endpoint, parsed, model, client if large else None)
+        return await _count_tokens(gw, record, endpoint, parsed, model, client, size if not large else None)
     mode = select_mode(request, gw, model)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
@@ -133,7 +134,10 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         provider=backend.kind if backend.kind != "generic" else None,
         read_whole=parsed.read_whole,
     )
-    decision = await off_loop(attempts.start, client=client) if large else attempts.start()
+    if large:
+        decision = await off_loop(attempts.start, client=client)
+    else:
+        decision = await near_loop(attempts.start, size=size, client=client)
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:
@@ -342,11 +346,11 @@ def _plan(
 
 
 async def _count_tokens(
-    gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str, client: str | None
+    gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str, client: str, size: int | None
 ) -> web.Response:
-    """Anthropic's count_tokens, counted as a request is (a large body off the loop, in its client's share)."""
+    """Anthropic's count_tokens, counted where a request is planned (`size`: new bytes, None for a large body)."""
     fit = functools.partial(gw.guard.fit, endpoint.adapter, parsed, model, None)
-    fitted = await off_loop(fit, client=client) if client is not None else fit()
+    fitted = await (off_loop(fit, client=client) if size is None else near_loop(fit, size=size, client=client))
     record.plan, record.outcome = fitted.plan, "counted"
     from proxy.apis.anthropic import count_tokens_body
 
