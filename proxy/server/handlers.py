@@ -76,7 +76,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     record.model, record.stream = model, parsed.stream or endpoint.stream
     record.unread_fields = parsed.unread
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
-        return await _count_tokens(gw, record, endpoint, parsed, model, client, size if not large else None)
+        return await _count_tokens(gw, record, endpoint, parsed, model, client, len(raw) if not large else None)
     mode = select_mode(request, gw, model)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
@@ -137,7 +137,9 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     if large:
         decision = await off_loop(attempts.start, client=client)
     else:
-        decision = await near_loop(attempts.start, size=size, client=client)
+        # Sized by the whole body: a re-sent conversation whose counts left the cache (or are still
+        # being made by its twin in flight) is counted whole.
+        decision = await near_loop(attempts.start, size=len(raw), client=client)
     # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
     learns = endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
     while True:

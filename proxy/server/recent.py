@@ -28,7 +28,8 @@ MAX_CORRECTION_PAIRS = 256  # model names come from clients: the table of correc
 # Names come from clients: what a row keeps of each is bounded, so `page.size` rows are a bounded
 # page (at most about 2 KB of names per row) whatever the requests said.
 MAX_NAME_CHARS = 256
-MAX_NOTES = 16
+MAX_NOTES = 8
+MAX_NOTE_CHARS = 64  # notes are the guard's own words; bounded all the same
 KNOWN_OUTCOMES = ("unchanged", "trimmed", "rejected", "forwarded_over_budget", "forwarded", "refused", "failed")
 
 
@@ -65,7 +66,7 @@ class Decision:
         self.outcome, self.status = _bounded(record.outcome or "unknown"), record.status
         self.model, self.served_model = _bounded(record.model), _bounded(served_model_shown(record))
         self.upstream, self.mode = _bounded(record.upstream), record.mode
-        self.notes = tuple(_bounded(note) for note in record.notes[:MAX_NOTES])
+        self.notes = tuple(_bounded(note, MAX_NOTE_CHARS) for note in record.notes[:MAX_NOTES])
         correction = record.learned_correction or record.applied_correction
         self.corrected_window = correction.window if correction is not None else None
         self.total_ms = record.total_ms
@@ -209,11 +210,11 @@ class RecentDecisions:
         """Matching decisions, newest first."""
         return [d for d in reversed(self.decisions) if d.matches(query)]
 
-    def to_dict(self, query: PageQuery) -> dict[str, Any]:
+    def to_dict(self, query: PageQuery, with_rows: bool = True) -> dict[str, Any]:
         return {
             "size": self.size,
             "filter": asdict(query),
-            "rows": [d.to_dict() for d in self.rows(query)],
+            **({"rows": [d.to_dict() for d in self.rows(query)]} if with_rows else {}),
             "corrections": [
                 {"upstream": upstream, "model": model, **values}
                 for (upstream, model), values in reversed(self.corrections.items())
@@ -231,11 +232,11 @@ def install_page(app: web.Application, size: int) -> RecentDecisions:
     return recent
 
 
-def _bounded(name: str | None) -> str | None:
-    """`name` as a row keeps it: its first `MAX_NAME_CHARS` characters, and an ellipsis if cut."""
-    if name is None or len(name) <= MAX_NAME_CHARS:
+def _bounded(name: str | None, chars: int = MAX_NAME_CHARS) -> str | None:
+    """`name` as a row keeps it: its first `chars` characters, and an ellipsis if cut."""
+    if name is None or len(name) <= chars:
         return name
-    return name[:MAX_NAME_CHARS] + "…"
+    return name[:chars] + "…"
 
 
 def iso_time(at: float) -> str:

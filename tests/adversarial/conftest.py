@@ -17,8 +17,9 @@ What it gives a test:
 
 The bound (issue 24, item 2): `/livez` answers within `LIVEZ_P99_MS` (50 ms) at p99 while an
 attack is in flight. On a shared, loaded 2-core machine the loop's own baseline may already be
-slower, so the test asserts p99 under `max(LIVEZ_P99_MS, 3 x baseline p99 + 20 ms)` and, in every
-case, under `LIVEZ_CAP_MS`: far below what any attack did to main (0.5 s to 10 s stalls).
+slower, and the prober shares this process (and its GIL) with the attack's client: the test
+asserts p99 under `max(LIVEZ_P99_MS, 3 x baseline p99 + 50 ms)` and, in every case, under
+`LIVEZ_CAP_MS` (150 ms): far below what each attack did to main (0.4 s to 10 s stalls).
 
 Adding an attack (the core's: a PDF page count with no `/Count`, `$ref` chains, CPU-heavy text,
 memory per MB): one test per attack in a new `tests/adversarial/test_<attack>.py`, shaped as
@@ -60,7 +61,7 @@ from tests.server.fake_upstream import FakeUpstream
 T = TypeVar("T")
 
 LIVEZ_P99_MS = 50.0
-LIVEZ_CAP_MS = 250.0
+LIVEZ_CAP_MS = 150.0
 PROBE_EVERY = 0.01
 CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=60)
 
@@ -236,7 +237,7 @@ class Prober:
 
     @staticmethod
     def bound(baseline: Latencies) -> float:
-        return min(LIVEZ_CAP_MS, max(LIVEZ_P99_MS, 3 * baseline.p99 + 20))
+        return min(LIVEZ_CAP_MS, max(LIVEZ_P99_MS, 3 * baseline.p99 + 50))
 
     def assert_responsive(self, baseline: Latencies, during: Latencies) -> None:
         bound = self.bound(baseline)
@@ -285,6 +286,16 @@ async def post(
     ):
         answer = await r.read()
         return r.status, answer, time.perf_counter() - started
+
+
+async def get(url: str, headers: dict[str, str] | None = None, timeout: float = 60) -> tuple[int, bytes, float]:
+    """GET `url`; (status, answer, seconds)."""
+    started = time.perf_counter()
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+        session.get(url, headers=headers) as r,
+    ):
+        return r.status, await r.read(), time.perf_counter() - started
 
 
 async def hang_up_after(url: str, body: bytes, seconds: float, headers: dict[str, str] | None = None) -> None:
