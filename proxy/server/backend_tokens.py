@@ -369,6 +369,8 @@ class BackendCounter:
                 finally:  # cancelled too (its waiter gone): the cooldown is set on every failure
                     if self._framing is None:
                         self._down_until = self.clock() + FAILURE_COOLDOWN
+                    else:  # measured after all (slowly): the backend counts again from now on
+                        self._down_until = 0.0
         return self._framing
 
     async def _framing_within_deadline(self) -> Framing | None:
@@ -381,7 +383,8 @@ class BackendCounter:
             task = self._measuring = asyncio.ensure_future(self.framing())
         try:
             return await asyncio.wait_for(asyncio.shield(task), self.timeout)
-        except TimeoutError:
+        except TimeoutError:  # a deadline missed: the requests after this one do not wait for it
+            self._down_until = self.clock() + FAILURE_COOLDOWN
             return None
 
     async def prepare(self, body: Mapping[str, Any], profile: ModelProfile, fallback: Tokenizer) -> Prepared:

@@ -7,8 +7,11 @@ What it gives a test:
   port, in front of a real in-process upstream (`tests.server.fake_upstream.FakeUpstream` unless
   the test passes an aiohttp app of its own, e.g. a misbehaving backend). Guard and upstream run
   in a thread with their own event loop, as a serving process has one: the attack's client and
-  the prober run in the test's loop, so what the prober measures is the guard's loop.
-- `prober`: asks `/livez` every `PROBE_EVERY` seconds and records each answer's latency.
+  the prober each run in loops of their own, so what the prober measures is the guard's loop
+  (all three share this process's GIL: a client that copies a 64 MB answer slows the guard too,
+  so an attack's client reads what it must check and lets the rest go).
+- `prober`: asks `/livez` every `PROBE_EVERY` seconds, from a thread and loop of its own, and
+  records each answer's latency.
   `await prober.baseline()` measures the loop with nothing in flight; `async with prober.during()`
   measures it while the block runs (the attack); `prober.assert_responsive(baseline, during)`
   asserts the bound below.
@@ -197,37 +200,42 @@ class Latencies:
 
 
 class Prober:
-    """Asks a guard's `/livez` every `PROBE_EVERY` seconds, from the test's loop, on one kept-alive connection."""
+    """Asks a guard's `/livez` every `PROBE_EVERY` seconds on one kept-alive connection, from a
+    thread and event loop of its own: neither the guard's work nor the attack's client (which
+    runs in the test's loop) delays the probe itself, so what it measures is the guard's loop."""
 
-    async def _probe(self, session: aiohttp.ClientSession, url: str, into: Latencies, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            started = time.perf_counter()
-            try:
-                async with session.get(url) as response:
-                    await response.read()
-                    ok = response.status == 200
-            except (aiohttp.ClientError, TimeoutError):
-                ok = False
-            elapsed = (time.perf_counter() - started) * 1000
-            if ok:
-                into.ms.append(elapsed)
-            else:
-                into.failures += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), PROBE_EVERY)
+    @staticmethod
+    async def _probe(url: str, into: Latencies, stop: threading.Event) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            while not stop.is_set():
+                started = time.perf_counter()
+                try:
+                    async with session.get(url) as response:
+                        await response.read()
+                        ok = response.status == 200
+                except (aiohttp.ClientError, TimeoutError):
+                    ok = False
+                elapsed = (time.perf_counter() - started) * 1000
+                if ok:
+                    into.ms.append(elapsed)
+                else:
+                    into.failures += 1
+                await asyncio.sleep(PROBE_EVERY)
 
     @contextlib.asynccontextmanager
     async def during(self, guard: GuardServer) -> AsyncIterator[Latencies]:
         """Latencies measured while the block runs (at least one probe is always made)."""
-        latencies, stop = Latencies(), asyncio.Event()
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            task = asyncio.create_task(self._probe(session, guard.url("/livez"), latencies, stop))
-            try:
-                yield latencies
-            finally:
-                await asyncio.sleep(PROBE_EVERY)
-                stop.set()
-                await asyncio.wait_for(task, 35)
+        latencies, stop = Latencies(), threading.Event()
+        thread = threading.Thread(
+            target=lambda: asyncio.run(self._probe(guard.url("/livez"), latencies, stop)), name="prober", daemon=True
+        )
+        thread.start()
+        try:
+            yield latencies
+        finally:
+            await asyncio.sleep(PROBE_EVERY * 2)
+            stop.set()
+            await asyncio.to_thread(thread.join, 35)
 
     async def baseline(self, guard: GuardServer, seconds: float = 0.5) -> Latencies:
         """Latencies with nothing in flight."""
