@@ -26,7 +26,7 @@ from contextvars import ContextVar
 _EVENT: ContextVar[threading.Event | None] = ContextVar("context_guard_cancel", default=None)
 
 
-class WorkCancelled(Exception):  # noqa: N818  # named for what happened, as asyncio's CancelledError
+class WorkCancelled(Exception):  # named for what happened, as asyncio's CancelledError
     """The request this work was for is gone (its client hung up): stop, nothing will read the result."""
 
 

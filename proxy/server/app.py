@@ -242,7 +242,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
-    except BaseException as exc:  # noqa: BLE001  # a native library's panic (pyo3's PanicException) too
+    except BaseException as exc:  # a native library's panic (pyo3's PanicException) too
         # Never a closed connection: one log line (its traceback inside it) and an error in the API's own shape.
         gateway.log.exception(
             "unhandled_error", request_id=record.request_id, path=record.path, error_type=type(exc).__name__

@@ -19,10 +19,10 @@ included, run under one deadline (`tokenize_timeout`); the framing's measurement
 background up to `framing_timeout`. A text the backend did not count in time is counted by the
 local estimate, and the count says it is not exact. A backend that cannot be reached (no
 connection, a 5xx) or misses a deadline (a request's, or the framing's, however the wait ended)
-is left alone for `FAILURE_COOLDOWN` seconds; an answer is read up to `MAX_ANSWER_BYTES` and
-parsed off the event loop when large (`proxy.server.backends.answered_json`); a text it answers about without a count (a 4xx: it refused that
-text) is counted locally, that text only: one client's text must not switch the backend's
-counting off for every other client.
+is left alone for `FAILURE_COOLDOWN` seconds; a text it answers about without a count (a 4xx: it
+refused that text, or an answer over `MAX_ANSWER_BYTES`) is counted locally, that text only: one
+client's text must not switch the backend's counting off for every other client. Answers are
+read up to that size and parsed off the event loop when large (`proxy.server.backends.answered_json`).
 
 The core stays synchronous: `BackendCounter.prepare()` (async) fetches every count the core will
 ask for, found by a first pass with a recording tokenizer, and returns a plain `Tokenizer`

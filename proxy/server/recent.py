@@ -62,11 +62,11 @@ class Decision:
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord) -> None:
-        self.at, self.request_id, self.kind = record.at, _bounded(record.request_id), record.kind
-        self.outcome, self.status = _bounded(record.outcome or "unknown"), record.status
+        self.at, self.request_id, self.kind = record.at, _cut(record.request_id), record.kind
+        self.outcome, self.status = _cut(record.outcome or "unknown"), record.status
         self.model, self.served_model = _bounded(record.model), _bounded(served_model_shown(record))
         self.upstream, self.mode = _bounded(record.upstream), record.mode
-        self.notes = tuple(_bounded(note, MAX_NOTE_CHARS) for note in record.notes[:MAX_NOTES])
+        self.notes = tuple(_cut(note, MAX_NOTE_CHARS) for note in record.notes[:MAX_NOTES])
         correction = record.learned_correction or record.applied_correction
         self.corrected_window = correction.window if correction is not None else None
         self.total_ms = record.total_ms
@@ -192,7 +192,7 @@ class RecentDecisions:
         self.decisions.append(Decision(record))
         for correction, source in ((record.applied_correction, "applied"), (record.learned_correction, "learned")):
             if correction is not None and record.upstream is not None:
-                pair = (_bounded(record.upstream) or "", _bounded(record.served_model or record.model) or "")
+                pair = (_cut(record.upstream), _cut(record.served_model or record.model or ""))
                 self.corrections.pop(pair, None)
                 self.corrections[pair] = {"source": source, "at": record.at, **correction.to_dict()}
                 while len(self.corrections) > MAX_CORRECTION_PAIRS:
@@ -232,11 +232,13 @@ def install_page(app: web.Application, size: int) -> RecentDecisions:
     return recent
 
 
-def _bounded(name: str | None, chars: int = MAX_NAME_CHARS) -> str | None:
+def _cut(name: str, chars: int = MAX_NAME_CHARS) -> str:
     """`name` as a row keeps it: its first `chars` characters, and an ellipsis if cut."""
-    if name is None or len(name) <= chars:
-        return name
-    return name[:chars] + "…"
+    return name if len(name) <= chars else name[:chars] + "…"
+
+
+def _bounded(name: str | None) -> str | None:
+    return None if name is None else _cut(name)
 
 
 def iso_time(at: float) -> str:

@@ -26,6 +26,7 @@ Jobs run with the caller's context variables (the log's bound fields), like `asy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import itertools
@@ -174,7 +175,5 @@ def _bound_call(cancel: threading.Event, work: Callable[..., T], args: tuple[Any
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is left to hand the thread to
         loop.call_soon_threadsafe(callback, *args)
-    except RuntimeError:  # the loop has closed: nothing is left to hand the thread to
-        pass

@@ -21,7 +21,7 @@ from tests.adversarial.conftest import anthropic_body_of, body_of, post
 TRIGGER = "\t" * 64
 
 
-class PanicException(BaseException):  # noqa: N818  # pyo3's name
+class PanicException(BaseException):  # pyo3's name
     """What pyo3 raises when Rust code panics: not an `Exception`."""
 
 

@@ -95,9 +95,7 @@ class TestFairSlots:
         await asyncio.sleep(0.05)
         assert not ran.is_set() and slots.stats.dropped == 1 and slots.queued == 0
 
-    async def test_work_running_when_cancelled_stops_at_its_next_checkpoint_and_holds_its_thread_until_then(
-        self, pool
-    ):
+    async def test_work_running_when_cancelled_stops_at_its_next_checkpoint_and_holds_its_thread_until_then(self, pool):
         slots = FairSlots(pool, workers=1, per_client=1)
         entered, stopped = threading.Event(), threading.Event()
 
