@@ -8,48 +8,17 @@ On main: an SSE event that never ended was buffered without limit and rescanned 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
 import aiohttp
-from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.server.backends import MAX_ANSWER_BYTES
 from proxy.server.streams import MAX_EVENT_BYTES, UsageTap
 from tests.adversarial.conftest import body_of, make_settings, post
-
-CHUNK = 64 * 1024
-
-
-def sse(payload: object) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
-USAGE = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}
-
-
-def endless_event_upstream(size: int) -> web.Application:
-    """Streams one ordinary delta, then one event of `size` bytes, then usage and [DONE]."""
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(sse({"choices": [{"index": 0, "delta": {"content": "hi"}}]}))
-        await response.write(b'data: {"choices": [{"index": 0, "delta": {"content": "')
-        filler = b"a" * CHUNK
-        for _ in range(size // CHUNK):
-            await response.write(filler)
-        await response.write(b'"}}]}\n\n' + sse(USAGE) + b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    return app
+from tests.adversarial.upstreams import CHUNK, USAGE, endless_event_upstream, llama_server, sse
 
 
 class TestEndlessEvent:
@@ -112,41 +81,6 @@ class TestUsageTapBounds:
             at += cut
         out.append(tap.finish())
         assert b"".join(out) == stream
-
-
-def llama_server(tokenize: str) -> web.Application:
-    """A llama-server that states its window and whose `/tokenize` hangs (`hang`) or answers 16 MB (`huge`)."""
-
-    async def props(request: web.Request) -> web.Response:
-        return web.json_response({"default_generation_settings": {"n_ctx": 8192}, "model_alias": "local"})
-
-    async def tokenize_call(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        if tokenize == "hang":
-            await asyncio.sleep(3600)
-        tokens = b"[" + b"1," * (8 * 1024 * 1024) + b"1]"  # 16 MB of token ids
-        return web.Response(body=b'{"tokens": ' + tokens + b"}", content_type="application/json")
-
-    async def apply_template(request: web.Request) -> web.Response:
-        data = await request.json()
-        return web.json_response({"prompt": " ".join(str(m.get("content")) for m in data["messages"])})
-
-    async def chat(request: web.Request) -> web.Response:
-        await request.read()
-        return web.json_response(
-            {
-                "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 1},
-            }
-        )
-
-    app = web.Application()
-    app.router.add_get("/props", props)
-    app.router.add_post("/tokenize", tokenize_call)
-    app.router.add_post("/apply-template", apply_template)
-    app.router.add_post("/v1/chat/completions", chat)
-    return app
 
 
 def backend_settings(url: str):
