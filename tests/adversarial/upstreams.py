@@ -19,6 +19,11 @@ from aiohttp import web
 
 CHUNK = 64 * 1024
 USAGE = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}
+ANSWER = {
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+}
 
 
 def sse(payload: object) -> bytes:
@@ -26,6 +31,11 @@ def sse(payload: object) -> bytes:
 
 
 USAGE = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}
+ANSWER = {
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+}
 
 
 def endless_event_upstream(size: int, honest: bool = False) -> web.Application:
@@ -33,7 +43,8 @@ def endless_event_upstream(size: int, honest: bool = False) -> web.Application:
     deltas), then usage and [DONE]."""
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        await request.read()
+        if not (await request.json()).get("stream"):  # a request that does not stream is answered plainly
+            return web.json_response(ANSWER)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await response.write(sse({"choices": [{"index": 0, "delta": {"content": "hi"}}]}))
@@ -79,13 +90,7 @@ def llama_server(tokenize: str) -> web.Application:
 
     async def chat(request: web.Request) -> web.Response:
         await request.read()
-        return web.json_response(
-            {
-                "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 1},
-            }
-        )
+        return web.json_response(ANSWER)
 
     app = web.Application()
     app.router.add_get("/props", props)
