@@ -114,10 +114,9 @@ async def attack_fair_share(run: Run, honest: bool) -> str:
     """Two large bodies from one client that hangs up after a second (while they are counted), and a
     350 KB request from another client meanwhile."""
     text = prose(run.size) if honest else letters(run.size)
-    attackers = [
-        asyncio.create_task(hang_up_after(run.url("/v1/messages/count_tokens"), count_tokens(text), 1.0, ATTACKER))
-        for _ in range(2)
-    ]
+    url = run.url("/v1/messages/count_tokens")
+    bodies = [count_tokens(f"{i} {text}") for i in range(2)]  # two bodies: neither is a re-send of the other
+    attackers = [asyncio.create_task(hang_up_after(url, body, 1.0, ATTACKER)) for body in bodies]
     await asyncio.sleep(0.35)
     seconds = await post(run.url("/v1/chat/completions"), chat(prose(350_000)), HONEST)
     await asyncio.gather(*attackers)

@@ -28,12 +28,12 @@ class TestFairShare:
     ):
         guard = await serve_guard(settings(server={"client_keys": ["attacker-key", "honest-key"]}))
         honest = body_of(prose(350_000))  # over server.offload_bytes: counted in the large-body threads
-        attack = anthropic_body_of(letters(3_000_000), model="gpt-4o")  # seconds of counting each
+        attacks = [anthropic_body_of(f"{i} " + letters(3_000_000), model="gpt-4o") for i in range(2)]  # seconds each
         chat, count = guard.url("/v1/chat/completions"), guard.url("/v1/messages/count_tokens")
         usual = min([(await post(chat, honest, HONEST))[2] for _ in range(2)])
         base = await prober.baseline(guard)
         async with prober.during(guard) as during:
-            attackers = [asyncio.create_task(hang_up_after(count, attack, 0.3, ATTACKER)) for _ in range(2)]
+            attackers = [asyncio.create_task(hang_up_after(count, attack, 0.3, ATTACKER)) for attack in attacks]
             await asyncio.sleep(0.35)
             status, answer, seconds = await post(chat, honest, HONEST)
             await asyncio.gather(*attackers)
@@ -45,9 +45,9 @@ class TestFairShare:
         self, serve_guard, settings
     ):
         guard = await serve_guard(settings(server={"client_keys": ["attacker-key"]}))
-        attack = anthropic_body_of(letters(3_000_000), model="gpt-4o")
+        attacks = [anthropic_body_of(f"{i} " + letters(3_000_000), model="gpt-4o") for i in range(2)]
         count = guard.url("/v1/messages/count_tokens")
-        await asyncio.gather(*(hang_up_after(count, attack, 0.5, ATTACKER) for _ in range(2)))
+        await asyncio.gather(*(hang_up_after(count, attack, 0.5, ATTACKER) for attack in attacks))
         stats = await guard.on_guard_loop(lambda: large_body_slots().stats)
         # One client, one thread: the second body waited and was dropped when its client left;
         # the first was counting, and its cancel event was set (counting in slices stops on it).
