@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -23,6 +24,7 @@ from proxy.server.streams import FirstEvent, Usage, UsageTap, is_event_stream, p
 
 MAX_USAGE_BODY = 4 * 1024 * 1024  # a whole answer larger than this is relayed unread
 PARSE_ON_LOOP_BYTES = 64 * 1024  # a whole answer larger than this is read for its usage in a thread
+YIELD_EVERY = 0.002  # seconds a relay may hold the loop before it lets the other requests run
 
 
 async def first_event(response: aiohttp.ClientResponse, streaming: bool) -> FirstEvent | None:
@@ -62,10 +64,16 @@ class UsageReader:
             for out in self._feed(head):
                 yield out
                 self.delivered = self._ended
+        since = time.perf_counter()
         async for chunk in response.content.iter_any():
             for out in self._feed(chunk):
                 yield out
                 self.delivered = self._ended
+            # A fast upstream always has the next chunk ready, and awaiting it then never hands the
+            # loop back: every `YIELD_EVERY` seconds of relaying, the other requests get their turn.
+            if time.perf_counter() - since > YIELD_EVERY:
+                await asyncio.sleep(0)
+                since = time.perf_counter()
         if self._tap is not None:
             rest = self._tap.finish()
             if rest:
