@@ -53,10 +53,12 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy proxy
 
 # `make bench`: the full run (about 20 minutes on this shared 2-core machine); `make bench ARGS=--quick`:
-# a short one. It rewrites bench/results.json, docs/benchmarks.md and the README's figures.
+# a short one. It rewrites bench/results.json, docs/benchmarks.md and the README's figures, then
+# bench/adversarial.py adds the attacks' table to docs/benchmarks.md (about 5 minutes; 2 with --quick).
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py $(ARGS)
 	$(BIN)/python bench/adapters.py
+	$(BIN)/python bench/adversarial.py $(filter --quick,$(ARGS))
 
 # The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
 capacity: $(BIN)/.installed

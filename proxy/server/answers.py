@@ -13,7 +13,9 @@ Two things the handler needs from an answer with a success status:
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -21,6 +23,8 @@ import aiohttp
 from proxy.server.streams import FirstEvent, Usage, UsageTap, is_event_stream, peek_first_event, usage_from_body
 
 MAX_USAGE_BODY = 4 * 1024 * 1024  # a whole answer larger than this is relayed unread
+PARSE_ON_LOOP_BYTES = 64 * 1024  # a whole answer larger than this is read for its usage in a thread
+YIELD_EVERY = 0.002  # seconds a relay may hold the loop before it lets the other requests run
 
 
 async def first_event(response: aiohttp.ClientResponse, streaming: bool) -> FirstEvent | None:
@@ -44,6 +48,7 @@ class UsageReader:
         self.stream = is_event_stream(response)
         self._tap = UsageTap(strip, self.encoding) if self.stream else None
         self._body = bytearray()
+        self._unread = False  # the body grew past MAX_USAGE_BODY: no usage is read from it
         self._whole: Usage | None = None
         self.delivered = False  # the client has been sent the whole answer
 
@@ -59,16 +64,26 @@ class UsageReader:
             for out in self._feed(head):
                 yield out
                 self.delivered = self._ended
+        since = time.perf_counter()
         async for chunk in response.content.iter_any():
             for out in self._feed(chunk):
                 yield out
                 self.delivered = self._ended
+            # A fast upstream always has the next chunk ready, and awaiting it then never hands the
+            # loop back: every `YIELD_EVERY` seconds of relaying, the other requests get their turn.
+            if time.perf_counter() - since > YIELD_EVERY:
+                await asyncio.sleep(0)
+                since = time.perf_counter()
         if self._tap is not None:
             rest = self._tap.finish()
             if rest:
                 yield rest
-        elif len(self._body) <= MAX_USAGE_BODY:
-            self._whole = usage_from_body(bytes(self._body), self.encoding)
+        elif not self._unread:
+            body = bytes(self._body)
+            if len(body) > PARSE_ON_LOOP_BYTES:  # parsed in a thread: the loop serves others meanwhile
+                self._whole = await asyncio.to_thread(usage_from_body, body, self.encoding)
+            else:
+                self._whole = usage_from_body(body, self.encoding)
         self.delivered = True
 
     @property
@@ -79,6 +94,8 @@ class UsageReader:
         if self._tap is not None:
             out = self._tap.feed(chunk)
             return [out] if out else []
-        if len(self._body) <= MAX_USAGE_BODY:
+        if not self._unread:
             self._body += chunk
+            if len(self._body) > MAX_USAGE_BODY:  # relayed unread: what was kept is let go now
+                self._body, self._unread = bytearray(), True
         return [chunk]

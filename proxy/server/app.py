@@ -240,8 +240,13 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         status = (record.upstream_status or 200) if record.delivered else CLIENT_CLOSED
         record.client_disconnected = not record.delivered
         raise
-    except Exception:
-        gateway.log.exception("unhandled_error", request_id=record.request_id, path=record.path)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # a native library's panic (pyo3's PanicException) too
+        # Never a closed connection: one log line (its traceback inside it) and an error in the API's own shape.
+        gateway.log.exception(
+            "unhandled_error", request_id=record.request_id, path=record.path, error_type=type(exc).__name__
+        )
         record.error = "internal_error"
         return error_response(GuardError("internal error in context-guard"), record, gateway.apis)
     finally:

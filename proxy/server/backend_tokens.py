@@ -14,12 +14,15 @@ renders (or, on llama-cpp-python, which cannot render without generating, answer
     [system, user, assistant+call, tool] -> how a tool call is rendered (SmolLM2's template
                                            drops calls: their names and arguments cost nothing)
 
-and becomes the `ChatFormat` the core counts with. Each request's calls run under one deadline;
-a text the backend did not count in time is counted by the local estimate, and the count says
-it is not exact. A backend that cannot be reached (no connection, a timeout, a 5xx) is left alone
-for `FAILURE_COOLDOWN` seconds; a text it answers about without a count (a 4xx: it refused that
-text) is counted locally, that text only: one client's text must not switch the backend's
-counting off for every other client.
+and becomes the `ChatFormat` the core counts with. Each request's calls, the wait for the framing
+included, run under one deadline (`tokenize_timeout`); the framing's measurement goes on in the
+background up to `framing_timeout`. A text the backend did not count in time is counted by the
+local estimate, and the count says it is not exact. A backend that cannot be reached (no
+connection, a 5xx) or misses a deadline (a request's, or the framing's, however the wait ended)
+is left alone for `FAILURE_COOLDOWN` seconds; a text it answers about without a count (a 4xx: it
+refused that text, or an answer over `MAX_ANSWER_BYTES`) is counted locally, that text only: one
+client's text must not switch the backend's counting off for every other client. Answers are
+read up to that size and parsed off the event loop when large (`proxy.server.backends.answered_json`).
 
 The core stays synchronous: `BackendCounter.prepare()` (async) fetches every count the core will
 ask for, found by a first pass with a recording tokenizer, and returns a plain `Tokenizer`
@@ -29,7 +32,6 @@ holding them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import math
 import time
@@ -329,6 +331,7 @@ class BackendCounter:
         self._framing: Framing | None = None
         self._empty: int | None = None  # tokens the server adds to any text (a BOS), subtracted
         self._setup = asyncio.Lock()
+        self._measuring: asyncio.Future[Framing | None] | None = None
         self._down_until = 0.0
 
     def _key(self, text: str) -> tuple[str, bytes]:
@@ -348,28 +351,47 @@ class BackendCounter:
         return n
 
     async def framing(self) -> Framing | None:
-        """The template's framing, measured on first use (and again after a failure)."""
+        """The template's framing, measured on first use (and again after a failure), within
+        `framing_timeout`; a failure or a deadline passed leaves the backend alone for
+        `FAILURE_COOLDOWN` seconds."""
         if self._framing is not None:
             return self._framing
         async with self._setup:
             if self._framing is None and self.clock() >= self._down_until:
-                with contextlib.suppress(BackendDown):
-                    empty = await self.calls.text("")
-                    if empty is not None:
-                        self._empty = empty
-                        self._framing = await measure_framing(self.calls, self._count)
-                if self._framing is None:
-                    self._down_until = self.clock() + FAILURE_COOLDOWN
+                try:
+                    async with asyncio.timeout(self.framing_timeout):
+                        empty = await self.calls.text("")
+                        if empty is not None:
+                            self._empty = empty
+                            self._framing = await measure_framing(self.calls, self._count)
+                except (BackendDown, TimeoutError):
+                    pass
+                finally:  # cancelled too (its waiter gone): the cooldown is set on every failure
+                    if self._framing is None:
+                        self._down_until = self.clock() + FAILURE_COOLDOWN
+                    else:  # measured after all (slowly): the backend counts again from now on
+                        self._down_until = 0.0
         return self._framing
+
+    async def _framing_within_deadline(self) -> Framing | None:
+        """The framing, waited for at most `timeout` (a request's whole tokenize deadline): the
+        measurement goes on in the background, up to `framing_timeout`, for the requests after."""
+        if self._framing is not None:
+            return self._framing
+        task = self._measuring
+        if task is None or task.done():
+            task = self._measuring = asyncio.ensure_future(self.framing())
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self.timeout)
+        except TimeoutError:  # a deadline missed: the requests after this one do not wait for it
+            self._down_until = self.clock() + FAILURE_COOLDOWN
+            return None
 
     async def prepare(self, body: Mapping[str, Any], profile: ModelProfile, fallback: Tokenizer) -> Prepared:
         """Fetch the counts of every text in `body` the cache lacks, within the deadline."""
         if self.clock() < self._down_until:
             return Prepared(profile, fallback, False, note="backend tokenizer failed recently")
-        try:
-            framing = await asyncio.wait_for(self.framing(), self.framing_timeout)
-        except TimeoutError:
-            framing = None
+        framing = await self._framing_within_deadline()
         if framing is None:
             return Prepared(profile, fallback, False, note="backend template framing unknown")
         fmt = framing.chat_format(profile.chat_format)
@@ -379,7 +401,8 @@ class BackendCounter:
             fmt = replace(fmt, reply_priming=fmt.reply_priming + framing.implicit_system)
         counted_profile = replace(profile, chat_format=fmt, tokenizer_exact=True)
         recorder = RecordingTokenizer(fallback)
-        RequestCounter(counted_profile, recorder).request(body)
+        # The first pass counts the whole body locally: in a thread, as the plan is, not on the loop.
+        await asyncio.to_thread(RequestCounter(counted_profile, recorder).request, body)
         counts: dict[str, int] = {}
         if not framing.renders_tool_calls:  # the template drops them: what they say costs nothing
             dropped = tool_call_texts(body) & recorder.texts
@@ -420,6 +443,8 @@ class BackendCounter:
             done, pending = await asyncio.wait(tasks, timeout=self.timeout)
             for task in pending:
                 task.cancel()
+            if pending:  # the deadline passed: the backend is too slow to be asked for a while
+                self._down_until = self.clock() + FAILURE_COOLDOWN
             for task in done:
                 n = task.result() if not task.cancelled() and task.exception() is None else None
                 if n is not None:

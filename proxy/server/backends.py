@@ -33,6 +33,7 @@ from typing import Literal, get_args
 
 import aiohttp
 
+from proxy.codec import loads
 from proxy.core.budget import BudgetPolicy
 
 Kind = Literal["openai", "vertex", "vllm", "llamacpp", "ollama", "generic"]
@@ -223,21 +224,52 @@ class BackendDown(Exception):
     was asked, the server itself."""
 
 
+# What the guard reads of its own calls' answers (tokenize, template, discovery): an answer larger
+# than `MAX_ANSWER_BYTES` is not read on (the call counts as not answered: the text is counted
+# locally); one larger than `PARSE_ON_LOOP_BYTES` is parsed in a thread, never on the event loop.
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+PARSE_ON_LOOP_BYTES = 64 * 1024
+
+
+class AnswerTooLarge(ValueError):
+    """An answer over `MAX_ANSWER_BYTES`: what it said is not read."""
+
+
+async def read_bounded(response: aiohttp.ClientResponse, max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
+    """The body of `response`, or AnswerTooLarge as soon as it is known to exceed `max_bytes`."""
+    declared = response.content_length
+    if declared is not None and declared > max_bytes:
+        raise AnswerTooLarge(f"the answer declares {declared} bytes, over {max_bytes}")
+    body = bytearray()
+    async for chunk in response.content.iter_any():
+        body += chunk
+        if len(body) > max_bytes:
+            raise AnswerTooLarge(f"the answer is over {max_bytes} bytes")
+    return bytes(body)
+
+
+async def parsed_json(raw: bytes) -> object:
+    """`raw` parsed as JSON (ValueError if it is not), off the event loop when it is large."""
+    if len(raw) > PARSE_ON_LOOP_BYTES:
+        return await asyncio.to_thread(loads, raw)
+    return loads(raw)
+
+
 async def answered_json(
     session: aiohttp.ClientSession, method: str, url: str, body: object = None, headers: Mapping[str, str] | None = None
 ) -> object:
-    """The JSON of a 2xx answer; None for an answer without one (another status, not JSON);
-    BackendDown when the server could not answer."""
+    """The JSON of a 2xx answer; None for an answer without one (another status, not JSON, over
+    `MAX_ANSWER_BYTES`); BackendDown when the server could not answer."""
     try:
         async with session.request(method, url, json=body, headers=headers, allow_redirects=False) as response:
             if response.status >= 500:
                 raise BackendDown(f"{url} answered {response.status}")
             if response.status >= 300:
                 return None
-            return await response.json(content_type=None)
+            return await parsed_json(await read_bounded(response))
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise BackendDown(f"{url}: {type(exc).__name__}") from exc
-    except ValueError:  # not JSON
+    except ValueError:  # not JSON, or too large to read
         return None
 
 

@@ -40,12 +40,13 @@ from proxy.server import answers
 from proxy.server.answers import UsageReader, first_event
 from proxy.server.backends import budget_policy
 from proxy.server.client_scope import client_scope
-from proxy.server.counting import Choice, off_loop
+from proxy.server.counting import Choice, near_loop, off_loop
 from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
 from proxy.server.provider_count import EdgeRequest, at_edge, credentials
 from proxy.server.record import RequestRecord, report_headers
+from proxy.server.slots import client_key
 from proxy.server.streams import ask_for_usage
 from proxy.server.upstream import (
     Target,
@@ -67,13 +68,19 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     raw = await read_body(request, gw)
     # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
     match = gw.apis.match(endpoint.adapter, raw)
-    large = match.new_bytes > gw.settings.server.offload_bytes
-    parsed = await off_loop(_parse, gw, endpoint, raw, match) if large else _parse(gw, endpoint, raw, match)
+    size = match.new_bytes
+    large = size > gw.settings.server.offload_bytes
+    client = client_key(request.headers, request.remote)  # its share of the threads
+    if large:
+        parsed = await off_loop(_parse, gw, endpoint, raw, match, client=client)
+    else:
+        parsed = await near_loop(_parse, gw, endpoint, raw, match, size=size, client=client)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     record.unread_fields, record.unseen_parts = parsed.unread, parsed.unseen
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
-        return _count_tokens(gw, record, endpoint, parsed, model, client_scope(request))
+        size_or_none = len(raw) if not large else None
+        return await _count_tokens(gw, record, endpoint, parsed, model, client, client_scope(request), size_or_none)
     mode = select_mode(request, gw, model)
     target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
@@ -121,11 +128,9 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         _note(record, "fallback_window")
     backend = counting.profile_of(upstream.name)
-    client = client_scope(request)  # whose part of the count cache this request reads and fills
+    scope = client_scope(request)  # whose part of the count cache this request reads and fills
     budget = budget_policy(backend, gw.guard.policy.budget, counting.options_for(upstream.name).min_output_tokens)
-    planner = functools.partial(
-        _plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget, client=client
-    )
+    planner = functools.partial(_plan, gw, record, endpoint, parsed, served, choice=choice, budget=budget, client=scope)
     attempts = Attempts(
         planner,
         mode,
@@ -135,7 +140,12 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         provider=backend.kind if backend.kind != "generic" else None,
         read_whole=parsed.read_whole,
     )
-    decision = await off_loop(attempts.start) if large else attempts.start()
+    if large:
+        decision = await off_loop(attempts.start, client=client)
+    else:
+        # Sized by the whole body: a re-sent conversation whose counts left the cache (or are still
+        # being made by its twin in flight) is counted whole.
+        decision = await near_loop(attempts.start, size=len(raw), client=client)
     if choice.source != "backend" and upstream.provider_count:  # bounds straddling the budget: the upstream counts
         edge = EdgeRequest.of(upstream, served, endpoint.api, parsed.body, parsed.chat, counting.discoveries)
         headers = functools.partial(credentials, request, gw, upstream)
@@ -351,10 +361,20 @@ def _plan(
     return dataclasses.replace(plan, result=result, view=plan.result)
 
 
-def _count_tokens(
-    gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, model: str, client: Hashable
+async def _count_tokens(
+    gw: Gateway,
+    record: RequestRecord,
+    endpoint: Endpoint,
+    parsed: Parsed,
+    model: str,
+    client: str,
+    scope: Hashable,
+    size: int | None,
 ) -> web.Response:
-    fitted = gw.guard.fit(endpoint.adapter, parsed, model, None, client=client)
+    """Anthropic's count_tokens, counted where a request is planned (`size`: new bytes, None for a
+    large body; `client`: its share of the threads; `scope`: its part of the count cache)."""
+    fit = functools.partial(gw.guard.fit, endpoint.adapter, parsed, model, None, client=scope)
+    fitted = await (off_loop(fit, client=client) if size is None else near_loop(fit, size=size, client=client))
     record.plan, record.outcome = fitted.plan, "counted"
     from proxy.apis.anthropic import count_tokens_body
 

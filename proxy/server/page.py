@@ -12,14 +12,17 @@ false both paths answer 404.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
 import hmac
 import html
 import ipaddress
+import json
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -40,13 +43,45 @@ def is_page_path(path: str) -> bool:
 
 async def recent_page(request: web.Request) -> web.Response:
     recent, query = _authorised(request), PageQuery.parse(request.query)
-    body = render_page(recent, query)
+    body = await render_page_sliced(recent.snapshot(), query)
     return web.Response(text=body, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
 
 
 async def recent_json(request: web.Request) -> web.Response:
     recent, query = _authorised(request), PageQuery.parse(request.query)
-    return web.json_response(recent.to_dict(query), headers={"Cache-Control": "no-store"})
+    text = await json_text_sliced(recent.snapshot(), query)
+    return web.Response(text=text, content_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+# The page is rendered on the loop in slices of rows, handing the loop back after each
+# `SLICE_SECONDS`: building strings is work for the interpreter, which a thread would only contend
+# for (the GIL). A row is bounded (proxy.server.recent: MAX_NAME_CHARS, MAX_NOTES), so a slice
+# overruns by at most one row.
+SLICE_SECONDS = 0.002
+
+
+async def _in_slices(rows: list[Decision], render: Callable[[Decision], str]) -> list[str]:
+    pieces: list[str] = []
+    since = time.perf_counter()
+    for row in rows:
+        pieces.append(render(row))
+        if time.perf_counter() - since > SLICE_SECONDS:
+            await asyncio.sleep(0)
+            since = time.perf_counter()
+    return pieces
+
+
+async def render_page_sliced(recent: RecentDecisions, query: PageQuery) -> str:
+    """`render_page`, a slice of rows at a time (`recent` is a snapshot: rows added meanwhile do not show)."""
+    rows = recent.rows(query)
+    return render_page(recent, query, rows, "".join(await _in_slices(rows, _decision_row)))
+
+
+async def json_text_sliced(recent: RecentDecisions, query: PageQuery) -> str:
+    """`recent.to_dict(query)` as JSON text, a slice of rows at a time."""
+    pieces = await _in_slices(recent.rows(query), lambda d: json.dumps(d.to_dict()))
+    head = json.dumps(recent.to_dict(query, with_rows=False))  # a non-empty object: `rows` goes last
+    return head[:-1] + ', "rows": [' + ", ".join(pieces) + "]}"
 
 
 PAGE_HANDLERS = {PAGE_PATH: recent_page, JSON_PATH: recent_json}  # by canonical path
@@ -114,8 +149,11 @@ def _n(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 
 
-def render_page(recent: RecentDecisions, query: PageQuery) -> str:
-    rows = recent.rows(query)
+def render_page(
+    recent: RecentDecisions, query: PageQuery, rows: list[Decision] | None = None, rendered: str | None = None
+) -> str:
+    """The page; `rows` and their `rendered` HTML when they were made beforehand (in slices)."""
+    rows = recent.rows(query) if rows is None else rows
     outcomes = sorted({*KNOWN_OUTCOMES, *(d.outcome for d in recent.decisions)})
     shown = f"{len(rows)} of {len(recent.decisions)}" if query.active else str(len(rows))
     parts = [
@@ -124,7 +162,7 @@ def render_page(recent: RecentDecisions, query: PageQuery) -> str:
         f"<p class=sub>{_e(shown)} decisions shown, newest first; the last {recent.size:,} are kept. "
         f'No message content is ever shown. <a href="{JSON_PATH}">JSON</a></p></header>',
         _filter_form(query, outcomes),
-        _decisions_table(rows),
+        _decisions_table(rows, rendered),
         _corrections_table(recent),
         _calibration_table(recent.calibration),
         "</body></html>",
@@ -147,7 +185,7 @@ def _filter_form(query: PageQuery, outcomes: Iterable[str]) -> str:
     )
 
 
-def _decisions_table(rows: list[Decision]) -> str:
+def _decisions_table(rows: list[Decision], rendered: str | None = None) -> str:
     if not rows:
         return '<p class=empty id="no-decisions">No decisions match.</p>'
     head = (
@@ -155,7 +193,8 @@ def _decisions_table(rows: list[Decision]) -> str:
         "<th>status</th><th>tokens before → after / budget<div class=legend><i class=lb></i>before "
         "<i class=la></i>after <i class=lg></i>budget</div></th><th>removed</th></tr></thead><tbody>"
     )
-    return head + "".join(_decision_row(d) for d in rows) + "</tbody></table>"
+    body = rendered if rendered is not None else "".join(_decision_row(d) for d in rows)
+    return head + body + "</tbody></table>"
 
 
 def _decision_row(d: Decision) -> str:

@@ -25,6 +25,11 @@ from proxy.server.record import RequestRecord, by_strategy, folded_removals, ser
 MAX_RUNS = 12  # removal runs kept per decision; the rest are summed into one entry
 EAGER_REMOVALS = 64  # a decision with more removals folds them when taken, not when read
 MAX_CORRECTION_PAIRS = 256  # model names come from clients: the table of corrections is bounded too
+# Names come from clients: what a row keeps of each is bounded, so `page.size` rows are a bounded
+# page (at most about 2 KB of names per row) whatever the requests said.
+MAX_NAME_CHARS = 256
+MAX_NOTES = 8
+MAX_NOTE_CHARS = 64  # notes are the guard's own words; bounded all the same
 KNOWN_OUTCOMES = ("unchanged", "trimmed", "rejected", "forwarded_over_budget", "forwarded", "refused", "failed")
 
 
@@ -57,11 +62,11 @@ class Decision:
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord) -> None:
-        self.at, self.request_id, self.kind = record.at, record.request_id, record.kind
-        self.outcome, self.status = record.outcome or "unknown", record.status
-        self.model, self.served_model = record.model, served_model_shown(record)
-        self.upstream, self.mode = record.upstream, record.mode
-        self.notes = tuple(record.notes)
+        self.at, self.request_id, self.kind = record.at, _cut(record.request_id), record.kind
+        self.outcome, self.status = _cut(record.outcome or "unknown"), record.status
+        self.model, self.served_model = _bounded(record.model), _bounded(served_model_shown(record))
+        self.upstream, self.mode = _bounded(record.upstream), record.mode
+        self.notes = tuple(_cut(note, MAX_NOTE_CHARS) for note in record.notes[:MAX_NOTES])
         correction = record.learned_correction or record.applied_correction
         self.corrected_window = correction.window if correction is not None else None
         self.total_ms = record.total_ms
@@ -187,21 +192,29 @@ class RecentDecisions:
         self.decisions.append(Decision(record))
         for correction, source in ((record.applied_correction, "applied"), (record.learned_correction, "learned")):
             if correction is not None and record.upstream is not None:
-                pair = (record.upstream, record.served_model or record.model or "")
+                pair = (_cut(record.upstream), _cut(record.served_model or record.model or ""))
                 self.corrections.pop(pair, None)
                 self.corrections[pair] = {"source": source, "at": record.at, **correction.to_dict()}
                 while len(self.corrections) > MAX_CORRECTION_PAIRS:
                     self.corrections.popitem(last=False)
 
+    def snapshot(self) -> RecentDecisions:
+        """A copy to read in another thread while requests go on being added to this one."""
+        copy = RecentDecisions(self.size)
+        copy.decisions.extend(self.decisions)
+        copy.corrections.update(self.corrections)
+        copy.calibration.update(self.calibration)
+        return copy
+
     def rows(self, query: PageQuery) -> list[Decision]:
         """Matching decisions, newest first."""
         return [d for d in reversed(self.decisions) if d.matches(query)]
 
-    def to_dict(self, query: PageQuery) -> dict[str, Any]:
+    def to_dict(self, query: PageQuery, with_rows: bool = True) -> dict[str, Any]:
         return {
             "size": self.size,
             "filter": asdict(query),
-            "rows": [d.to_dict() for d in self.rows(query)],
+            **({"rows": [d.to_dict() for d in self.rows(query)]} if with_rows else {}),
             "corrections": [
                 {"upstream": upstream, "model": model, **values}
                 for (upstream, model), values in reversed(self.corrections.items())
@@ -217,6 +230,15 @@ def install_page(app: web.Application, size: int) -> RecentDecisions:
     """The buffer, under `RECENT`; the app's dispatcher serves `PAGE_HANDLERS` at their paths."""
     recent = app[RECENT] = RecentDecisions(size)
     return recent
+
+
+def _cut(name: str, chars: int = MAX_NAME_CHARS) -> str:
+    """`name` as a row keeps it: its first `chars` characters, and an ellipsis if cut."""
+    return name if len(name) <= chars else name[:chars] + "…"
+
+
+def _bounded(name: str | None) -> str | None:
+    return None if name is None else _cut(name)
 
 
 def iso_time(at: float) -> str:

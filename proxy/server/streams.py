@@ -30,6 +30,9 @@ from yarl import URL
 from proxy.codec import loads
 
 MAX_PEEK_BYTES = 256 * 1024  # a first event larger than this is relayed as data, unread
+# An event of a relayed stream larger than this is relayed as it comes, without being parsed: the
+# tap holds at most this much of a partial event, and looks at each byte once.
+MAX_EVENT_BYTES = 1024 * 1024
 _EVENT_END = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 FirstKind = Literal["data", "error", "empty"]
@@ -64,11 +67,13 @@ class _Decoder:
         wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(encoding)
         self._inflate = zlib.decompressobj(wbits) if wbits is not None else None
 
-    def __call__(self, chunk: bytes) -> bytes:
+    def __call__(self, chunk: bytes, max_length: int = 0) -> bytes:
+        """`chunk` inflated (at most `max_length` bytes of it when given: a small compressed
+        chunk can inflate a thousandfold)."""
         if self._inflate is None:
             return chunk
         try:
-            return self._inflate.decompress(chunk)
+            return self._inflate.decompress(chunk, max(0, max_length))
         except zlib.error:
             self._inflate = None  # not what it said it was: read the rest as it comes
             return chunk
@@ -81,18 +86,25 @@ async def peek_first_event(response: aiohttp.ClientResponse, max_bytes: int = MA
     stream = is_event_stream(response)
     head = bytearray()
     text = bytearray()
-    while len(head) < max_bytes:
+    start = searched = 0  # where the next event starts; how far terminators were looked for
+    while len(head) < max_bytes and len(text) < max_bytes:
         chunk = await response.content.readany()
         if not chunk:
             break
         head += chunk
-        text += decode(chunk)
+        text += decode(chunk, max_bytes - len(text) + 1)
         if not stream:
             return _classify_body(bytes(head), bytes(text))
-        for event in _complete_events(bytes(text)):
+        while True:  # each byte is looked at once, whatever the chunks' sizes
+            end, size = _event_end(text, max(start, searched - 3))
+            if end < 0:
+                break
+            event = bytes(text[start:end])
+            start = end + size
             data = event_data(event)
             if data is not None:
                 return _classify_event(bytes(head), event, data)
+        searched = len(text)
     if not text.strip():
         return FirstEvent("empty", bytes(head))
     if stream:
@@ -114,23 +126,13 @@ def _classify_event(head: bytes, event: bytes, data: bytes) -> FirstEvent:
     return FirstEvent("error", head, error) if error is not None else FirstEvent("data", head)
 
 
-def _complete_events(text: bytes) -> list[bytes]:
-    events: list[bytes] = []
-    rest = text
-    while True:
-        end, size = _event_end(rest)
-        if end < 0:
-            return events
-        events.append(rest[:end])
-        rest = rest[end + size :]
-
-
-def _event_end(text: bytes) -> tuple[int, int]:
-    """Where the first event in `text` ends and the length of its terminator; (-1, 0) if none does."""
-    if b"\r" not in text:  # the usual case: one terminator to look for
-        end = text.find(b"\n\n")
+def _event_end(text: bytes | bytearray, start: int = 0) -> tuple[int, int]:
+    """Where the first event terminator in `text` at or after `start` is, and its length; (-1, 0)
+    if there is none."""
+    if text.find(b"\r", start) < 0:  # the usual case: one terminator to look for
+        end = text.find(b"\n\n", start)
         return (end, 2) if end >= 0 else (-1, 0)
-    found = [(i, len(sep)) for sep in _EVENT_END if (i := text.find(sep)) >= 0]
+    found = [(i, len(sep)) for sep in _EVENT_END if (i := text.find(sep, start)) >= 0]
     return min(found) if found else (-1, 0)
 
 
@@ -209,9 +211,13 @@ def usage_of(payload: object) -> Usage | None:
     return Usage(prompt, completion if isinstance(completion, int) and not isinstance(completion, bool) else None)
 
 
+MAX_INFLATED_BODY = 16 * 1024 * 1024  # a compressed answer is read for its usage up to this much inflated
+
+
 def usage_from_body(body: bytes, content_encoding: str | None = None) -> Usage | None:
-    """The usage of a whole (non-streamed) response body, compressed or not."""
-    return usage_of(_json(_Decoder(content_encoding)(body)))
+    """The usage of a whole (non-streamed) response body, compressed or not (inflated at most
+    `MAX_INFLATED_BODY`: past it, the JSON is cut and no usage is read)."""
+    return usage_of(_json(_Decoder(content_encoding)(body, MAX_INFLATED_BODY)))
 
 
 def ask_for_usage(body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -248,33 +254,65 @@ class UsageTap:
         self.strip = strip
         self.usage: Usage | None = None
         self.ended = False  # the `[DONE]` event went through: what follows it is not the answer
+        self.oversized = 0  # events over `MAX_EVENT_BYTES`, relayed unparsed
         self._readable = not (content_encoding or "").strip() or content_encoding == "identity"
-        self._pending = b""
+        self._pending = bytearray()  # a partial event, at most MAX_EVENT_BYTES; never rescanned
+        self._skipping = False  # inside an oversized event: relayed as it comes until it ends
+        self._tail = b""  # while skipping, its last bytes (a terminator may straddle two chunks)
 
     def feed(self, chunk: bytes) -> bytes:
         """What to forward of `chunk` now."""
-        if not self._readable or (not self._pending and _passes_whole(chunk)):
+        if not self._readable:
             return chunk
-        text = self._pending + chunk
-        whole = not self._pending
+        if self._skipping:
+            return self._skip(chunk)
+        if not self._pending and _passes_whole(chunk):
+            return chunk
+        text = self._pending
+        whole = not text
+        searched = max(0, len(text) - 3)  # what was held had no terminator: look only at what is new
+        text += chunk
         kept: list[bytes] = []
+        start = 0
         while True:
-            end, size = _event_end(text)
+            end, size = _event_end(text, max(start, searched))
             if end < 0:
                 break
-            event, text = text[: end + size], text[end + size :]
-            if self._keep(event[:end]):
+            event = bytes(text[start : end + size])
+            if self._keep(event[: end - start]):
                 kept.append(event)
             else:
                 whole = False
-        self._pending = text
-        if whole and not text:  # every event of `chunk` kept, none partial: forwarded as it came
+            start = end + size
+        self._pending = text[start:] if start else text
+        if len(self._pending) > MAX_EVENT_BYTES:  # never parsed: relayed, and the rest of it as it comes
+            kept.append(bytes(self._pending))
+            self._tail, self._pending, self._skipping = bytes(self._pending[-3:]), bytearray(), True
+            self.oversized += 1
+            return b"".join(kept)
+        if whole and not self._pending:  # every event of `chunk` kept, none partial: forwarded as it came
             return chunk
         return b"".join(kept)
 
+    def _skip(self, chunk: bytes) -> bytes:
+        """`chunk` inside an oversized event: relayed as it is; after the event's end, read again."""
+        tail = self._tail
+        end, size = _event_end(tail + chunk[:3]) if tail else (-1, 0)  # a terminator across the seam
+        if end >= 0:
+            cut = end + size - len(tail)
+        else:
+            end, size = _event_end(chunk)
+            if end < 0:
+                self._tail = (tail + chunk[-3:])[-3:]
+                return chunk
+            cut = end + size
+        self._skipping, self._tail = False, b""
+        rest = chunk[cut:]
+        return chunk[:cut] + self.feed(rest) if rest else chunk[:cut]
+
     def finish(self) -> bytes:
         """What is left at the end of the stream (an event with no terminator)."""
-        rest, self._pending = self._pending, b""
+        rest, self._pending = bytes(self._pending), bytearray()
         if rest and self._readable and not self._keep(rest):
             return b""
         return rest

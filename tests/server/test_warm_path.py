@@ -90,9 +90,9 @@ class TestWhereLargeBodiesAreRead:
         calls: list[str] = []
         real = handlers.off_loop
 
-        async def spy(work, *args):
+        async def spy(work, *args, **kwargs):
             calls.append(getattr(work, "__name__", repr(work)))
-            return await real(work, *args)
+            return await real(work, *args, **kwargs)
 
         monkeypatch.setattr(handlers, "off_loop", spy)
         proxy = await start_proxy(gateway_settings(upstream.url, server={"offload_bytes": 8192}))
