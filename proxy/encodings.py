@@ -35,6 +35,7 @@ from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokeni
 from proxy.errors import ConfigError, GuardError
 from proxy.gguf_vocab import gguf_encoder
 from proxy.malloc import return_freed_memory
+from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabulary_file
 
 if TYPE_CHECKING:
     import tiktoken
@@ -109,6 +110,11 @@ class Tokenizers:
         if spec.kind == "huggingface":
             if not Path(spec.source).is_file():
                 raise TokenizerUnavailable(f"Hugging Face tokenizer file {spec.source!r} does not exist")
+        elif spec.kind == "vocab":
+            try:
+                vocabulary_file(spec.source)
+            except VocabularyMissing as exc:
+                raise TokenizerUnavailable(str(exc)) from None
         elif spec.kind != "estimate" and spec not in self._loaded:
             self._encoding_folder(spec.source)
 
@@ -123,6 +129,12 @@ class Tokenizers:
                 spec.multiplier,
                 source_id=tokenizer_file_id(spec.source),
             )
+        if spec.kind == "vocab":  # a model family's own vocabulary, shipped in a package (proxy.tokenizers)
+            try:
+                encode = load_vocabulary(spec.source)
+            except VocabularyMissing as exc:
+                raise TokenizerUnavailable(str(exc)) from None
+            return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode))
         encoding = self._tiktoken_encoding(spec.source)
         return EncoderTokenizer(
             spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from proxy.core.images import AreaCost, FixedTileCost, ImageCostScheme, PatchCost, TileCost
 
-TokenizerKind = Literal["tiktoken", "huggingface", "estimate"]
+TokenizerKind = Literal["tiktoken", "huggingface", "estimate", "vocab"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +31,12 @@ class TokenizerSpec:
     def parse(cls, text: str) -> TokenizerSpec:
         """`tiktoken:o200k_base`, `tiktoken:o200k_base*1.45`, `huggingface:/path/tokenizer.json*1.1`,
         `estimate:3.0` (ASCII characters per token; other characters one token each) or
-        `estimate:3.0:bytes` (other characters one token per UTF-8 byte)."""
+        `estimate:3.0:bytes` (other characters one token per UTF-8 byte), `vocab:llama3` (a model
+        family's own vocabulary, shipped in a package: `proxy.tokenizers.families.VOCABULARIES`)."""
         kind, _, rest = text.partition(":")
         source, star, mult = rest.rpartition("*") if "*" in rest else (rest, "", "")
-        if kind not in ("tiktoken", "huggingface", "estimate"):
-            raise ValueError(f"unknown tokenizer kind {kind!r}; known: tiktoken, huggingface, estimate")
+        if kind not in ("tiktoken", "huggingface", "estimate", "vocab"):
+            raise ValueError(f"unknown tokenizer kind {kind!r}; known: tiktoken, huggingface, estimate, vocab")
         if not source:
             raise ValueError(f"tokenizer {text!r} names no encoding, file or ratio")
         try:
