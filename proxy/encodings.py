@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proxy.bundled import litellm_file
+from proxy.core.bound import BOUNDS, BoundTokenizer
 from proxy.core.models import TokenizerSpec
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
 from proxy.errors import ConfigError, GuardError
@@ -40,6 +41,7 @@ from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabu
 if TYPE_CHECKING:
     import tiktoken
 
+_BOUND_BASE = "cl100k_base"  # what `bound:` tokenizers scale (proxy.core.bound)
 _ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 
 
@@ -110,6 +112,10 @@ class Tokenizers:
         if spec.kind == "huggingface":
             if not Path(spec.source).is_file():
                 raise TokenizerUnavailable(f"Hugging Face tokenizer file {spec.source!r} does not exist")
+        elif spec.kind == "bound":
+            if spec.source not in BOUNDS:
+                raise TokenizerUnavailable(f"unknown bound {spec.source!r}; known: {', '.join(sorted(BOUNDS))}")
+            self._encoding_folder(_BOUND_BASE)
         elif spec.kind == "vocab":
             try:
                 vocabulary_file(spec.source)
@@ -135,6 +141,18 @@ class Tokenizers:
             except VocabularyMissing as exc:
                 raise TokenizerUnavailable(str(exc)) from None
             return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode))
+        if spec.kind == "bound":  # an upper bound over cl100k_base (proxy.core.bound)
+            if spec.source not in BOUNDS:
+                raise TokenizerUnavailable(f"unknown bound {spec.source!r}; known: {', '.join(sorted(BOUNDS))}")
+            base = self._tiktoken_encoding(_BOUND_BASE)
+            batch = _chunked(base.encode_ordinary)
+            return BoundTokenizer(
+                _BOUND_BASE,
+                lambda text: len(base.encode_ordinary(text)),
+                BOUNDS[spec.source],
+                spec.source,
+                lambda texts: [len(ids) for ids in batch(texts)],
+            )
         encoding = self._tiktoken_encoding(spec.source)
         return EncoderTokenizer(
             spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary)

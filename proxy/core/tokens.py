@@ -123,6 +123,7 @@ class RequestCounter:
         self.tokenizer = tokenizer
         self.cache = cache
         self.fmt = profile.chat_format
+        self._role_extra = dict(self.fmt.role_extra)
         self._small: dict[str, int] = cache.short_counts(tokenizer) if cache is not None else {}
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
@@ -245,7 +246,7 @@ class RequestCounter:
         components["tool_definitions"] = tools
         components["response_format"] = response_format
         components["documents"] = documents.tokens
-        components["reply_priming"] = self.fmt.reply_priming
+        components["reply_priming"] = self.fmt.reply_priming + self._default_system(messages)
         components["images"] += tally.media
         components["tool_calls"] += tally.calls
         notes: list[str] = [*tool_count.notes, *format_count.notes, *documents.notes, *tally.notes]
@@ -256,7 +257,7 @@ class RequestCounter:
             notes.append(f"model {self.profile.name!r} is not in the model map: assumed a {window}-token window")
         if not self.tokenizer.exact or not self.profile.tokenizer_exact:
             notes.append(f"counted with {self.tokenizer.name}, an estimate for this model that errs high")
-        fixed = tools + response_format + documents.tokens + self.fmt.reply_priming
+        fixed = tools + response_format + documents.tokens + components["reply_priming"]
         return RequestCount(
             model=self.profile.name,
             tokenizer=self.tokenizer.name,
@@ -268,6 +269,13 @@ class RequestCounter:
             pinned_tokens=tally.pinned,
             notes=tuple(notes),
         )
+
+    def _default_system(self, messages: list[Any]) -> int:
+        """The template's own system turn, written when no message is a system or developer one."""
+        if not self.fmt.default_system:
+            return 0
+        has_system = any(isinstance(m, dict) and m.get("role") in ("system", "developer") for m in messages)
+        return 0 if has_system else self.fmt.default_system
 
     def _counts_with_openings(
         self, messages: list[Any], hashes: Sequence[int]
@@ -354,7 +362,7 @@ class RequestCounter:
         if context is not None:
             tokens = result_framing(message, context, fmt, self._short, notes)
         else:
-            tokens = fmt.per_message + self._short(role)
+            tokens = fmt.per_message + self._short(role) + (self._role_extra.get(role, 0) if self._role_extra else 0)
             if role == "function":
                 tokens += fmt.function_message_adjust
             name = message.get("name")

