@@ -44,7 +44,7 @@ class BoundTerms:
 # Claude: fitted to the legacy Claude vocabulary litellm ships (the modern one is not published:
 # Anthropic states its newest tokenizer writes up to 1.35x its predecessors' tokens, which the
 # multiplier allows for; `prose` then loses 22% of the window against the legacy count).
-CLAUDE_BOUND = BoundTerms(multiplier=1.35, digit=0.1, thai=0.6, arabic=0.1)
+CLAUDE_BOUND = BoundTerms(multiplier=1.3, digit=0.1, thai=0.65, arabic=0.15)
 # Every other model without a shipped tokenizer (Gemini, Gemma, Llama 2, unknown): the largest
 # count of any shipped vocabulary (Llama 3/4, Qwen, Mistral Tekken and SentencePiece, DeepSeek,
 # legacy Claude) on each text class, rounded up. Mistral's 32k SentencePiece vocabulary sets the

@@ -109,7 +109,11 @@ OPEN_FAMILIES: tuple[tuple[str, Family], ...] = (
         ("*llama-3.[123]*", "*llama3.[123]*", "*llama3-[123]-*", "*llama-3-[123]-*", "*llama-v3p[123]*"),
         _family("llama3", LLAMA31_FORMAT),
     ),
-    *_each(("*llama-3*", "*llama3*", "*llama-v3*"), _family("llama3", LLAMA3_FORMAT)),
+    # Llama 3.0 (not `codellama-34b`: a version is followed by `-`, `:` or the end)
+    *_each(
+        ("*llama-3-*", "*llama3-*", "*llama-3", "*llama3", "*llama3:*", "*llama-v3-*"),
+        _family("llama3", LLAMA3_FORMAT),
+    ),
     *_each(("*llama*",), _BOUNDED),  # Llama 2, Code Llama: a 32k SentencePiece vocabulary, not shipped
     *_each(("*qwen3.5*", "*qwen3.6*", "*qwen3p5*", "*qwen3p6*"), _family("qwen3.5", QWEN35_FORMAT)),
     *_each(("*qwen3*", "*qwq*"), _family("qwen", QWEN3_FORMAT)),
