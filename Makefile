@@ -48,6 +48,7 @@ lint: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py $(ARGS)
 	$(BIN)/python bench/adapters.py
+	$(BIN)/python bench/families.py
 
 # The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
 capacity: $(BIN)/.installed
