@@ -92,6 +92,9 @@ def measure() -> dict[str, dict[str, float]]:
     counts = {k: bound.count(t) for k, t in CORPUS.items()}
     columns["open bound / largest shipped"] = {k: counts[k] / max(real[k].values()) for k in CORPUS}
     columns["open bound / smallest shipped"] = {k: counts[k] / min(real[k].values()) for k in CORPUS}
+    gemma = json.loads((ROOT / "tests/data/families/gemma4_counts.json").read_text("utf-8"))["counts"]
+    gemini = tokenizers.get(registry.profile("gemini-2.5-pro").tokenizer)
+    columns["gemini, gemma (open bound) / Gemma 4"] = {k: gemini.count(t) / gemma[k] for k, t in CORPUS.items()}
     return columns
 
 

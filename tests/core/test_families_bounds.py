@@ -87,3 +87,24 @@ class TestClassTerms:
         assert tokenizer.count("1 2 3") == 14  # 12.5 + 1.5
         assert tokenizer.count("") == 0 and not tokenizer.exact
         assert tokenizer.name == "base+bound:t"
+
+
+class TestGemmaAndGemini:
+    """Gemma's vocabulary (Gemini's too) ships in no installed package; llama.cpp's Gemma 4 vocabulary
+    GGUF reproduces its 46 test vectors when read as a byte-fallback BPE, and its counts of the corpus
+    are pinned in tests/data/families/gemma4_counts.json (tests/data/families/make_gemma_counts.py)."""
+
+    PINNED = json.loads((Path(__file__).parent.parent / "data/families/gemma4_counts.json").read_text("utf-8"))
+
+    def test_the_pinned_counts_cover_the_corpus_and_were_checked_against_llama_cpps_vectors(self):
+        assert set(self.PINNED["counts"]) == set(CORPUS) and self.PINNED["vectors_checked"] == 46
+
+    @pytest.mark.parametrize("model", ["gemini-2.5-pro", "vertex_ai/gemini-2.0-flash", "google/gemma-3-27b-it"])
+    def test_their_bound_is_never_under_gemma_4s_count(self, registry, model):
+        tokenizer = Tokenizers().get(registry.profile(model).tokenizer)
+        under = {k: (tokenizer.count(t), self.PINNED["counts"][k]) for k, t in CORPUS.items()}
+        assert not {k: v for k, v in under.items() if v[0] < v[1]}
+
+    def test_english_prose_loses_at_most_a_fifth_of_the_window(self, registry):
+        tokenizer = Tokenizers().get(registry.profile("gemini-2.5-pro").tokenizer)
+        assert self.PINNED["counts"]["prose_english"] / tokenizer.count(CORPUS["prose_english"]) >= 0.8
