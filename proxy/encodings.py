@@ -30,18 +30,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proxy.bundled import litellm_file
-from proxy.core.bound import BOUNDS, BoundTokenizer
 from proxy.core.models import TokenizerSpec
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
 from proxy.errors import ConfigError, GuardError
 from proxy.gguf_vocab import gguf_encoder
 from proxy.malloc import return_freed_memory
+from proxy.tokenizers.bounded import BOUND_BASE, UnknownBound, bound_terms, bound_tokenizer
 from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabulary_file
 
 if TYPE_CHECKING:
     import tiktoken
 
-_BOUND_BASE = "cl100k_base"  # what `bound:` tokenizers scale (proxy.core.bound)
 _ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 
 
@@ -112,15 +111,13 @@ class Tokenizers:
         if spec.kind == "huggingface":
             if not Path(spec.source).is_file():
                 raise TokenizerUnavailable(f"Hugging Face tokenizer file {spec.source!r} does not exist")
-        elif spec.kind == "bound":
-            if spec.source not in BOUNDS:
-                raise TokenizerUnavailable(f"unknown bound {spec.source!r}; known: {', '.join(sorted(BOUNDS))}")
-            self._encoding_folder(_BOUND_BASE)
-        elif spec.kind == "vocab":
+        elif spec.kind in ("bound", "vocab"):
             try:
-                vocabulary_file(spec.source)
-            except VocabularyMissing as exc:
+                bound_terms(spec.source) if spec.kind == "bound" else vocabulary_file(spec.source)
+            except (UnknownBound, VocabularyMissing) as exc:
                 raise TokenizerUnavailable(str(exc)) from None
+            if spec.kind == "bound":
+                self._encoding_folder(BOUND_BASE)
         elif spec.kind != "estimate" and spec not in self._loaded:
             self._encoding_folder(spec.source)
 
@@ -142,17 +139,11 @@ class Tokenizers:
                 raise TokenizerUnavailable(str(exc)) from None
             return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode))
         if spec.kind == "bound":  # an upper bound over cl100k_base (proxy.core.bound)
-            if spec.source not in BOUNDS:
-                raise TokenizerUnavailable(f"unknown bound {spec.source!r}; known: {', '.join(sorted(BOUNDS))}")
-            base = self._tiktoken_encoding(_BOUND_BASE)
-            batch = _chunked(base.encode_ordinary)
-            return BoundTokenizer(
-                _BOUND_BASE,
-                lambda text: len(base.encode_ordinary(text)),
-                BOUNDS[spec.source],
-                spec.source,
-                lambda texts: [len(ids) for ids in batch(texts)],
-            )
+            base = self._tiktoken_encoding(BOUND_BASE)
+            try:
+                return bound_tokenizer(spec.source, spec.multiplier, base, _chunked(base.encode_ordinary))
+            except UnknownBound as exc:
+                raise TokenizerUnavailable(str(exc)) from None
         encoding = self._tiktoken_encoding(spec.source)
         return EncoderTokenizer(
             spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary)

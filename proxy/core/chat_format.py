@@ -113,8 +113,9 @@ MISTRAL_FORMAT = replace(
     TEMPLATE_FORMAT, per_message=0, reply_priming=1, role_extra=(("user", 1), ("system", 2), ("tool", 2))
 )
 MISTRAL_SP_FORMAT = MISTRAL_FORMAT
-# Mistral 7B v0.1 and Mixtral 8x7B (v1): `[INST]` and `[/INST]` are text (" [INST]" and " [/INST]").
-MISTRAL_V1_FORMAT = replace(MISTRAL_FORMAT, role_extra=(("user", 9), ("system", 3), ("tool", 9)))
+# Mistral 7B v0.1 and Mixtral 8x7B (v1): `[INST]` and `[/INST]` are text (" [INST]" and " [/INST]", 7
+# tokens with the role's one).
+MISTRAL_V1_FORMAT = replace(MISTRAL_FORMAT, role_extra=(("user", 6), ("system", 2), ("tool", 6)))
 # DeepSeek V3.x (its special tokens are written with fullwidth bars, here `|`): `<|User|>CONTENT`
 # (1: the role's token), `<|Assistant|><think></think>CONTENT
 # <|end_of_sentence|>` (4: the role's and 3 more), the system prompt as it is (bounded by its role's

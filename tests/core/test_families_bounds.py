@@ -108,3 +108,15 @@ class TestGemmaAndGemini:
     def test_english_prose_loses_at_most_a_fifth_of_the_window(self, registry):
         tokenizer = Tokenizers().get(registry.profile("gemini-2.5-pro").tokenizer)
         assert self.PINNED["counts"]["prose_english"] / tokenizer.count(CORPUS["prose_english"]) >= 0.8
+
+
+class TestConfiguredBounds:
+    def test_parse_names_a_vocabulary_or_a_bound(self):
+        assert TokenizerSpec.parse("vocab:llama3") == TokenizerSpec("vocab", "llama3")
+        assert TokenizerSpec.parse("bound:claude*1.2") == TokenizerSpec("bound", "claude", 1.2)
+
+    def test_a_multiplier_scales_every_term_of_the_bound(self):
+        scaled = Tokenizers().get(TokenizerSpec("bound", "open", 2.0))
+        text = CORPUS["csv"]
+        assert scaled.name == "cl100k_base+bound:openx2"
+        assert bound("open").count(text) * 2 - 1 <= scaled.count(text) <= bound("open").count(text) * 2
