@@ -66,3 +66,20 @@ class TestFamilyByName:
     )
     def test_templates_that_write_a_default_system_turn_carry_it(self, name, default_system):
         assert family_for(name).chat_format.default_system == default_system
+
+
+class TestTheCountNamesItsTokenizer:
+    @pytest.mark.parametrize(
+        ("model", "tokenizer", "exact"),
+        [
+            ("meta-llama/Llama-3.1-8B-Instruct", "llama3", True),
+            ("mistralai/Mistral-Nemo-Instruct-2407", "tekken", True),
+            ("claude-sonnet-4-5", "cl100k_base+bound:claude", False),
+            ("my-private-model", "cl100k_base+bound:open", False),
+        ],
+    )
+    def test_the_request_count_says_which_tokenizer_counted(self, counter_for, model, tokenizer, exact):
+        count = counter_for(model).request({"model": model, "messages": [{"role": "user", "content": "Hi"}]})
+        estimated = any("errs high" in note for note in count.notes)
+        assert (count.tokenizer, estimated) == (tokenizer, not exact)
+        assert exact or not count.exact  # a bound is never reported exact
