@@ -21,6 +21,7 @@ from __future__ import annotations
 import binascii
 import importlib.util
 import json
+import threading
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,8 +135,24 @@ def vocabulary_file(name: str) -> Path:
     return path
 
 
+# Loaded vocabularies, one per name for the whole process (as proxy.encodings keeps tiktoken's
+# encodings): a reloaded configuration, or a second `Tokenizers`, shares them instead of holding
+# another 40-70 MB copy.
+_LOADED: dict[str, Encode] = {}
+_LOADED_LOCK = threading.Lock()
+
+
 def load_vocabulary(name: str) -> Encode:
-    """An encoder (text -> ids, no special tokens) for vocabulary `name`. Slow (0.3-2 s): call off the loop."""
+    """An encoder (text -> ids, no special tokens) for vocabulary `name`, loaded once per process.
+    The first load is slow (0.1-6 s): call it off the event loop."""
+    with _LOADED_LOCK:
+        encode = _LOADED.get(name)
+        if encode is None:
+            encode = _LOADED[name] = _load(name)
+    return encode
+
+
+def _load(name: str) -> Encode:
     path = vocabulary_file(name)
     vocabulary = VOCABULARIES[name]
     try:

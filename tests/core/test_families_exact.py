@@ -104,6 +104,9 @@ class TestShippedVocabularies:
 
 
 class TestLoadingThroughTheRegistry:
+    def test_a_vocabulary_is_loaded_once_per_process(self):
+        assert load_vocabulary("mistral-v3") is load_vocabulary("mistral-v3")
+
     def test_a_vocab_spec_loads_the_family_vocabulary_and_names_it(self):
         tokenizer = Tokenizers().get(TokenizerSpec.parse("vocab:llama3"))
         assert (tokenizer.name, tokenizer.exact) == ("llama3", True)
@@ -128,5 +131,6 @@ class TestLoadingThroughTheRegistry:
         broken.mkdir(parents=True)
         (broken / "tokenizer.model").write_text("not base64 at all\n")
         monkeypatch.setattr(families, "vocabulary_file", lambda name: broken / "tokenizer.model")
+        monkeypatch.setattr(families, "_LOADED", {})  # not the copy an earlier test loaded
         with pytest.raises(VocabularyMissing, match="failed to load"):
             families.load_vocabulary("llama3")
