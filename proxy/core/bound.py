@@ -23,9 +23,10 @@ from dataclasses import dataclass
 _RUNS = re.compile(r"[ \t]{2,}")
 _THAI = re.compile(r"[\u0e00-\u0e7f]")
 _ARABIC = re.compile(r"[\u0600-\u06ff\u0750-\u077f]")
-# Scripts cl100k is not cheaper on than the vocabularies measured (CJK, Hangul, Cyrillic, Indic):
-# no term of their own, the multiplier covers them.
-_COVERED = re.compile(r"[\u0400-\u04ff\u0900-\u0dff\u1100-\u11ff\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+_HANGUL = re.compile(r"[\u1100-\u11ff\uac00-\ud7af]")
+_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")  # kana and the common ideographs
+# Scripts cl100k is not cheaper on than the vocabularies measured (Cyrillic, Indic): no term.
+_COVERED = re.compile(r"[\u0400-\u04ff\u0900-\u0dff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,8 @@ class BoundTerms:
     run: float = 0.0  # per space or tab of a run, beyond its first
     thai: float = 0.0
     arabic: float = 0.0
+    hangul: float = 0.0
+    cjk: float = 0.0
     other: float = 0.0  # other non-ASCII characters (emoji, accented Latin, symbols)
 
 
@@ -46,10 +49,13 @@ class BoundTerms:
 # multiplier allows for; `prose` then loses 22% of the window against the legacy count).
 CLAUDE_BOUND = BoundTerms(multiplier=1.3, digit=0.1, thai=0.65, arabic=0.15)
 # Every other model without a shipped tokenizer (Gemini, Gemma, Llama 2, unknown): the largest
-# count of any shipped vocabulary (Llama 3/4, Qwen, Mistral Tekken and SentencePiece, DeepSeek,
-# legacy Claude) on each text class, rounded up. Mistral's 32k SentencePiece vocabulary sets the
-# digit, newline and whitespace terms.
-OPEN_BOUND = BoundTerms(multiplier=1.2, digit=0.65, newline=0.9, run=0.2, thai=0.7, arabic=0.15, other=0.3)
+# count of any vocabulary measured (Llama 3/4, Qwen, Mistral Tekken and SentencePiece, DeepSeek,
+# legacy Claude, and Gemma 4's and Llama 2's from llama.cpp's vocabulary GGUFs) on each text class,
+# rounded up. The 32k SentencePiece vocabularies (Mistral v1, Llama 2) set the digit, newline and
+# whitespace terms, and Llama 2's byte fallback the Hangul and emoji ones.
+OPEN_BOUND = BoundTerms(
+    multiplier=1.2, digit=0.65, newline=0.9, run=0.2, thai=0.7, arabic=0.15, hangul=0.45, cjk=0.05, other=1.35
+)
 BOUNDS: dict[str, BoundTerms] = {"claude": CLAUDE_BOUND, "open": OPEN_BOUND}
 
 
@@ -63,12 +69,20 @@ def class_terms(text: str, terms: BoundTerms) -> float:
     if terms.run and ("  " in text or "\t" in text):
         extra += terms.run * sum(m.end() - m.start() - 1 for m in _RUNS.finditer(text))
     if not text.isascii():
-        thai = len(_THAI.findall(text)) if terms.thai else 0
-        arabic = len(_ARABIC.findall(text)) if terms.arabic else 0
-        extra += terms.thai * thai + terms.arabic * arabic
+        scripts = [
+            (weight, len(pattern.findall(text)) if weight or terms.other else 0)
+            for weight, pattern in (
+                (terms.thai, _THAI),
+                (terms.arabic, _ARABIC),
+                (terms.hangul, _HANGUL),
+                (terms.cjk, _CJK),
+                (0.0, _COVERED),
+            )
+        ]
+        extra += sum(weight * n for weight, n in scripts)
         if terms.other:
             non_ascii = len(text) - len(text.encode("ascii", "ignore"))
-            extra += terms.other * (non_ascii - thai - arabic - len(_COVERED.findall(text)))
+            extra += terms.other * (non_ascii - sum(n for _, n in scripts))
     return extra
 
 
