@@ -60,6 +60,12 @@ class ChatFormat:
     # developer message of its own (Llama 3.1's dated system block, Qwen 2.5's default prompt).
     role_extra: tuple[tuple[str, int], ...] = ()
     default_system: int = 0
+    # The template writes a tool result's text as a JSON string (`content | tojson`: every quote,
+    # backslash and newline escaped), as Llama 3.1's does.
+    results_as_json: bool = False
+    # The template writes a call's arguments with `tojson`: a string of JSON becomes an escaped JSON
+    # string (servers that parse the arguments first render fewer tokens; counted as the larger).
+    arguments_as_json: bool = False
 
 
 # Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
@@ -81,6 +87,8 @@ TEMPLATE_FORMAT = ChatFormat(
 )
 
 
+# Open families' templates write a call's arguments, and most their tool definitions, with `tojson`.
+_OPEN = replace(TEMPLATE_FORMAT, arguments_as_json=True)
 # Open families: the message framing measured from each template with the family's tokenizer;
 # tools, calls and results keep TEMPLATE_FORMAT's bounds (tools as four-space-indented JSON under
 # a 160-token preamble bound: every template here writes them more compactly or with less text).
@@ -88,18 +96,19 @@ TEMPLATE_FORMAT = ChatFormat(
 #
 # Llama 3.x: `<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>` (4 + the role), the
 # reply `<|begin_of_text|><|start_header_id|>assistant<|end_header_id|>\n\n` (5).
-LLAMA3_FORMAT = replace(TEMPLATE_FORMAT, per_message=4, reply_priming=5)
+LLAMA3_FORMAT = replace(_OPEN, per_message=4, reply_priming=5)
 # Llama 3.1-3.3 always write a system block: "Cutting Knowledge Date: December 2023\nToday Date:
 # 26 Jul 2024\n\n" (20 tokens at the longest date of 2024-2033) inside the request's system
 # message, or in a block of its own (25 with its header and end) when there is none.
-LLAMA31_FORMAT = replace(LLAMA3_FORMAT, role_extra=(("system", 20),), default_system=25)
+# A tool result is written as `content | tojson` (a string is iterable to Jinja): a JSON string.
+LLAMA31_FORMAT = replace(LLAMA3_FORMAT, role_extra=(("system", 20),), default_system=25, results_as_json=True)
 # Llama 4: `<|header_start|>ROLE<|header_end|>\n\nCONTENT<|eot|>`, the same shape.
 LLAMA4_FORMAT = LLAMA3_FORMAT
 # ChatML (Qwen): `<|im_start|>ROLE\nCONTENT<|im_end|>\n` (4 + the role), the reply
 # `<|im_start|>assistant\n` (3). Qwen 2.5 writes "You are Qwen, created by Alibaba Cloud. You are a
 # helpful assistant." as the system message when there is none (21 tokens with its frame); Qwen 2
 # and 1.5 "You are a helpful assistant." (11).
-QWEN25_FORMAT = replace(TEMPLATE_FORMAT, per_message=4, reply_priming=3, default_system=21)
+QWEN25_FORMAT = replace(_OPEN, per_message=4, reply_priming=3, default_system=21)
 QWEN2_FORMAT = replace(QWEN25_FORMAT, default_system=11)
 # Qwen 3 writes no default system message; with thinking off its reply opens with an empty
 # `<think>\n\n</think>\n\n` (6 tokens in qwen.tiktoken's spelling, 4 where they are special).
@@ -109,20 +118,18 @@ QWEN35_FORMAT = replace(QWEN25_FORMAT, default_system=0, reply_priming=3 + 4)
 # for a user message (2: the role's one token and one more), the answer's text and `</s>` (1: its
 # role's token), the system prompt joined to the last user message with "\n\n" (bounded by 2 more
 # than its role's token), `<s>` once. Role names are not written; their token stands for framing.
-MISTRAL_FORMAT = replace(
-    TEMPLATE_FORMAT, per_message=0, reply_priming=1, role_extra=(("user", 1), ("system", 2), ("tool", 2))
-)
+MISTRAL_FORMAT = replace(_OPEN, per_message=0, reply_priming=1, role_extra=(("user", 1), ("system", 2)))
 MISTRAL_SP_FORMAT = MISTRAL_FORMAT
 # Mistral 7B v0.1 and Mixtral 8x7B (v1): `[INST]` and `[/INST]` are text (" [INST]" and " [/INST]", 7
 # tokens with the role's one).
-MISTRAL_V1_FORMAT = replace(MISTRAL_FORMAT, role_extra=(("user", 6), ("system", 2), ("tool", 6)))
+MISTRAL_V1_FORMAT = replace(MISTRAL_FORMAT, role_extra=(("user", 6), ("system", 2)))
 # DeepSeek V3.x (its special tokens are written with fullwidth bars, here `|`): `<|User|>CONTENT`
 # (1: the role's token), `<|Assistant|><think></think>CONTENT
 # <|end_of_sentence|>` (4: the role's and 3 more), the system prompt as it is (bounded by its role's
 # token), `<|begin_of_sentence|>` and the reply's `<|Assistant|><think></think>` (4).
-DEEPSEEK_FORMAT = replace(TEMPLATE_FORMAT, per_message=0, reply_priming=4, role_extra=(("assistant", 3),))
+DEEPSEEK_FORMAT = replace(_OPEN, per_message=0, reply_priming=4, role_extra=(("assistant", 3),))
 # Gemma: `<start_of_turn>ROLE\nCONTENT<end_of_turn>\n` (4 + the role), `<bos>` and the reply's
 # `<start_of_turn>model\n` (4); a system message is joined to the first user turn (counted as its own).
-GEMMA_FORMAT = replace(TEMPLATE_FORMAT, per_message=4, reply_priming=4)
+GEMMA_FORMAT = replace(_OPEN, per_message=4, reply_priming=4)
 # Claude's framing is not published: TEMPLATE_FORMAT's bounds.
 CLAUDE_FORMAT = TEMPLATE_FORMAT

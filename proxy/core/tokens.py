@@ -138,6 +138,10 @@ class RequestCounter:
             return hit[1]
         return count_text(self.tokenizer, text, self.cache)
 
+    def _as_json_string(self, text: str) -> int:
+        """A text as a template's `tojson` writes a string: quoted, its quotes and newlines escaped."""
+        return self.text(json.dumps(text, ensure_ascii=False))
+
     def _short(self, text: str) -> int:
         """Roles, names and similar short, repeating strings (remembered across requests with a
         cache: `CountCache.short_counts`)."""
@@ -370,6 +374,8 @@ class RequestCounter:
                 tokens += self._short(name) + fmt.per_name
         media_tokens = 0
         content = message.get("content")
+        if context is not None and fmt.results_as_json and isinstance(content, str):
+            content = json.dumps(content, ensure_ascii=False)  # as the template's `tojson` writes it
         if isinstance(content, str):
             tokens += self.text(content)
         elif isinstance(content, list):
@@ -382,7 +388,8 @@ class RequestCounter:
             tokens += self.text(json.dumps(content, ensure_ascii=False, default=str))
         call_tokens = 0
         if "tool_calls" in message or "function_call" in message:
-            call_tokens, call_notes = calls_tokens(message, fmt, self.text, self._short)
+            count_arguments = self._as_json_string if fmt.arguments_as_json else self.text
+            call_tokens, call_notes = calls_tokens(message, fmt, count_arguments, self._short)
             notes += call_notes
         tokens += call_tokens
         if len(message) > 2 or "content" not in message:  # {role, content}, most messages, holds nothing more

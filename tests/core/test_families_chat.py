@@ -164,3 +164,38 @@ class TestToolsRenderedByTheRealTemplate:
         real = count()(_render(template, messages, bos, tools=TOOLS))
         ours = counter_for(model).request({"model": model, "messages": messages, "tools": TOOLS}).total
         assert ours >= real
+
+
+def _call_and_result(arguments_as_dict: bool) -> tuple[Messages, Messages]:
+    """(as the client sends it, as a server hands it to the template: arguments parsed or not)."""
+    arguments = json.loads(CORPUS["json_compact"])
+    call = {"id": "call_1", "type": "function", "function": {"name": "run_query", "arguments": json.dumps(arguments)}}
+    sent: Messages = [
+        {"role": "user", "content": "Find shipped orders."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": CORPUS["json_compact"][:2000]},
+        {"role": "user", "content": "Thanks, summarise."},
+    ]
+    shown = json.loads(json.dumps(sent))
+    if arguments_as_dict:  # vLLM and llama.cpp's server parse them before rendering
+        shown[1]["tool_calls"][0]["function"]["arguments"] = arguments
+    return sent, shown
+
+
+TEMPLATED = [
+    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama-Llama-3.1-8B-Instruct", "<|begin_of_text|>", _llama3),
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen-Qwen2.5-7B-Instruct", "", lambda: _qwen("qwen2.5-72b-instruct")),
+    ("deepseek-ai/DeepSeek-V3.1", "deepseek-ai-DeepSeek-V3.1", "<\uff5cbegin\u2581of\u2581sentence\uff5c>", _deepseek),
+]
+
+
+class TestToolCallsAndResultsRenderedByTheRealTemplate:
+    @pytest.mark.parametrize(("model", "template", "bos", "count"), TEMPLATED, ids=[t[0] for t in TEMPLATED])
+    @pytest.mark.parametrize("parsed", [True, False], ids=["arguments-parsed", "arguments-as-string"])
+    def test_a_call_and_its_result_are_never_under(self, counter_for, model, template, bos, count, parsed):
+        """Llama 3.1 writes a result as `content | tojson`, and each template its call's arguments
+        with `tojson`: a string of arguments is escaped, 5% more tokens than the parsed object."""
+        sent, shown = _call_and_result(parsed)
+        real = count()(_render(template, shown, bos))
+        ours = counter_for(model).request({"model": model, "messages": sent}).total
+        assert real <= ours <= real * 1.08, f"{model}: counted {ours}, real {real}"
