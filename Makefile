@@ -59,6 +59,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py $(ARGS)
 	$(BIN)/python bench/adapters.py
 	$(BIN)/python bench/adversarial.py $(filter --quick,$(ARGS))
+	$(BIN)/python bench/families.py
 
 # The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
 capacity: $(BIN)/.installed

@@ -35,6 +35,8 @@ from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokeni
 from proxy.errors import ConfigError, GuardError
 from proxy.gguf_vocab import gguf_encoder
 from proxy.malloc import return_freed_memory
+from proxy.tokenizers.bounded import BOUND_BASE, UnknownBound, bound_terms, bound_tokenizer
+from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabulary_file
 
 if TYPE_CHECKING:
     import tiktoken
@@ -109,6 +111,13 @@ class Tokenizers:
         if spec.kind == "huggingface":
             if not Path(spec.source).is_file():
                 raise TokenizerUnavailable(f"Hugging Face tokenizer file {spec.source!r} does not exist")
+        elif spec.kind in ("bound", "vocab"):
+            try:
+                bound_terms(spec.source) if spec.kind == "bound" else vocabulary_file(spec.source)
+            except (UnknownBound, VocabularyMissing) as exc:
+                raise TokenizerUnavailable(str(exc)) from None
+            if spec.kind == "bound":
+                self._encoding_folder(BOUND_BASE)
         elif spec.kind != "estimate" and spec not in self._loaded:
             self._encoding_folder(spec.source)
 
@@ -123,6 +132,18 @@ class Tokenizers:
                 spec.multiplier,
                 source_id=tokenizer_file_id(spec.source),
             )
+        if spec.kind == "vocab":  # a model family's own vocabulary, shipped in a package (proxy.tokenizers)
+            try:
+                encode = load_vocabulary(spec.source)
+            except VocabularyMissing as exc:
+                raise TokenizerUnavailable(str(exc)) from None
+            return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode))
+        if spec.kind == "bound":  # an upper bound over cl100k_base (proxy.core.bound)
+            base = self._tiktoken_encoding(BOUND_BASE)
+            try:
+                return bound_tokenizer(spec.source, spec.multiplier, base, _chunked(base.encode_ordinary))
+            except UnknownBound as exc:
+                raise TokenizerUnavailable(str(exc)) from None
         encoding = self._tiktoken_encoding(spec.source)
         return EncoderTokenizer(
             spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary)

@@ -14,92 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from proxy.core.images import AreaCost, FixedTileCost, ImageCostScheme, PatchCost, TileCost
+from proxy.core.chat_format import TEMPLATE_FORMAT as TEMPLATE_FORMAT
+from proxy.core.chat_format import ChatFormat as ChatFormat  # re-exported: the profile's type
+from proxy.core.families import OPEN_FAMILIES, UNKNOWN_FAMILY, Family
+from proxy.core.families import TokenizerKind as TokenizerKind
+from proxy.core.families import TokenizerSpec as TokenizerSpec
+from proxy.core.images import ImageCostScheme, PatchCost, TileCost
 from proxy.core.open_windows import documented_window, maker_provider
-
-TokenizerKind = Literal["tiktoken", "huggingface", "estimate"]
-
-
-@dataclass(frozen=True, slots=True)
-class TokenizerSpec:
-    """Which tokenizer counts a model's text: `kind`, an encoding name or file path, a multiplier."""
-
-    kind: TokenizerKind
-    source: str = ""
-    multiplier: float = 1.0
-
-    @classmethod
-    def parse(cls, text: str) -> TokenizerSpec:
-        """`tiktoken:o200k_base`, `tiktoken:o200k_base*1.45`, `huggingface:/path/tokenizer.json*1.1`,
-        `estimate:3.0` (ASCII characters per token; other characters one token each) or
-        `estimate:3.0:bytes` (other characters one token per UTF-8 byte)."""
-        kind, _, rest = text.partition(":")
-        source, star, mult = rest.rpartition("*") if "*" in rest else (rest, "", "")
-        if kind not in ("tiktoken", "huggingface", "estimate"):
-            raise ValueError(f"unknown tokenizer kind {kind!r}; known: tiktoken, huggingface, estimate")
-        if not source:
-            raise ValueError(f"tokenizer {text!r} names no encoding, file or ratio")
-        try:
-            multiplier = float(mult) if star else 1.0
-            if kind == "estimate":
-                ratio, _, mode = source.partition(":")
-                if float(ratio) <= 0 or mode not in ("", "bytes"):
-                    raise ValueError
-
-        except ValueError:
-            raise ValueError(f"tokenizer {text!r} has a number that does not parse") from None
-        if multiplier < 1.0:
-            raise ValueError(f"tokenizer {text!r}: a multiplier below 1 would undercount")
-        return cls(kind, source, multiplier)  # type: ignore[arg-type]  # kind checked above
-
-    def __str__(self) -> str:
-        suffix = f"*{self.multiplier:g}" if self.multiplier != 1.0 else ""
-        return f"{self.kind}:{self.source}{suffix}"
-
-
-@dataclass(frozen=True, slots=True)
-class ChatFormat:
-    """Token overheads of a chat template.
-
-    OpenAI's message values are the ones the OpenAI cookbook measured against
-    `usage.prompt_tokens`; its tool values were measured against the API by open-source counters
-    (the sources and the cases each one covers are pinned in tests/core/test_tools_api_counts.py).
-    Other families use an upper bound of their templates' framing (role header, separators,
-    end-of-turn, tool tags), since their providers publish no such constants.
-    """
-
-    per_message: int = 3
-    per_name: int = 1
-    reply_priming: int = 3
-    # True: tools are shown as OpenAI's `namespace functions` (proxy.core.tool_schema); False: as
-    # the JSON a chat template dumps, counted as an upper bound (proxy.core.tools).
-    namespace_tools: bool = True
-    functions_overhead: int = 9  # the namespace's own message, added once when functions are given
-    system_join: int = -4  # the namespace joins the first system message instead of making its own
-    # An assistant `function_call` (or single tool call) around its name and arguments: ` to`, `=`,
-    # `functions` (3), and 3 more on today's models (measured in 2026 on gpt-4o, gpt-4o-mini and
-    # gpt-4.1-mini: a call with its result costs 3 more than on the 0613 models).
-    function_call_overhead: int = 6
-    # What a call's or a forced call's name is written after (` to=functions.NAME`): a name that
-    # starts with letters merges with the dot (`.get`), and some split differently after it
-    # (`calculator` is one token, `.calcul` + `ator` two), so the name is counted with it.
-    call_name_prefix: str = "."
-    function_message_adjust: int = -2  # a `function` result message, relative to a named message
-    forced_call_overhead: int = 4  # `function_call` / `tool_choice` naming a function, besides the name
-    choice_none: int = 1  # `function_call: "none"`
-    parallel_results_overhead: int = 10  # the joined results of one multi_tool_use.parallel call
-    parallel_calls_measured: bool = False  # True where API counts of parallel calls were pinned
-    calls_measured: bool = True  # False: single calls counted with another generation's framing
-    tools_measured: bool = True  # False: tool definitions carry a bound measured only in aggregate
-    tool_call_margin: int = 0  # per tool call, where the call framing is not published (an upper bound)
-    # Why this model's message framing is a bound and not a measurement; empty where it was measured.
-    messages_bound: str = ""
-    # The Responses API's rendering where it differs from chat's (proxy.apis.responses): per
-    # assistant message of the history, per request, and why that is a bound if it is one.
-    responses_assistant: int = 0
-    responses_extra: int = 0
-    responses_bound: str = ""
-
 
 O200K_FORMAT = ChatFormat()
 # gpt-3.5-turbo-1106/0125 and gpt-4-turbo: the same framing as far as it was measured; their calls
@@ -165,45 +86,13 @@ SEARCH_PREVIEW_FORMAT = replace(
 # where the open-source counters measured calls, parallel calls and their results in 2023.
 FORMAT_0613 = ChatFormat(function_call_overhead=3, parallel_calls_measured=True)
 LEGACY_0301_FORMAT = ChatFormat(per_message=4, per_name=-1)
-# Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
-# calls are JSON inside tags, results are wrapped in tags. Bounds from those templates' text.
-TEMPLATE_FORMAT = ChatFormat(
-    per_message=6,
-    per_name=2,
-    reply_priming=6,
-    namespace_tools=False,
-    functions_overhead=160,
-    system_join=0,
-    function_call_overhead=16,
-    function_message_adjust=8,
-    forced_call_overhead=16,
-    choice_none=16,
-    parallel_results_overhead=16,
-    tool_call_margin=4,
-    call_name_prefix="",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Family:
-    tokenizer: TokenizerSpec
-    chat_format: ChatFormat
-    images: ImageCostScheme
-    exact: bool  # the tokenizer is the model's own
-
-
 def _tiktoken(name: str, multiplier: float = 1.0) -> TokenizerSpec:
     return TokenizerSpec("tiktoken", name, multiplier)
 
 
 _OPENAI_TILES = TileCost(85, 170)
-# Name patterns, first match wins. OpenAI image prices are the published per-model values.
-# Other families scale cl100k_base, not o200k_base: o200k is far more efficient on CJK than
-# most vocabularies (Claude's tokenizer runs 1.9x o200k on Korean, but 1.1x cl100k). Measured
-# worst cases over English, code, JSON, Chinese, Japanese and Korean samples, against the real
-# tokenizers (tests/core/test_family_tokenizers.py): Claude (legacy) 1.12, DeepSeek 1.10,
-# Qwen 1.16. Claude's current tokenizer is reported at 1.2-1.45x on English, hence 1.45.
-# Gemini's and Mistral's tokenizers are not available offline: their multipliers are not measured.
+# Name patterns, matched against the normalised name (`family_names`), first match wins. OpenAI
+# image prices are the published per-model values. Other families: `proxy.core.families`.
 FAMILIES: tuple[tuple[str, Family], ...] = (
     ("gpt-3.5-turbo-0301*", Family(_tiktoken("cl100k_base"), LEGACY_0301_FORMAT, _OPENAI_TILES, True)),
     ("gpt-3.5-turbo-0613*", Family(_tiktoken("cl100k_base"), FORMAT_0613, _OPENAI_TILES, True)),
@@ -232,20 +121,8 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("*gpt-oss*", Family(_tiktoken("o200k_base"), GPT_OSS_FORMAT, _OPENAI_TILES, True)),
     ("gpt-4*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
     ("gpt-3.5*", Family(_tiktoken("cl100k_base"), CL100K_FORMAT, _OPENAI_TILES, True)),
-    ("*claude*", Family(_tiktoken("cl100k_base", 1.45), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*gemini*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, FixedTileCost(), False)),
-    ("*gemma*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, FixedTileCost(), False)),
-    ("*llama-2*", Family(TokenizerSpec("estimate", "3.0:bytes"), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*llama*", Family(_tiktoken("cl100k_base", 1.2), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*mistral-7b*", Family(TokenizerSpec("estimate", "3.0:bytes"), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*mixtral*", Family(TokenizerSpec("estimate", "3.0:bytes"), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*istral*", Family(_tiktoken("cl100k_base", 1.35), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*codestral*", Family(_tiktoken("cl100k_base", 1.35), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*qwen*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*qwq*", Family(_tiktoken("cl100k_base", 1.25), TEMPLATE_FORMAT, AreaCost(), False)),
-    ("*deepseek*", Family(_tiktoken("cl100k_base", 1.2), TEMPLATE_FORMAT, AreaCost(), False)),
+    *OPEN_FAMILIES,
 )
-UNKNOWN_FAMILY = Family(_tiktoken("cl100k_base", 1.6), TEMPLATE_FORMAT, AreaCost(), False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,8 +198,16 @@ def override_names(name: str) -> list[str]:
     return [name, *(candidate for candidate in name_candidates(name) if candidate != name)]
 
 
+def family_names(name: str) -> list[str]:
+    """The names a family is matched on: lower-cased, without any organisation or provider prefix
+    (`meta-llama/`, `openrouter/mistralai/`, `fireworks_ai/accounts/fireworks/models/`), so that
+    an organisation's name (`meta-llama`, `mistralai`) never picks another model's family."""
+    bare = (c.rsplit("/", 1)[-1] for c in name_candidates(name) if c == c.lower())
+    return list(dict.fromkeys(c for c in bare if c))
+
+
 def family_for(name: str) -> Family:
-    for candidate in name_candidates(name):
+    for candidate in family_names(name):
         for pattern, family in FAMILIES:
             if fnmatch.fnmatchcase(candidate, pattern):
                 return family
@@ -435,7 +320,7 @@ class ModelRegistry:
         if override.max_output_tokens is not None:
             profile = replace(profile, max_output_tokens=override.max_output_tokens)
         if override.tokenizer is not None:
-            exact = override.tokenizer.multiplier == 1.0 and override.tokenizer.kind != "estimate"
+            exact = override.tokenizer.multiplier == 1.0 and override.tokenizer.kind not in ("estimate", "bound")
             profile = replace(profile, tokenizer=override.tokenizer, tokenizer_exact=exact)
         return profile
 

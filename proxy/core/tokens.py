@@ -123,6 +123,7 @@ class RequestCounter:
         self.tokenizer = tokenizer
         self.cache = cache
         self.fmt = profile.chat_format
+        self._role_extra = dict(self.fmt.role_extra)
         self._small: dict[str, int] = cache.short_counts(tokenizer) if cache is not None else {}
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
@@ -136,6 +137,10 @@ class RequestCounter:
         if hit is not None and hit[0] is text:
             return hit[1]
         return count_text(self.tokenizer, text, self.cache)
+
+    def _as_json_string(self, text: str) -> int:
+        """A text as a template's `tojson` writes a string: quoted, its quotes and newlines escaped."""
+        return self.text(json.dumps(text, ensure_ascii=False))
 
     def _short(self, text: str) -> int:
         """Roles, names and similar short, repeating strings (remembered across requests with a
@@ -245,7 +250,7 @@ class RequestCounter:
         components["tool_definitions"] = tools
         components["response_format"] = response_format
         components["documents"] = documents.tokens
-        components["reply_priming"] = self.fmt.reply_priming
+        components["reply_priming"] = self.fmt.reply_priming + self._default_system(messages)
         components["images"] += tally.media
         components["tool_calls"] += tally.calls
         notes: list[str] = [*tool_count.notes, *format_count.notes, *documents.notes, *tally.notes]
@@ -256,7 +261,7 @@ class RequestCounter:
             notes.append(f"model {self.profile.name!r} is not in the model map: assumed a {window}-token window")
         if not self.tokenizer.exact or not self.profile.tokenizer_exact:
             notes.append(f"counted with {self.tokenizer.name}, an estimate for this model that errs high")
-        fixed = tools + response_format + documents.tokens + self.fmt.reply_priming
+        fixed = tools + response_format + documents.tokens + components["reply_priming"]
         return RequestCount(
             model=self.profile.name,
             tokenizer=self.tokenizer.name,
@@ -268,6 +273,13 @@ class RequestCounter:
             pinned_tokens=tally.pinned,
             notes=tuple(notes),
         )
+
+    def _default_system(self, messages: list[Any]) -> int:
+        """The template's own system turn, written when no message is a system or developer one."""
+        if not self.fmt.default_system:
+            return 0
+        has_system = any(isinstance(m, dict) and m.get("role") in ("system", "developer") for m in messages)
+        return 0 if has_system else self.fmt.default_system
 
     def _counts_with_openings(
         self, messages: list[Any], hashes: Sequence[int]
@@ -354,7 +366,7 @@ class RequestCounter:
         if context is not None:
             tokens = result_framing(message, context, fmt, self._short, notes)
         else:
-            tokens = fmt.per_message + self._short(role)
+            tokens = fmt.per_message + self._short(role) + (self._role_extra.get(role, 0) if self._role_extra else 0)
             if role == "function":
                 tokens += fmt.function_message_adjust
             name = message.get("name")
@@ -362,6 +374,8 @@ class RequestCounter:
                 tokens += self._short(name) + fmt.per_name
         media_tokens = 0
         content = message.get("content")
+        if context is not None and fmt.results_as_json and isinstance(content, str):
+            content = json.dumps(content, ensure_ascii=False)  # as the template's `tojson` writes it
         if isinstance(content, str):
             tokens += self.text(content)
         elif isinstance(content, list):
@@ -374,7 +388,8 @@ class RequestCounter:
             tokens += self.text(json.dumps(content, ensure_ascii=False, default=str))
         call_tokens = 0
         if "tool_calls" in message or "function_call" in message:
-            call_tokens, call_notes = calls_tokens(message, fmt, self.text, self._short)
+            count_arguments = self._as_json_string if fmt.arguments_as_json else self.text
+            call_tokens, call_notes = calls_tokens(message, fmt, count_arguments, self._short)
             notes += call_notes
         tokens += call_tokens
         if len(message) > 2 or "content" not in message:  # {role, content}, most messages, holds nothing more

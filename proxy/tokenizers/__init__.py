@@ -1,0 +1,1 @@
+"""Tokenizers' vocabularies as the shell loads them (`proxy.encodings` dispatches to these modules)."""

@@ -96,7 +96,7 @@ class TestInspect:
 
     def test_a_model_of_another_family_is_counted_with_its_estimate_and_says_so(self, echo):
         report = echo.inspect({"model": "claude-3-5-sonnet", "messages": AGENT})
-        assert not report.exact and report.tokenizer == "cl100k_basex1.45"
+        assert not report.exact and report.tokenizer == "cl100k_base+bound:claude"
         assert "an estimate" in report.text()
 
     def test_its_text_states_the_counts_the_calls_and_the_validity(self, echo):

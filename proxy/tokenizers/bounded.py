@@ -1,0 +1,45 @@
+"""`bound:<name>` tokenizers: an upper bound (proxy.core.bound) over a tiktoken encoding's count."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING
+
+from proxy.core.bound import BOUNDS, BoundTerms, BoundTokenizer
+
+if TYPE_CHECKING:
+    import tiktoken
+
+BOUND_BASE = "cl100k_base"  # the encoding every bound scales
+
+
+class UnknownBound(ValueError):
+    pass
+
+
+def bound_terms(name: str, multiplier: float = 1.0) -> BoundTerms:
+    """Bound `name`'s terms, each scaled by a configured multiplier (`bound:open*1.1`)."""
+    terms = BOUNDS.get(name)
+    if terms is None:
+        raise UnknownBound(f"unknown bound {name!r}; known: {', '.join(sorted(BOUNDS))}")
+    if multiplier == 1.0:
+        return terms
+    return replace(terms, **{f.name: getattr(terms, f.name) * multiplier for f in fields(terms)})
+
+
+def bound_tokenizer(
+    name: str,
+    multiplier: float,
+    encoding: tiktoken.Encoding,
+    batch: Callable[[list[str]], list[list[int]]],
+) -> BoundTokenizer:
+    """Bound `name` over `encoding` (`batch` encodes many texts at once, as the shell spreads them)."""
+    encode = encoding.encode_ordinary
+    return BoundTokenizer(
+        BOUND_BASE,
+        lambda text: len(encode(text)),
+        bound_terms(name, multiplier),
+        name if multiplier == 1.0 else f"{name}x{multiplier:g}",
+        lambda texts: [len(ids) for ids in batch(texts)],
+    )
