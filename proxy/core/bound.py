@@ -42,19 +42,32 @@ class BoundTerms:
     hangul: float = 0.0
     cjk: float = 0.0
     other: float = 0.0  # other non-ASCII characters (emoji, accented Latin, symbols)
+    # The most this bound was measured above a real count it stands for, on every corpus text
+    # (tests/core/test_families_bounds.py checks it): real >= bound / worst_ratio, the lower bound
+    # that tells the guard when to ask the provider's own count (proxy.core.edge).
+    worst_ratio: float | None = None
 
 
 # Claude: fitted to the legacy Claude vocabulary litellm ships (the modern one is not published:
 # Anthropic states its newest tokenizer writes up to 1.35x its predecessors' tokens, which the
 # multiplier allows for; `prose` then loses 22% of the window against the legacy count).
-CLAUDE_BOUND = BoundTerms(multiplier=1.3, digit=0.1, thai=0.65, arabic=0.15)
+CLAUDE_BOUND = BoundTerms(multiplier=1.3, digit=0.1, thai=0.65, arabic=0.15, worst_ratio=1.5)
 # Every other model without a shipped tokenizer (Gemini, Gemma, Llama 2, unknown): the largest
 # count of any vocabulary measured (Llama 3/4, Qwen, Mistral Tekken and SentencePiece, DeepSeek,
 # legacy Claude, and Gemma 4's and Llama 2's from llama.cpp's vocabulary GGUFs) on each text class,
 # rounded up. The 32k SentencePiece vocabularies (Mistral v1, Llama 2) set the digit, newline and
 # whitespace terms, and Llama 2's byte fallback the Hangul and emoji ones.
 OPEN_BOUND = BoundTerms(
-    multiplier=1.2, digit=0.65, newline=0.9, run=0.2, thai=0.7, arabic=0.15, hangul=0.45, cjk=0.05, other=1.35
+    multiplier=1.2,
+    digit=0.65,
+    newline=0.9,
+    run=0.2,
+    thai=0.7,
+    arabic=0.15,
+    hangul=0.45,
+    cjk=0.05,
+    other=1.35,
+    worst_ratio=9.0,  # Thai, against the vocabulary that spends fewest tokens on it
 )
 BOUNDS: dict[str, BoundTerms] = {"claude": CLAUDE_BOUND, "open": OPEN_BOUND}
 
@@ -99,6 +112,11 @@ class BoundTokenizer:
     @property
     def name(self) -> str:
         return f"{self.base_name}+bound:{self.bound_name}"
+
+    @property
+    def bound_ratio(self) -> float | None:
+        """The real count is at least this count / `bound_ratio` (proxy.core.edge.Bounded)."""
+        return self.terms.worst_ratio
 
     @property
     def identity(self) -> str:

@@ -25,7 +25,8 @@ def bound_terms(name: str, multiplier: float = 1.0) -> BoundTerms:
         raise UnknownBound(f"unknown bound {name!r}; known: {', '.join(sorted(BOUNDS))}")
     if multiplier == 1.0:
         return terms
-    return replace(terms, **{f.name: getattr(terms, f.name) * multiplier for f in fields(terms)})
+    scaled = {f.name: value * multiplier for f in fields(terms) if (value := getattr(terms, f.name)) is not None}
+    return replace(terms, **scaled)  # the worst ratio too: a bound m times larger is at most m times further above
 
 
 def bound_tokenizer(

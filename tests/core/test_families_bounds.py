@@ -49,6 +49,14 @@ def real(name: str, kind: str) -> int:
     return max(count, PINNED["gemma-4"][kind], PINNED["llama-spm"][kind]) if name == "open" else count
 
 
+def least(name: str, kind: str) -> int:
+    """The smallest real count `bound:<name>` stands for on a corpus text (every vocabulary for `open`)."""
+    if name == "claude":
+        return legacy_claude()(CORPUS[kind])
+    counts = [len(load_vocabulary(v)(CORPUS[kind])) for v in VOCABULARIES]
+    return min(legacy_claude()(CORPUS[kind]), *counts, PINNED["gemma-4"][kind], PINNED["llama-spm"][kind])
+
+
 @functools.cache
 def bound(name: str) -> int:
     return Tokenizers().get(TokenizerSpec("bound", name))  # type: ignore[return-value]
@@ -68,6 +76,16 @@ class TestBounds:
     @pytest.mark.parametrize("kind", sorted(set(PROSE) - CJK_PROSE))
     def test_prose_loses_at_most_a_fifth_of_the_window(self, name, kind):
         assert real(name, kind) / bound(name).count(CORPUS[kind]) >= 0.8
+
+    @pytest.mark.parametrize("name", sorted(BOUNDS))
+    def test_its_worst_ratio_holds_on_every_corpus_text(self, name):
+        """The stated worst ratio is a true lower bound on the corpus: the provider's count is asked
+        between count / ratio and count (proxy.core.edge), never where the request surely overflows."""
+        tokenizer = bound(name)
+        assert tokenizer.bound_ratio == BOUNDS[name].worst_ratio
+        lowest = {k: least(name, k) for k in CORPUS}
+        over = {k: tokenizer.count(t) / lowest[k] for k, t in CORPUS.items() if tokenizer.count(t) > lowest[k] * tokenizer.bound_ratio}
+        assert not over
 
     @pytest.mark.parametrize("name", sorted(BOUNDS))
     def test_counts_many_texts_as_it_counts_each(self, name):
