@@ -20,8 +20,11 @@ Why it gives exactly what `read_json` gives:
   tools, the same options: the usual re-send), only the new elements are read (wrapped as
   `{"<marker>":[0` + new elements + `]}`, which must read as that one key) and the keys after
   the array are the earlier body's values: the same bytes in the same place of an object
-  after its array, so the same values, already checked. A body sent again as it was (a retry,
-  a regenerated answer) has no new element: nothing of it is parsed.
+  after its array, so the same values, already checked.
+- A body sent again as it was (a retry, a regenerated answer) is found by comparing its bytes
+  with the most recent bodies of its family, before any element is matched: the body kept
+  before is reused whole (its value in a new top-level object, every element and key known),
+  and nothing of it is parsed, matched or kept again.
 - Anything unexpected (no earlier body, a different array, a rest that does not read, elements
   that are not objects) takes the full reader: this path only ever saves work.
 
@@ -103,6 +106,7 @@ class Match:
     earlier: _Body | None = None
     shared: int = 0
     kept: bool = True
+    same: bool = False  # `raw` is `earlier.raw`, byte for byte: nothing of it is read again
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,9 @@ class PrefixReader:
         bytes, cheap whatever the body's size (the parse is `read`'s)."""
         if len(raw) < self.min_body or self.max_bytes <= 0 or len(raw) > self.max_bytes // 4:
             return Match(len(raw), None, 0, kept=False)
+        same = self._same(raw)
+        if same is not None:
+            return Match(0, same, len(same.ends), same=True)
         best, most = None, 0
         for earlier in self._candidates(raw):
             shared = _shared_elements(raw, earlier, most)
@@ -157,6 +164,8 @@ class PrefixReader:
         match = match if match is not None else self.match(raw)
         if not match.kept:
             return Reading(read_json(raw, self.limits))
+        if match.same and match.earlier is not None:
+            return _again(match.earlier, self.key)
         if match.earlier is not None:
             reading = self._extend(raw, match.earlier, match.shared)
             if reading is not None:
@@ -172,6 +181,13 @@ class PrefixReader:
         if body is None:
             return
         with self._lock:
+            if id(body) in self._bodies:  # a body sent again: kept already, now the most recent
+                self._bodies.move_to_end(id(body))
+                family = self._by_head.get(body.raw[:_HEAD])
+                if family and family[0] is not body:
+                    family.remove(body)
+                    family.insert(0, body)
+                return
             earlier = reading.extends
             if earlier is not None and reading.known.checked == len(earlier.ends) and id(earlier) in self._bodies:
                 self._drop(earlier)
@@ -182,6 +198,20 @@ class PrefixReader:
                 self._drop(next(iter(self._bodies.values())))
 
     # -- reading a body that extends an earlier one ------------------------------------------
+
+    def _same(self, raw: bytes) -> _Body | None:
+        """The earlier body whose bytes are `raw`'s, among the most recent of its family (a retry,
+        a regenerated answer, a client polling with the same conversation): one comparison of
+        bytes, 1 us for 88 KB, where matching it element by element and reading it as an
+        extension built a new body and checked it again."""
+        with self._lock:
+            family = self._by_head.get(raw[:_HEAD])
+            if family:
+                size = len(raw)
+                for body in family[:_CANDIDATES]:
+                    if len(body.raw) == size and body.raw == raw:
+                        return body
+        return None
 
     def _candidates(self, raw: bytes) -> list[_Body]:
         """The earlier bodies `raw` may extend, likeliest first. Of those that start with the same
@@ -306,6 +336,14 @@ class PrefixReader:
             family.remove(body)
         if not family:
             self._by_head.pop(body.raw[:_HEAD], None)
+
+
+def _again(body: _Body, key: str) -> Reading:
+    """A body sent again as it was: the value read before, in a new top-level object and array
+    (the elements are the very ones read before, not to be changed in place, as for any shared
+    element); every element and every other key known, nothing new to keep."""
+    value = {**body.head, key: list(body.elements), **body.tail}
+    return Reading(value, KnownPrefix(len(body.ends), body.hashes, True), body)
 
 
 def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:

@@ -1,0 +1,45 @@
+"""Request ids made without a system call: a random prefix per process and a counter.
+
+`secrets.token_hex(16)` asks the kernel for 16 random bytes on every request (a `getrandom`
+call). An id needs to be unique, not secret: 64 random bits drawn once per process (again in a
+forked child, whose counter would otherwise repeat its parent's) name the process among every
+worker and replica, and a counter names the request within it. The id is written as a UUID
+version 4 in 32 hex digits, the form the proxy has always used, so that an upstream that accepts
+only UUIDs (llama-cpp-python answers any other `x-request-id` with a 400 and an empty body) takes
+it as it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+# The version (4) and the variant (RFC 4122) bits of a UUID, set in every id; the counter takes
+# the 62 low bits, so it wraps only after 4.6e18 requests of one process.
+_VERSION_MASK = ~(0xF000 << 64) & ~(0xC000 << 48)
+_VERSION_BITS = (0x4000 << 64) | (0x8000 << 48)
+_COUNTER_BITS = (1 << 62) - 1
+
+
+class RequestIds:
+    """A source of ids unique across processes: `next()` is a counter step and one format."""
+
+    def __init__(self) -> None:
+        self._reseed()
+
+    def _reseed(self) -> None:
+        self._prefix = int.from_bytes(os.urandom(8), "big") << 64
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        value = (self._prefix | (next(self._counter) & _COUNTER_BITS)) & _VERSION_MASK | _VERSION_BITS
+        return f"{value:032x}"
+
+
+REQUEST_IDS = RequestIds()
+os.register_at_fork(after_in_child=REQUEST_IDS._reseed)
+
+
+def new_request_id() -> str:
+    """A fresh id: 32 hex digits, a UUID version 4, never one this or another process gave."""
+    return REQUEST_IDS.next()
