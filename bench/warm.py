@@ -28,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import load  # noqa: E402
+from bench import load, rounds  # noqa: E402
 from bench.load import Bodies, Target, summary_ms  # noqa: E402
-from bench.run import SSE_QUERY, free_port, guard_config, python, started  # noqa: E402
+from bench.processes import free_port, guard_config, python, started  # noqa: E402
+from bench.scenarios import SSE_QUERY  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -52,7 +53,7 @@ async def scenarios(
     try:
         if args.fill:  # as `make bench`'s cold scenarios leave them: the guards' caches full
             cold = Bodies.of_size(25_000)
-            await load.throughput([targets[g] for g in guards], cold.cold, 16, args.fill, 1)
+            await rounds.throughput([targets[g] for g in guards], cold.cold, 16, args.fill, 1)
         small = Bodies.of_size(25_000)
         for t in every:
             await t.post(small.base)
@@ -67,7 +68,7 @@ async def scenarios(
         for t in measured:
             await t.post(bodies.base)
         before = {t.name: cpu_seconds(pids[t.name]) for t in measured}
-        rps = await load.throughput(measured, bodies.warm, 32, args.seconds, args.rounds)
+        rps = await rounds.throughput(measured, bodies.warm, 32, args.seconds, args.rounds)
         served = {name: rate * args.seconds * args.rounds for name, rate in rps.items()}
         cpu = {t.name: (cpu_seconds(pids[t.name]) - before[t.name]) * 1000 / served[t.name] for t in measured}
         cells = "  ".join(f"{g} {rps[g]:.0f} ({rps[g] / rps['bare']:.2f}x)" for g in guards)
