@@ -14,11 +14,11 @@ from __future__ import annotations
 import itertools
 import os
 
-# The version (4) and the variant (RFC 4122) bits of a UUID, set in every id; the counter takes
-# the 62 low bits, so it wraps only after 4.6e18 requests of one process.
-_VERSION_MASK = ~(0xF000 << 64) & ~(0xC000 << 48)
-_VERSION_BITS = (0x4000 << 64) | (0x8000 << 48)
+# A UUID's version (4) sits in bits 12-15 of its high 64, its variant (RFC 4122: binary 10) in
+# the top two of its low 64: the prefix is the high half, the counter takes the other 62 bits, so
+# it wraps only after 4.6e18 requests of one process.
 _COUNTER_BITS = (1 << 62) - 1
+_VARIANT = 0b10 << 62
 
 
 class RequestIds:
@@ -28,12 +28,12 @@ class RequestIds:
         self._reseed()
 
     def _reseed(self) -> None:
-        self._prefix = int.from_bytes(os.urandom(8), "big") << 64
+        high = int.from_bytes(os.urandom(8), "big") & ~(0xF << 12) | (4 << 12)
+        self._head = f"{high:016x}"
         self._counter = itertools.count(1)
 
     def next(self) -> str:
-        value = (self._prefix | (next(self._counter) & _COUNTER_BITS)) & _VERSION_MASK | _VERSION_BITS
-        return f"{value:032x}"
+        return self._head + format(next(self._counter) & _COUNTER_BITS | _VARIANT, "016x")
 
 
 REQUEST_IDS = RequestIds()
