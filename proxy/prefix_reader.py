@@ -23,8 +23,8 @@ Why it gives exactly what `read_json` gives:
   after its array, so the same values, already checked.
 - A body sent again as it was (a retry, a regenerated answer) is found by comparing its bytes
   with those of the earlier bodies it may extend (1 us for 88 KB), before any element is
-  matched: the body kept before is reused whole (its value in a new top-level object, every element and key known),
-  and nothing of it is parsed, matched or kept again.
+  matched: the body kept before is reused whole (its value in a new top-level object, every
+  element and key known), and nothing of it is parsed, matched or kept again.
 - Anything unexpected (no earlier body, a different array, a rest that does not read, elements
   that are not objects) takes the full reader: this path only ever saves work.
 
