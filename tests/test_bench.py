@@ -251,3 +251,19 @@ class TestPublish:
         assert not out.exists() and not (tmp_path / "docs").exists() and "old" in (tmp_path / "README.md").read_text()
         assert (tmp_path / "results-refused.json").exists()
         assert "the load average was 4.00" in capsys.readouterr().out
+
+
+class TestCapacityReadsTheRun:
+    def test_the_warm_rate_is_the_new_turn_s_when_the_run_also_sent_the_body_again(self):
+        from bench import capacity
+
+        def row(scenario: str, metric: str, guard: float) -> dict[str, Any]:
+            return {"scenario": scenario, "metric": metric, "bare": 600.0, "guard": guard, "unit": "req/s"}
+
+        rows = [
+            row("throughput, 32 clients, 88 KB cold", "req/s, one worker", 250.0),
+            row("throughput, 32 clients, 88 KB warm, same body", "req/s, one worker", 900.0),
+            row("throughput, 32 clients, 88 KB warm, new turn", "req/s, one worker", 500.0),
+            row("memory", "RSS after 1,000 requests (25 KB, cold)", 150.0),
+        ]
+        assert capacity.measured({"machine": "2 cores", "rows": rows}).rps_warm == 500.0
