@@ -53,8 +53,11 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy proxy
 
 # `make bench`: the full run (about 20 minutes on this shared 2-core machine); `make bench ARGS=--quick`:
-# a short one. It rewrites bench/results.json, docs/benchmarks.md and the README's figures, then
-# bench/adversarial.py adds the attacks' table to docs/benchmarks.md (about 5 minutes; 2 with --quick).
+# a short one. It rewrites bench/results.json, docs/benchmarks.md and the README's figures, only when the
+# machine was quiet enough to measure on (bench/machine.py); otherwise it prints why and fails (status 3;
+# `ARGS=--force-print` prints the figures and exits 0, still writing nothing).
+# bench/adversarial.py then adds the attacks' table to docs/benchmarks.md (about 5 minutes; 2 with --quick),
+# and bench/families.py the counts per model family.
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py $(ARGS)
 	$(BIN)/python bench/adapters.py

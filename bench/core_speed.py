@@ -146,6 +146,56 @@ def run(quick: bool) -> dict[str, Any]:
     return {"counting": counting(registry, tokenizers, repeat), "trim_heavy": trim_heavy(registry, tokenizers, repeat)}
 
 
+def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """`run`'s figures as rows of `make bench`'s table."""
+    c, t = figures["counting"], figures["trim_heavy"]
+    scenario = f"counting, {c['tokens']:,} tokens in {c['messages']:,} messages ({c['text_mb']:.1f} MB of text)"
+    trim_scenario = (
+        f"trim-heavy, {t['tokens_before']:,} tokens / {t['messages']:,} messages to a {t['window']:,} window"
+    )
+    return [
+        {
+            "scenario": scenario,
+            "metric": "cold throughput vs encode_ordinary, one thread each",
+            "bare": c["raw_encode_s"],
+            "guard": c["cold_one_thread_s"],
+            "unit": "s",
+            "ratio": c["cold_ratio"],
+            "ratio_meaning": "throughput",
+            "target": ">= 0.8x",
+        },
+        {
+            "scenario": scenario,
+            "metric": "encode pool's gain over one thread (cold)",
+            "bare": c["cold_one_thread_s"],
+            "guard": c["cold_pool_s"],
+            "unit": "s",
+            "ratio": c["pool_gain"],
+            "ratio_meaning": "speedup",
+        },
+        {
+            "scenario": scenario,
+            "metric": "warm (one new turn) vs cold, one thread",
+            "bare": c["cold_one_thread_s"],
+            "guard": c["warm_s"],
+            "unit": "s",
+            "ratio": c["warm_speedup"],
+            "ratio_meaning": "speedup",
+        },
+        *(
+            {
+                "scenario": trim_scenario,
+                "metric": phase,
+                "bare": None,
+                "guard": t[f"{phase}_ms"],
+                "unit": "ms",
+                "ratio": None,
+            }
+            for phase in ("parse", "count", "decide", "serialise")
+        ),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")

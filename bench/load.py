@@ -1,8 +1,9 @@
 """The client side of the end-to-end benchmark: bodies, and the ways of sending them.
 
 Every measure takes several targets (the fake upstream itself, the bare proxy, context-guard)
-and sends to them interleaved, request by request or slice by slice, so that a noisy neighbour
-on the machine slows all of them alike instead of whichever happened to run at that moment.
+and sends to them interleaved, request by request (here) or slice by slice (bench/rounds.py),
+so that a noisy neighbour on the machine slows all of them alike instead of whichever happened
+to run at that moment.
 
 Bodies are made from one template per size with a placeholder in every message; each request
 replaces it with a nonce used nowhere else in the run, so a cold body shares nothing that a
@@ -28,6 +29,7 @@ import orjson
 from yarl import URL as yarl_url
 
 from bench.conversations import agent_conversation
+from bench.processes import process_tree_cpu_seconds  # noqa: F401  # where it used to be
 
 NONCE = b"@@N@@"
 BYTES_PER_TOKEN = 3.7  # of agent_conversation() rendered as JSON
@@ -138,69 +140,6 @@ async def latency(targets: Sequence[Target], make_body: Callable[[], bytes], req
         for target in rotated(targets, i):
             times[target.name].append(await target.post(payload))
     return times
-
-
-async def throughput(
-    targets: Sequence[Target], make_body: Callable[[], bytes], clients: int, seconds: float, rounds: int
-) -> dict[str, float]:
-    """Requests per second with `clients` in a closed loop (see `closed_loop`)."""
-    return {name: t.rate for name, t in (await closed_loop(targets, make_body, clients, seconds, rounds)).items()}
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """One target's closed-loop figures: requests per second, and the CPU spent per request by
-    its processes (a supervisor and its workers together; None without a pid) and by this client."""
-
-    rate: float
-    server_cpu_ms: float | None
-    client_cpu_ms: float
-
-
-async def closed_loop(
-    targets: Sequence[Target], make_body: Callable[[], bytes], clients: int, seconds: float, rounds: int
-) -> dict[str, Throughput]:
-    """`clients` in a closed loop, each target given `rounds` slices of `seconds`, the slices
-    interleaved. Each client is one keep-alive connection (`Connection`), opened before the first
-    slice and kept for all of them."""
-    connections = {t.name: [await Connection.open(t.url) for _ in range(clients)] for t in targets}
-    done: dict[str, int] = {t.name: 0 for t in targets}
-    spent: dict[str, float] = {t.name: 0.0 for t in targets}
-    server_cpu: dict[str, float] = {t.name: 0.0 for t in targets}
-    client_cpu: dict[str, float] = {t.name: 0.0 for t in targets}
-    try:
-        for r in range(rounds):
-            for target in rotated(targets, r):
-                deadline = time.perf_counter() + seconds
-                completed = [0]
-
-                async def client(
-                    connection: Connection, deadline: float = deadline, completed: list[int] = completed
-                ) -> None:
-                    while time.perf_counter() < deadline:
-                        await connection.post(make_body())
-                        completed[0] += 1
-
-                server_before = process_tree_cpu_seconds(target.pid) if target.pid else 0.0
-                client_before, started = time.process_time(), time.perf_counter()
-                await asyncio.gather(*(client(c) for c in connections[target.name]))
-                spent[target.name] += time.perf_counter() - started
-                client_cpu[target.name] += time.process_time() - client_before
-                if target.pid:
-                    server_cpu[target.name] += process_tree_cpu_seconds(target.pid) - server_before
-                done[target.name] += completed[0]
-    finally:
-        for opened in connections.values():
-            for connection in opened:
-                connection.close()
-    return {
-        t.name: Throughput(
-            done[t.name] / spent[t.name],
-            server_cpu[t.name] * 1000 / done[t.name] if t.pid and done[t.name] else None,
-            client_cpu[t.name] * 1000 / max(1, done[t.name]),
-        )
-        for t in targets
-    }
 
 
 class Connection:
@@ -355,17 +294,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def process_tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its children (a supervisor and its workers)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    if children.exists():
-        for child in children.read_text().split():
-            total += process_tree_cpu_seconds(int(child))
-    return total
 
 
 def process_tree_rss_mb(pid: int) -> float:

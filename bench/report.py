@@ -1,8 +1,10 @@
 """Renders one run's results: the printed table, bench/results.json, docs/benchmarks.md and the
 README's figures section (between its `bench:start` and `bench:end` markers).
 
-Both documents are written from the results alone, with the machine, the date and the command
-that produced them, so a figure in the docs is always one that a run printed. The hand-written
+Both documents are written from the results alone, with the machine, its load during the run,
+the date and the command that produced them, so a figure in the docs is always one that a run
+printed; and only from a run whose quiet-machine check passed (bench/machine.py): `write_docs`
+refuses any other, as `python bench/report.py` does for a results file without a passed check. The hand-written
 parts live beside this file and are included when present: bench/changes.md (optimisations with
 their before/after figures), bench/multiturn.md (the multi-turn quality benchmark's output) and
 bench/hardening.md (bench/load_hardening.py's output).
@@ -30,14 +32,25 @@ METHOD = """\
   connections, a third of aiohttp's client CPU per request; the 10 MB bodies of the isolation
   scenario come from a second client process). All of them share the machine's cores.
 - Interleaved: at one request in flight each body goes to the upstream, the bare proxy and
-  context-guard in a rotating order; throughput runs each target for a slice of seconds in turn,
-  several rounds. A noisy neighbour slows all targets alike.
+  context-guard in a rotating order; throughput runs each target for a slice of seconds in turn
+  (guard, bare, guard, bare...), several rounds. A noisy neighbour slows all targets alike. The
+  spread column gives the least, median and greatest of the per-round ratios (for latency: of
+  four consecutive quarters of the bodies; for the start: of each start).
+- CPU per request: each server's own accounting (user + system time in /proc/<pid>/stat, with
+  its workers), read before and after each of its slices, divided by the requests it answered.
+  Unlike a rate, it does not depend on what else got the cores meanwhile.
+- The quiet-machine check (bench/machine.py): the 1-minute load average before the run at most
+  1.5; processes other than the benchmark's using at most 0.3 of a core on average while it ran
+  (/proc/stat's user + nice + system + steal less the benchmark's own processes' CPU); the bare
+  proxy's own CPU per request ranging over at most 25% of its median across rounds. A run that
+  fails any of them prints why, exits with status 3 and writes no docs.
 - "Added" latency is, per body, a proxy's latency less the upstream's own for the same body sent
   moments apart; p50 and p99 are taken over those differences. The ratio column is
   context-guard / bare proxy (for counting: throughput over raw `encode_ordinary`;
   for the pool and warm lines: the speedup).
 - Cold: every message of every body is new (a nonce in each message and tool call id), so no
-  cache can help. Warm: one fixed conversation re-sent with one new turn, after it was seen once.
+  cache can help. Warm: one fixed conversation re-sent with one new turn ("new turn"), or re-sent
+  as it was ("same body": a retry, a regenerated answer), after it was seen once.
   Nothing is reused between the repetitions of a cold measure.
 - The model is gpt-4.1 (o200k_base, 1M-token window), so every body fits and is forwarded as
   received; trim-heavy uses gpt-4o's 128k window. Core figures (counting, trim-heavy) run in one
@@ -67,17 +80,27 @@ def _number(value: float | None, unit: str) -> str:
 
 def _cells(r: dict[str, Any]) -> list[str]:
     ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+    spread = r.get("spread")
     return [
         r["scenario"],
         r["metric"],
         _number(r.get("bare"), r["unit"]),
         _number(r["guard"], r["unit"]),
         ratio,
+        " / ".join(f"{v:.2f}" for v in spread) if spread else "",
         r.get("target") or "",
     ]
 
 
-HEADER = ["scenario", "measure", "bare proxy (or baseline)", "context-guard", "ratio", "target"]
+HEADER = [
+    "scenario",
+    "measure",
+    "bare proxy (or baseline)",
+    "context-guard",
+    "ratio",
+    "ratio per round: min / median / max",
+    "target",
+]
 
 
 def table(results: dict[str, Any]) -> str:
@@ -97,10 +120,16 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def _provenance(results: dict[str, Any]) -> str:
     workers = "yes" if results["workers_measured"] else "no (`serve` has no `--workers`)"
+    load = f" {results['machine_load']}" if results.get("machine_load") else ""
     return (
         f"Measured {results['date']} on {results['machine']}, by `{results['command']}` "
-        f"({results['seconds']} s). Two workers measured: {workers}."
+        f"({results['seconds']} s). Two workers measured: {workers}.{load}"
     )
+
+
+def passed(results: dict[str, Any]) -> bool:
+    """Whether the run's quiet-machine check passed (a run from before the check has none)."""
+    return bool((results.get("machine_check") or {}).get("passed"))
 
 
 def benchmarks_md(results: dict[str, Any], root: Path) -> str:
@@ -110,9 +139,11 @@ def benchmarks_md(results: dict[str, Any], root: Path) -> str:
         "Generated by `make bench` (`bench/run.py`) from `bench/results.json`; do not edit by hand.",
         "",
         _provenance(results),
-        "The machine is shared: figures move by 30% or more from run to run; ratios, measured in the",
-        "same slices of time, move much less. context-guard's modules are byte-compiled before it",
-        "starts, as `pip install` leaves them (this machine sets PYTHONDONTWRITEBYTECODE).",
+        "Each ratio is printed with the least, median and greatest of its rounds' own ratios: rounds",
+        "alternate the targets, so a spread says how much the machine moved under the run. A run on a",
+        "machine too busy to measure (bench/machine.py) is refused and never written here.",
+        "context-guard's modules are byte-compiled before it starts, as `pip install` leaves them",
+        "(this machine sets PYTHONDONTWRITEBYTECODE).",
         "",
         markdown_table(results["rows"]),
         "",
@@ -152,6 +183,8 @@ def readme_section(results: dict[str, Any]) -> str:
 
 
 def write_docs(results: dict[str, Any], root: Path) -> None:
+    if not passed(results):
+        raise SystemExit("not writing docs from a run whose quiet-machine check did not pass (bench/machine.py)")
     (root / "docs/benchmarks.md").write_text(benchmarks_md(results, root), encoding="utf-8")
     readme = root / "README.md"
     text = readme.read_text(encoding="utf-8")

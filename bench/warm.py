@@ -4,7 +4,8 @@ For measuring a change to the hot path: the fake upstream, the bare proxy and co
 each named source tree (one worker each) all run at once, and every scenario sends to them
 interleaved, so "before" and "after" are ratios to the same bare proxy in the same slices of time.
 Scenarios: warm added latency at one request in flight (25 KB), warm throughput at 32 clients
-(88 KB) with each proxy's CPU time per request served (user + system, from /proc: less noisy
+(88 KB, with a new turn, then sent again as it was) with each proxy's CPU time per request served
+per slice (the least / median / greatest of the rounds' ratios beside each) (user + system, from /proc: less noisy
 than a rate on a shared machine, where the rate also depends on what else gets the cores), and
 added time to the first byte of an SSE answer (64 deltas 20 ms apart).
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import time
@@ -28,15 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import load  # noqa: E402
+from bench import load, rounds  # noqa: E402
 from bench.load import Bodies, Target, summary_ms  # noqa: E402
-from bench.run import SSE_QUERY, free_port, guard_config, python, started  # noqa: E402
+from bench.processes import free_port, guard_config, python, started  # noqa: E402
+from bench.scenarios import SSE_QUERY  # noqa: E402
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _spread(guard: list[float], bare: list[float]) -> str:
+    spread = rounds.Spread.of(rounds.ratios(guard, bare))
+    return "-" if spread is None else f"{spread.low:.2f}/{spread.median:.2f}/{spread.high:.2f}"
 
 
 def added_ms(times: dict[str, list[float]], name: str, q: str) -> float:
@@ -52,7 +52,7 @@ async def scenarios(
     try:
         if args.fill:  # as `make bench`'s cold scenarios leave them: the guards' caches full
             cold = Bodies.of_size(25_000)
-            await load.throughput([targets[g] for g in guards], cold.cold, 16, args.fill, 1)
+            await rounds.throughput([targets[g] for g in guards], cold.cold, 16, args.fill, 1)
         small = Bodies.of_size(25_000)
         for t in every:
             await t.post(small.base)
@@ -66,14 +66,23 @@ async def scenarios(
         measured = [targets["bare"], *(targets[g] for g in guards)]
         for t in measured:
             await t.post(bodies.base)
-        before = {t.name: cpu_seconds(pids[t.name]) for t in measured}
-        rps = await load.throughput(measured, bodies.warm, 32, args.seconds, args.rounds)
-        served = {name: rate * args.seconds * args.rounds for name, rate in rps.items()}
-        cpu = {t.name: (cpu_seconds(pids[t.name]) - before[t.name]) * 1000 / served[t.name] for t in measured}
-        cells = "  ".join(f"{g} {rps[g]:.0f} ({rps[g] / rps['bare']:.2f}x)" for g in guards)
-        print(f"throughput 32 clients 88 KB warm: bare {rps['bare']:.0f} req/s  {cells}", flush=True)
-        cells = "  ".join(f"{g} {cpu[g]:.2f} ({cpu[g] / cpu['bare']:.2f}x)" for g in guards)
-        print(f"CPU per request, same run: bare {cpu['bare']:.2f} ms  {cells}", flush=True)
+        for label, make in (("new turn", bodies.warm), ("same body", lambda: bodies.base)):
+            for t in measured:
+                t.pid = pids[t.name]
+            got = await rounds.closed_loop(measured, make, 32, args.seconds, args.rounds)
+            bare = got["bare"]
+            cells = "  ".join(
+                f"{g} {got[g].rate:.0f} ({got[g].rate / bare.rate:.2f}x, "
+                f"rounds {_spread(got[g].rates(), bare.rates())})"
+                for g in guards
+            )
+            print(f"throughput 32 clients 88 KB {label}: bare {bare.rate:.0f} req/s  {cells}", flush=True)
+            cells = "  ".join(
+                f"{g} {got[g].server_cpu_ms:.2f} ({got[g].server_cpu_ms / bare.server_cpu_ms:.2f}x, "
+                f"rounds {_spread(got[g].cpu_per_request(), bare.cpu_per_request())})"
+                for g in guards
+            )
+            print(f"CPU per request, same slices: bare {bare.server_cpu_ms:.2f} ms  {cells}", flush=True)
 
         payload = Bodies.of_size(2_000, stream=True).base
         first: dict[str, list[float]] = {t.name: [] for t in every}

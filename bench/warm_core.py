@@ -1,7 +1,8 @@
 """The handler's own CPU for one warm 88 KB request, in-process, for one or more checkouts.
 
 What `bench/warm.py` measures end to end, split: `parse` is the strict read of the body and the
-chat adapter's parse with its field checks, as the handler runs them; `plan` is the count (the
+chat adapter's parse with its field checks, as the handler runs them (`parse` for a body with a
+new turn, `parse same` for the last body sent again as it was); `plan` is the count (the
 cache holding the conversation's earlier turns), the budget and the trim decision with the
 model's own tokenizer, as the handler asks for it. CPU time of this process (not wall time), the
 least of 9 repetitions over 40 bodies, so that other work on a shared machine counts for little;
@@ -75,10 +76,14 @@ def measure(config: str) -> dict[str, float]:
     def best(work: Any) -> float:
         return min(timeit.repeat(work, number=1, repeat=9, timer=time.process_time)) / BODIES * 1e6
 
-    return {
+    figures = {
         "parse_us": best(lambda: [parse(raw) for raw in raws]),
         "plan_us": best(lambda: [plan(p) for p in parsed]),
     }
+    last = raws[-1]
+    parse(last)  # kept: the body about to be sent again as it was
+    figures["parse_same_us"] = best(lambda: [parse(last) for _ in raws])
+    return figures
 
 
 def least_per_tree(script: Path, guards: list[str], rounds: int, arguments: list[str]) -> dict[str, dict[str, float]]:
@@ -118,8 +123,9 @@ def main() -> None:
         config.write_text(CONFIG)
         best = least_per_tree(Path(__file__), args.guard, args.rounds, ["--measure", str(config)])
     for name, figures in best.items():
-        parse, plan = figures["parse_us"], figures["plan_us"]
-        print(f"{name:12s} parse {parse:7.0f} us  plan {plan:7.0f} us  total {parse + plan:7.0f} us")
+        parse, plan, same = figures["parse_us"], figures["plan_us"], figures.get("parse_same_us", float("nan"))
+        totals = f"parse {parse:7.0f} us  plan {plan:7.0f} us  total {parse + plan:7.0f} us"
+        print(f"{name:12s} {totals}  parse same {same:5.0f} us")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,11 @@ Why it gives exactly what `read_json` gives:
   tools, the same options: the usual re-send), only the new elements are read (wrapped as
   `{"<marker>":[0` + new elements + `]}`, which must read as that one key) and the keys after
   the array are the earlier body's values: the same bytes in the same place of an object
-  after its array, so the same values, already checked. A body sent again as it was (a retry,
-  a regenerated answer) has no new element: nothing of it is parsed.
+  after its array, so the same values, already checked.
+- A body sent again as it was (a retry, a regenerated answer) is found by comparing its bytes
+  with those of the earlier bodies it may extend (1 us for 88 KB), before any element is
+  matched: the body kept before is reused whole (its value in a new top-level object, every
+  element and key known), and nothing of it is parsed, matched or kept again.
 - Anything unexpected (no earlier body, a different array, a rest that does not read, elements
   that are not objects) takes the full reader: this path only ever saves work.
 
@@ -103,6 +106,7 @@ class Match:
     earlier: _Body | None = None
     shared: int = 0
     kept: bool = True
+    same: bool = False  # `raw` is `earlier.raw`, byte for byte: nothing of it is read again
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,8 @@ class PrefixReader:
             return Match(len(raw), None, 0, kept=False)
         best, most = None, 0
         for earlier in self._candidates(raw):
+            if earlier.raw == raw:  # sent again as it was: unequal lengths are told apart at once
+                return Match(0, earlier, len(earlier.ends), same=True)
             shared = _shared_elements(raw, earlier, most)
             if shared > most:
                 best, most = earlier, shared
@@ -157,6 +163,8 @@ class PrefixReader:
         match = match if match is not None else self.match(raw)
         if not match.kept:
             return Reading(read_json(raw, self.limits))
+        if match.same and match.earlier is not None:
+            return _again(match.earlier, self.key)
         if match.earlier is not None:
             reading = self._extend(raw, match.earlier, match.shared)
             if reading is not None:
@@ -172,6 +180,13 @@ class PrefixReader:
         if body is None:
             return
         with self._lock:
+            if id(body) in self._bodies:  # a body sent again: kept already, now the most recent
+                self._bodies.move_to_end(id(body))
+                family = self._by_head.get(body.raw[:_HEAD])
+                if family and family[0] is not body:
+                    family.remove(body)
+                    family.insert(0, body)
+                return
             earlier = reading.extends
             if earlier is not None and reading.known.checked == len(earlier.ends) and id(earlier) in self._bodies:
                 self._drop(earlier)
@@ -306,6 +321,14 @@ class PrefixReader:
             family.remove(body)
         if not family:
             self._by_head.pop(body.raw[:_HEAD], None)
+
+
+def _again(body: _Body, key: str) -> Reading:
+    """A body sent again as it was: the value read before, in a new top-level object and array
+    (the elements are the very ones read before, not to be changed in place, as for any shared
+    element); every element and every other key known, nothing new to keep."""
+    value = {**body.head, key: list(body.elements), **body.tail}
+    return Reading(value, KnownPrefix(len(body.ends), body.hashes, True), body)
 
 
 def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:

@@ -9,8 +9,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from bench import load, report
+from bench import load, machine, publish, report, rounds
 from bench.load import SMALL, Bodies, Connection, Target
+from bench.rounds import Slice, Spread, Throughput
 from bench.servers import ANSWER, DONE, bare_app, upstream_app
 
 
@@ -49,10 +50,13 @@ class TestServers:
         assert len(await answer.read()) > 200_000 - 64 * 1024
 
 
-def _results() -> dict[str, Any]:
+def _results(passed: bool = True) -> dict[str, Any]:
     row = {"scenario": "s", "metric": "m", "bare": 2.0, "guard": 3.0, "unit": "ms", "ratio": 1.5, "target": "<= 2x"}
-    untargeted = {**row, "metric": "other", "target": None}
+    row["spread"] = [1.25, 1.5, 1.75]
+    untargeted = {**row, "metric": "other", "target": None, "spread": None}
     return {
+        "machine_check": {"passed": passed, "reasons": [] if passed else ["the load average was 4.00"]},
+        "machine_load": "Machine load: 1-minute load average 0.20 before the run.",
         "command": "python bench/run.py --quick",
         "machine": "2 cores",
         "date": "2026-01-01 00:00 UTC",
@@ -73,10 +77,19 @@ class TestReport:
         readme = (tmp_path / "README.md").read_text()
         docs = (tmp_path / "docs/benchmarks.md").read_text()
         assert "old" not in readme and readme.startswith("intro\n") and readme.endswith("rest\n")
-        assert "| s | m | 2.00 ms | 3.00 ms | 1.50x | <= 2x |" in readme
+        assert "| s | m | 2.00 ms | 3.00 ms | 1.50x | 1.25 / 1.50 / 1.75 | <= 2x |" in readme
+        assert "1-minute load average 0.20 before the run" in docs
         assert "other" not in readme and "other" in docs
         assert "`python bench/run.py --quick`" in readme and "2 cores" in docs
         assert "## Changes" in docs and "quality: 200 generated agent conversations" in docs
+
+    def test_no_docs_are_written_from_a_run_whose_machine_check_did_not_pass(self, tmp_path: Path):
+        (tmp_path / "docs").mkdir()
+        with pytest.raises(SystemExit, match="quiet-machine check"):
+            report.write_docs(_results(passed=False), tmp_path)
+        with pytest.raises(SystemExit):
+            report.write_docs({k: v for k, v in _results().items() if k != "machine_check"}, tmp_path)
+        assert not (tmp_path / "docs/benchmarks.md").exists()
 
     def test_the_printed_table_has_a_line_per_row(self):
         lines = report.table(_results()).splitlines()
@@ -143,9 +156,11 @@ class TestClosedLoop:
         sizes: list[int] = []
         server = await aiohttp_server(counted_upstream(sizes))
         target = Target("t", str(server.make_url("/v1")), pid=os.getpid())
-        got = (await load.closed_loop([target], lambda: SMALL, clients=4, seconds=0.3, rounds=2))["t"]
+        got = (await rounds.closed_loop([target], lambda: SMALL, clients=4, seconds=0.3, rounds=2))["t"]
         assert 0 < got.rate <= len(sizes) / 0.5  # two slices of about 0.3 s
         assert got.server_cpu_ms is not None and got.server_cpu_ms > 0 and got.client_cpu_ms > 0
+        assert len(got.slices) == 2 and sum(s.requests for s in got.slices) == len(sizes)
+        assert all(cpu > 0 for cpu in got.cpu_per_request())
 
 
 class TestSmallLatencyWhile:
@@ -163,3 +178,92 @@ class TestSmallLatencyWhile:
         large = [s for s in sizes if s > 100_000]
         assert len(times) == sizes.count(len(SMALL)) >= 1
         assert len(large) >= 2
+
+
+class TestRounds:
+    def test_a_spread_is_the_least_median_and_greatest_and_its_range_relative_to_the_median(self):
+        spread = Spread.of([1.2, 1.0, 1.5, float("nan")])
+        assert spread == Spread(1.0, 1.2, 1.5) and spread.relative == pytest.approx(0.5 / 1.2)
+        assert Spread.of([]) is None
+
+    def test_ratios_are_taken_round_by_round(self):
+        assert rounds.ratios([2.0, 3.0], [1.0, 2.0]) == [2.0, 1.5]
+
+    def test_a_throughput_pools_its_slices(self):
+        got = Throughput((Slice(100, 1.0, 0.2, 0.1), Slice(300, 2.0, 0.3, 0.1)))
+        assert got.rate == pytest.approx(400 / 3) and got.server_cpu_ms == pytest.approx(500 / 400)
+        assert got.cpu_per_request() == pytest.approx([2.0, 1.0])
+
+    def test_measures_are_cut_into_consecutive_rounds(self):
+        assert rounds.chunks([1, 2, 3, 4, 5, 6, 7, 8, 9], 4) == [[1, 2], [3, 4], [5, 6], [7, 8]]
+
+
+def _watch(load_before: float, other: dict[str, float]) -> machine.Watch:
+    watch = machine.Watch(load_before=load_before)
+    for name, cores in other.items():
+        watch.scenarios[name], watch.seconds[name] = cores, 10.0
+    return watch
+
+
+class TestMachineCheck:
+    def test_a_quiet_machine_passes_and_its_load_is_stated(self):
+        verdict = machine.judge(_watch(0.3, {"throughput": 0.05}), bare_cpu_spread=0.08)
+        assert verdict.passed and verdict.reasons == ()
+        assert "load average 0.30" in verdict.sentence() and "passed" in verdict.sentence()
+
+    @pytest.mark.parametrize(
+        ("load_before", "other", "spread", "why"),
+        [
+            (2.5, 0.0, 0.05, "load average was 2.50"),
+            (0.2, 0.9, 0.05, "other processes used 0.90 cores"),
+            (0.2, 0.0, 0.40, "ranged over 40%"),
+        ],
+        ids=["busy before", "busy during", "the floor moved"],
+    )
+    def test_a_busy_machine_is_refused_saying_why(self, load_before, other, spread, why):
+        verdict = machine.judge(_watch(load_before, {"throughput": other}), bare_cpu_spread=spread)
+        assert not verdict.passed and any(why in reason for reason in verdict.reasons)
+        assert "REFUSED" in verdict.sentence()
+
+    def test_other_processes_cpu_is_the_machine_s_busy_time_less_the_benchmark_s_own(self):
+        earlier, later = machine.Sample(0.0, 100.0, 40.0), machine.Sample(10.0, 112.0, 49.0)
+        assert later.other_cores_since(earlier) == pytest.approx(0.3)
+
+    def test_the_readings_come_from_this_machine(self):
+        sample = machine.Sample.now()
+        assert machine.load_average() >= 0 and sample.busy > 0 and sample.ours > 0
+
+
+class TestPublish:
+    def test_a_passed_run_writes_its_results_and_docs(self, tmp_path: Path, capsys):
+        (tmp_path / "docs").mkdir()
+        (tmp_path / "README.md").write_text(f"{report.README_START}\nold\n{report.README_END}\n")
+        out = tmp_path / "results.json"
+        assert publish.publish(_results(), tmp_path, out, docs=True, force_print=False) == 0
+        assert out.exists() and (tmp_path / "docs/benchmarks.md").exists()
+
+    @pytest.mark.parametrize("force_print", [False, True])
+    def test_a_refused_run_writes_no_docs_and_exits_non_zero_unless_forced(self, tmp_path: Path, capsys, force_print):
+        (tmp_path / "README.md").write_text(f"{report.README_START}\nold\n{report.README_END}\n")
+        out = tmp_path / "results.json"
+        status = publish.publish(_results(passed=False), tmp_path, out, docs=True, force_print=force_print)
+        assert status == (0 if force_print else publish.REFUSED_STATUS)
+        assert not out.exists() and not (tmp_path / "docs").exists() and "old" in (tmp_path / "README.md").read_text()
+        assert (tmp_path / "results-refused.json").exists()
+        assert "the load average was 4.00" in capsys.readouterr().out
+
+
+class TestCapacityReadsTheRun:
+    def test_the_warm_rate_is_the_new_turn_s_when_the_run_also_sent_the_body_again(self):
+        from bench import capacity
+
+        def row(scenario: str, metric: str, guard: float) -> dict[str, Any]:
+            return {"scenario": scenario, "metric": metric, "bare": 600.0, "guard": guard, "unit": "req/s"}
+
+        rows = [
+            row("throughput, 32 clients, 88 KB cold", "req/s, one worker", 250.0),
+            row("throughput, 32 clients, 88 KB warm, same body", "req/s, one worker", 900.0),
+            row("throughput, 32 clients, 88 KB warm, new turn", "req/s, one worker", 500.0),
+            row("memory", "RSS after 1,000 requests (25 KB, cold)", 150.0),
+        ]
+        assert capacity.measured({"machine": "2 cores", "rows": rows}).rps_warm == 500.0

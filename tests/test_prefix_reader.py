@@ -137,6 +137,25 @@ class TestReadingAConversationReSent:
         assert again.known.checked == 9 and again.known.others_known
         assert again.value["tools"] is first.value["tools"] and again.known.hashes == first.known.hashes
 
+    def test_a_body_sent_again_is_found_by_its_bytes_and_reuses_the_body_kept_with_nothing_parsed(self, monkeypatch):
+        prefix = reader()
+        raw = COMPACT(body(conversation(4)))
+        first = accepted(prefix, raw)
+        parsed: list[bytes] = []
+        monkeypatch.setattr("proxy.prefix_reader.read_json", lambda raw, limits: parsed.append(raw))
+        match = prefix.match(bytes(raw))
+        again = prefix.read(bytes(raw), match)
+        assert match.same and match.new_bytes == 0 and again.body is first.body and parsed == []
+        assert again.value is not first.value and again.value["messages"] is not first.value["messages"]
+
+    def test_a_body_sent_again_and_kept_is_kept_once_as_the_most_recent(self):
+        prefix = reader()
+        raws = [COMPACT(body(conversation(3, tag=tag))) for tag in "ab"]
+        kept = [accepted(prefix, raw) for raw in raws]
+        accepted(prefix, bytes(raws[0]))
+        assert len(prefix._bodies) == 2 and prefix._bytes == sum(map(len, raws))
+        assert next(reversed(prefix._bodies.values())) is kept[0].body
+
     def test_a_body_cut_back_to_fewer_messages_with_the_same_ending_reads_as_the_full_reader_reads_it(self):
         prefix = reader()
         accepted(prefix, COMPACT(body(conversation(4), n=1)))

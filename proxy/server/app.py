@@ -16,7 +16,6 @@ One catch-all route then dispatches on the canonical path.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
@@ -42,6 +41,7 @@ from proxy.server.page import PAGE_HANDLERS, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
+from proxy.server.request_ids import new_request_id
 from proxy.server.streams import upstream_session
 from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
 from proxy.settings import Settings
@@ -204,7 +204,7 @@ def request_id_of(given: str | None) -> str:
     else a fresh one (a log line or response header must never carry what a client smuggled in)."""
     if given and len(given) <= 128 and given.isascii() and given.isprintable() and " " not in given:
         return given
-    return secrets.token_hex(16)
+    return new_request_id()
 
 
 @web.middleware

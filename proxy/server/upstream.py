@@ -64,18 +64,37 @@ class Target:
 
 
 class Router:
+    """The routes of one configuration. A model's target is worked out once (the routes' globs
+    tried in order) and kept, for at most `MAX_ROUTED` model names (clients name what they like:
+    past the bound a name is routed afresh, not kept); a reload builds a new gateway and with it
+    a new router, so nothing kept outlives the routes it came from."""
+
+    MAX_ROUTED = 4096
+
     def __init__(self, settings: Settings) -> None:
         self.upstreams = settings.upstreams
         self.routes: tuple[Route, ...] = settings.routes
+        self._routed: dict[str, Target | None] = {}  # None: no route matches
 
     def route(self, model: str | None) -> Target:
         """The upstream for `model`: the first route whose name or glob matches it."""
-        if model is not None:
-            for route in self.routes:
-                if route.matches(model):
-                    return Target(self.upstreams[route.upstream], route.rename or model)
+        if model is None:
+            return self.default()
+        try:
+            target = self._routed[model]
+        except KeyError:
+            target = self._first_match(model)
+            if len(self._routed) < self.MAX_ROUTED:
+                self._routed[model] = target
+        if target is None:
             raise ModelNotRouted(f"no upstream is configured for model {model!r}", param="model")
-        return self.default()
+        return target
+
+    def _first_match(self, model: str) -> Target | None:
+        for route in self.routes:
+            if route.matches(model):
+                return Target(self.upstreams[route.upstream], route.rename or model)
+        return None
 
     def default(self) -> Target:
         """For requests that name no model: the catch-all route's upstream, else the first route's."""

@@ -1,0 +1,41 @@
+"""What a run may write: everything from a run the quiet-machine check passed, nothing from one it
+refused.
+
+A passed run writes bench/results.json, docs/benchmarks.md and the README's figures (between its
+markers: bench/report.py). A refused run (bench/machine.py says why) prints its table and the
+reasons, writes its results beside the published ones as bench/results-refused.json (for a look,
+never for the docs: bench/report.py will not render a refused run either) and exits with status 3,
+unless `--force-print` asked for the figures anyway, which still writes no docs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench import report
+
+REFUSED_STATUS = 3
+
+
+def refused_path(out: Path) -> Path:
+    return out.with_name(out.stem + "-refused" + out.suffix)
+
+
+def publish(results: dict[str, Any], root: Path, out: Path, *, docs: bool, force_print: bool) -> int:
+    """Print the run, write what it may write; the exit status."""
+    print(report.table(results))
+    check = results["machine_check"]
+    if not check["passed"]:
+        report.write_json(results, refused_path(out))
+        print(
+            "\nNot published: the machine was too busy to measure on ("
+            + "; ".join(check["reasons"])
+            + f"). README.md, docs/benchmarks.md and {out.name} are unchanged; this run's results are in "
+            + f"{refused_path(out).name}. Rerun on a quiet machine."
+        )
+        return 0 if force_print else REFUSED_STATUS
+    report.write_json(results, out)
+    if docs:
+        report.write_docs(results, root)
+    return 0
