@@ -6,7 +6,8 @@ A part is unseen when the provider reads content the body does not carry and the
 no upper bound: a file sent by `file_id` or URL (counted as 0), audio without its data, a document
 an Anthropic request names by file id or URL. An image by URL is not unseen: it is priced at the
 most an image can cost. The walk looks only at list contents (a string content has no parts), so
-it costs a step per part.
+it costs a step per part; and it is taken only when the body's bytes may hold such a part
+(`may_hold_unseen`), so a conversation sent again costs a few byte searches, not a walk.
 """
 
 from __future__ import annotations
@@ -16,6 +17,16 @@ from typing import Any
 
 # Most parts named, for the log: a request with thousands says so with the first few.
 NAMED_AT_MOST = 8
+
+
+# The type values an unseen part must carry, as they stand in the body's bytes. A value written with
+# a `\u` escape may spell one of them: a body with any escape is walked.
+_MARKERS = (b'"file"', b'"input_audio"', b'"document"', b"\\u")
+
+
+def may_hold_unseen(raw: bytes) -> bool:
+    """False when the body's bytes cannot hold an unseen part (no type value that names one)."""
+    return any(marker in raw for marker in _MARKERS)
 
 
 def unseen_parts(messages: Sequence[Any]) -> tuple[str, ...]:

@@ -327,7 +327,7 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     turn is read and checked only where it is new."""
     try:
         reading = gw.apis.read(endpoint.adapter, raw, match)
-        parsed = endpoint.parse(reading.value, reading.known)
+        parsed = endpoint.parse(reading.value, reading.known, raw)
     except UnreadableJson as exc:
         raise BadRequest(str(exc), param=exc.key) from None
     except InvalidRequest as exc:
