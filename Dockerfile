@@ -21,7 +21,7 @@ COPY config ./config
 # is loaded once, so that an image missing one fails to build rather than a request later.
 RUN pip install . \
  && pip install --no-deps 'llama-models>=0.3' 'mistral-common>=1.13,<2' \
- && python -c "from proxy.core.models import TokenizerSpec as T; from proxy.encodings import Tokenizers; Tokenizers().preload([T('tiktoken', 'o200k_base'), T('tiktoken', 'cl100k_base')])" \
+ && python -c "from proxy.core.models import TokenizerSpec as T; from proxy.tokenizers.vocabularies import Tokenizers; Tokenizers().preload([T('tiktoken', 'o200k_base'), T('tiktoken', 'cl100k_base')])" \
  && python -c "from proxy.tokenizers.families import VOCABULARIES, load_vocabulary; [load_vocabulary(n) for n in VOCABULARIES]" \
  && useradd --create-home --uid 10001 guard
 

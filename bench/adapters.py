@@ -28,8 +28,8 @@ from proxy.apis.responses import ResponsesAdapter
 from proxy.core.models import ModelRegistry
 from proxy.core.plan import TrimPolicy, plan_request
 from proxy.core.tokenizer import CountCache
-from proxy.encodings import Tokenizers
-from proxy.model_map import load_model_map
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
 
 
 def as_responses(chat: dict[str, Any]) -> dict[str, Any]:

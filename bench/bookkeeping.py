@@ -38,11 +38,11 @@ async def measure() -> dict[str, float]:
 
     from bench.load import MODEL, Bodies
     from bench.servers import upstream_app
+    from proxy.config.settings import load_settings
     from proxy.logging import configure_logging, log_request_line
     from proxy.server import app as app_module
     from proxy.server.recent import RecentDecisions
     from proxy.server.record import RequestRecord, log_event
-    from proxy.settings import load_settings
 
     records: list[RequestRecord] = []
     add = RecentDecisions.add

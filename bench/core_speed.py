@@ -25,14 +25,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import agent_conversation, all_text
-from proxy import codec
 from proxy.core.models import ModelRegistry, TokenizerSpec
 from proxy.core.plan import TrimPolicy
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache, EncoderTokenizer, Tokenizer
-from proxy.core.tokens import RequestCounter
 from proxy.core.trim import trim
-from proxy.encodings import Tokenizers
-from proxy.model_map import load_model_map
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
+from proxy.wire import codec
 
 
 def median_seconds(repeat: int, run: Callable[[], object], setup: Callable[[], object] | None = None) -> float:

@@ -63,14 +63,14 @@ from proxy.core.budget import BudgetPolicy, default_reserve, input_budget
 from proxy.core.compaction import SummaryRequest, summary_request, with_summary
 from proxy.core.models import ModelProfile, ModelRegistry
 from proxy.core.notes import CompactionPolicy, SummaryStatus
+from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES, latest_user_index
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import CountCache
-from proxy.core.tokens import RequestCounter
 from proxy.core.trim import Strategy, trim
 from proxy.core.turns import validity_problems
-from proxy.encodings import Tokenizers
-from proxy.model_map import load_model_map
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
 
 Messages = list[dict[str, Any]]
 Trimmer = Callable[[dict[str, Any], int], Messages]

@@ -7,7 +7,7 @@ with the server's `usage.prompt_tokens`:
     estimate     what an unknown model gets: cl100k_base x1.6 and a template upper bound
     calibrated   the same estimate, scaled by what calibration learned from 3 earlier requests
     gguf         `huggingface:<the server's .gguf>`: the real vocabulary, the template's framing guessed
-    backend      the server's own tokenizer, the template framing measured (proxy.server.backend_tokens)
+    backend      the server's own tokenizer, the template framing measured (proxy.server.backends.tokenize)
 
 Then it sends over-window conversations trimmed by each and reports the share of the window the
 request really used, and how many the server refused. `--write` puts the result in
@@ -30,16 +30,16 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from proxy.config.settings import Settings
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
 from proxy.core.models import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache, Tokenizer
-from proxy.core.tokens import RequestCounter
-from proxy.guard import Guard
-from proxy.server.backend_tokens import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
+from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
+from proxy.server.guard import Guard
 from proxy.server.handlers import BACKEND_ROUNDS
-from proxy.server.streams import usage_from_body
-from proxy.settings import Settings
+from proxy.server.upstream.streams import usage_from_body
 from tests.real.corpus import body
 from tests.real.llama import MODEL, LlamaServer, running_server
 

@@ -31,12 +31,12 @@ from bench.conversations import random_conversation
 from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelRegistry
 from proxy.core.plan import TrimPolicy
+from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES, latest_user_index
-from proxy.core.tokens import RequestCounter
 from proxy.core.trim import trim
 from proxy.core.turns import split_conversation, validity_problems
-from proxy.encodings import Tokenizers
-from proxy.model_map import load_model_map
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
 
 
 def history_tokens(messages: list[dict[str, Any]], counter: RequestCounter) -> int:

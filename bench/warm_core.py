@@ -33,18 +33,23 @@ CONFIG = "upstreams:\n  fake:\n    base_url: http://127.0.0.1:9/v1\nroutes:\n  -
 def measure(config: str) -> dict[str, float]:
     """In a process whose `proxy` is the checkout's: the two figures, in microseconds per request."""
     from bench.load import Bodies
-    from proxy import strict_json
     from proxy.apis.registry import AdapterRegistry
-    from proxy.guard import Guard
-    from proxy.settings import load_settings
+    from proxy.config.settings import load_settings
+    from proxy.server.guard import Guard
+    from proxy.wire import strict_json
 
     guard = Guard(load_settings(config))
-    resends = hasattr(AdapterRegistry, "read")  # the prefix reader, with the default memory
-    registry = (
-        AdapterRegistry(None, prefix_memory_bytes=guard.settings.server.prefix_memory_bytes)
-        if resends
-        else AdapterRegistry()
-    )
+    memory = guard.settings.server.prefix_memory_bytes
+    try:  # the readers apart from the registry (session 23 on); before, the registry read the bodies
+        from proxy.wire.readers import BodyReaders
+
+        registry = AdapterRegistry()
+        readers: Any = BodyReaders(registry.adapters, prefix_memory_bytes=memory)
+    except ImportError:
+        old = hasattr(AdapterRegistry, "read")
+        registry = AdapterRegistry(None, prefix_memory_bytes=memory) if old else AdapterRegistry()  # type: ignore[call-arg]
+        readers = registry
+    resends = hasattr(readers, "read")
     endpoint = registry.endpoint_for("/v1/chat/completions")
     assert endpoint is not None
     profile = guard.profile("gpt-4.1")
@@ -53,13 +58,13 @@ def measure(config: str) -> dict[str, float]:
 
     def parse(raw: bytes) -> Any:
         if resends:  # as the handler reads: a re-sent conversation parsed only where it is new
-            reading = registry.read(endpoint.adapter, raw)
+            reading = readers.read(endpoint.adapter, raw)
             parsed = endpoint.parse(reading.value, reading.known)
-            registry.accepted(endpoint.adapter, reading)
+            readers.accepted(endpoint.adapter, reading)
             return parsed
         if hasattr(strict_json, "read_json"):
             return endpoint.parse(strict_json.read_json(raw))
-        from proxy.chat_body import check_chat_body  # before one reader: the handler's three steps
+        from proxy.apis.chat_checks import check_chat_body  # before one reader: the handler's three steps
 
         data = strict_json.loads_strict(raw)
         check_chat_body(data)

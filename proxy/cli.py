@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from proxy import package_version
-from proxy.config_schema import build, shallow
+from proxy.config.schema import build, shallow
+from proxy.config.settings import ModelsSettings, Settings, load_settings, masked
 from proxy.core.plan import InvalidBody
 from proxy.errors import ConfigError
-from proxy.settings import ModelsSettings, Settings, load_settings, masked
-from proxy.strict_json import UnreadableJson, read_json
+from proxy.wire.strict_json import UnreadableJson, read_json
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -106,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy.server.run import SettingsSource, serve
+    from proxy.config.source import SettingsSource
+    from proxy.server.run import serve
 
     return serve(
         SettingsSource(args.config, args.upstream, args.host, args.port),
@@ -118,7 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     settings = load_settings(args.file)
-    from proxy.guard import Guard
+    from proxy.server.guard import Guard
 
     Guard(settings)  # the files it names (model map, encodings, tokenizers) must load too
     _print({"config": settings.source, "valid": True, "settings": masked(settings)})
@@ -148,7 +149,7 @@ class _Request:
 def _load(args: argparse.Namespace) -> _Request:
     from proxy.apis.base import InvalidRequest
     from proxy.apis.registry import AdapterRegistry
-    from proxy.guard import Guard
+    from proxy.server.guard import Guard
 
     settings: Settings = load_settings(args.config)
     notes: list[str] = []

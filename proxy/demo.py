@@ -26,11 +26,11 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
-from proxy.guard import Guard
+from proxy.config.settings import Settings, settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
 from proxy.server.echo import running_echo, with_echo_upstream
-from proxy.settings import Settings, settings_from_dict
+from proxy.server.guard import Guard
 
 MODEL = "gpt-4o-mini"
 CLAUDE = "claude-sonnet-4-6"

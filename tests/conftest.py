@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from proxy.core.models import ModelRegistry
-from proxy.core.tokens import RequestCounter
-from proxy.encodings import Tokenizers
-from proxy.model_map import load_model_map
+from proxy.core.request_count import RequestCounter
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from bench import report
-from proxy.settings import settings_from_dict
+from proxy.config.settings import settings_from_dict
 
 ROOT = Path(__file__).parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -77,7 +77,7 @@ class TestTheArchitecturePage:
     def test_the_rule_counts_a_package_init_with_code_and_skips_one_with_only_a_docstring(self):
         tree = modules_in_tree()
         assert "proxy/state/__init__.py" in tree and "proxy/apis/__init__.py" not in tree
-        assert "proxy/core/tokens.py" in tree and "proxy/server/handlers.py" in tree
+        assert "proxy/core/request_count.py" in tree and "proxy/server/handlers.py" in tree
 
 
 class TestTheDocumentationsLinks:

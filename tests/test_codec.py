@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.codec import dumps, loads
+from proxy.wire.codec import dumps, loads
 
 
 class TestCodec:

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.config_schema import INTERNAL, Bounds, SchemaError, build, convert, plain, reason
+from proxy.config.schema import INTERNAL, Bounds, SchemaError, build, convert, plain, reason
+from proxy.config.settings import Settings, settings_from_dict
 from proxy.core.strategies import STRATEGIES
 from proxy.errors import ConfigError
-from proxy.settings import Settings, settings_from_dict
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,5 @@
 """docs/configuration.md names every section and key the settings accept, so the page cannot fall
-behind the schema (proxy/settings.py and its sections)."""
+behind the schema (proxy/config/settings.py and its sections)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import types
 import typing
 from pathlib import Path
 
-from proxy.settings import Settings
+from proxy.config.settings import Settings
 
 PAGE = Path(__file__).parent.parent / "docs" / "configuration.md"
 

@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from proxy.config.settings import settings_from_dict
 from proxy.server.health import HEALTH_PATHS
 from proxy.server.lifecycle import ServerOptions
-from proxy.settings import settings_from_dict
 
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "deploy"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from proxy.config.settings import Settings, settings_from_dict
 from proxy.core.models import TokenizerSpec
-from proxy.encodings import Tokenizers, TokenizerUnavailable, encoding_file_name
 from proxy.errors import ConfigError
-from proxy.guard import Guard
-from proxy.settings import Settings, settings_from_dict
+from proxy.server.guard import Guard
+from proxy.tokenizers.vocabularies import Tokenizers, TokenizerUnavailable, encoding_file_name
 
 _NO_NETWORK = (
     "import socket\n"
@@ -24,7 +24,7 @@ _NO_NETWORK = (
 
 def test_a_fresh_process_loads_both_encodings_and_the_model_map_with_the_network_cut_off():
     code = _NO_NETWORK + (
-        "from proxy.guard import Guard\nfrom proxy.settings import Settings\n"
+        "from proxy.server.guard import Guard\nfrom proxy.config.settings import Settings\n"
         "g = Guard(Settings())\n"
         "p = g.profile('gpt-4o'); print(g.tokenizer(p).count('hello world'), p.context_window)\n"
         "print(g.tokenizer(g.profile('gpt-4')).count('hello world'))\n"
@@ -38,13 +38,13 @@ def test_a_fresh_process_loads_both_encodings_and_the_model_map_with_the_network
 
 def test_a_missing_encoding_is_a_clear_startup_error_not_a_download(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
-    monkeypatch.setattr("proxy.encodings.bundled_encodings_dir", lambda: None)
+    monkeypatch.setattr("proxy.tokenizers.vocabularies.bundled_encodings_dir", lambda: None)
     with pytest.raises(ConfigError, match=r"o200k_base.*not on disk"):
         Tokenizers([tmp_path]).get(TokenizerSpec("tiktoken", "o200k_base"))
 
 
 def test_an_operator_folder_is_searched_first(tmp_path: Path, monkeypatch):
-    from proxy.encodings import bundled_encodings_dir
+    from proxy.tokenizers.vocabularies import bundled_encodings_dir
 
     bundled = bundled_encodings_dir()
     assert bundled is not None
@@ -66,7 +66,7 @@ def test_a_corrupt_encoding_file_is_a_clear_error_naming_it_and_is_left_in_place
 
 
 def test_a_hugging_face_tokenizer_file_loads(tmp_path: Path):
-    from proxy.encodings import bundled_encodings_dir
+    from proxy.tokenizers.vocabularies import bundled_encodings_dir
 
     claude = bundled_encodings_dir() / "anthropic_tokenizer.json"  # a real tokenizer.json that litellm ships
     tokenizer = Tokenizers().get(TokenizerSpec("huggingface", str(claude)))
@@ -115,7 +115,7 @@ class TestLazyVocabularies:
         self, monkeypatch, tmp_path: Path, preload: bool
     ):
         monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
-        monkeypatch.setattr("proxy.encodings.bundled_encodings_dir", lambda: None)
+        monkeypatch.setattr("proxy.tokenizers.vocabularies.bundled_encodings_dir", lambda: None)
         settings = settings_from_dict(
             {
                 "tokenizers": {"encodings_dir": str(tmp_path)},
@@ -132,7 +132,7 @@ class TestLazyVocabularies:
         self, monkeypatch, tmp_path: Path
     ):
         monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
-        monkeypatch.setattr("proxy.encodings.bundled_encodings_dir", lambda: None)
+        monkeypatch.setattr("proxy.tokenizers.vocabularies.bundled_encodings_dir", lambda: None)
         guard = Guard(Settings())
         with pytest.raises(TokenizerUnavailable, match=r"o200k_base.*not on disk") as raised:
             guard.tokenizer(guard.profile("gpt-4o"))
@@ -144,7 +144,7 @@ class TestSingleCopyOfRanks:
     def test_a_loaded_encoding_counts_exactly_as_tiktoken_s_own(self, monkeypatch):
         import tiktoken
 
-        from proxy.encodings import bundled_encodings_dir
+        from proxy.tokenizers.vocabularies import bundled_encodings_dir
 
         monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(bundled_encodings_dir()))  # tiktoken's own, offline
         text = (Path(__file__).parent / "data/samples/code.py.txt").read_text(encoding="utf-8")
@@ -155,7 +155,7 @@ class TestSingleCopyOfRanks:
     def test_the_ranks_read_are_those_tiktoken_s_own_reader_reads(self, name, monkeypatch):
         from tiktoken.load import load_tiktoken_bpe
 
-        from proxy.encodings import _ranks_reader, bundled_encodings_dir
+        from proxy.tokenizers.vocabularies import _ranks_reader, bundled_encodings_dir
 
         folder = bundled_encodings_dir()
         monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
@@ -163,7 +163,7 @@ class TestSingleCopyOfRanks:
         assert _ranks_reader(folder)(url) == load_tiktoken_bpe(url)
 
     def test_a_loaded_encoding_keeps_no_python_copy_of_its_ranks(self):
-        from proxy.encodings import _ENCODINGS
+        from proxy.tokenizers.vocabularies import _ENCODINGS
 
         Tokenizers().get(TokenizerSpec("tiktoken", "o200k_base"))
         encodings = [e for (name, _), e in _ENCODINGS.items() if name == "o200k_base"]

@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 
-from proxy.guard import Guard
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
+from proxy.server.guard import Guard
 from tests.fuzz_bodies import fuzzed_bodies
 from tests.server.conftest import gateway_settings
 from tests.server.fake_upstream import FakeUpstream

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.gguf_vocab import gguf_encoder, read_metadata, shipped_vocab, vocabs_dir
+from proxy.tokenizers.gguf import gguf_encoder, read_metadata, shipped_vocab, vocabs_dir
 
 SEPARATOR = "\n__ggml_vocab_test__\n"
 # Every vocabulary llama.cpp ships with test vectors, but BERT's WordPiece (an embedding model's).

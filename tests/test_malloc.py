@@ -12,7 +12,7 @@ import pytest
 # glibc's own report of its arenas on stderr.
 _THREAD_ALLOCATES = """
 import ctypes, sys, threading
-from proxy.malloc import one_arena
+from proxy.tokenizers.malloc import one_arena
 took = one_arena() if sys.argv[1] == "one" else None
 kept = []
 thread = threading.Thread(target=lambda: kept.extend(bytearray(100_000) for _ in range(50)))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import ConfigError
-from proxy.model_map import FIELDS, bundled_model_map_path, load_model_map
+from proxy.tokenizers.model_map import FIELDS, bundled_model_map_path, load_model_map
 
 
 def write(folder: Path, data: object) -> Path:

@@ -21,10 +21,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.guard import Guard
+from proxy.config.settings import settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.settings import settings_from_dict
+from proxy.server.guard import Guard
 from tests.server.conftest import long_conversation
 from tests.server.fake_upstream import FakeUpstream
 

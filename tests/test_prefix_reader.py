@@ -18,8 +18,8 @@ from proxy.apis.responses import ResponsesAdapter
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import STRATEGIES, build_pipeline
 from proxy.core.tokenizer import CountCache
-from proxy.prefix_reader import PrefixReader
-from proxy.strict_json import JsonLimits, UnreadableJson, read_json
+from proxy.wire.prefix_reader import PrefixReader
+from proxy.wire.strict_json import JsonLimits, UnreadableJson, read_json
 
 
 def conversation(turns: int, words: int = 40, tag: str = "") -> list[dict[str, Any]]:
@@ -142,7 +142,7 @@ class TestReadingAConversationReSent:
         raw = COMPACT(body(conversation(4)))
         first = accepted(prefix, raw)
         parsed: list[bytes] = []
-        monkeypatch.setattr("proxy.prefix_reader.read_json", lambda raw, limits: parsed.append(raw))
+        monkeypatch.setattr("proxy.wire.prefix_reader.read_json", lambda raw, limits: parsed.append(raw))
         match = prefix.match(bytes(raw))
         again = prefix.read(bytes(raw), match)
         assert match.same and match.new_bytes == 0 and again.body is first.body and parsed == []

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config_schema import plain
+from proxy.config.schema import plain
+from proxy.config.settings import Settings, load_settings, settings_from_dict
 from proxy.errors import ConfigError
-from proxy.settings import Settings, load_settings, settings_from_dict
 
 DOCUMENTED = Path(__file__).parent.parent / "config" / "context-guard.yaml"
 

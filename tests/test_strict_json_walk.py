@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy import strict_json
-from proxy.strict_json import AmbiguousJson, JsonLimits, loads_strict
+from proxy.wire import strict_json
+from proxy.wire.strict_json import AmbiguousJson, JsonLimits, loads_strict
 
 
 class TestTheWalkSkipped:

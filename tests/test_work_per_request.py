@@ -52,9 +52,9 @@ from aiohttp.test_utils import TestServer
 
 from bench.conversations import agent_conversation
 from bench.servers import upstream_app
-from proxy.guard import Guard
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
+from proxy.server.guard import Guard
 from tests.server.conftest import gateway_settings
 
 ROOT = Path(__file__).parent.parent
@@ -235,7 +235,7 @@ class TestWorkPerWarmRequest:
 
 def main() -> None:
     """Print each figure (and, with --by-function, where the starts are) for re-pinning."""
-    from proxy.model_map import load_model_map
+    from proxy.tokenizers.model_map import load_model_map
 
     figures = measured(load_model_map())
     if "--json" in sys.argv:  # for the test: the figures, and where the most work is

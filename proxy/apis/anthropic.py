@@ -52,10 +52,10 @@ from proxy.apis.base import (
     text_part,
 )
 from proxy.apis.fields import unread_fields
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.responses import opaque_part
 from proxy.core.images import AreaCost
 from proxy.core.models import ModelProfile
-from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 ROLES = frozenset({"user", "assistant"})
 ANTHROPIC_IMAGES = AreaCost(pixels_per_token=750, max_long_side=1568, max_tokens=1600)

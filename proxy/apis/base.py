@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models import ModelProfile
 from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.trim import Removal, Strategy
-from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 
 class InvalidRequest(InvalidBody):
@@ -183,7 +183,7 @@ class Adapter:
     name: ClassVar[str] = ""
     # Whether `_render` writes the messages a trim adds (the budget note, a summary) in this shape.
     writes_inserted: ClassVar[bool] = False
-    # The top-level array a client re-sends with every request (`proxy.prefix_reader`), if any.
+    # The top-level array a client re-sends with every request (`proxy.wire.prefix_reader`), if any.
     resent_array: ClassVar[str | None] = None
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:

@@ -1,6 +1,6 @@
 """Chat completions: the core's own shape, so the view is the body itself.
 
-Parsing checks every field the core reads (`proxy.chat_body`: `messages`, each an object with a
+Parsing checks every field the core reads (`proxy.wire.chat_body`: `messages`, each an object with a
 string `role`, tools, tool calls, content parts, token limits; a string `model` when present:
 Azure deployments name the model in the path instead). Rendering returns the trimmed body, which
 the core already built with every other field kept.
@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 
 from proxy.apis import fields
 from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
+from proxy.apis.chat_checks import check_chat_body
 from proxy.apis.fields import unread_fields
-from proxy.chat_body import check_chat_body
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.plan import InvalidBody
 from proxy.core.trim import Removal
-from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 # Every chat request of n messages has the same n sources: built once for the first few thousand
 # indices (a few hundred KB at most) and sliced per request. Grown by rebinding, never in place,

@@ -32,11 +32,11 @@ from proxy.apis.base import (
     stream_flag,
 )
 from proxy.apis.fields import unread_fields
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models import ModelProfile
 from proxy.core.strategies import build_pipeline
 from proxy.core.tokenizer import Tokenizer
 from proxy.core.trim import Strategy
-from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 API_DEFAULT_MAX_TOKENS = 16
 

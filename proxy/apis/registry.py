@@ -36,11 +36,10 @@ from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.names import bounded_name
 from proxy.apis.responses import ResponsesAdapter
 from proxy.apis.unseen import may_hold_unseen, unseen_parts
-from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix, Match, PrefixReader, Reading
-from proxy.strict_json import DEFAULT_LIMITS, JsonLimits
 
 API_NAMES = ("chat", "responses", "completions", "messages")
 
@@ -93,16 +92,10 @@ class Endpoint:
 
 
 class AdapterRegistry:
-    """Endpoints by canonical path, built once (with the completions settings), and the readers
-    of the bodies they receive (strict JSON, re-sent conversations parsed only where they are
-    new: `proxy.prefix_reader`, with `prefix_memory_bytes` of earlier bodies, 0 for none)."""
+    """Endpoints by canonical path, built once (with the completions settings). The bodies they
+    receive are read by `proxy.wire.readers.BodyReaders`, one reader per adapter."""
 
-    def __init__(
-        self,
-        completions: CompletionsOptions | None = None,
-        limits: JsonLimits = DEFAULT_LIMITS,
-        prefix_memory_bytes: int = 0,
-    ) -> None:
+    def __init__(self, completions: CompletionsOptions | None = None) -> None:
         self.chat = ChatAdapter()
         self.responses = ResponsesAdapter()
         self.completions = CompletionsAdapter(completions)
@@ -127,26 +120,11 @@ class AdapterRegistry:
             "/v1/messages/count_tokens": counting,
             "/messages/count_tokens": counting,
         }
-        self._readers = {
-            adapter.name: PrefixReader(adapter.resent_array, limits, max_bytes=prefix_memory_bytes)
-            for adapter in (self.chat, self.responses, self.completions, self.messages, self.count_tokens)
-            if adapter.resent_array is not None
-        }
-        self._plain = PrefixReader("", limits, max_bytes=0)
 
-    def match(self, adapter: Adapter, raw: bytes) -> Match:
-        """What the body shares with earlier ones `adapter` accepted (`PrefixReader.match`)."""
-        return self._readers.get(adapter.name, self._plain).match(raw)
-
-    def read(self, adapter: Adapter, raw: bytes, match: Match | None = None) -> Reading:
-        """The body strictly read for `adapter` (`read_json`'s value and errors)."""
-        return self._readers.get(adapter.name, self._plain).read(raw, match)
-
-    def accepted(self, adapter: Adapter, reading: Reading) -> None:
-        """`adapter` accepted the body read: a later body may build on it."""
-        reader = self._readers.get(adapter.name)
-        if reader is not None:
-            reader.keep(reading)
+    @property
+    def adapters(self) -> tuple[Adapter, ...]:
+        """Every adapter, once (the body readers of `proxy.wire.readers` keep one reader each)."""
+        return (self.chat, self.responses, self.completions, self.messages, self.count_tokens)
 
     def endpoint_for(self, path: str) -> Endpoint | None:
         """The endpoint for a canonical path, or None for a path no adapter counts."""

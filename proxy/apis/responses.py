@@ -56,8 +56,8 @@ from proxy.apis.base import (
     text_part,
 )
 from proxy.apis.fields import unread_fields
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models import ModelProfile
-from proxy.prefix_reader import NOTHING_KNOWN, KnownPrefix
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})

@@ -1,7 +1,7 @@
 """Compaction, the pure part: which dropped messages a summary stands for, what the summariser is
 asked, and the trimmed request with the summary in.
 
-The server's summariser (`proxy.server.compaction`) does the I/O between the two calls:
+The server's summariser (`proxy.server.summariser`) does the I/O between the two calls:
 
     request = summary_request(body, result)          # None when there is nothing to summarise
     outcome = await summariser.summarise(request)      # cached by request.cache_key
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.core.notes import SummaryReport, SummaryStatus, summary_message
-from proxy.core.tokens import RequestCounter
+from proxy.core.request_count import RequestCounter
 from proxy.core.trim import TrimResult, content_digest
 
 SUMMARISER_INSTRUCTIONS = (

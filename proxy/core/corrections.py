@@ -13,7 +13,7 @@ client. Three rules stop that:
   that same sentence;
 - a measured limit or factor outside a plausible range of the known window is not believed;
 - a correction is remembered only after the retry it produced succeeded (the caller commits it,
-  per upstream and model, with an expiry, in `proxy.state.corrections`).
+  per upstream and model, with an expiry, in `proxy.state.shared_corrections`).
 
 A client can also make the provider count more than the guard did without writing any sentence:
 with a field the guard does not count but the server renders into the prompt (vLLM's

@@ -14,9 +14,9 @@ The endpoints (their documented shapes):
   answers `{"object": "response.input_tokens", "input_tokens": N}`.
 - Vertex AI: `POST .../publishers/google/models/{model}:countTokens` with `contents`,
   `systemInstruction` and `tools`; answers `{"totalTokens": N}`.
-- vLLM and llama.cpp count through their tokenize endpoints (`proxy.server.backend_tokens`).
+- vLLM and llama.cpp count through their tokenize endpoints (`proxy.server.backends.tokenize`).
 
-Pure: the shell (`proxy.server.provider_count`) performs the call and caches the answer.
+Pure: the shell (`proxy.server.backends.provider_count`) performs the call and caches the answer.
 """
 
 from __future__ import annotations

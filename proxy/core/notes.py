@@ -5,7 +5,7 @@
   history is partial. The client always learns the same from the response headers and the log.
 - The **summary** (opt-in, `summarize_dropped`): one marked system message holding a summary of
   the messages dropped whole, produced by a configured model (see `proxy.core.compaction` and
-  `proxy.server.compaction`).
+  `proxy.server.summariser`).
 
 Both go in right after the leading system messages, where they stay unchanged for as long as the
 cut does, so they do not cost the prompt cache anything after the cut. Their tokens are counted

@@ -6,7 +6,7 @@ walk over every message (its key, its cache entry, the calls its tool results an
 `Opening` is what counting `messages[:size]` left behind: the messages' counts, their sums (a
 `Tally`: the request adds up only the messages after) and the state of the walk over tool calls
 at that point. Kept in the count cache under the exact sequence of the messages' hashes
-(`proxy.prefix_reader`: equal bytes, equal messages), it lets the next request count only what
+(`proxy.wire.prefix_reader`: equal bytes, equal messages), it lets the next request count only what
 follows. Its memory: its own tuple of counts (the counts themselves are the cache's message
 entries) and the calls and results seen, a few KB for a hundred messages.
 

@@ -14,9 +14,9 @@ from typing import Any, Literal
 from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile
 from proxy.core.notes import CompactionPolicy
+from proxy.core.request_count import RequestCount, RequestCounter
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import CountCache, Tokenizer
-from proxy.core.tokens import RequestCount, RequestCounter
 from proxy.core.trim import Strategy, TrimResult, trim
 
 

@@ -1,6 +1,6 @@
 """Text tokenizers as the core sees them, and the bounded cache of their counts.
 
-The core never loads a vocabulary: the shell (`proxy.encodings`) builds the encoders and
+The core never loads a vocabulary: the shell (`proxy.tokenizers.vocabularies`) builds the encoders and
 hands them in. A tokenizer here is anything with a `name` and `count(text) -> int`.
 
 Three kinds exist:

@@ -27,8 +27,8 @@ import orjson
 from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_output
 from proxy.core.cuts import HistoryCut
 from proxy.core.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
+from proxy.core.request_count import RequestCount, RequestCounter
 from proxy.core.roles import PINNED_ROLES
-from proxy.core.tokens import RequestCount, RequestCounter
 from proxy.core.turns import Conversation, protected_start, split_conversation
 
 RemovalKind = Literal["dropped", "truncated", "image_dropped", "max_tokens_clamped"]

@@ -22,32 +22,33 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.registry import AdapterRegistry
+from proxy.config.settings import Settings
+from proxy.config.upstreams import DISCOVERED_KINDS, UpstreamSettings
 from proxy.core.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
-from proxy.guard import Guard
 from proxy.logging import get_logger, log_request_line
-from proxy.server.backends import Discovery
+from proxy.server.backends.counting import Counting
+from proxy.server.backends.profiles import Discovery
 from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
-from proxy.server.compaction import Summariser, SummariserOptions
-from proxy.server.counting import Counting
 from proxy.server.credentials import UpstreamAuth, holds_client_key
-from proxy.server.forwarding import passthrough
+from proxy.server.drain import DRAIN, install_drain
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
+from proxy.server.guard import Guard
 from proxy.server.handlers import guarded, metrics
 from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
-from proxy.server.lifecycle import DRAIN, install_drain
 from proxy.server.metrics import Metrics
 from proxy.server.page import PAGE_HANDLERS, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
 from proxy.server.request_ids import new_request_id
-from proxy.server.streams import upstream_session
-from proxy.server.upstream import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
-from proxy.settings import Settings
+from proxy.server.summariser import Summariser, SummariserOptions
+from proxy.server.upstream.forwarding import passthrough
+from proxy.server.upstream.relay import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
+from proxy.server.upstream.streams import upstream_session
 from proxy.state import open_store
-from proxy.strict_json import JsonLimits
-from proxy.upstream_settings import DISCOVERED_KINDS, UpstreamSettings
+from proxy.wire.readers import BodyReaders
+from proxy.wire.strict_json import JsonLimits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps
@@ -75,6 +76,7 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
         metrics.model_label, metrics.state_status = guard.model_label, store.status
     else:
         metrics = Metrics(guard.model_label, store.status)
+    apis = AdapterRegistry(settings.apis.completions.options)
     gateway = Gateway(
         settings=settings,
         guard=guard,
@@ -82,10 +84,9 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
         auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
         metrics=metrics,
         log=log,
-        apis=AdapterRegistry(
-            settings.apis.completions.options,
-            JsonLimits(max_depth=settings.server.max_json_depth),
-            settings.server.prefix_memory_bytes,
+        apis=apis,
+        readers=BodyReaders(
+            apis.adapters, JsonLimits(max_depth=settings.server.max_json_depth), settings.server.prefix_memory_bytes
         ),
         store=store,
         counting=Counting(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
-from proxy.strict_json import JsonLimits
+from proxy.wire.strict_json import JsonLimits
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
 ZLIB_WBITS = zlib.MAX_WBITS

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
+from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import UpstreamUnavailable
 from proxy.logging import get_logger
-from proxy.upstream_settings import UpstreamSettings
 
 COMMAND_TIMEOUT_SECONDS = 30.0
 CLIENT_KEY_HEADERS = ("x-api-key", "api-key")  # besides `Authorization: Bearer <key>`

@@ -13,20 +13,21 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.registry import AdapterRegistry
+from proxy.config.settings import Settings
+from proxy.config.upstreams import UpstreamSettings
 from proxy.core.corrections import CorrectionPolicy
-from proxy.guard import Guard
-from proxy.server.compaction import Summariser
-from proxy.server.counting import Counting
+from proxy.server.backends.counting import Counting
+from proxy.server.backends.provider_count import ProviderCounts
 from proxy.server.credentials import UpstreamAuth
+from proxy.server.guard import Guard
 from proxy.server.metrics import Metrics
 from proxy.server.paths import PathRoute
-from proxy.server.provider_count import ProviderCounts
 from proxy.server.record import RequestRecord
-from proxy.server.upstream import Router, request_headers
-from proxy.settings import Settings
+from proxy.server.summariser import Summariser
+from proxy.server.upstream.relay import Router, request_headers
 from proxy.state import MemoryStore, StateStore
-from proxy.state.corrections import SharedCorrections
-from proxy.upstream_settings import UpstreamSettings
+from proxy.state.shared_corrections import SharedCorrections
+from proxy.wire.readers import BodyReaders
 
 MODE_HEADER = "x-context-guard-mode"
 RECORD = web.RequestKey("record", RequestRecord)  # opened for every request by the records middleware
@@ -43,6 +44,7 @@ class Gateway:
     metrics: Metrics
     log: Any
     apis: AdapterRegistry = field(default_factory=AdapterRegistry)
+    readers: BodyReaders = field(default_factory=BodyReaders)  # the bodies' strict, incremental readers
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session

@@ -20,9 +20,12 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.apis.anthropic import count_tokens_body
 from proxy.apis.base import InvalidRequest, Parsed
 from proxy.apis.fields import refuse_client_template
 from proxy.apis.registry import Endpoint
+from proxy.config.trim import MODES, Mode
+from proxy.config.upstreams import UpstreamSettings
 from proxy.core.budget import BudgetPolicy
 from proxy.core.compaction import summary_request, with_summary
 from proxy.core.exchange import Attempts, Forward, Reject, Relay
@@ -35,29 +38,28 @@ from proxy.errors import (
     HTTPRefusal,
     UpstreamUnavailable,
 )
-from proxy.prefix_reader import Match
-from proxy.server import answers
-from proxy.server.answers import UsageReader, first_event
-from proxy.server.backends import budget_policy
+from proxy.server.backends.counting import Choice, near_loop, off_loop
+from proxy.server.backends.profiles import budget_policy
+from proxy.server.backends.provider_count import EdgeRequest, at_edge, credentials
 from proxy.server.client_scope import client_scope
-from proxy.server.counting import Choice, near_loop, off_loop
-from proxy.server.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
-from proxy.server.provider_count import EdgeRequest, at_edge, credentials
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.slots import client_key
-from proxy.server.streams import ask_for_usage
-from proxy.server.upstream import (
+from proxy.server.upstream import answers
+from proxy.server.upstream.answers import UsageReader, first_event
+from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, read_body, relay_answer, upstream_call
+from proxy.server.upstream.relay import (
     Target,
     decoded,
     read_error_body,
     request_headers,
 )
-from proxy.strict_json import UnreadableJson
+from proxy.server.upstream.streams import ask_for_usage
 from proxy.tokenizers.map_corrections import correction_for
-from proxy.trim_settings import MODES, Mode
-from proxy.upstream_settings import UpstreamSettings
+from proxy.wire.chat_body import read_chat_body
+from proxy.wire.prefix_reader import Match
+from proxy.wire.strict_json import UnreadableJson
 
 
 async def guarded(request: web.Request) -> web.StreamResponse:
@@ -67,7 +69,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
     raw = await read_body(request, gw)
     # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
-    match = gw.apis.match(endpoint.adapter, raw)
+    match = gw.readers.match(endpoint.adapter, raw)
     size = match.new_bytes
     large = size > gw.settings.server.offload_bytes
     client = client_key(request.headers, request.remote)  # its share of the threads
@@ -326,13 +328,13 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     (the chat adapter type-checks every field the core reads); a conversation re-sent with a new
     turn is read and checked only where it is new."""
     try:
-        reading = gw.apis.read(endpoint.adapter, raw, match)
+        reading = gw.readers.read(endpoint.adapter, raw, match)
         parsed = endpoint.parse(reading.value, reading.known, raw)
     except UnreadableJson as exc:
         raise BadRequest(str(exc), param=exc.key) from None
     except InvalidRequest as exc:
         raise BadRequest(str(exc), param=exc.param) from None
-    gw.apis.accepted(endpoint.adapter, reading)
+    gw.readers.accepted(endpoint.adapter, reading)
     return parsed
 
 
@@ -376,8 +378,6 @@ async def _count_tokens(
     fit = functools.partial(gw.guard.fit, endpoint.adapter, parsed, model, None, client=scope)
     fitted = await (off_loop(fit, client=client) if size is None else near_loop(fit, size=size, client=client))
     record.plan, record.outcome = fitted.plan, "counted"
-    from proxy.apis.anthropic import count_tokens_body
-
     response = web.json_response(count_tokens_body(fitted.plan.count.total))
     response.headers["x-request-id"] = record.request_id
     return response
@@ -432,8 +432,6 @@ async def metrics(request: web.Request) -> web.Response:
 
 def parse_chat(raw: bytes) -> dict[str, Any]:
     """A chat-completions body read as the guard reads it (for the echo upstream and tools)."""
-    from proxy.chat_body import read_chat_body
-
     try:
         return read_chat_body(raw)
     except InvalidBody as exc:

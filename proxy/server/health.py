@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from proxy import package_version
-from proxy.settings import ReadinessSettings
+from proxy.config.settings import ReadinessSettings
 
 HEALTH_PATHS = frozenset({"/livez", "/readyz", "/healthz"})
 

@@ -35,14 +35,16 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.config.settings import Settings
 from proxy.errors import ConfigError
-from proxy.guard import Guard
 from proxy.logging import get_logger
-from proxy.malloc import one_arena
+from proxy.server.app import build_gateway, create_app
 from proxy.server.collector import collect_young_less_often
+from proxy.server.drain import DRAIN
 from proxy.server.gateway import GATEWAY
+from proxy.server.guard import Guard
 from proxy.server.health import HEALTH, os_error_reason
-from proxy.settings import Settings
+from proxy.tokenizers.malloc import one_arena
 
 EXIT_OK, EXIT_CANNOT_START = 0, 2
 # Once this process's own wait for in-flight requests is over, aiohttp's shutdown only has to
@@ -83,57 +85,6 @@ def available_cores() -> int:
     return max(1, cores)
 
 
-class Drain:
-    """Requests in flight, and what happened to them while the process was stopping."""
-
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self.draining = False
-        self.served_while_draining = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    def started(self) -> None:
-        self.in_flight += 1
-        self._idle.clear()
-
-    def finished(self) -> None:
-        self.in_flight -= 1
-        if self.draining:
-            self.served_while_draining += 1
-        if self.in_flight == 0:
-            self._idle.set()
-
-    async def wait_idle(self, timeout: float) -> bool:
-        """True when nothing is in flight any more; False if `timeout` ran out first."""
-        if self._idle.is_set():
-            return True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
-
-
-DRAIN = web.AppKey("drain", Drain)
-
-
-async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
-    # Before the headers go out, so clients and load balancers read `Connection: close` and open
-    # their next connection elsewhere instead of reusing this one.
-    # aiohttp has already chosen its headers when this hook runs, hence the header set here too.
-    if request.app[DRAIN].draining:
-        response.force_close()
-        response.headers["Connection"] = "close"
-
-
-def install_drain(app: web.Application) -> None:
-    """The drain state. The app's middleware calls `Drain.started()` before anything else a
-    request does and `Drain.finished()` after everything (its log line included)."""
-    app[DRAIN] = Drain()
-    app.on_response_prepare.append(_close_when_draining)
-
-
 async def serve_process(
     load: Callable[[], Settings],
     options: ServerOptions,
@@ -142,14 +93,13 @@ async def serve_process(
     ready: Callable[[], None] | None = None,
     parent_pid: int | None = None,
 ) -> int:
-    from proxy.server.app import create_app
 
     # A thread working on a large body holds the GIL for up to the switch interval each time the
     # loop wants it back (after every socket call): 5 ms by default, which adds tens of ms to a
     # small request. At 0.5 ms, its p99 while 10 MB bodies are counted fell from 100-120 ms to
     # 40-45 ms on the shared 2-core machine (bench/changes.md).
     sys.setswitchinterval(_SWITCH_INTERVAL_SECONDS)
-    one_arena()  # before the first thread: the vocabularies load on one (proxy.malloc)
+    one_arena()  # before the first thread: the vocabularies load on one (proxy.tokenizers.malloc)
     log = get_logger()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -302,7 +252,6 @@ async def reload_config(app: web.Application, load: Callable[[], Settings]) -> b
         reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
         log.error("reload_refused", reason=reason, kept=old.settings.source)
         return False
-    from proxy.server.app import build_gateway  # app imports this module: import at call time
 
     new = build_gateway(settings, guard, previous=old)
     if new.store is not old.store:

@@ -11,61 +11,18 @@ and `pid`.
 from __future__ import annotations
 
 import asyncio
-import io
 import os
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from proxy.config_schema import reason
+from proxy.config.settings import Settings
+from proxy.config.source import SettingsSource
 from proxy.errors import ConfigError
 from proxy.logging import configure_logging
 from proxy.server.lifecycle import ServerOptions, serve_process
-from proxy.settings import Settings, load_settings
-
-
-@dataclass(frozen=True, slots=True)
-class SettingsSource:
-    """Where the settings come from; `load()` reads them afresh (at start and on SIGHUP)."""
-
-    config: str | None = None
-    upstream: str | None = None  # --upstream: every route goes to this base URL
-    host: str | None = None
-    port: int | None = None
-
-    def load(self, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        settings = load_settings(self.config, env)
-        if self.upstream and self.upstream != "echo":
-            try:
-                settings = settings.with_upstream_url(self.upstream)
-            except ValueError as exc:
-                raise ConfigError(reason(exc), key="--upstream") from None
-        for name, flag in (("host", self.host), ("port", self.port)):
-            given, where = (flag, f"--{name}") if flag is not None else (env.get(name.upper()), "environment")
-            if given is None or given == "":
-                continue
-            try:
-                settings = settings.with_server(**{name: given})
-            except ValueError as exc:
-                key = name.upper() if where == "environment" else None
-                raise ConfigError(reason(exc), source=where, key=key) from None
-        return settings
-
-
-def bind_worker(worker: int) -> None:
-    """Say on every log line of this process which worker wrote it, and write each line whole.
-
-    Workers share one standard error. structlog prints a line and its newline in two writes,
-    which PYTHONUNBUFFERED (write-through) would send as two system calls, and lines from two
-    workers could then interleave; line buffering sends each line in one.
-    """
-    structlog.contextvars.bind_contextvars(worker=worker, pid=os.getpid())
-    if isinstance(sys.stderr, io.TextIOWrapper):
-        sys.stderr.reconfigure(line_buffering=True, write_through=False)
+from proxy.server.workers import bind_worker, supervise
 
 
 def server_options(settings: Settings, **flags: float | int | None) -> ServerOptions:
@@ -102,7 +59,6 @@ def serve(source: SettingsSource, **flags: float | int | None) -> int:
     if count == 1:
         bind_worker(1)
         return asyncio.run(serve_process(source.load, options))
-    from proxy.server.workers import supervise
 
     return supervise(source, settings, options, count)
 

@@ -11,10 +11,12 @@ dies before it listens stops the whole start, with its exit status.
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import replace
 from multiprocessing.connection import wait
@@ -22,15 +24,29 @@ from multiprocessing.context import SpawnProcess
 from multiprocessing.synchronize import Event
 from types import FrameType
 
+import structlog
+
+from proxy.config.settings import Settings
+from proxy.config.source import SettingsSource
 from proxy.logging import configure_logging, get_logger
 from proxy.server.lifecycle import EXIT_CANNOT_START, EXIT_OK, ServerOptions, serve_process
-from proxy.server.run import SettingsSource, bind_worker
-from proxy.settings import Settings
 
 START_TIMEOUT_SECONDS = 120.0
 # A worker that keeps dying is not restarted for ever: this many deaths in a minute stop the service.
 MAX_RESTARTS_PER_MINUTE = 5
 _POLL_SECONDS = 0.2
+
+
+def bind_worker(worker: int) -> None:
+    """Say on every log line of this process which worker wrote it, and write each line whole.
+
+    Workers share one standard error. structlog prints a line and its newline in two writes,
+    which PYTHONUNBUFFERED (write-through) would send as two system calls, and lines from two
+    workers could then interleave; line buffering sends each line in one.
+    """
+    structlog.contextvars.bind_contextvars(worker=worker, pid=os.getpid())
+    if isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr.reconfigure(line_buffering=True, write_through=False)
 
 
 def supervise(source: SettingsSource, settings: Settings, options: ServerOptions, count: int) -> int:

@@ -32,7 +32,7 @@ class StateKey:
 class StateOptions:
     """`state.*` settings. With no `url`, learned state stays in this process, as before."""
 
-    # Built by the settings schema as the `state` section (`proxy.config_schema`): types checked
+    # Built by the settings schema as the `state` section (`proxy.config.schema`): types checked
     # there, unknown keys refused; the limits are checked here.
     url: str | None = None  # redis://host:6379/0 or rediss://...; None keeps state in memory
     deadline_ms: float = 50.0  # the longest a request waits on Redis before using local state

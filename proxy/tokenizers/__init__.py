@@ -1,1 +1,1 @@
-"""Tokenizers' vocabularies as the shell loads them (`proxy.encodings` dispatches to these modules)."""
+"""Tokenizers' vocabularies as the shell loads them (`proxy.tokenizers.vocabularies` dispatches to these modules)."""

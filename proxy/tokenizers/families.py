@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from proxy.malloc import return_freed_memory
+from proxy.tokenizers.malloc import return_freed_memory
 
 Encode = Callable[[str], list[int]]
 Format = Literal["tiktoken", "tekken", "sentencepiece", "huggingface"]
@@ -135,7 +135,7 @@ def vocabulary_file(name: str) -> Path:
     return path
 
 
-# Loaded vocabularies, one per name for the whole process (as proxy.encodings keeps tiktoken's
+# Loaded vocabularies, one per name for the whole process (as proxy.tokenizers.vocabularies keeps tiktoken's
 # encodings): a reloaded configuration, or a second `Tokenizers`, shares them instead of holding
 # another 40-70 MB copy.
 _LOADED: dict[str, Encode] = {}
@@ -204,7 +204,7 @@ def _tiktoken(name: str, ranks: dict[bytes, int], pattern: str, nfc: bool) -> En
     import tiktoken
 
     encoding = tiktoken.Encoding(f"vocab:{name}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
-    ranks.clear()  # the Rust encoder holds its own copy (see proxy.encodings)
+    ranks.clear()  # the Rust encoder holds its own copy (see proxy.tokenizers.vocabularies)
     return_freed_memory()
     ordinary = encoding.encode_ordinary
     if not nfc:

@@ -56,9 +56,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.guard import Guard
+from proxy.config.settings import Settings, settings_from_dict
 from proxy.server.app import create_app
-from proxy.settings import Settings, settings_from_dict
+from proxy.server.guard import Guard
 from tests.server.fake_upstream import FakeUpstream
 
 T = TypeVar("T")

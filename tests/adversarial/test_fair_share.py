@@ -11,7 +11,7 @@ import json
 import random
 import string
 
-from proxy.server.counting import large_body_slots
+from proxy.server.backends.counting import large_body_slots
 from tests.adversarial.conftest import anthropic_body_of, body_of, hang_up_after, post, prose
 
 ATTACKER = {"Authorization": "Bearer attacker-key"}

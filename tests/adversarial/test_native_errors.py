@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from proxy.guard import Guard
 from proxy.logging import configure_logging
+from proxy.server.guard import Guard
 from tests.adversarial.conftest import anthropic_body_of, body_of, post
 
 TRIGGER = "\t" * 64

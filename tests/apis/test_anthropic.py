@@ -13,7 +13,7 @@ from proxy.apis.base import InvalidRequest
 from proxy.apis.validity import messages_problems
 from proxy.core.corrections import parse_overflow
 from proxy.core.turns import split_conversation
-from proxy.encodings import bundled_encodings_dir
+from proxy.tokenizers.vocabularies import bundled_encodings_dir
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
 

@@ -13,9 +13,9 @@ from proxy.apis.base import Adapter, Fitted
 from proxy.apis.completions import CompletionsAdapter
 from proxy.apis.responses import ResponsesAdapter
 from proxy.apis.validity import messages_problems, responses_problems
-from proxy.guard import Guard
-from proxy.model_map import load_model_map
-from proxy.settings import settings_from_dict
+from proxy.config.settings import settings_from_dict
+from proxy.server.guard import Guard
+from proxy.tokenizers.model_map import load_model_map
 from tests.apis.fitting import words
 
 NOTE_END = "to fit the context window."

@@ -9,7 +9,7 @@ import pytest
 from proxy.apis.base import InvalidRequest
 from proxy.apis.responses import ResponsesAdapter
 from proxy.apis.validity import responses_problems
-from proxy.core.tokens import RequestCounter
+from proxy.core.request_count import RequestCounter
 from proxy.core.turns import split_conversation
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url

@@ -24,10 +24,10 @@ from aiohttp.test_utils import TestServer
 
 from proxy.apis.registry import AdapterRegistry
 from proxy.apis.validity import messages_problems, responses_problems
+from proxy.config.settings import settings_from_dict
 from proxy.core.turns import split_conversation
-from proxy.guard import Guard
 from proxy.server.app import create_app
-from proxy.settings import settings_from_dict
+from proxy.server.guard import Guard
 from tests.apis.fake_upstreams import FakeProviders
 from tests.apis.fitting import words
 from tests.core.trimming import profile, tokenizer

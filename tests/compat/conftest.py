@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.guard import Guard
+from proxy.config.settings import settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.settings import settings_from_dict
+from proxy.server.guard import Guard
 from tests.compat.recording_upstream import RecordingUpstream
 
 WINDOW = 4096  # the window the suite's models are given: a long conversation cannot fit

@@ -10,7 +10,7 @@ from typing import Any
 
 import tiktoken
 
-from proxy.encodings import bundled_encodings_dir
+from proxy.tokenizers.vocabularies import bundled_encodings_dir
 
 TURNS = 60
 HUGE = "word " * 9000  # a system prompt no cut can make fit a 4,096-token window (it is pinned)

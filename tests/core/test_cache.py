@@ -5,8 +5,8 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache, EncoderTokenizer, entry_bytes
-from proxy.core.tokens import RequestCounter
 
 
 class CountingTokenizer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.compaction import summariser_messages, summary_request, with_summary
-from proxy.core.tokens import RequestCounter
+from proxy.core.request_count import RequestCounter
 from tests.core.test_trim_multiturn import request
 from tests.core.trimming import fit, profile, tokenizer
 

@@ -8,7 +8,7 @@ import pytest
 
 from proxy.core.models import ModelRegistry
 from proxy.core.open_windows import DOCUMENTED_WINDOWS, documented_window
-from proxy.model_map import load_model_map
+from proxy.tokenizers.model_map import load_model_map
 
 MAP: dict[str, dict[str, Any]] = {
     "novita/meta-llama/llama-3.1-8b-instruct": {"mode": "chat", "max_input_tokens": 16384},

@@ -14,8 +14,8 @@ import pytest
 
 from proxy.core.bound import BOUNDS, BoundTerms, BoundTokenizer, class_terms
 from proxy.core.models import TokenizerSpec
-from proxy.encodings import Tokenizers, TokenizerUnavailable, bundled_encodings_dir
 from proxy.tokenizers.families import VOCABULARIES, load_vocabulary
+from proxy.tokenizers.vocabularies import Tokenizers, TokenizerUnavailable, bundled_encodings_dir
 
 CORPUS: dict[str, str] = json.loads((Path(__file__).parent.parent / "data/families/corpus.json").read_text("utf-8"))
 PROSE = sorted(k for k in CORPUS if k.startswith("prose_"))

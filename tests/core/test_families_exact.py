@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from proxy.core.models import TokenizerSpec
-from proxy.encodings import Tokenizers, TokenizerUnavailable
 from proxy.tokenizers.families import VOCABULARIES, VocabularyMissing, load_vocabulary, vocabulary_file
+from proxy.tokenizers.vocabularies import Tokenizers, TokenizerUnavailable
 
 CORPUS: dict[str, str] = json.loads((Path(__file__).parent.parent / "data/families/corpus.json").read_text("utf-8"))
 

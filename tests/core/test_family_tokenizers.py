@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.encodings import bundled_encodings_dir
+from proxy.tokenizers.vocabularies import bundled_encodings_dir
 
 SAMPLES = sorted((Path(__file__).parent.parent / "data" / "samples").glob("*.txt"))
 

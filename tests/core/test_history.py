@@ -8,9 +8,9 @@ from typing import Any
 
 from proxy.core.budget import BudgetPolicy
 from proxy.core.history import keep_in_part
+from proxy.core.request_count import RequestCounter
 from proxy.core.shrink import IMAGE_MARKER
 from proxy.core.strategies import DropRecentTurns
-from proxy.core.tokens import RequestCounter
 from proxy.core.trim import TrimState
 from proxy.core.turns import validity_problems
 from tests.conftest import png_data_url

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.openings import sizes_to_keep
+from proxy.core.request_count import RequestCount, RequestCounter
 from proxy.core.tokenizer import CountCache
-from proxy.core.tokens import RequestCount, RequestCounter
 
 MODELS = ("gpt-4o", "gpt-4-0613")  # today's framing, and the measured parallel-call framing
 

@@ -30,8 +30,8 @@ import pytest
 from proxy.apis.base import Parsed
 from proxy.apis.responses import ResponsesAdapter
 from proxy.core.models import ModelRegistry
-from proxy.core.tokens import RequestCount, RequestCounter
-from proxy.encodings import Tokenizers
+from proxy.core.request_count import RequestCount, RequestCounter
+from proxy.tokenizers.vocabularies import Tokenizers
 
 TABLE = json.loads((Path(__file__).parents[1] / "data" / "responses_api_counts.json").read_text())
 CASES: list[dict[str, Any]] = TABLE["cases"]

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.tokens import RequestCounter
+from proxy.core.request_count import RequestCounter
 from tests.core.trimming import profile, tokenizer
 
 WORDS = ["id", "name", "query", "limit", "unit", "a", "b", "数据", "río", "x1", "user_id", "tags"]

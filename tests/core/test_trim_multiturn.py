@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from proxy.core.request_count import RequestCounter
 from proxy.core.strategies import build_pipeline
-from proxy.core.tokens import RequestCounter
 from proxy.core.turns import validity_problems
 from tests.core.test_turns import call
 from tests.core.trimming import fit, profile, tokenizer, words

@@ -18,8 +18,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES
-from proxy.core.tokens import RequestCounter
 from proxy.core.turns import protected_start, split_conversation, validity_problems
 from tests.conftest import png_data_url
 from tests.core.trimming import fit, profile, quick_split, tokenizer

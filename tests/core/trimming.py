@@ -13,8 +13,8 @@ from proxy.core.roles import PINNED_ROLES
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import Tokenizer
 from proxy.core.turns import protected_start
-from proxy.encodings import Tokenizers
-from proxy.model_map import load_model_map
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
 
 _REGISTRY: ModelRegistry | None = None
 _TOKENIZERS = Tokenizers()

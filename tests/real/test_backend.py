@@ -11,16 +11,16 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.config.settings import Settings
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
 from proxy.core.models import TokenizerSpec
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache
-from proxy.core.tokens import RequestCounter
-from proxy.encodings import Tokenizers
-from proxy.guard import Guard
-from proxy.server.backend_tokens import BackendCounter, LlamaCppPythonCalls
-from proxy.server.backends import BackendOptions, discover
-from proxy.server.streams import usage_from_body
-from proxy.settings import Settings
+from proxy.server.backends.profiles import BackendOptions, discover
+from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls
+from proxy.server.guard import Guard
+from proxy.server.upstream.streams import usage_from_body
+from proxy.tokenizers.vocabularies import Tokenizers
 from tests.real.corpus import KINDS, SAMPLES, body
 from tests.real.llama import MODEL, LlamaServer
 

@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.config.settings import settings_from_dict
 from proxy.core.strategies import DEFAULT_PIPELINE
-from proxy.guard import Guard
 from proxy.server.app import create_app
-from proxy.settings import settings_from_dict
+from proxy.server.guard import Guard
 from tests.real.corpus import KINDS, body, over_window, oversized_system
 from tests.real.llama import MODEL, LlamaServer
 

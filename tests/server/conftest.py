@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy.guard import Guard
+from proxy.config.settings import Settings, settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.settings import Settings, settings_from_dict
+from proxy.server.guard import Guard
 from tests.server.fake_upstream import FakeUpstream
 
 

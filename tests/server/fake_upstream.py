@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.core.tokens import RequestCounter
+from proxy.core.request_count import RequestCounter
 from tests.core.trimming import profile, tokenizer
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from proxy.config.settings import load_settings
+from proxy.config.upstreams import UpstreamSettings
 from proxy.server.echo import running_echo
-from proxy.settings import load_settings
-from proxy.upstream_settings import UpstreamSettings
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 ENV = {"ANTHROPIC_API_KEY": "sk-ant-test", "OPENAI_API_KEY": "sk-test"}

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from proxy.core.models import TEMPLATE_FORMAT, ModelRegistry
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CharEstimateTokenizer, CountCache
-from proxy.core.tokens import RequestCounter
-from proxy.server.backend_tokens import BackendCounter, BackendDown, Framing, measure_framing
+from proxy.server.backends.tokenize import BackendCounter, BackendDown, Framing, measure_framing
 
 DEFAULT_SYSTEM = "You are a helpful assistant named Chatty"
 

@@ -18,8 +18,7 @@ from aiohttp import web
 
 from proxy.core.budget import BudgetPolicy, input_budget
 from proxy.core.corrections import parse_overflow
-from proxy.server.backend_tokens import LlamaCppPythonCalls, LlamaServerCalls, VllmCalls
-from proxy.server.backends import (
+from proxy.server.backends.profiles import (
     OLLAMA_DEFAULT_NUM_CTX,
     PROFILES,
     BackendOptions,
@@ -34,6 +33,7 @@ from proxy.server.backends import (
     server_root,
     token_count,
 )
+from proxy.server.backends.tokenize import LlamaCppPythonCalls, LlamaServerCalls, VllmCalls
 
 RECORDED = Path(__file__).parent.parent / "data" / "backends"
 

@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 
 from proxy.core.compaction import SummaryRequest, summary_request, with_summary
-from proxy.core.tokens import RequestCounter
+from proxy.core.request_count import RequestCounter
 from proxy.core.trim import content_digest
-from proxy.server.compaction import Summariser, SummariserOptions
+from proxy.server.summariser import Summariser, SummariserOptions
 from tests.core.trimming import fit, profile, tokenizer, words
 
 

@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 
 from proxy.core.models import ModelRegistry
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
-from proxy.core.tokens import RequestCounter
-from proxy.server.backends import BackendOptions, Discovery
-from proxy.server.counting import MODELS_KEPT, Counting
+from proxy.server.backends.counting import MODELS_KEPT, Counting
+from proxy.server.backends.profiles import BackendOptions, Discovery
 from proxy.server.gateway import GATEWAY
 
 
@@ -221,8 +221,8 @@ class TestSharedCountCache:
         assert cache.hits > hits
 
     async def test_a_calibrated_estimate_counts_without_the_shared_cache(self, model_map):
-        from proxy.guard import Guard
-        from proxy.settings import Settings
+        from proxy.config.settings import Settings
+        from proxy.server.guard import Guard
 
         guard = Guard(Settings(), model_map)
         profile = guard.profile("gpt-4o")
@@ -232,8 +232,8 @@ class TestSharedCountCache:
         assert len(guard.cache) > 0
 
     async def test_the_shared_cache_holds_to_the_configured_memory(self, model_map):
-        from proxy.guard import Guard
-        from proxy.settings import Settings
+        from proxy.config.settings import Settings
+        from proxy.server.guard import Guard
 
         guard = Guard(Settings.of({"tokenizers": {"cache_bytes": 8192}}), model_map)
         for n in range(20):
@@ -248,8 +248,8 @@ class TestOffLoop:
         import os
         import threading
 
-        from proxy.encodings import BACKGROUND_NICENESS
-        from proxy.server.counting import off_loop
+        from proxy.server.backends.counting import off_loop
+        from proxy.tokenizers.vocabularies import BACKGROUND_NICENESS
 
         def where() -> tuple[str, int]:
             return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
@@ -261,7 +261,7 @@ class TestOffLoop:
     async def test_the_caller_s_context_variables_go_along(self):
         import contextvars
 
-        from proxy.server.counting import off_loop
+        from proxy.server.backends.counting import off_loop
 
         request_id = contextvars.ContextVar("request_id", default="none")
         request_id.set("r-1")

@@ -296,8 +296,8 @@ class TestBehindTheGuard:
 
     @pytest.fixture
     async def guard_url(self, start_proxy: Any) -> Any:
+        from proxy.config.settings import settings_from_dict
         from proxy.server.echo import with_echo_upstream
-        from proxy.settings import settings_from_dict
 
         async with running_echo() as echo_url:
             settings = with_echo_upstream(settings_from_dict({}, "<test>", {}), echo_url)

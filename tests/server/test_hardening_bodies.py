@@ -14,10 +14,10 @@ import zlib
 import pytest
 
 from proxy.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
-from proxy.guard import Guard
 from proxy.server import body as body_module
 from proxy.server.app import create_app
 from proxy.server.body import BodyPolicy, content_encoding, inflate
+from proxy.server.guard import Guard
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import raw_request, read_response
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from proxy.encodings import bundled_encodings_dir
-from proxy.guard import Guard
-from proxy.settings import settings_from_dict
+from proxy.config.settings import settings_from_dict
+from proxy.server.guard import Guard
+from proxy.tokenizers.vocabularies import bundled_encodings_dir
 
 TEXT = "The quick brown fox jumps over the lazy dog, again and again. " * 40
 

@@ -8,9 +8,9 @@ import time
 import orjson
 import pytest
 
-from proxy.chat_body import check_chat_body, read_chat_body
+from proxy.apis.chat_checks import check_chat_body, read_chat_body
 from proxy.core.plan import InvalidBody
-from proxy.strict_json import AmbiguousJson, JsonLimits, loads_strict
+from proxy.wire.strict_json import AmbiguousJson, JsonLimits, loads_strict
 from tests.server.raw_http import raw_request
 
 JSON = {"Content-Type": "application/json"}

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from proxy.apis.registry import AdapterRegistry
-from proxy.guard import Guard
 from proxy.server.app import ROUTES_KEPT, create_app
 from proxy.server.gateway import GATEWAY
+from proxy.server.guard import Guard
 from proxy.server.paths import (
     CanonicalPath,
     InvalidPath,

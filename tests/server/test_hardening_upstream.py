@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.guard import Guard
 from proxy.server.app import create_app, request_id_of
-from proxy.server.upstream import PoolPolicy, connection_named
+from proxy.server.guard import Guard
+from proxy.server.upstream.relay import PoolPolicy, connection_named
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import RawUpstream, raw_request, read_response
 

@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.config.settings import settings_from_dict
 from proxy.errors import ConfigError
 from proxy.server.health import HEALTH, Reachability, ReadinessOptions
-from proxy.settings import settings_from_dict
 from tests.server.conftest import gateway_settings
 
 
@@ -59,8 +59,8 @@ class TestReadiness:
     async def test_upstream_reachability_can_be_left_out(self, start_proxy, model_map):
         from aiohttp.test_utils import TestServer
 
-        from proxy.guard import Guard
         from proxy.server.app import create_app
+        from proxy.server.guard import Guard
 
         settings = gateway_settings(f"http://127.0.0.1:{closed_port()}/v1", readiness={"require_upstreams": False})
         app = create_app(settings, Guard(settings, model_map))

@@ -8,11 +8,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.config.settings import Settings
+from proxy.config.source import SettingsSource
 from proxy.errors import ConfigError
+from proxy.server.drain import DRAIN, Drain
 from proxy.server.gateway import GATEWAY
-from proxy.server.lifecycle import DRAIN, Drain, ServerOptions, available_cores, reload_config
-from proxy.server.run import SettingsSource
-from proxy.settings import Settings
+from proxy.server.lifecycle import ServerOptions, available_cores, reload_config
 from tests.server.conftest import gateway_settings
 from tests.server.fake_upstream import FakeUpstream
 

@@ -58,7 +58,7 @@ async def test_sigterm_finishes_the_stream_in_flight_then_exits_0_saying_what_it
 async def test_a_configured_vocabulary_that_does_not_load_stops_the_start_with_exit_status_2(
     tmp_path, upstream, workers
 ):
-    from proxy.encodings import encoding_file_name
+    from proxy.tokenizers.vocabularies import encoding_file_name
 
     encodings = tmp_path / "encodings"
     encodings.mkdir()

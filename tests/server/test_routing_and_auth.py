@@ -8,10 +8,10 @@ import sys
 import aiohttp
 import pytest
 
+from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import UpstreamUnavailable
 from proxy.server.credentials import UpstreamAuth
-from proxy.server.upstream import request_headers
-from proxy.upstream_settings import UpstreamSettings
+from proxy.server.upstream.relay import request_headers
 from tests.server.conftest import gateway_settings, long_conversation
 
 HI = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}

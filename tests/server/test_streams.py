@@ -20,7 +20,7 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.server.streams import (
+from proxy.server.upstream.streams import (
     UsageTap,
     ask_for_usage,
     is_stale_connection,

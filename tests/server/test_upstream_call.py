@@ -1,4 +1,4 @@
-"""One call upstream (`proxy.server.forwarding.UpstreamCall`) and the headers of the guard's own
+"""One call upstream (`proxy.server.upstream.forwarding.UpstreamCall`) and the headers of the guard's own
 calls (`Gateway.service_headers`).
 
 The proxy runs in-process in front of a real aiohttp upstream on 127.0.0.1; what is asserted is
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.guard import Guard
 from proxy.server.app import build_gateway, create_app
+from proxy.server.guard import Guard
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import raw_request
 

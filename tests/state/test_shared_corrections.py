@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from proxy.core.corrections import Correction
 from proxy.state import MemoryStore, StateKey
-from proxy.state.corrections import SharedCorrections
 from proxy.state.redis import RedisStore
+from proxy.state.shared_corrections import SharedCorrections
 from proxy.state.store import StateOptions
 
 TIGHT, LOOSE = Correction(7000, 1.2, "openai"), Correction(7500, 1.1, "openai")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from proxy.core.models import ModelRegistry
-from proxy.model_map import load_model_map
 from proxy.tokenizers.map_corrections import MAP_CORRECTIONS, corrected, correction_for
+from proxy.tokenizers.model_map import load_model_map
 
 
 class TestTheTable:

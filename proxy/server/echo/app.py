@@ -14,19 +14,19 @@ from aiohttp import web
 
 from proxy.apis.base import Adapter
 from proxy.apis.registry import AdapterRegistry
-from proxy.codec import loads
+from proxy.config.settings import Settings
+from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.core.models import ModelRegistry
 from proxy.core.plan import InvalidBody
-from proxy.core.tokens import RequestCounter
+from proxy.core.request_count import RequestCounter
 from proxy.core.turns import call_ids, validity_problems
-from proxy.encodings import Tokenizers
 from proxy.errors import BadRequest, GuardError
 from proxy.server.echo import messages, openai_shapes, responses
 from proxy.server.echo.report import EchoReport, EchoSettings, ToolCallSeen, call_names, text_of
 from proxy.server.echo.sse import Reply
 from proxy.server.handlers import parse_chat
-from proxy.settings import Settings
-from proxy.upstream_settings import Route, UpstreamSettings
+from proxy.tokenizers.vocabularies import Tokenizers
+from proxy.wire.codec import loads
 
 OWNER = "context-guard-echo"
 UPSTREAM_NAME = "echo"  # how the guard's log lines and metrics name it

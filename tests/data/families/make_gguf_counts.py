@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent.parent.parent))
 
 from tokenizers import Tokenizer, models, normalizers  # noqa: E402
 
-from proxy.gguf_vocab import read_metadata  # noqa: E402
+from proxy.tokenizers.gguf import read_metadata  # noqa: E402
 
 SPACE = "\u2581"
 

@@ -1,5 +1,5 @@
 """The `trim` section of the settings: the mode, the budget, the strategies and their options,
-the summariser (`proxy.settings` reads the whole file)."""
+the summariser (`proxy.config.settings` reads the whole file)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from proxy.config_schema import Bounds, PositiveFloat, SchemaError, convert, shown
+from proxy.config.schema import Bounds, PositiveFloat, SchemaError, convert, shown
 from proxy.core.budget import BudgetPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
 

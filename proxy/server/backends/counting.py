@@ -29,13 +29,20 @@ import aiohttp
 
 from proxy.core.calibration import Calibration, CalibrationTable, calibrated
 from proxy.core.models import ModelProfile
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache, Tokenizer
-from proxy.core.tokens import RequestCounter
-from proxy.encodings import lower_thread_priority
-from proxy.server.backend_tokens import BackendCounter, PrefetchedTokenizer, calls_for
-from proxy.server.backends import BackendOptions, BackendProfile, Discovery, discover, ollama_window, profile_for
+from proxy.server.backends.profiles import (
+    BackendOptions,
+    BackendProfile,
+    Discovery,
+    discover,
+    ollama_window,
+    profile_for,
+)
+from proxy.server.backends.tokenize import BackendCounter, PrefetchedTokenizer, calls_for
 from proxy.server.collector import CollectorPause
 from proxy.server.slots import FairSlots
+from proxy.tokenizers.vocabularies import lower_thread_priority
 
 Source = Literal["backend", "model", "calibrated", "estimate"]
 T = TypeVar("T")

@@ -22,7 +22,7 @@ connection, a 5xx) or misses a deadline (a request's, or the framing's, however 
 is left alone for `FAILURE_COOLDOWN` seconds; a text it answers about without a count (a 4xx: it
 refused that text, or an answer over `MAX_ANSWER_BYTES`) is counted locally, that text only: one
 client's text must not switch the backend's counting off for every other client. Answers are
-read up to that size and parsed off the event loop when large (`proxy.server.backends.answered_json`).
+read up to that size and parsed off the event loop when large (`proxy.server.backends.profiles.answered_json`).
 
 The core stays synchronous: `BackendCounter.prepare()` (async) fetches every count the core will
 ask for, found by a first pass with a recording tokenizer, and returns a plain `Tokenizer`
@@ -42,9 +42,9 @@ from typing import Any, Protocol
 import aiohttp
 
 from proxy.core.models import ChatFormat, ModelProfile
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache, Tokenizer
-from proxy.core.tokens import RequestCounter
-from proxy.server.backends import BackendDown, Discovery, answered_json, server_root, token_count
+from proxy.server.backends.profiles import BackendDown, Discovery, answered_json, server_root, token_count
 
 PROBE = "x"
 FAILURE_COOLDOWN = 30.0

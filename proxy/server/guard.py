@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from proxy.apis.base import Adapter, Fitted, Parsed, fit
+from proxy.config.settings import Settings
+from proxy.config.trim import Mode
 from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, plan_request
 from proxy.core.tokenizer import CountCache, ScopedCountCache, Tokenizer
-from proxy.encodings import Tokenizers
 from proxy.errors import ConfigError
-from proxy.model_map import load_model_map
-from proxy.settings import Settings
-from proxy.trim_settings import Mode
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
 
 
 class Guard:

@@ -13,17 +13,15 @@ from aiohttp import web
 
 from proxy.apis.names import MAX_NAME_CHARS
 from proxy.apis.stream_errors import broken_stream_event
-from proxy.codec import dumps, loads
 from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
 from proxy.server import body as request_body
-from proxy.server.backends import forwardable_request_id
+from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.credentials import without_client_keys
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
 from proxy.server.health import HEALTH
 from proxy.server.paths import PATH_ROUTE, counted_when_sent, upstream_url
 from proxy.server.record import RequestRecord
-from proxy.server.streams import overflow_probe, send_retrying_stale
-from proxy.server.upstream import (
+from proxy.server.upstream.relay import (
     UPSTREAM_POOL,
     Target,
     client_timeout,
@@ -35,6 +33,8 @@ from proxy.server.upstream import (
     upstream_errors,
     upstream_failure,
 )
+from proxy.server.upstream.streams import overflow_probe, send_retrying_stale
+from proxy.wire.codec import dumps, loads
 
 
 async def read_body(request: web.Request, gw: Gateway) -> bytes:

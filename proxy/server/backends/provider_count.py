@@ -8,7 +8,7 @@ decided (`count_source: provider`); when it does not fit, or the endpoint fails 
 cut made on the upper bound stands (notes `provider_count_over_budget`, `provider_count_failed`).
 
 vLLM and llama.cpp need no such call: their tokenize endpoints already count every text of the
-request exactly (`proxy.server.backend_tokens`); where the guard counts locally in front of one
+request exactly (`proxy.server.backends.tokenize`); where the guard counts locally in front of one
 (`tokenize: local`), the same tokenize calls are asked for the rendered conversation.
 """
 
@@ -27,15 +27,15 @@ from proxy.core.edge import CountCall, body_key, bound_ratio_of, count_call, low
 from proxy.core.exchange import Attempts, Forward, Reject
 from proxy.core.plan import Plan
 from proxy.errors import GuardError
-from proxy.server.backend_tokens import calls_for
-from proxy.server.backends import BackendDown, Discovery, answered_json
-from proxy.server.upstream import request_headers
+from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
+from proxy.server.backends.tokenize import calls_for
+from proxy.server.upstream.relay import request_headers
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from proxy.config.upstreams import UpstreamSettings
     from proxy.server.gateway import Gateway
-    from proxy.upstream_settings import UpstreamSettings
 
 KEPT = 1024  # provider counts remembered per gateway
 # What of the forwarded request's headers a count call carries: who asks, and the API's version.

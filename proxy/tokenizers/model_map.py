@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.bundled import litellm_file
 from proxy.errors import ConfigError
+from proxy.tokenizers.bundled import litellm_file
 from proxy.tokenizers.map_corrections import corrected
 
 _FILE_NAME = "model_prices_and_context_window_backup.json"

@@ -1,5 +1,5 @@
 """The `upstreams` and `routes` sections of the settings: where requests go, how each upstream
-authenticates and counts, and which model goes where (`proxy.settings` reads the whole file)."""
+authenticates and counts, and which model goes where (`proxy.config.settings` reads the whole file)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
-from proxy.config_schema import INTERNAL, Bounds, PositiveFloat, SchemaError
-
-if TYPE_CHECKING:
-    from proxy.server.backends import BackendOptions
+from proxy.config.backends import BackendOptions
+from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError
 
 UpstreamKind = Literal[
     "auto", "openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
 ]
 # Kinds whose server is asked at start what it is (its window, whether it can tokenize).
 DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
-# How each kind behaves as a backend (proxy.server.backends); hosted APIs are never probed.
+# How each kind behaves as a backend (proxy.server.backends.profiles); hosted APIs are never probed.
 _BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai"}
 ApiName = Literal["chat", "responses", "completions", "messages"]
 
@@ -38,7 +36,7 @@ class UpstreamSettings:
     framing_timeout: Annotated[float, Bounds(gt=0, le=300)] = 30.0  # measuring the chat template, once per model
     tokenize_concurrency: Annotated[int, Bounds(ge=1, le=64)] = 4
     # Near the budget's edge (an estimate's bounds straddle it), ask the upstream's own count
-    # endpoint once (proxy.server.provider_count), within `provider_count_timeout` seconds; for
+    # endpoint once (proxy.server.backends.provider_count), within `provider_count_timeout` seconds; for
     # tokenizers that state no worst case, `provider_count_ratio` is assumed (real >= count / ratio).
     provider_count: bool = True
     provider_count_timeout: Annotated[float, Bounds(gt=0, le=30)] = 2.0
@@ -64,7 +62,6 @@ class UpstreamSettings:
 
     @property
     def backend_options(self) -> BackendOptions:
-        from proxy.server.backends import BackendOptions  # aiohttp's world: loaded only by the server
 
         kind = _BACKEND_KIND.get(self.kind, self.kind)
         return BackendOptions(

@@ -156,7 +156,7 @@ class RequestCounter:
         """Tool definitions' count, from the cache when the same definitions were counted before:
         an agent sends the same tools with every request. The key holds the first system message
         too, which the namespace joins (its hash is the string's own, kept with it: a re-sent
-        system message is the very string read before, `proxy.prefix_reader`)."""
+        system message is the very string read before, `proxy.wire.prefix_reader`)."""
         if self.cache is None or not (body.get("tools") or body.get("functions")):
             return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
         fields = [body.get(k) for k in ("tools", "functions", "tool_choice", "function_call")]

@@ -15,7 +15,7 @@ Two passes give the same answer, the first at C speed on every ordinary body:
   the nesting and finds an integer beyond 64 bits (which orjson turns into a float), unless the
   bytes alone rule both out (no more brackets than the depth bound, no run of 19 digits).
 - **exact**: the standard library's C scanner with an `object_pairs_hook` that refuses a repeated
-  key by name, integers of any size exact, `NaN`/`Infinity` accepted, as `proxy.codec` does. It
+  key by name, integers of any size exact, `NaN`/`Infinity` accepted, as `proxy.wire.codec` does. It
   runs when the fast pass refuses or doubts a body, so every error (and its text) comes from here.
 
 Measured on a warm 88 KB conversation (min of 15 x 50 parses on two shared cores): the exact pass

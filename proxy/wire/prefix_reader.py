@@ -47,7 +47,8 @@ from typing import Any
 
 import orjson
 
-from proxy.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 
 _HEAD = 128  # bytes of a body that name its family of earlier bodies
 _MARKER = "\x00earlier"
@@ -64,20 +65,6 @@ _CLOSE = re.compile(rb"\s*\]")
 _JSON_SPACE = b" \t\r\n"  # JSON's whitespace: not bytes.strip()'s, which takes \v and \f too
 
 
-@dataclass(frozen=True)
-class KnownPrefix:
-    """What a reading knew of the body's array before parsing it: its first `checked` elements
-    came from an earlier body that the same adapter accepted, and `hashes[i]` identifies element
-    i by its bytes (every element, when the array was located; otherwise empty)."""
-
-    checked: int = 0
-    hashes: tuple[int, ...] = ()
-    # Every top-level key but the array's holds the value an earlier body held, read from the same
-    # bytes: an adapter that accepted that body need not check those keys again.
-    others_known: bool = False
-
-
-NOTHING_KNOWN = KnownPrefix()
 
 
 @dataclass(frozen=True, eq=False)  # one body is itself, not any body of equal bytes

@@ -7,9 +7,9 @@ OpenAI-shaped 400 naming the field, never a 500, and never be counted one way wh
 reads another. Fields the core does not read are not looked at, and are forwarded untouched.
 
 `check_chat_body(value)` is the one check, run by the chat adapter's `parse` (so by the server's
-chat path and the CLI's `count` / `trim` alike) on a body already read strictly;
-`read_chat_body(raw)` reads and checks in one call. Both raise `InvalidBody`, whose message is
-one line and whose `param` names the field.
+chat path and the CLI's `count` / `trim` alike) on a body already read strictly
+(`proxy.wire.chat_body.read_chat_body` reads and checks in one call). It raises `InvalidBody`,
+whose message is one line and whose `param` names the field.
 """
 
 from __future__ import annotations
@@ -18,19 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.core.plan import InvalidBody, validate_body
-from proxy.strict_json import DEFAULT_LIMITS, JsonLimits, UnreadableJson, read_json
 
 MAX_OUTPUT_TOKENS = 2**31 - 1  # above any model's output limit; larger is a client bug, not a budget
 Check = Callable[[Any, str], None]
-
-
-def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:
-    """The body of a chat-completions request, checked; InvalidBody saying what is wrong."""
-    try:
-        value = read_json(raw, limits)
-    except UnreadableJson as exc:
-        raise InvalidBody(str(exc), param=exc.key) from None
-    return check_chat_body(value, require_model=require_model)
 
 
 def check_chat_body(
@@ -38,7 +28,7 @@ def check_chat_body(
 ) -> dict[str, Any]:
     """`value` as a chat-completions body, or InvalidBody naming the first field of the wrong type.
     The first `checked_messages` messages passed this check before (the same values, read from
-    the same bytes of an earlier body: `proxy.prefix_reader`) and are not looked at again; with
+    the same bytes of an earlier body: `proxy.wire.prefix_reader`) and are not looked at again; with
     `checked_others`, neither are the fields other than `messages`."""
     if not isinstance(value, dict):
         raise InvalidBody(f"the request body must be a JSON object, not {_kind(value)}")

@@ -1,6 +1,6 @@
 """YAML -> one frozen `Settings`, built once at start (and again, whole, on a reload).
 
-The schema is written once, here, as frozen dataclasses whose type hints `proxy.config_schema`
+The schema is written once, here, as frozen dataclasses whose type hints `proxy.config.schema`
 checks: every section forbids unknown keys, so a typo is an error instead of a silent default,
 and the defaults, the validation and `config/context-guard.yaml` (a test keeps it equal to the
 defaults) cannot drift apart.
@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 
 from proxy.apis.completions import CompletionsOptions
-from proxy.config_env import expand_environment
-from proxy.config_schema import INTERNAL, Bounds, PositiveFloat, SchemaError, build, dotted, plain, shallow
+from proxy.config.environment import expand_environment
+from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, build, dotted, plain, shallow
+from proxy.config.trim import BudgetSettings, Mode, TrimSettings
+from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.core.calibration import CalibrationPolicy
 from proxy.core.corrections import CorrectionPolicy
 from proxy.core.models import ModelOverride, TokenizerSpec
@@ -37,8 +39,6 @@ from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import build_pipeline
 from proxy.core.tokenizer import DEFAULT_CACHE_BYTES
 from proxy.errors import ConfigError
-from proxy.trim_settings import BudgetSettings, Mode, TrimSettings
-from proxy.upstream_settings import Route, UpstreamSettings
 
 if TYPE_CHECKING:
     pass
@@ -55,7 +55,7 @@ class ServerSettings:
     max_body_bytes: Annotated[int, Bounds(ge=1024)] = 32 * 1024 * 1024
     offload_bytes: Annotated[int, Bounds(ge=0)] = 256 * 1024  # count bodies with more new bytes in a worker thread
     # Earlier bodies kept so that a conversation re-sent with a new turn is parsed only where it is new
-    # (`proxy.prefix_reader`); 0 turns it off. Their parsed values take about three times this.
+    # (`proxy.wire.prefix_reader`); 0 turns it off. Their parsed values take about three times this.
     prefix_memory_bytes: Annotated[int, Bounds(ge=0)] = 8 * 1024 * 1024
     client_keys: tuple[str, ...] = ()
     allow_mode_header: bool = False

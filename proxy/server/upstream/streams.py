@@ -27,7 +27,7 @@ from typing import Any, Literal
 import aiohttp
 from yarl import URL
 
-from proxy.codec import loads
+from proxy.wire.codec import loads
 
 MAX_PEEK_BYTES = 256 * 1024  # a first event larger than this is relayed as data, unread
 # An event of a relayed stream larger than this is relayed as it comes, without being parsed: the

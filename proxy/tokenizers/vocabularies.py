@@ -1,5 +1,5 @@
 """Loads tokenizers from local files only: tiktoken encodings, Hugging Face `tokenizer.json` files,
-and the vocabulary inside a GGUF model file (`proxy.gguf_vocab`).
+and the vocabulary inside a GGUF model file (`proxy.tokenizers.gguf`).
 
 tiktoken fetches an encoding from the network unless its file is already in the directory named
 by `TIKTOKEN_CACHE_DIR`, under the SHA-1 of its download URL, and replaces a file whose hash is
@@ -29,14 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from proxy.bundled import litellm_file
 from proxy.core.models import TokenizerSpec
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
 from proxy.errors import ConfigError, GuardError
-from proxy.gguf_vocab import gguf_encoder
-from proxy.malloc import return_freed_memory
 from proxy.tokenizers.bounded import BOUND_BASE, UnknownBound, bound_terms, bound_tokenizer
+from proxy.tokenizers.bundled import litellm_file
 from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabulary_file
+from proxy.tokenizers.gguf import gguf_encoder
+from proxy.tokenizers.malloc import return_freed_memory
 
 if TYPE_CHECKING:
     import tiktoken

@@ -29,18 +29,19 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from typing import Literal
 
 import aiohttp
 
-from proxy.codec import loads
+from proxy.config.backends import KINDS as KINDS
+from proxy.config.backends import TOKENIZE_MODES as TOKENIZE_MODES
+from proxy.config.backends import BackendOptions as BackendOptions
+from proxy.config.backends import Kind as Kind
+from proxy.config.backends import TokenizeMode as TokenizeMode
 from proxy.core.budget import BudgetPolicy
+from proxy.wire.codec import loads
 
-Kind = Literal["openai", "vertex", "vllm", "llamacpp", "ollama", "generic"]
-KINDS: tuple[str, ...] = get_args(Kind)
 Flavor = Literal["llama-server", "llama-cpp-python", "vllm", "ollama"]
-TokenizeMode = Literal["auto", "local", "backend"]
-TOKENIZE_MODES: tuple[str, ...] = get_args(TokenizeMode)
 
 # Ollama runs a model with `num_ctx` tokens of context unless told otherwise, and silently drops the
 # start of a longer prompt. Its default has been 2048 for most releases; a smaller window guessed
@@ -89,36 +90,6 @@ def profile_for(kind: str) -> BackendProfile:
         return PROFILES[kind]
     except KeyError:
         raise ValueError(f"unknown upstream kind {kind!r}; known: {', '.join(KINDS)}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class BackendOptions:
-    """Per-upstream options (YAML `upstreams.<name>.kind`, `.tokenize`, `.discovery_timeout`,
-    `.tokenize_timeout`, `.framing_timeout`, `.tokenize_concurrency`)."""
-
-    kind: Kind | Literal["auto"] = "auto"
-    tokenize: TokenizeMode = "auto"  # auto: the backend's tokenizer where it has one
-    discovery_timeout: float = 3.0  # all of discovery, at start
-    tokenize_timeout: float = 2.0  # the remote counting of one request, all calls together
-    framing_timeout: float = 30.0  # measuring the template's framing, once per model
-    tokenize_concurrency: int = 4
-    min_output_tokens: int | None = None  # kept free where the server lowers max_tokens; None: default reserve
-
-    def __post_init__(self) -> None:
-        if self.kind != "auto" and self.kind not in KINDS:
-            raise ValueError(f"kind must be auto or one of {', '.join(KINDS)}, not {self.kind!r}")
-        if self.tokenize not in TOKENIZE_MODES:
-            raise ValueError(f"tokenize must be one of {', '.join(TOKENIZE_MODES)}, not {self.tokenize!r}")
-        if not 0 < self.discovery_timeout <= 60:
-            raise ValueError("discovery_timeout must be between 0 and 60 seconds")
-        if not 0 < self.tokenize_timeout <= 60:
-            raise ValueError("tokenize_timeout must be between 0 and 60 seconds")
-        if not 0 < self.framing_timeout <= 300:
-            raise ValueError("framing_timeout must be between 0 and 300 seconds")
-        if not 1 <= self.tokenize_concurrency <= 64:
-            raise ValueError("tokenize_concurrency must be between 1 and 64")
-        if self.min_output_tokens is not None and self.min_output_tokens < 0:
-            raise ValueError("min_output_tokens must be >= 0")
 
 
 @dataclass(frozen=True)

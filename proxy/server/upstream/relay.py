@@ -29,12 +29,12 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.apis.stream_errors import broken_stream_event
+from proxy.config.settings import Settings
+from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.credentials import names_a_client_key
 from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
-from proxy.server.streams import is_event_stream
-from proxy.settings import Settings
-from proxy.upstream_settings import Route, UpstreamSettings
+from proxy.server.upstream.streams import is_event_stream
 
 HOP_BY_HOP = frozenset(
     {
@@ -282,7 +282,7 @@ async def relay(
     broken_event: Callable[[str], bytes] | None = None,
 ) -> Relayed:
     """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
-    begun or filtered; see `proxy.server.streams`). A client that goes away ends the relay
+    begun or filtered; see `proxy.server.upstream.streams`). A client that goes away ends the relay
     (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
     mid-stream ends an event stream cleanly, with an SSE error event (`broken_event`'s, in the
     client's API's grammar; OpenAI's when not given) then EOF; any other body

@@ -1,0 +1,19 @@
+"""A chat-completions body read from its bytes: strict JSON (`proxy.wire.strict_json`), then the
+chat adapter's type checks (`proxy.apis.chat_checks`), in one call for the echo upstream and tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.apis.chat_checks import check_chat_body
+from proxy.core.plan import InvalidBody
+from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, UnreadableJson, read_json
+
+
+def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:
+    """The body of a chat-completions request, checked; InvalidBody saying what is wrong."""
+    try:
+        value = read_json(raw, limits)
+    except UnreadableJson as exc:
+        raise InvalidBody(str(exc), param=exc.key) from None
+    return check_chat_body(value, require_model=require_model)
