@@ -133,7 +133,7 @@ class EncoderTokenizer:
 
     def _sliced(self, text: str) -> int:
         total = 0
-        for span in spans(text):
+        for span in spans(text, SLICE_CHARS):
             if span.exact:
                 total += self._encoded_length(text[span.start : span.end])
             else:

@@ -90,8 +90,8 @@ class _TooLarge(Exception):
 class _Meter:
     """Characters built so far by one namespace's rendering, against `RENDER_BUDGET`."""
 
-    def __init__(self, budget: int = RENDER_BUDGET) -> None:
-        self.left = budget
+    def __init__(self, budget: int | None = None) -> None:
+        self.left = RENDER_BUDGET if budget is None else budget
 
     def charge(self, text: str) -> str:
         self.left -= len(text) + 1  # each call at least one unit: an empty result is work too
