@@ -57,6 +57,7 @@ _ZIP_CHUNK = 64 * 1024
 # The PDF patterns below are linear: each repeats one character class right after a literal
 # that cannot occur inside that class, so no match attempt rescans what another scanned.
 _PDF_STREAM = re.compile(rb"stream\r?\n")
+_PDF_FEED_PER_BYTE = 4  # bytes fed to inflaters per byte of a PDF, at most (see _pdf_bound)
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 _PDF_TREE = re.compile(rb"/Type\s*/Pages\b")
 _PDF_COUNT = re.compile(rb"/Count\s+(\d{1,9})")
@@ -97,19 +98,27 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
 def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
     """(pages, bytes of text at most, whether the inflated streams reached the cap) of a file:
     its bytes and those its Flate streams inflate to are searched for page objects and page
-    trees' counts. A file that is not a PDF is one page of its own bytes. Linear in the file
-    and its inflated bytes: streams do not overlap (one starting inside another is that one's
-    data), and each byte is inflated once at most."""
+    trees' counts. A file that is not a PDF is one page of its own bytes.
+
+    Every `stream` keyword starts a stream that runs to the next `endstream`, as before; what is
+    fed to the inflater is bounded by `_PDF_FEED_PER_BYTE` times the file (a PDF feeds each byte
+    at most twice: its streams, and the object after each `endstream`, whose own `stream\n` the
+    search also finds). A file that would feed more (streams started inside streams) counts as
+    the cap."""
     inflated: list[bytes] = []
-    total, capped, consumed = 0, False, 0
+    total, capped = 0, False
     view = memoryview(raw)
+    feed_left = _PDF_FEED_PER_BYTE * len(raw)
+    end = -1
     for found in _PDF_STREAM.finditer(raw):
-        if found.start() < consumed:  # inside the stream read before: its data, not a stream
-            continue
-        end = raw.find(b"endstream", found.end())
-        if end < 0:
+        if end < found.end():  # the next `endstream`, found once for every start before it
+            end = raw.find(b"endstream", found.end())
+            if end < 0:
+                break
+        feed_left -= end - found.end()
+        if feed_left < 0:
+            total, capped = FILE_INFLATE_CAP, True
             break
-        consumed = end
         inflater = zlib.decompressobj()
         try:
             chunk = inflater.decompress(view[found.end() : end], FILE_INFLATE_CAP - total)
@@ -130,11 +139,12 @@ def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
 def _page_tree_counts(text: bytes) -> list[int]:
     """Every `/Count` that shares a dictionary with a `/Type /Pages` (no `>` between them): the
     page counts a page tree states, and possibly more (an upper bound is what is wanted). One pass
-    over the two patterns' matches, with the `>`s between consecutive ones counted by bytes.count."""
-    trees = [(m.start(), -1) for m in _PDF_TREE.finditer(text)]
-    if not trees:
+    over the two patterns' matches, the `>`s between consecutive ones counted by `bytes.count`."""
+    if b"/Count" not in text or b"/Pages" not in text:  # nothing to pair (a C scan each)
         return []
-    marks = sorted(trees + [(m.start(), int(m.group(1))) for m in _PDF_COUNT.finditer(text)])
+    marks = sorted([(m.start(), -1) for m in _PDF_TREE.finditer(text)] + [
+        (m.start(), int(m.group(1))) for m in _PDF_COUNT.finditer(text)
+    ])  # fmt: skip
     counts: list[int] = []
     segment: list[int] = []  # the counts of the dictionary being read
     has_tree, at = False, 0
