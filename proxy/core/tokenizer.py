@@ -101,10 +101,15 @@ class EncoderTokenizer:
             return [self.count(t) for t in texts]
         whole = [i for i, t in enumerate(texts) if len(t) <= SLICE_CHARS or not self.sliceable]
         counts = [0] * len(texts)
-        for start in range(0, len(whole), _BATCH_TEXTS):  # a bounded batch of token lists at a time
-            batch = whole[start : start + _BATCH_TEXTS]
-            for i, n in zip(batch, self._batch_lengths([texts[i] for i in batch]), strict=True):
-                counts[i] = n
+        batch: list[int] = []
+        chars = 0
+        for position, i in enumerate(whole):  # batches of about `_BATCH_CHARS`: their token lists are held together
+            batch.append(i)
+            chars += len(texts[i])
+            if chars >= _BATCH_CHARS or position == len(whole) - 1:
+                for j, n in zip(batch, self._batch_lengths([texts[j] for j in batch]), strict=True):
+                    counts[j] = n
+                batch, chars = [], 0
         for i, text in enumerate(texts):
             if len(text) > SLICE_CHARS and self.sliceable:
                 counts[i] = self._sliced(text)
@@ -142,8 +147,9 @@ class EncoderTokenizer:
         return total
 
 
-# Texts encoded in one batch call at most: their token lists are held together.
-_BATCH_TEXTS = 64
+# Characters of short texts encoded in one batch call (their token lists are held together: about
+# 10 MB for prose), enough for the encoder to spread them over threads.
+_BATCH_CHARS = 1024 * 1024
 # What a native encoder's failure is never taken for: the task's cancellation and the process's exit.
 _PASSED_ON = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
 

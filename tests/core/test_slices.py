@@ -94,6 +94,11 @@ class TestSlicedCounts:
             assert len(text) > SLICE_CHARS
             assert encoding.count(text) == len(encoding.encode(text)), sample.name
 
+    def test_count_many_equals_each_text_encoded(self, encoding) -> None:
+        texts = [f"message {i}: " + "the water cycle, again " * (i % 50) for i in range(3000)]
+        texts.insert(7, "a long one. " * SLICE_CHARS)
+        assert encoding.count_many(texts) == [len(encoding.encode(t)) for t in texts]
+
     def test_random_letters_are_bounded_by_their_bytes_and_never_under(self, encoding) -> None:
         text = "".join(random.Random(1).choices("abcdefghijklmnopqrstuvwxyz", k=LONG_RUN_CHARS * 5))
         assert encoding.count(text) == len(text) >= len(encoding.encode(text))
