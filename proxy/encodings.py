@@ -295,4 +295,9 @@ def hf_sliceable(config: str) -> bool:
         return False
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     kinds = [step.get("type") for step in steps if isinstance(step, dict)]
-    return bool(kinds) and kinds[-1] == "ByteLevel" and set(kinds) <= {"Split", "ByteLevel", "Digits"}
+    isolated = all(
+        step.get("behavior") == "Isolated" and not step.get("invert")
+        for step in steps
+        if isinstance(step, dict) and step.get("type") == "Split"
+    )
+    return bool(kinds) and kinds[-1] == "ByteLevel" and set(kinds) <= {"Split", "ByteLevel", "Digits"} and isolated

@@ -220,7 +220,7 @@ class TestHfSliceable:
         from proxy.encodings import hf_sliceable
 
         config = {"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}}, {"type": "ByteLevel"}]}}  # fmt: skip
+            {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated"}, {"type": "ByteLevel"}]}}  # fmt: skip
         assert hf_sliceable(json.dumps(config))
 
     @pytest.mark.parametrize(
