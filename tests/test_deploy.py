@@ -85,6 +85,20 @@ class TestKubernetesManifests:
         settings = settings_from_dict(yaml.safe_load(text), "configmap", {"CONTEXT_GUARD_CLIENT_KEY": "k"})
         assert settings.server.client_keys == ("k",) and settings.log.format == "json"
 
+    def test_the_memory_limit_covers_the_documented_bound(self):
+        """docs/security.md: idle RSS, plus each large-body thread's body held, parsed and counted
+        (the body and `PEAK_PER_BODY_MB` per MB of it, plus `PEAK_FIXED_MB`), plus two bodies
+        being received."""
+        from tests.adversarial.test_bounds_memory import PEAK_FIXED_MB, PEAK_PER_BODY_MB
+
+        text = kind("ConfigMap")["data"]["context-guard.yaml"]
+        settings = settings_from_dict(yaml.safe_load(text), "configmap", {"CONTEXT_GUARD_CLIENT_KEY": "k"})
+        body_mb = settings.server.max_body_bytes / 2**20
+        idle_mb, threads = 160, 4  # docs/deployment.md; min(4, cores): a container sees the node's cores
+        needed_mb = idle_mb + threads * ((1 + PEAK_PER_BODY_MB) * body_mb + PEAK_FIXED_MB) + 2 * body_mb
+        limit = kind("Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        assert limit.endswith("Mi") and int(limit[:-2]) >= needed_mb
+
     def test_the_secret_names_every_variable_the_config_reads(self):
         text = kind("ConfigMap")["data"]["context-guard.yaml"]
         secret = kind("Secret")["stringData"]

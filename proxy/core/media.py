@@ -54,9 +54,13 @@ _ZIP_ENTRY_BYTES = 128  # a directory entry's bytes, at most, for the names a do
 _ZIP_ENCRYPTED = 0x1
 _ZIP_STORED, _ZIP_DEFLATED = 0, 8  # the compression methods read (zipfile's ZIP_STORED, ZIP_DEFLATED)
 _ZIP_CHUNK = 64 * 1024
+# The PDF patterns below are linear: each repeats one character class right after a literal
+# that cannot occur inside that class, so no match attempt rescans what another scanned.
 _PDF_STREAM = re.compile(rb"stream\r?\n")
+_PDF_FEED_PER_BYTE = 4  # bytes fed to inflaters per byte of a PDF, at most (see _pdf_bound)
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
-_PDF_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d{1,9})|/Count\s+(\d{1,9})[^>]*?/Type\s*/Pages\b")
+_PDF_TREE = re.compile(rb"/Type\s*/Pages\b")
+_PDF_COUNT = re.compile(rb"/Count\s+(\d{1,9})")
 
 
 def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
@@ -94,16 +98,30 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
 def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
     """(pages, bytes of text at most, whether the inflated streams reached the cap) of a file:
     its bytes and those its Flate streams inflate to are searched for page objects and page
-    trees' counts. A file that is not a PDF is one page of its own bytes."""
+    trees' counts. A file that is not a PDF is one page of its own bytes.
+
+    Every `stream` keyword starts a stream that runs to the next `endstream`, as before; what is
+    fed to the inflater is bounded by `_PDF_FEED_PER_BYTE` times the file (a PDF feeds each byte
+    at most twice: its streams, and the object after each `endstream`, whose own `stream\n` the
+    search also finds). A file that would feed more (streams started inside streams) counts as
+    the cap."""
     inflated: list[bytes] = []
     total, capped = 0, False
+    view = memoryview(raw)
+    feed_left = _PDF_FEED_PER_BYTE * len(raw)
+    end = -1
     for found in _PDF_STREAM.finditer(raw):
-        end = raw.find(b"endstream", found.end())
-        if end < 0:
+        if end < found.end():  # the next `endstream`, found once for every start before it
+            end = raw.find(b"endstream", found.end())
+            if end < 0:
+                break
+        feed_left -= end - found.end()
+        if feed_left < 0:
+            total, capped = FILE_INFLATE_CAP, True
             break
         inflater = zlib.decompressobj()
         try:
-            chunk = inflater.decompress(raw[found.end() : end], FILE_INFLATE_CAP - total)
+            chunk = inflater.decompress(view[found.end() : end], FILE_INFLATE_CAP - total)
         except zlib.error:  # not Flate (an image's DCT, or plain): its raw bytes are counted already
             continue
         inflated.append(chunk)
@@ -114,8 +132,35 @@ def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
     objects, counts = 0, [0]
     for text in (raw, *inflated):
         objects += len(_PDF_PAGE.findall(text))
-        counts += (int(a or b) for a, b in _PDF_COUNT.findall(text))
+        counts += _page_tree_counts(text)
     return max(1, objects, *counts), len(raw) + total, capped
+
+
+def _page_tree_counts(text: bytes) -> list[int]:
+    """Every `/Count` that shares a dictionary with a `/Type /Pages` (no `>` between them): the
+    page counts a page tree states, and possibly more (an upper bound is what is wanted). One pass
+    over the two patterns' matches, the `>`s between consecutive ones counted by `bytes.count`."""
+    if b"/Count" not in text or b"/Pages" not in text:  # nothing to pair (a C scan each)
+        return []
+    marks = sorted([(m.start(), -1) for m in _PDF_TREE.finditer(text)] + [
+        (m.start(), int(m.group(1))) for m in _PDF_COUNT.finditer(text)
+    ])  # fmt: skip
+    counts: list[int] = []
+    segment: list[int] = []  # the counts of the dictionary being read
+    has_tree, at = False, 0
+    for position, value in marks:
+        if text.count(b">", at, position):  # a dictionary closed since the last mark
+            if has_tree:
+                counts += segment
+            segment, has_tree = [], False
+        at = position
+        if value < 0:
+            has_tree = True
+        else:
+            segment.append(value)
+    if has_tree:
+        counts += segment
+    return counts
 
 
 def _zip_bound(raw: bytes) -> tuple[int, int, bool]:

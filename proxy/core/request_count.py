@@ -42,7 +42,15 @@ from proxy.core.openings import (
     still_marked_alike,
 )
 from proxy.core.roles import latest_user_index
-from proxy.core.tokenizer import SHORT_ENTRIES, SHORT_TEXT, CountCache, Tokenizer, count_text
+from proxy.core.tokenizer import (
+    SHORT_ENTRIES,
+    SHORT_TEXT,
+    CountCache,
+    Tokenizer,
+    bounded_text,
+    count_text,
+    note_bounded_text,
+)
 from proxy.core.tool_calls import (
     ResultContext,
     calls_tokens,
@@ -232,6 +240,7 @@ class RequestCounter:
     def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = ()) -> RequestCount:
         """The body's count; `message_hashes` as for `_message_keys`. With them, the counts of
         the opening it shares with a request counted before are carried (`proxy.core.openings`)."""
+        recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.slices)
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         counts, tally = self._counts_with_openings(messages, message_hashes)
@@ -254,6 +263,9 @@ class RequestCounter:
         components["images"] += tally.media
         components["tool_calls"] += tally.calls
         notes: list[str] = [*tool_count.notes, *format_count.notes, *documents.notes, *tally.notes]
+        bounded = bounded_text(recording).note()
+        if bounded:
+            notes.append(bounded)
         if self.fmt.messages_bound:
             notes.append(self.fmt.messages_bound)
         if not self.profile.known:

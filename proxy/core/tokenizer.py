@@ -17,14 +17,18 @@ display name: two `tokenizer.json` files with the same name must never share cou
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from proxy.core.slices import SLICE_CHARS, spans, utf8_bytes
 
 
 class Tokenizer(Protocol):
@@ -51,6 +55,14 @@ class EncoderTokenizer:
 
     `encode` returns token ids for a text with no special-token handling: user content that
     happens to contain `<|endoftext|>` is text, which is how the providers treat it.
+
+    A text longer than `SLICE_CHARS` is counted in slices cut where the count stays exact
+    (`proxy.core.slices`), so that no token list longer than a slice's is ever held; stretches
+    with no such cut are counted by `bound` (UTF-8 bytes: one token a byte at most for byte-level
+    BPE) and noted (`BoundedText`). `sliceable` False (a vocabulary whose pre-tokeniser the cut
+    rule was not proven for, such as SentencePiece's) encodes every text whole, as before.
+    Whatever the native encoder raises (tiktoken panics on about a million spaces in a row with
+    a `BaseException`) is caught short of cancellation and exit, and that text counted by `bound`.
     """
 
     base_name: str
@@ -62,6 +74,9 @@ class EncoderTokenizer:
     # Where the vocabulary came from, when `base_name` alone does not say (a tokenizer file's path
     # and content hash); part of `identity`, so counts are never shared between two vocabularies.
     source_id: str = ""
+    sliceable: bool = True
+    # An upper bound of the count of a text, without encoding it (UTF-8 bytes by default).
+    bound: Callable[[str], int] = utf8_bytes
 
     @property
     def name(self) -> str:
@@ -78,16 +93,106 @@ class EncoderTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        n = len(self.encode(text))  # type: ignore[arg-type]  # both encoders return sized sequences
+        n = self._encoded_length(text) if len(text) <= SLICE_CHARS or not self.sliceable else self._sliced(text)
         return n if self.multiplier == 1.0 else math.ceil(n * self.multiplier)
 
     def count_many(self, texts: list[str]) -> list[int]:
         if self.encode_batch is None or len(texts) < 2:
             return [self.count(t) for t in texts]
-        lengths = [len(ids) for ids in self.encode_batch(texts)]
+        whole = [i for i, t in enumerate(texts) if len(t) <= SLICE_CHARS or not self.sliceable]
+        counts = [0] * len(texts)
+        batch: list[int] = []
+        chars = 0
+        for position, i in enumerate(whole):  # batches of about `_BATCH_CHARS`: their token lists are held together
+            batch.append(i)
+            chars += len(texts[i])
+            if chars >= _BATCH_CHARS or position == len(whole) - 1:
+                for j, n in zip(batch, self._batch_lengths([texts[j] for j in batch]), strict=True):
+                    counts[j] = n
+                batch, chars = [], 0
+        for i, text in enumerate(texts):
+            if len(text) > SLICE_CHARS and self.sliceable:
+                counts[i] = self._sliced(text)
         if self.multiplier == 1.0:
-            return lengths
-        return [math.ceil(n * self.multiplier) for n in lengths]
+            return counts
+        return [math.ceil(n * self.multiplier) for n in counts]
+
+    def _batch_lengths(self, texts: list[str]) -> list[int]:
+        assert self.encode_batch is not None
+        try:
+            return [len(ids) for ids in self.encode_batch(texts)]
+        except _PASSED_ON:
+            raise
+        except BaseException:  # a native panic: each text alone, as far as it counts
+            return [self._encoded_length(t) for t in texts]
+
+    def _encoded_length(self, text: str) -> int:
+        try:
+            return len(self.encode(text))  # type: ignore[arg-type]  # both encoders return sized sequences
+        except _PASSED_ON:
+            raise
+        except BaseException:  # a native library's panic or error: bounded instead
+            bound = self.bound(text)
+            _note_bounded(len(text), "the encoder failed on it")
+            return bound
+
+    def _sliced(self, text: str) -> int:
+        total = 0
+        for span in spans(text, SLICE_CHARS):
+            if span.exact:
+                total += self._encoded_length(text[span.start : span.end])
+            else:
+                total += self.bound(text[span.start : span.end])
+                _note_bounded(span.end - span.start, "no word boundary")
+        return total
+
+
+# Characters of short texts encoded in one batch call (their token lists are held together: about
+# 10 MB for prose), enough for the encoder to spread them over threads.
+_BATCH_CHARS = 1024 * 1024
+# What a native encoder's failure is never taken for: the task's cancellation and the process's exit.
+_PASSED_ON = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+@dataclass(slots=True)
+class BoundedText:
+    """What a request's counting bounded instead of encoding: stretches and their characters."""
+
+    stretches: int = 0
+    chars: int = 0
+    reasons: set[str] = field(default_factory=set)
+
+    def note(self) -> str | None:
+        if not self.stretches:
+            return None
+        why = " and ".join(sorted(self.reasons))
+        return (
+            f"text: {self.stretches} stretch(es) of {self.chars} characters ({why}) counted at one token per "
+            "UTF-8 byte, an upper bound"
+        )
+
+
+_BOUNDED: ContextVar[BoundedText | None] = ContextVar("context_guard_bounded_text", default=None)
+
+
+def note_bounded_text() -> Token[BoundedText | None]:
+    """Start recording, for the counting that follows in this thread or task, what is bounded
+    instead of encoded; `bounded_text(token)` ends it and returns the record."""
+    return _BOUNDED.set(BoundedText())
+
+
+def bounded_text(token: Token[BoundedText | None]) -> BoundedText:
+    record = _BOUNDED.get() or BoundedText()
+    _BOUNDED.reset(token)
+    return record
+
+
+def _note_bounded(chars: int, reason: str) -> None:
+    record = _BOUNDED.get()
+    if record is not None:
+        record.stretches += 1
+        record.chars += chars
+        record.reasons.add(reason)
 
 
 @dataclass(frozen=True, slots=True)

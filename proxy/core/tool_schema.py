@@ -32,6 +32,14 @@ Anything else (`$ref`, `oneOf`/`allOf`, a list of types, formats, bounds, multi-
 descriptions, `strict`) has no published or measured rendering. It is rendered here in a form
 that costs at least what the API is likely to show (unknown keywords become comments), and the
 rendering says it is an estimate, so the count is reported as not exact.
+
+`$ref`s are written out in place and a list of types renders the schema once per type, so a
+small schema can expand exponentially (a chain of `$defs` each referring to the next K times
+grows as K to the power of its depth). Rendering is therefore metered: every string the renderer
+builds is charged to a budget of `RENDER_BUDGET` characters. A function that exhausts it is not
+rendered; it is counted by `expansion_bound()`, an upper bound of its rendering's UTF-8 bytes
+(at most one token each) computed from the schema's shape without expanding it, and the
+rendering says so.
 """
 
 from __future__ import annotations
@@ -48,6 +56,17 @@ _MEASURED_KEYWORDS = frozenset(
 # Keywords that change nothing the model is shown, whatever their value.
 _SILENT_KEYWORDS = frozenset({"additionalProperties", "title", "$schema", "$id", "$comment"})
 _MAX_DEPTH = 24  # a deeper schema is hostile; its JSON is shown as a comment instead
+# Characters the renderer may build for one namespace (each string it makes, counted as built:
+# a nested object's text is counted again in its parent's). Past it, a function is bounded.
+RENDER_BUDGET = 4 * 1024 * 1024
+# What one schema visited adds to a rendering besides its children's text, at most, in bytes per
+# byte of the function's JSON (a description line costs its text, `// ` and the indentation of
+# up to `_MAX_DEPTH` levels of four spaces: about 54 bytes for a `\\n` of 2) and a constant.
+_BYTES_PER_JSON_BYTE = 64
+_BYTES_PER_VISIT = 512
+# The largest bound reported: past every model's window, so the decision it leads to (the
+# request does not fit) is the one the true figure would give, and it stays a 64-bit integer.
+BOUND_CAP = 1 << 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +75,29 @@ class Rendering:
 
     text: str
     estimates: tuple[str, ...] = ()
+    # UTF-8 bytes (an upper bound of tokens) of functions too large to render, not in `text`.
+    unrendered_bytes: int = 0
 
     @property
     def exact(self) -> bool:
         return not self.estimates
+
+
+class _TooLarge(Exception):
+    """The rendering ran past its budget."""
+
+
+class _Meter:
+    """Characters built so far by one namespace's rendering, against `RENDER_BUDGET`."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.left = RENDER_BUDGET if budget is None else budget
+
+    def charge(self, text: str) -> str:
+        self.left -= len(text) + 1  # each call at least one unit: an empty result is work too
+        if self.left < 0:
+            raise _TooLarge
+        return text
 
 
 def function_definition(tool: object) -> Mapping[str, Any] | None:
@@ -85,16 +123,28 @@ def render_namespace(functions: Iterable[Mapping[str, Any]], shows_all: bool = F
     `shows_all`, as a reasoning model may: every title, description and example)."""
     lines = ["namespace functions {", ""]
     estimates: list[str] = []
+    meter, unrendered = _Meter(), 0
     for function in functions:
-        rendered = render_function(function, shows_all)
+        rendered = render_function(function, shows_all, meter)
         lines.append(rendered.text)
         estimates += rendered.estimates
+        unrendered += rendered.unrendered_bytes
     lines.append("} // namespace functions")
-    return Rendering("\n".join(lines), tuple(dict.fromkeys(estimates)))
+    return Rendering("\n".join(lines), tuple(dict.fromkeys(estimates)), min(unrendered, BOUND_CAP))
 
 
-def render_function(function: Mapping[str, Any], shows_all: bool = False) -> Rendering:
-    """One function's declaration, with the empty line that follows it in the namespace."""
+def render_function(function: Mapping[str, Any], shows_all: bool = False, meter: _Meter | None = None) -> Rendering:
+    """One function's declaration, with the empty line that follows it in the namespace; a
+    function whose rendering runs past the budget is bounded instead (`unrendered_bytes`)."""
+    try:
+        return _render_function(function, shows_all, meter or _Meter())
+    except _TooLarge:
+        bound = expansion_bound(function)
+        note = f"schema expands past {RENDER_BUDGET} characters ($ref or type lists): bounded at {bound} bytes"
+        return Rendering("", (note,), bound)
+
+
+def _render_function(function: Mapping[str, Any], shows_all: bool, meter: _Meter) -> Rendering:
     estimates: list[str] = []
     name = _text(function.get("name"))
     lines = _comment(_text(function.get("description")), estimates)
@@ -114,7 +164,7 @@ def render_function(function: Mapping[str, Any], shows_all: bool = False) -> Ren
         estimates.append("strict functions have no measured rendering")
     properties = _properties(parameters)
     if properties:
-        schema = _Schema(parameters if isinstance(parameters, Mapping) else {}, estimates, shows_all)
+        schema = _Schema(parameters if isinstance(parameters, Mapping) else {}, estimates, shows_all, meter)
         lines.append(f"type {name} = (_: {{")
         lines.append(schema.properties(parameters if isinstance(parameters, Mapping) else {}, 0, 0))
         lines.append("}) => any;")
@@ -127,8 +177,11 @@ def render_function(function: Mapping[str, Any], shows_all: bool = False) -> Ren
 class _Schema:
     """Renders the properties of one function's parameters; `$ref`s resolve against its root."""
 
-    def __init__(self, root: Mapping[str, Any], estimates: list[str], shows_all: bool = False) -> None:
+    def __init__(
+        self, root: Mapping[str, Any], estimates: list[str], shows_all: bool = False, meter: _Meter | None = None
+    ) -> None:
         self.shows_all = shows_all
+        self.meter = meter or _Meter()
         self.definitions: dict[str, Any] = {}
         for key in ("$defs", "definitions"):
             if isinstance(root.get(key), Mapping):
@@ -151,20 +204,20 @@ class _Schema:
             if "default" in prop:
                 line += f" // default: {_json(prop['default'])}"
             lines.append(line)
-        return "\n".join(" " * indent + line for line in lines)
+        return self.meter.charge("\n".join(" " * indent + line for line in lines))
 
     def type(self, schema: Mapping[str, Any], indent: int, depth: int) -> str:
         """The type expression of `schema`; keywords without a measured rendering follow it as a
         comment, so that they are counted rather than ignored."""
         if depth > _MAX_DEPTH:
             self.estimates.append("schema nested too deep")
-            return "any /* " + _json(schema) + " */"
+            return self.meter.charge("any /* " + _json(schema) + " */")
         unknown = _unknown_keywords(schema, set())
         if not unknown:
-            return self._type(schema, indent, depth)
+            return self.meter.charge(self._type(schema, indent, depth))
         self.estimates.append("unmeasured schema keywords: " + ", ".join(sorted(unknown)))
         shown = "; ".join(f"{key}: {_json(value)}" for key, value in unknown.items())
-        return f"{self._type(schema, indent, depth)} /* {shown} */"
+        return self.meter.charge(f"{self._type(schema, indent, depth)} /* {shown} */")
 
     def _type(self, schema: Mapping[str, Any], indent: int, depth: int) -> str:
         if "$ref" in schema:
@@ -202,7 +255,7 @@ class _Schema:
             return "\n".join([*own, "{", self.properties(schema, indent + 4, depth), "}"])
         if kind == "array":
             items = schema.get("items")
-            return f"{self.type(items, indent, depth)}[]" if isinstance(items, Mapping) else "any[]"
+            return f"{self.type(items, indent, depth + 1)}[]" if isinstance(items, Mapping) else "any[]"
         self.estimates.append(f"a schema of type {kind!r} has no measured rendering")
         return "any"
 
@@ -216,6 +269,59 @@ class _Schema:
         if not isinstance(definition, Mapping):
             return f"any /* {_json(target)} */"
         return self.type(definition, indent, depth + 1)
+
+
+def expansion_bound(function: Mapping[str, Any]) -> int:
+    """An upper bound of the UTF-8 bytes of `function`'s rendering, whatever its `$ref`s and type
+    lists expand to, computed without expanding them: the schemas the renderer would visit (each
+    `$ref` and each type of a list counted as a visit of its own, memoised by schema and depth),
+    times what one visit may add (`_BYTES_PER_JSON_BYTE` per byte of the function's JSON, plus
+    `_BYTES_PER_VISIT`), plus the function's own lines. Capped at `BOUND_CAP`."""
+    size = len(_json(function).encode("utf-8", "surrogatepass"))
+    parameters = function.get("parameters")
+    root = parameters if isinstance(parameters, Mapping) else {}
+    definitions: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        if isinstance(root.get(key), Mapping):
+            definitions.update(root[key])
+    visits = 1 + sum(_visits(_mapping(p), 1, definitions, {}) for p in _properties(root).values())
+    per_visit = _BYTES_PER_JSON_BYTE * size + _BYTES_PER_VISIT
+    return min(BOUND_CAP, visits * per_visit + per_visit)
+
+
+def _visits(
+    schema: Mapping[str, Any], depth: int, definitions: Mapping[str, Any], memo: dict[tuple[int, int], int]
+) -> int:
+    """How many times `_Schema.type` runs for `schema` at `depth`, at most (every child the
+    renderer may descend into, whichever branch it takes)."""
+    if depth > _MAX_DEPTH:
+        return 1
+    key = (id(schema), depth)
+    known = memo.get(key)
+    if known is not None:
+        return known
+    memo[key] = BOUND_CAP  # a cycle cannot occur (depth grows), but never loop on one
+    children = 0
+    target = schema.get("$ref")
+    if target is not None:
+        name = str(target).rsplit("/", 1)[-1]
+        definition = definitions.get(name) if str(target).startswith("#/") else None
+        if isinstance(definition, Mapping):
+            children += _visits(definition, depth + 1, definitions, memo)
+    for composite in ("anyOf", "oneOf", "allOf"):
+        entries = schema.get(composite)
+        if isinstance(entries, list):
+            children += sum(_visits(_mapping(e), depth + 1, definitions, memo) for e in entries)
+    own = sum(_visits(_mapping(p), depth + 1, definitions, memo) for p in _properties(schema).values())
+    items = schema.get("items")
+    own += _visits(items, depth + 1, definitions, memo) if isinstance(items, Mapping) else 0
+    kinds = schema.get("type")
+    if isinstance(kinds, list):  # each type renders the schema again, one level deeper
+        single = 1 + own + children if depth + 1 <= _MAX_DEPTH else 1
+        children += len(kinds) * single
+    total = min(BOUND_CAP, 1 + children + own)
+    memo[key] = total
+    return total
 
 
 def _shown_all(schema: Mapping[str, Any], estimates: list[str]) -> list[str]:

@@ -11,6 +11,10 @@ API-reported counts pinned in tests/core/test_tools_api_counts.py, from gpt-3.5-
 gpt-4.1; strict functions (the Responses default) are counted the same way and flagged, since
 one measured Responses case costs less than this rendering.
 
+A function whose schema expands past `RENDER_BUDGET` characters (`$ref` chains, type lists) is
+not rendered: the namespace is then counted at one token per UTF-8 byte of what was rendered plus
+that function's `expansion_bound()`, an upper bound for a byte-level vocabulary.
+
 Forcing costs `forced_call_overhead` (4) plus the function's name as tokenized after the dot of
 `functions.NAME` (`ChatFormat.call_name_prefix`, as for a call); `function_call: "none"` costs
 `choice_none` (1). Both were measured with legacy `function_call`; the same rules are used for
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.models import ChatFormat
+from proxy.core.slices import utf8_bytes
 from proxy.core.tokenizer import CountCache, Tokenizer, count_text
 from proxy.core.tool_schema import function_definition, render_namespace
 
@@ -102,7 +107,11 @@ def functions_tokens(
         tokens = fmt.functions_overhead + count_text(tokenizer, text, cache)
         return ToolsCount(tokens, ("tool definitions: this model's template is not published; counted as JSON",))
     rendering = render_namespace(functions, shows_all=not fmt.tools_measured)
-    tokens = fmt.functions_overhead + count_text(tokenizer, rendering.text, cache)
+    if rendering.unrendered_bytes:  # a function too large to render: the namespace by its bytes
+        text_tokens = utf8_bytes(rendering.text) + rendering.unrendered_bytes
+    else:
+        text_tokens = count_text(tokenizer, rendering.text, cache)
+    tokens = fmt.functions_overhead + text_tokens
     system = first_system_text(messages)
     if system is not None:
         # The namespace joins the system message, which gains a newline (that may merge with its

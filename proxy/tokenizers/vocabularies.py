@@ -126,11 +126,13 @@ class Tokenizers:
             ratio, _, mode = spec.source.partition(":")
             return CharEstimateTokenizer(float(ratio), "byte" if mode == "bytes" else "char")
         if spec.kind == "huggingface":
+            encode, sliceable = _hf_encoder(spec.source)
             return EncoderTokenizer(
                 f"hf:{Path(spec.source).name}",
-                _hf_encoder(spec.source),
+                encode,
                 spec.multiplier,
                 source_id=tokenizer_file_id(spec.source),
+                sliceable=sliceable,
             )
         if spec.kind == "vocab":  # a model family's own vocabulary, shipped in a package (proxy.tokenizers)
             try:
@@ -268,15 +270,17 @@ def tokenizer_file_id(path: str) -> str:
     return f"{file.resolve()}:{digest}"
 
 
-def _hf_encoder(path: str):  # type: ignore[no-untyped-def]  # returns a closure over the tokenizer
-    """`huggingface:<path>`: a `tokenizer.json` file, or the vocabulary inside a `.gguf` model file."""
+def _hf_encoder(path: str) -> tuple[Callable[[str], list[int]], bool]:
+    """`huggingface:<path>`: a `tokenizer.json` file, or the vocabulary inside a `.gguf` model file;
+    and whether its texts may be counted in slices (`proxy.core.slices`): a byte-level BPE
+    vocabulary whose normaliser is none or NFC, as every GGUF vocabulary read here is."""
     from tokenizers import Tokenizer as HfTokenizer
 
     if not Path(path).is_file():
         raise TokenizerUnavailable(f"Hugging Face tokenizer file {path!r} does not exist")
     if path.lower().endswith(".gguf"):
         try:
-            return gguf_encoder(path)
+            return gguf_encoder(path), True
         except (OSError, ValueError, KeyError, struct.error) as exc:
             raise TokenizerUnavailable(f"the vocabulary of GGUF file {path!r} failed to load: {exc}") from exc
     try:
@@ -288,4 +292,33 @@ def _hf_encoder(path: str):  # type: ignore[no-untyped-def]  # returns a closure
         ids: list[int] = tokenizer.encode(text, add_special_tokens=False).ids
         return ids
 
-    return encode
+    return encode, hf_sliceable(tokenizer.to_str())
+
+
+def hf_sliceable(config: str) -> bool:
+    """Whether a `tokenizer.json`'s texts count exactly in slices cut as `proxy.core.slices` cuts
+    them: its pre-tokeniser ends in `ByteLevel` (regular-expression splits of GPT-2's kind, or
+    `ByteLevel`'s own) and its normaliser is none or NFC. SentencePiece-style vocabularies (a
+    `Metaspace` or no pre-tokeniser: BPE runs over the whole text) are encoded whole."""
+    import json
+
+    try:
+        parsed = json.loads(config)
+    except ValueError:
+        return False
+    normalizer, pre = parsed.get("normalizer"), parsed.get("pre_tokenizer")
+    if isinstance(normalizer, dict) and normalizer.get("type") == "Sequence":
+        inner = normalizer.get("normalizers") or []
+        normalizer = inner[0] if len(inner) == 1 else (None if not inner else normalizer)
+    if normalizer is not None and normalizer.get("type") != "NFC":
+        return False
+    if not isinstance(pre, dict):
+        return False
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    kinds = [step.get("type") for step in steps if isinstance(step, dict)]
+    isolated = all(
+        step.get("behavior") == "Isolated" and not step.get("invert")
+        for step in steps
+        if isinstance(step, dict) and step.get("type") == "Split"
+    )
+    return bool(kinds) and kinds[-1] == "ByteLevel" and set(kinds) <= {"Split", "ByteLevel", "Digits"} and isolated

@@ -153,7 +153,9 @@ def model_list_windows(data: object) -> tuple[Flavor | None, dict[str, int]]:
     return flavor, windows
 
 
-_NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.M)
+# One line (spaces and tabs only: `\s` would also take newlines, and rescan each run of blank lines from every
+# line start in it, quadratic in an upstream's answer).
+_NUM_CTX = re.compile(r"^[ \t]*num_ctx[ \t]+(\d+)[ \t\r]*$", re.M)
 
 
 def ollama_show_window(data: object) -> int:

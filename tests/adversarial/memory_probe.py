@@ -1,0 +1,72 @@
+"""Run as a script: parse and count one 30 MB chat body of a given kind, and print what it cost
+as JSON: {"body_mb", "peak_mb" (peak RSS over the RSS with the body's bytes held), "cpu_s", "tokens"}.
+
+Run in a process of its own so that its peak RSS is its own (Linux: /proc/self/clear_refs resets it).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from proxy.core.models import ModelRegistry
+from proxy.core.tokenizer import CountCache
+from proxy.core.tokens import RequestCounter
+from proxy.encodings import Tokenizers
+from proxy.model_map import load_model_map
+from proxy.strict_json import loads_strict
+
+SAMPLES = "tests/data/samples/"
+
+
+def text_of(kind: str, size: int) -> str:
+    if kind == "prose":
+        base = Path(SAMPLES, "english.txt").read_text(encoding="utf-8")
+    elif kind == "cjk":
+        base, size = Path(SAMPLES, "chinese.txt").read_text(encoding="utf-8"), size // 3  # 3 bytes a character
+    elif kind == "a-repeated":
+        base = " a" * 4096
+    elif kind == "random-letters":
+        base = "".join(random.Random(1).choices("abcdefghijklmnopqrstuvwxyz", k=1 << 20))
+    elif kind == "whitespace":
+        base = " \t" * 4096
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+    return (base * (size // len(base) + 1))[:size]
+
+
+def megabytes(key: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(key)
+
+
+def main(kind: str, size_mb: float, model: str) -> None:
+    profile = ModelRegistry(load_model_map()).profile(model)
+    # With the count cache the server uses: its key hashes each long text's UTF-8 bytes (a copy).
+    counter = RequestCounter(profile, Tokenizers().get(profile.tokenizer), CountCache())
+    counter.request({"messages": [{"role": "user", "content": "warm up"}]})
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": text_of(kind, int(size_mb * 1024 * 1024))}]},
+        ensure_ascii=False,
+    ).encode()
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # the peak RSS starts again from here
+    held = megabytes("VmRSS")
+    started = time.process_time()
+    count = counter.request(loads_strict(body))
+    cpu = time.process_time() - started
+    peak = megabytes("VmHWM") - held
+    print(json.dumps({"body_mb": len(body) / 2**20, "peak_mb": peak, "cpu_s": cpu, "tokens": count.total,
+                      "notes": list(count.notes)}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "gpt-4o")
