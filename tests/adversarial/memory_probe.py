@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 from proxy.core.models import ModelRegistry
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache
-from proxy.core.tokens import RequestCounter
-from proxy.encodings import Tokenizers
-from proxy.model_map import load_model_map
-from proxy.strict_json import loads_strict
+from proxy.tokenizers.model_map import load_model_map
+from proxy.tokenizers.vocabularies import Tokenizers
+from proxy.wire.strict_json import loads_strict
 
 SAMPLES = "tests/data/samples/"
 

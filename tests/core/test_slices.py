@@ -17,7 +17,7 @@ from proxy.core import slices, tokenizer
 from proxy.core.models import TokenizerSpec
 from proxy.core.slices import LONG_RUN_CHARS, SLICE_CHARS, spans, utf8_bytes
 from proxy.core.tokenizer import EncoderTokenizer, bounded_text, note_bounded_text
-from proxy.encodings import Tokenizers
+from proxy.tokenizers.vocabularies import Tokenizers
 
 # Pieces that meet at every kind of edge the pre-tokenisers treat specially: contractions,
 # digits, marks, CJK and its punctuation, whitespace runs, newlines, emoji, lone surrogates.
@@ -217,7 +217,7 @@ class TestHfSliceable:
     """Only byte-level vocabularies with regular-expression pre-tokenisers are counted in slices."""
 
     def test_a_byte_level_vocabulary_is_sliceable(self) -> None:
-        from proxy.encodings import hf_sliceable
+        from proxy.tokenizers.vocabularies import hf_sliceable
 
         config = {"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated"}, {"type": "ByteLevel"}]}}  # fmt: skip
@@ -235,6 +235,6 @@ class TestHfSliceable:
         ids=["sentencepiece", "metaspace", "nfkc", "whitespace"],
     )  # fmt: skip
     def test_others_are_encoded_whole(self, config: dict[str, object]) -> None:
-        from proxy.encodings import hf_sliceable
+        from proxy.tokenizers.vocabularies import hf_sliceable
 
         assert not hf_sliceable(json.dumps(config))

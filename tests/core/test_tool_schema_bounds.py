@@ -14,7 +14,7 @@ from proxy.core import tool_schema
 from proxy.core.models import TokenizerSpec
 from proxy.core.tool_schema import BOUND_CAP, RENDER_BUDGET, expansion_bound, render_function, render_namespace
 from proxy.core.tools import functions_tokens
-from proxy.encodings import Tokenizers
+from proxy.tokenizers.vocabularies import Tokenizers
 
 
 def ref_chain(fan_out: int, depth: int, leaf: dict[str, Any] | None = None) -> dict[str, Any]:
