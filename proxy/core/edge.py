@@ -52,10 +52,11 @@ def lower_bound(count: int, exact: bool, ratio: float | None) -> int | None:
 
 
 def bound_ratio_of(tokenizer: object, assumed: float | None = None) -> float | None:
-    """The tokenizer's own `bound_ratio`, else the operator's `assumed` one."""
+    """The tokenizer's own `bound_ratio` or the operator's `assumed` one, the larger when both are
+    known: a larger ratio only widens the band where the provider is asked, never cuts more."""
     ratio = getattr(tokenizer, "bound_ratio", None)
     if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio >= 1.0:
-        return float(ratio)
+        return max(float(ratio), assumed) if assumed is not None else float(ratio)
     return assumed
 
 

@@ -40,7 +40,7 @@ from proxy.errors import (
 )
 from proxy.server.backends.counting import Choice, near_loop, off_loop
 from proxy.server.backends.profiles import budget_policy
-from proxy.server.backends.provider_count import EdgeRequest, at_edge, credentials
+from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
 from proxy.server.client_scope import client_scope
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
@@ -150,7 +150,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         decision = await near_loop(attempts.start, size=len(raw), client=client)
     if choice.source != "backend" and upstream.provider_count:  # bounds straddling the budget: the upstream counts
         edge = EdgeRequest.of(upstream, served, endpoint.api, parsed.body, parsed.chat, counting.discoveries)
-        headers = functools.partial(credentials, request, gw, upstream)
+        headers = functools.partial(_count_call_headers, request, gw, upstream)
         decision, decided = await at_edge(
             gw.provider_counts, session, headers, edge, attempts, decision, choice.tokenizer, record.notes
         )
@@ -275,6 +275,16 @@ async def _summarised(
     view = with_summary(view, request, outcome.text, outcome.status, plan.counter)
     body = adapter.render(parsed, view.body, view.removals, view.inserted)  # in the API's own shape
     return attempts.revised(dataclasses.replace(plan, result=dataclasses.replace(view, body=body), view=view))
+
+
+async def _count_call_headers(request: web.Request, gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
+    """The headers of a provider count call: the forwarded request's credential and nothing else."""
+    keys = gw.settings.server.client_keys
+    try:
+        auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
+    except GuardError:  # no credential now: the call goes without, fails, and the upper bound stands
+        auth = None
+    return count_call_headers(request.headers, upstream, auth, keys)
 
 
 async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:

@@ -53,9 +53,12 @@ class TestBounds:
     def test_a_bound_without_a_ratio_has_no_lower_bound(self) -> None:
         assert lower_bound(1000, False, None) is None
 
-    def test_the_tokenizers_own_ratio_comes_before_the_assumed_one(self) -> None:
+    def test_the_larger_of_the_tokenizers_own_ratio_and_the_assumed_one_is_taken(self) -> None:
+        """A larger ratio only widens the band where the provider is asked."""
         assert isinstance(_BoundTokenizer(), Bounded)
-        assert bound_ratio_of(_BoundTokenizer(), 3.0) == 1.5
+        assert bound_ratio_of(_BoundTokenizer(), 3.0) == 3.0
+        assert bound_ratio_of(_BoundTokenizer(), 1.2) == 1.5
+        assert bound_ratio_of(_BoundTokenizer()) == 1.5
         assert bound_ratio_of(object(), 3.0) == 3.0
 
     @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +26,13 @@ import aiohttp
 from proxy.core.edge import CountCall, body_key, bound_ratio_of, count_call, lower_bound, read_count, straddles
 from proxy.core.exchange import Attempts, Forward, Reject
 from proxy.core.plan import Plan
-from proxy.errors import GuardError
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize import calls_for
 from proxy.server.upstream.relay import request_headers
 
 if TYPE_CHECKING:
-    from aiohttp import web
 
     from proxy.config.upstreams import UpstreamSettings
-    from proxy.server.gateway import Gateway
 
 KEPT = 1024  # provider counts remembered per gateway
 # What of the forwarded request's headers a count call carries: who asks, and the API's version.
@@ -166,16 +163,13 @@ async def at_edge(
     return attempts.revised(_as_sent(plan, request.body, request.chat, counted, clamped)), True
 
 
-async def credentials(request: web.Request, gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
+def count_call_headers(
+    client: Mapping[str, str], upstream: UpstreamSettings, auth: str | None, keys: Iterable[str]
+) -> Mapping[str, str]:
     """The headers of the count call: the credential the forwarded request carries to the same
-    upstream (the upstream's own key, or the client's passing through), its configured headers,
-    and nothing else of the client's."""
-    keys = gw.settings.server.client_keys
-    try:
-        auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
-    except GuardError:  # no credential now: the call goes without, fails, and the upper bound stands
-        auth = None
-    headers = request_headers(request.headers, upstream, auth, keys)
+    upstream (`auth`: the upstream's own key, or the client's passing through), its configured
+    headers, and nothing else of the client's."""
+    headers = request_headers(client, upstream, auth, keys)
     return {k: v for k, v in headers.items() if k.lower() in _CREDENTIALS or k in upstream.headers}
 
 

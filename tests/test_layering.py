@@ -1,0 +1,116 @@
+"""The package's layers hold: every import runs down (or across one layer), never up, and no two
+modules import each other, however indirectly.
+
+    core < errors < apis < config, wire, tokenizers, state, logging < server < demo, cli
+
+`proxy.core` is pure (counting, budgets, trims); the adapters in `proxy.apis` turn each API shape
+into the core's view; configuration, the JSON readers at the edge, the vocabularies and learned
+state sit above them; the aiohttp shell above those; the command line on top. The imports are read
+from the source (every `import`, at the top or inside a function), so a call-time import made to
+dodge a circle counts as what it is.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "proxy"
+MAX_LINES = 400
+
+LAYERS: dict[str, int] = {
+    "proxy.core": 0,
+    "proxy.errors": 1,
+    "proxy.apis": 2,
+    "proxy.config": 3,
+    "proxy.wire": 3,
+    "proxy.tokenizers": 3,
+    "proxy.state": 3,
+    "proxy.logging": 3,
+    "proxy": 3,  # the package's own __init__ (its version)
+    "proxy.server": 4,
+    "proxy.demo": 5,
+    "proxy.cli": 5,
+    "proxy.__main__": 5,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    """The layer of the longest prefix of `module` that LAYERS names."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        layer = LAYERS.get(".".join(parts[:end]))
+        if layer is not None:
+            return layer
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """The modules of the package that `path` imports (`from proxy.x import y` names `proxy.x.y`
+    when that is a module, else `proxy.x`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("proxy"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("proxy") and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in known else node.module)
+    return found & known
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {name: imports_of(path, set(MODULES)) - {name} for name, path in MODULES.items()}
+
+
+class TestLayers:
+    def test_every_module_has_a_layer(self):
+        for name in MODULES:
+            layer_of(name)
+
+    @pytest.mark.parametrize("name", sorted(MODULES))
+    def test_imports_run_down_never_up(self, name):
+        upward = {other for other in GRAPH[name] if layer_of(other) > layer_of(name)}
+        assert not upward, f"{name} (layer {layer_of(name)}) imports from above: {sorted(upward)}"
+
+    def test_the_core_never_imports_the_shell(self):
+        """The core is pure: nothing outside proxy.core, and not aiohttp (tests/core/test_purity.py
+        checks the loaded modules at run time)."""
+        for name, targets in GRAPH.items():
+            if name.startswith("proxy.core"):
+                assert all(t.startswith("proxy.core") for t in targets), (name, targets)
+
+
+class TestNoCircles:
+    def test_no_module_reaches_itself_through_its_imports(self):
+        circles: list[list[str]] = []
+        state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+        def visit(name: str, path: list[str]) -> None:
+            state[name] = 1
+            for target in sorted(GRAPH[name]):
+                if state.get(target) == 1:
+                    circles.append([*path[path.index(target) :], target])
+                elif target not in state:
+                    visit(target, [*path, target])
+            state[name] = 2
+
+        for name in sorted(GRAPH):
+            if name not in state:
+                visit(name, [name])
+        assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+class TestModuleSize:
+    @pytest.mark.parametrize("name", sorted(MODULES))
+    def test_no_module_is_over_400_lines(self, name):
+        lines = len(MODULES[name].read_text("utf-8").splitlines())
+        assert lines <= MAX_LINES, f"{MODULES[name].relative_to(ROOT)} has {lines} lines: split it where it does two jobs"
