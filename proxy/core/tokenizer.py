@@ -28,6 +28,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from proxy.core.cancellation import checkpoint
 from proxy.core.slices import SLICE_CHARS, spans, utf8_bytes
 
 
@@ -139,6 +140,7 @@ class EncoderTokenizer:
     def _sliced(self, text: str) -> int:
         total = 0
         for span in spans(text, SLICE_CHARS):
+            checkpoint()  # a request whose client hung up stops here (proxy.core.cancellation)
             if span.exact:
                 total += self._encoded_length(text[span.start : span.end])
             else:

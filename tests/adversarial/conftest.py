@@ -258,6 +258,15 @@ def prober() -> Prober:
     return Prober()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that times `/livez` is measured again, twice at most, when its bound is missed: the
+    probe shares the process's GIL and the machine's two cores with everything else running, and
+    one scheduling stall can miss the bound. A loop the attack really holds misses it every time."""
+    for item in items:
+        if "prober" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.flaky(reruns=2))
+
+
 @pytest.fixture
 def settings() -> Callable[..., Callable[[str], Settings]]:
     """`settings(**sections)`: a function of the upstream URL, for `serve_guard`."""

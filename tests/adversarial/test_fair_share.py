@@ -22,6 +22,13 @@ def letters(size: int) -> str:
     return "".join(random.Random(7).choices(string.ascii_letters, k=size))
 
 
+def words(size: int) -> str:
+    """Random letters in words of five, one space apart: `size` characters that cost a tokenizer
+    real work (every slice is encoded)."""
+    text = letters(size)
+    return " ".join(text[i : i + 5] for i in range(0, size, 6))
+
+
 class TestFairShare:
     async def test_an_honest_large_request_is_served_in_its_usual_time_while_another_clients_two_are_counted(
         self, serve_guard, prober, settings
@@ -29,7 +36,9 @@ class TestFairShare:
         guard = await serve_guard(settings(server={"client_keys": ["attacker-key", "honest-key"]}))
         # Over server.offload_bytes: counted in the large-body threads; new each time (a re-send is counted from the cache).
         honest = [body_of(f"{i} " + prose(350_000)) for i in range(3)]
-        attacks = [anthropic_body_of(f"{i} " + letters(3_000_000), model="gpt-4o") for i in range(2)]  # seconds each
+        # Words of random letters: cut into slices and encoded whole (a text with no spaces is
+        # bounded at once, and would be done before its client leaves).
+        attacks = [anthropic_body_of(f"{i} " + words(12_000_000), model="gpt-4o") for i in range(2)]  # seconds each
         chat, count = guard.url("/v1/chat/completions"), guard.url("/v1/messages/count_tokens")
         usual = min([(await post(chat, body, HONEST))[2] for body in honest[:2]])
         base = await prober.baseline(guard)
@@ -47,7 +56,9 @@ class TestFairShare:
         self, serve_guard, settings
     ):
         guard = await serve_guard(settings(server={"client_keys": ["attacker-key"]}))
-        attacks = [anthropic_body_of(f"{i} " + letters(3_000_000), model="gpt-4o") for i in range(2)]
+        # Words of random letters: cut into slices and encoded whole (a text with no spaces is
+        # bounded at once, and would be done before its client leaves).
+        attacks = [anthropic_body_of(f"{i} " + words(12_000_000), model="gpt-4o") for i in range(2)]
         count = guard.url("/v1/messages/count_tokens")
         await asyncio.gather(*(hang_up_after(count, attack, 0.5, ATTACKER) for attack in attacks))
         stats = await guard.on_guard_loop(lambda: large_body_slots().stats)
