@@ -144,6 +144,9 @@ class Remember:
     correction: Correction
 
 
+_FOR_MODEL_WINDOW = PlanFor(None)  # most requests' first command, made once
+DELIVERED, DELIVERED_IN_PART = Delivered(whole=True), Delivered(whole=False)
+
 Command = PlanFor | Recount | Summarise | Render | Note | Send | Remember | Reject | Relay
 Reply = Plan | Recounted | Summary | Mapping[str, Any] | Delivered | Answered | None
 
@@ -196,11 +199,13 @@ class Exchange:
                 yield Relay()
             return
         window = min(self.applied.window, self.known_window) if self.applied else None
-        plan: Plan = yield PlanFor(window)
+        plan: Plan = yield PlanFor(window) if window is not None else _FOR_MODEL_WINDOW
         while True:
             plan = yield from self._recounted(plan)
             plan = yield from self._summarised(plan)
-            # (A provider's own count, asked once when a bound straddles the budget, re-decides here.)
+            # Every re-decision of an attempt's plan goes here, in order. A provider's own count (issue
+            # 25) would be one more step: `plan = yield from self._provider_counted(plan)`, yielding
+            # `ProviderCount(plan)` once when the plan's count is an upper bound whose lower bound fits.
             self.plan = plan
             decision = self._decide(plan)
             if isinstance(decision, Reject):

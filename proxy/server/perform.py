@@ -25,6 +25,8 @@ from proxy.apis.fields import refuse_client_template
 from proxy.apis.registry import Endpoint
 from proxy.core.budget import BudgetPolicy
 from proxy.core.exchange import (
+    DELIVERED,
+    DELIVERED_IN_PART,
     Answered,
     Command,
     Delivered,
@@ -183,7 +185,7 @@ class Performer:
                     self._learn(reader, sent)
                     if gw.settings.log.content_preview_chars > 0:
                         self._previews()
-                    return Delivered(whole=not record.client_disconnected and not record.stream_broken)
+                    return DELIVERED_IN_PART if record.client_disconnected or record.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, answers.error_body(first)
                 if first.kind == "empty" and self.backend.empty_stream_on_overflow:
