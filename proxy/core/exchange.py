@@ -200,12 +200,12 @@ class Exchange:
             return
         window = min(self.applied.window, self.known_window) if self.applied else None
         plan: Plan = yield PlanFor(window) if window is not None else _FOR_MODEL_WINDOW
+        # The one place for the provider's own count at the budget's edge (issue 25), once, on the
+        # first plan: `ProviderCount(plan)`, answered with the plan as that count re-makes it (or
+        # None: the plan stands), before the recount and summary steps below.
         while True:
             plan = yield from self._recounted(plan)
             plan = yield from self._summarised(plan)
-            # Every re-decision of an attempt's plan goes here, in order. A provider's own count (issue
-            # 25) would be one more step: `plan = yield from self._provider_counted(plan)`, yielding
-            # `ProviderCount(plan)` once when the plan's count is an upper bound whose lower bound fits.
             self.plan = plan
             decision = self._decide(plan)
             if isinstance(decision, Reject):
