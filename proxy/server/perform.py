@@ -152,7 +152,9 @@ class Performer:
         """The body counted by the backend, once it has counted every text in it (None: it cannot now)."""
         if not await self.choice.complete():
             return None
-        return Recounted(self.choice.recount(command.body) if self.endpoint.api == "chat" else None)
+        if self.endpoint.api != "chat":
+            return Recounted(None)
+        return Recounted(await performed(self.large, self.choice.recount, command.body))
 
     async def summarise(self, command: Summarise) -> Summary:
         summariser = self.gw.summariser
