@@ -90,6 +90,12 @@ class Endpoint:
         return replace(parsed, unseen=unseen) if unseen else parsed
 
 
+def endpoint_api(endpoint: Endpoint) -> str:
+    """The API shape an endpoint speaks, as routes and logs name it (`count_tokens` for the one
+    answered locally)."""
+    return "count_tokens" if endpoint.local else endpoint.api
+
+
 class AdapterRegistry:
     """Endpoints by canonical path, built once (with the completions settings), and the readers
     of the bodies they receive (strict JSON, re-sent conversations parsed only where they are
@@ -165,9 +171,7 @@ class AdapterRegistry:
     def api_for(self, path: str) -> str | None:
         """The API shape a canonical path speaks (`count_tokens` for the one answered locally), or None."""
         endpoint = self.endpoint_for(path)
-        if endpoint is None:
-            return None
-        return "count_tokens" if endpoint.local else endpoint.api
+        return None if endpoint is None else endpoint_api(endpoint)
 
     def by_name(self, api: str) -> Adapter:
         """The adapter for an API name (the CLI's `--api`)."""
