@@ -31,13 +31,13 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.exchange import BACKEND_ROUNDS
 from proxy.core.models import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.core.tokens import RequestCounter
 from proxy.guard import Guard
 from proxy.server.backend_tokens import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
-from proxy.server.handlers import BACKEND_ROUNDS
 from proxy.server.streams import usage_from_body
 from proxy.settings import Settings
 from tests.real.corpus import body
