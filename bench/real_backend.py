@@ -32,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.config.settings import Settings
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.exchange import BACKEND_ROUNDS
 from proxy.core.models import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
 from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache, Tokenizer
 from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
 from proxy.server.guard import Guard
-from proxy.server.handlers import BACKEND_ROUNDS
 from proxy.server.upstream.streams import usage_from_body
 from tests.real.corpus import body
 from tests.real.llama import MODEL, LlamaServer, running_server

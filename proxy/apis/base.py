@@ -289,10 +289,11 @@ def fit(
         clock=clock,
         message_hashes=parsed.message_hashes,
     )
-    if plan.result.outcome != "trimmed":
-        return Fitted(parsed, plan, parsed.body)
     result = plan.result
-    return Fitted(parsed, plan, adapter.render(parsed, result.body, result.removals, result.inserted))
+    if result.outcome != "trimmed":
+        return Fitted(parsed, replace(plan, body=parsed.body), parsed.body)
+    body = adapter.render(parsed, result.body, result.removals, result.inserted)
+    return Fitted(parsed, replace(plan, body=body), body)
 
 
 def require_object(body: object) -> Mapping[str, Any]:

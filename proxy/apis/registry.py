@@ -91,6 +91,12 @@ class Endpoint:
         return replace(parsed, unseen=unseen) if unseen else parsed
 
 
+def endpoint_api(endpoint: Endpoint) -> str:
+    """The API shape an endpoint speaks, as routes and logs name it (`count_tokens` for the one
+    answered locally)."""
+    return "count_tokens" if endpoint.local else endpoint.api
+
+
 class AdapterRegistry:
     """Endpoints by canonical path, built once (with the completions settings). The bodies they
     receive are read by `proxy.wire.readers.BodyReaders`, one reader per adapter."""
@@ -145,9 +151,7 @@ class AdapterRegistry:
     def api_for(self, path: str) -> str | None:
         """The API shape a canonical path speaks (`count_tokens` for the one answered locally), or None."""
         endpoint = self.endpoint_for(path)
-        if endpoint is None:
-            return None
-        return "count_tokens" if endpoint.local else endpoint.api
+        return None if endpoint is None else endpoint_api(endpoint)
 
     def by_name(self, api: str) -> Adapter:
         """The adapter for an API name (the CLI's `--api`)."""

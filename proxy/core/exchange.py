@@ -1,38 +1,138 @@
-"""The life of one guarded request as a pure state machine: plan, forward, read the outcome,
-correct, re-plan. The server performs the I/O each decision asks for and feeds the outcome back;
-nothing here awaits, sends or logs (mitmproxy's layers work the same way).
+"""The life of one guarded request as a pure state machine that yields commands: plan, recount,
+summarise, send, correct, re-plan. The server performs each command and answers it; nothing here
+awaits, sends, logs or calls back into the server (mitmproxy's layers work the same way:
+`err = yield OpenConnection(server)`).
 
-    attempts = Attempts(planner, mode="enforce", ...)
-    decision = attempts.start()                         # Forward(...) or Reject(...)
-    ... the server sends decision.body (or the raw bytes when body is None) ...
-    decision = attempts.upstream_failed(status, error_body, sent)   # Relay, Forward (retry) or Reject
-    correction = attempts.succeeded()                   # a correction to commit, when a retry won
+    exchange = Exchange("enforce", known_window=128_000, ...)
+    command = exchange.start()                  # PlanFor(window=None)
+    command = exchange.send(plan)               # Send(body, plan) or Reject(plan), Recount, Summarise...
+    command = exchange.send(Answered(400, error, sent))   # PlanFor(corrected window), then Send again
+    command = exchange.send(Delivered(whole=True))        # Remember(correction) when a retry won
+    command = exchange.send(None)               # None: the exchange is over
 
-`planner(window)` counts and trims the request for a context window (None: the model's own).
+Each command names its reply:
+
+| command                    | the server                                           | replies        |
+| -------------------------- | ---------------------------------------------------- | -------------- |
+| `PlanFor(window)`          | counts and trims for `window`, renders the API shape | `Plan`         |
+| `ProviderCount(plan)`      | asks the upstream's count endpoint, at the edge only | `Plan` or None |
+| `Recount(body)`            | has the backend's tokenizer count `body`             | `Recounted` or None (cannot now) |
+| `Summarise(request)`       | asks the summariser (`trim.summarize_dropped`)       | `Summary`      |
+| `Render(view)`             | writes a chat-view cut back in the API's shape       | the body       |
+| `Note(name, present)`      | adds (removes) a note on the request's log line      | None           |
+| `Send(body, plan)`         | forwards (the bytes as received when `body` is None) | `Delivered` or `Answered` |
+| `Remember(correction)`     | keeps a correction for the upstream and model        | None           |
+| `Reject(plan)`, `Relay()`  | answers 400 / relays the upstream's own answer       | (the end)      |
+
 At most one retry, and only when the upstream's own error says the context was exceeded in a
-plausible way; see `proxy.core.corrections`.
+plausible way; see `proxy.core.corrections`. With the backend's own tokenizer (`recounts`), what a
+trim produced is counted by the backend too, for up to `BACKEND_ROUNDS` re-plans.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from proxy.core.compaction import SummaryRequest, summary_request, with_summary
 from proxy.core.corrections import Correction, CorrectionPolicy, parse_overflow
+from proxy.core.notes import SummaryStatus
 from proxy.core.plan import Plan
+from proxy.core.trim import TrimResult
 
 Mode = Literal["enforce", "dry_run", "off"]
 DEFAULT_POLICY = CorrectionPolicy()
+BACKEND_ROUNDS = 3  # re-plans after the backend counted what a trim produced; one is usually enough
 
 
 @dataclass(frozen=True, slots=True)
-class Forward:
-    """Send the request: `body` when the guard changed it, else the bytes as received."""
+class PlanFor:
+    """Count and trim the request for `window` (None: the model's own), written back in its API's
+    shape; with `bound_unfetched`, texts the backend has not counted are bounded from above from
+    now on (the last plan must not undercount because an estimate ran low). Reply: the `Plan`."""
+
+    window: int | None
+    bound_unfetched: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCount:
+    """Where `plan`'s bounds straddle its budget, ask the upstream's own count endpoint
+    (`proxy.core.edge`). Reply: the plan as that count re-makes it (the request as sent, when the
+    provider's count fits), or None: `plan` stands."""
+
+    plan: Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Recount:
+    """Have the backend count `body` (fetching the counts of texts it has not seen). Reply:
+    `Recounted`, or None when the backend cannot count now."""
+
+    body: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Recounted:
+    tokens: int | None  # `body` as the backend counts it; None: some of it is still counted locally
+
+
+@dataclass(frozen=True, slots=True)
+class Summarise:
+    """Ask the summariser for a summary of the span `request` names. Reply: `Summary`."""
+
+    request: SummaryRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    text: str | None
+    status: SummaryStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Render:
+    """Write the cut `view` (in the chat view) back in the API's own shape. Reply: the body."""
+
+    view: TrimResult
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Say `name` on the request's log line (or, with `present` False, no longer say it). Reply: None."""
+
+    name: str
+    present: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send the request: `body` when the guard changed it, else the bytes as received. `outcome`
+    is what the log says of it. Reply: `Delivered` or `Answered`."""
 
     body: Mapping[str, Any] | None
     plan: Plan | None
     attempt: int = 1
+    outcome: str = "forwarded"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """The upstream accepted the request and its answer was relayed; `whole`: the client had all of
+    it (it did not hang up, the stream did not break), so what the attempt taught may be kept."""
+
+    whole: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The upstream answered `status` >= 400 (or a stream with no answer in it) with `error_body`
+    to the bytes `sent`."""
+
+    status: int
+    error_body: bytes
+    sent: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +144,29 @@ class Reject:
 
 @dataclass(frozen=True, slots=True)
 class Relay:
-    """Give the client the upstream's own answer."""
+    """Give the client the upstream's own answer (the one `Answered` described)."""
 
 
-Decision = Forward | Reject | Relay
+@dataclass(frozen=True, slots=True)
+class Remember:
+    """Keep `correction` for the upstream and model: a retry planned with it was accepted. Reply: None."""
+
+    correction: Correction
 
 
-class Attempts:
+_FOR_MODEL_WINDOW = PlanFor(None)  # most requests' first command, made once
+DELIVERED, DELIVERED_IN_PART = Delivered(whole=True), Delivered(whole=False)
+
+Command = PlanFor | ProviderCount | Recount | Summarise | Render | Note | Send | Remember | Reject | Relay
+Reply = Plan | Recounted | Summary | Mapping[str, Any] | Delivered | Answered | None
+
+
+class Exchange:
+    """One request's exchange. `start()` gives the first command, `send(reply)` the next one (None
+    when the exchange is over). The attributes say where it stands, for the request's record."""
+
     def __init__(
         self,
-        planner: Callable[[int | None], Plan],
         mode: Mode,
         *,
         known_window: int,
@@ -61,76 +174,148 @@ class Attempts:
         self_correct: CorrectionPolicy | None = DEFAULT_POLICY,
         provider: str | None = None,
         read_whole: bool = True,
+        recounts: bool = False,
+        chat: Mapping[str, Any] | None = None,
+        provider_counts: bool = False,
     ) -> None:
-        self._planner = planner
-        # Whether the request's count covered everything the upstream may put in its prompt: only
-        # then is a count factor its error implies about the model, not about this request.
-        self.read_whole = read_whole
-        self.provider = provider  # the upstream's kind, named in a correction; None: as its error's wording says
         self.mode = mode
         self.known_window = known_window
         self.applied = correction  # a correction learned earlier, applied to this request's window
         self._policy = self_correct if mode == "enforce" else None  # None: never retry
+        self.provider = provider  # the upstream's kind, named in a correction; None: as its error's wording says
+        # Whether the request's count covered everything the upstream may put in its prompt: only
+        # then is a count factor its error implies about the model, not about this request.
+        self.read_whole = read_whole
+        self.recounts = recounts  # the backend's own tokenizer counts: recount what a trim produced
+        self.chat = chat  # the chat view, when a summary may replace what a cut dropped
+        self.provider_counts = provider_counts  # the upstream's count endpoint may decide at the budget's edge
         self.plan: Plan | None = None  # the latest plan
         self.attempt = 0
         self.learned: Correction | None = None  # measured from this request's upstream error
         self.ignored_overflow: str | None = None  # why an overflow error taught nothing
+        self._steps = self._run()
 
-    def start(self) -> Forward | Reject:
+    def start(self) -> Command:
+        return next(self._steps)
+
+    def send(self, reply: Reply) -> Command | None:
+        try:
+            return self._steps.send(reply)
+        except StopIteration:
+            return None
+
+    def _run(self) -> Generator[Command, Any, None]:
         self.attempt = 1
         if self.mode == "off":
-            return Forward(None, None)
+            if isinstance((yield Send(None, None)), Answered):
+                yield Relay()
+            return
         window = min(self.applied.window, self.known_window) if self.applied else None
-        self.plan = self._planner(window)
-        return self._decide(self.plan)
+        plan: Plan = yield PlanFor(window) if window is not None else _FOR_MODEL_WINDOW
+        if self.provider_counts:  # once, on the first plan: the provider's own count at the budget's edge
+            counted: Plan | None = yield ProviderCount(plan)
+            plan = plan if counted is None else counted
+        while True:
+            plan = yield from self._recounted(plan)
+            plan = yield from self._summarised(plan)
+            self.plan = plan
+            decision = self._decide(plan)
+            if isinstance(decision, Reject):
+                yield decision
+                return
+            reply = yield decision
+            if isinstance(reply, Delivered):
+                correction = self._succeeded() if reply.whole else None
+                if correction is not None:
+                    yield Remember(correction)
+                return
+            assert isinstance(reply, Answered), reply
+            retry = yield from self._corrected(plan, reply)
+            if retry is None:
+                yield Relay()
+                return
+            plan = retry
 
-    def _decide(self, plan: Plan) -> Forward | Reject:
+    def _decide(self, plan: Plan) -> Send | Reject:
         result = plan.result
         if self.mode != "enforce":
-            return Forward(None, plan, self.attempt)
+            return Send(None, plan, self.attempt, f"dry_run_{result.outcome}")
         if result.outcome == "rejected":
             return Reject(plan)
-        return Forward(result.body if result.changed else None, plan, self.attempt)
+        return Send(plan.request if result.changed else None, plan, self.attempt, result.outcome)
 
-    def revised(self, plan: Plan) -> Forward | Reject:
-        """The current attempt re-decided on `plan` (the same request, now with the summary of what
-        was dropped put in its place)."""
-        self.plan = plan
-        return self._decide(plan)
+    def _recounted(self, plan: Plan) -> Generator[Command, Any, Plan]:
+        """With the backend's tokenizer, what the trim produced (a shortened message, its marker, a
+        note) is counted by the backend too, and the body to send counted again: within the budget,
+        that exact count stands (the cut was made on estimates of the shortened text); over it, the
+        request is re-planned with the new counts. The shortening tries new pieces of text each
+        time, so this need not converge: the last plan counts what the backend has not counted by
+        an upper bound (its bytes). If the backend's count of that plan is still over the budget (a
+        cut made by estimated token positions), it goes out with that count and the note
+        `backend_count_over_budget`; the window's margin and, past it, self-correction take it from
+        there. A count reported is never under the backend's."""
+        if not self.recounts:
+            return plan
+        for round_ in range(BACKEND_ROUNDS + 1):
+            recounted: Recounted | None = yield Recount(plan.request)
+            if recounted is None:
+                break
+            yield Note("estimate", present=False)  # said again below, or by the re-made plan, when still true
+            tokens = recounted.tokens
+            if tokens is not None and tokens <= plan.result.budget.input_budget:
+                if not plan.count.exact:
+                    yield Note("estimate")
+                return replace(plan, result=replace(plan.result, tokens_after=tokens))
+            if round_ == BACKEND_ROUNDS:
+                if tokens is not None:  # the backend's own count, over the budget: said, not hidden
+                    yield Note("backend_count_over_budget")
+                    return replace(plan, result=replace(plan.result, tokens_after=tokens))
+                break
+            plan = yield PlanFor(plan.result.budget.context_window, bound_unfetched=round_ == BACKEND_ROUNDS - 1)
+        return plan
 
-    def upstream_failed(self, status: int, error_body: bytes, sent: bytes) -> Decision:
-        """The upstream answered `status` >= 400 with `error_body` to the bytes `sent`."""
-        plan = self.plan
-        if self._policy is None or plan is None or self.attempt > 1:
-            return Relay()
-        overflow = parse_overflow(status, error_body, sent)
+    def _summarised(self, plan: Plan) -> Generator[Command, Any, Plan]:
+        """With `trim.summarize_dropped` (`chat` given), an enforced cut has a summary of what it
+        dropped put in its place (produced by the summariser, or reused from its cache); as it was
+        when there is none."""
+        if self.chat is None or self.mode != "enforce" or not plan.result.changed or plan.counter is None:
+            return plan
+        request = summary_request(self.chat, plan.result)
+        if request is None:
+            return plan
+        summary: Summary = yield Summarise(request)
+        view = with_summary(plan.result, request, summary.text, summary.status, plan.counter)
+        body: Mapping[str, Any] = yield Render(view)
+        return replace(plan, result=view, body=body)
+
+    def _corrected(self, plan: Plan, answered: Answered) -> Generator[Command, Any, Plan | None]:
+        """The plan for a retry after the upstream's error, or None: relay the error as it came."""
+        if self._policy is None or self.attempt > 1:
+            return None
+        overflow = parse_overflow(answered.status, answered.error_body, answered.sent)
         if overflow is None:
-            return Relay()
+            return None
         if self.provider is not None:  # llama-cpp-python words its errors as OpenAI does
             overflow = replace(overflow, provider=self.provider)
         budget = plan.result.budget
         correction = Correction.measure(  # from the known window: corrections never compound
-            overflow,
-            plan.result.tokens_after,
-            self.known_window,
-            budget.output_reserve,
-            self._policy,
+            overflow, plan.result.tokens_after, self.known_window, budget.output_reserve, self._policy
         )
         if correction is None:
             self.ignored_overflow = "implausible"
-            return Relay()
+            return None
         self.learned = correction
-        retry = self._planner(min(correction.window, budget.context_window))  # never looser than what overflowed
+        retry: Plan = yield PlanFor(min(correction.window, budget.context_window))  # never looser than what overflowed
         if retry.result.outcome not in ("trimmed", "rejected"):
             # `overflow: forward` and still too long, or nothing the guard can cut: sending it again cannot help.
             self.ignored_overflow = "not_retried"
-            return Relay()
-        self.plan, self.attempt = retry, 2
-        return self._decide(retry)
+            return None
+        self.attempt = 2
+        return retry
 
-    def succeeded(self) -> Correction | None:
-        """The upstream accepted the latest attempt: the correction to remember for the model, if a
-        retry won (of a request not read whole, only the window the provider stated)."""
+    def _succeeded(self) -> Correction | None:
+        """The correction to remember for the model, if a retry won (of a request not read whole,
+        only the window the provider stated)."""
         if self.attempt != 2 or self.learned is None:
             return None
         return self.learned if self.read_whole else self.learned.limit_only(self.known_window)

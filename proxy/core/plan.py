@@ -43,7 +43,14 @@ class Plan:
     count_seconds: float = 0.0  # measured only when a clock is given
     trim_seconds: float = 0.0
     counter: RequestCounter | None = None  # counts what goes in later (a summary: `with_summary`)
-    view: TrimResult | None = None  # the cut in the chat view, when `result.body` is in another API's shape
+    # The request to forward in its API's own shape (the adapter's rendering of `result`, which is
+    # the cut in the chat view the core counts); None: `result.body` is it.
+    body: Mapping[str, Any] | None = None
+
+    @property
+    def request(self) -> Mapping[str, Any]:
+        """What to send for this plan, in the API's own shape."""
+        return self.result.body if self.body is None else self.body
 
 
 def validate_body(body: object, checked_messages: int = 0) -> Mapping[str, Any]:

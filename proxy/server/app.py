@@ -298,7 +298,7 @@ def canonical_route(request: web.Request) -> None:
     gw, key = request.app[GATEWAY], (path.value, request.method)
     route = gw.routes.get(key)
     if route is None:  # worked out once per path and method (a refusal is raised, never kept)
-        route = route_for(path, request.method, request.app[PASSTHROUGH], gw.apis.api_for)
+        route = route_for(path, request.method, request.app[PASSTHROUGH], gw.apis.endpoint_for)
         if len(gw.routes) < ROUTES_KEPT:
             gw.routes[key] = route
     request[PATH_ROUTE] = route

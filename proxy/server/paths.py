@@ -31,6 +31,7 @@ from urllib.parse import quote
 from aiohttp import web
 from yarl import URL
 
+from proxy.apis.registry import Endpoint, endpoint_api
 from proxy.errors import BadRequest, MethodNotAllowed, PathNotFound
 
 API_PREFIX = "/v1"  # the client-facing API version; the upstream's base URL carries its own
@@ -176,6 +177,7 @@ class PathRoute:
     kind: RouteKind
     path: CanonicalPath
     api: str | None = None
+    endpoint: Endpoint | None = None  # for a counted path: its adapter, and the model the path names
 
 
 PASSTHROUGH = web.AppKey("passthrough", PassthroughPolicy)
@@ -183,13 +185,13 @@ PATH_ROUTE = web.RequestKey("path_route", PathRoute)  # set by the app's canonic
 
 
 def route_for(
-    path: CanonicalPath, method: str, policy: PassthroughPolicy, guarded: Callable[[str], str | None]
+    path: CanonicalPath, method: str, policy: PassthroughPolicy, guarded: Callable[[str], Endpoint | None]
 ) -> PathRoute:
     """The route for `path`; 405 for a method the path does not take, 404 for a path that is
-    neither counted (`guarded(path)` names its API shape), answered here, nor allowed through."""
-    if (api := guarded(path.value)) is not None:
+    neither counted (`guarded(path)` gives its endpoint), answered here, nor allowed through."""
+    if (endpoint := guarded(path.value)) is not None:
         _check_method(method, GUARDED_METHODS, path)
-        return PathRoute("guarded", path, api)
+        return PathRoute("guarded", path, endpoint_api(endpoint), endpoint)
     if (local := LOCAL_PATHS.get(path.value)) is not None:
         _check_method(method, LOCAL_METHODS, path)
         return PathRoute("local", path, local)

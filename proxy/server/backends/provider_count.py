@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from proxy.core.edge import CountCall, body_key, bound_ratio_of, count_call, lower_bound, read_count, straddles
-from proxy.core.exchange import Attempts, Forward, Reject
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize import calls_for
@@ -137,30 +136,28 @@ async def at_edge(
     session: aiohttp.ClientSession,
     headers: Callable[[], Awaitable[Mapping[str, str]]],
     request: EdgeRequest,
-    attempts: Attempts,
-    decision: Forward | Reject,
+    plan: Plan,
     tokenizer: object,
     notes: list[str],
-) -> tuple[Forward | Reject, bool]:
-    """`decision` as the provider's count re-makes it, when the request's bounds straddle its
-    budget; and whether the provider's count decided."""
-    plan = decision.plan
-    if not request.enabled or plan is None or plan.count.exact:
-        return decision, False
+) -> Plan | None:
+    """`plan` as the provider's count re-makes it, when the request's bounds straddle its budget
+    and the provider's count fits it (the exchange's `ProviderCount`); else None: `plan` stands."""
+    if not request.enabled or plan.count.exact:
+        return None
     # The budget of the request as sent: a max_tokens the cut lowered is the client's again.
     clamped = sum(r.tokens for r in plan.result.removals if r.kind == "max_tokens_clamped")
     upper, budget = plan.count.total, plan.result.budget.input_budget - clamped
     lower = lower_bound(upper, False, bound_ratio_of(tokenizer, request.assumed_ratio))
     if not straddles(upper, lower, budget):
-        return decision, False
+        return None
     counted = await _provider_count(counts, session, await headers(), request)
     if counted is None:
         notes.append("provider_count_failed")
-        return decision, False
+        return None
     if counted > budget:
         notes.append("provider_count_over_budget")
-        return decision, False
-    return attempts.revised(_as_sent(plan, request.body, request.chat, counted, clamped)), True
+        return None
+    return _as_sent(plan, request.body, request.chat, counted, clamped)
 
 
 def count_call_headers(
@@ -223,6 +220,5 @@ def _as_sent(plan: Plan, body: Mapping[str, Any], chat: Mapping[str, Any], count
         output_reserve=budget.output_reserve + clamped,
         input_budget=budget.input_budget - clamped,
     )
-    view = dataclasses.replace(plan.view or plan.result, body=chat, budget=budget, **untouched)
-    result = dataclasses.replace(plan.result, body=body, budget=budget, **untouched)
-    return dataclasses.replace(plan, result=result, view=view)
+    result = dataclasses.replace(plan.result, body=chat, budget=budget, **untouched)  # the chat view
+    return dataclasses.replace(plan, result=result, body=body)

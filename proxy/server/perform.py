@@ -1,0 +1,398 @@
+"""What the exchange asks, performed: one guarded request's I/O, one method per command.
+
+`proxy.core.exchange.Exchange` decides (plan, recount, summarise, send, correct, re-plan) and
+yields commands; `Performer.perform(command)` does each one for this request (the guard, the
+adapter, the backend's tokenizer, the summariser, the upstream) and answers it, keeping the
+request's `RequestRecord` current. `prepared()` works out, once, what the exchange needs: the
+mode, the route, the window, the tokenizer to count with and any correction learned earlier.
+
+How a command's work runs, inline on the loop, in the medium-body threads or in the large-body
+threads, each within the client's fair share of them, is decided in one place: `performed()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import json
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from proxy.apis.base import Parsed
+from proxy.apis.fields import refuse_client_template
+from proxy.apis.registry import Endpoint
+from proxy.config.trim import Mode
+from proxy.config.upstreams import UpstreamSettings
+from proxy.core.budget import BudgetPolicy
+from proxy.core.exchange import (
+    DELIVERED,
+    DELIVERED_IN_PART,
+    Answered,
+    Command,
+    Delivered,
+    Exchange,
+    Note,
+    PlanFor,
+    ProviderCount,
+    Recount,
+    Recounted,
+    Reject,
+    Relay,
+    Remember,
+    Render,
+    Reply,
+    Send,
+    Summarise,
+    Summary,
+)
+from proxy.core.plan import Plan
+from proxy.core.tokenizer import Tokenizer
+from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
+from proxy.server.backends.counting import Choice, near_loop, off_loop
+from proxy.server.backends.profiles import BackendProfile, budget_policy
+from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
+from proxy.server.gateway import Gateway
+from proxy.server.record import RequestRecord, report_headers
+from proxy.server.upstream import answers
+from proxy.server.upstream.answers import UsageReader, first_event
+from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
+from proxy.server.upstream.relay import Target, decoded, read_error_body, request_headers
+from proxy.server.upstream.streams import ask_for_usage
+from proxy.tokenizers.map_corrections import correction_for
+
+T = TypeVar("T")
+
+
+async def performed(large: bool, work: Callable[..., T], *args: Any, size: int, client: str) -> T:
+    """`work(*args)` for a body: a `large` one (new bytes over `server.offload_bytes`) in the
+    large-body threads, else sized by `size` bytes (inline on the loop up to `INLINE_BYTES`, else
+    in the medium-body threads); either way within `client`'s share of the threads
+    (`proxy.server.slots.client_key`), dropped or cancelled when the client hangs up."""
+    if large:
+        return await off_loop(work, *args, client=client)
+    return await near_loop(work, *args, size=size, client=client)
+
+
+class Performer:
+    """One guarded request's I/O. `response` is what to answer once the exchange is over."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        gw: Gateway,
+        record: RequestRecord,
+        endpoint: Endpoint,
+        parsed: Parsed,
+        raw: bytes,
+        large: bool,
+        client: str,
+        scope: Hashable,
+        target: Target,
+        served: str,
+        choice: Choice,
+        budget: BudgetPolicy,
+        backend: BackendProfile,
+        local: Tokenizer,
+    ) -> None:
+        self.request, self.gw, self.record, self.endpoint = request, gw, record, endpoint
+        self.parsed, self.raw, self.large = parsed, raw, large
+        # Its share of the threads; its part of the count cache (`proxy.server.client_scope`).
+        self.client, self.scope = client, scope
+        self.target, self.served, self.choice, self.budget = target, served, choice, budget
+        self.backend, self.local = backend, local
+        # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
+        self.learns = (
+            endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
+        )
+        self.response: web.StreamResponse | None = None
+        self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
+
+    async def perform(self, command: Command, exchange: Exchange) -> Reply:
+        self._recorded(exchange)
+        if isinstance(command, PlanFor):
+            return await self._performed(self.plan, command.window, command.bound_unfetched)
+        if isinstance(command, ProviderCount):
+            return await self.provider_count(command)
+        if isinstance(command, Recount):
+            return await self.recount(command)
+        if isinstance(command, Summarise):
+            return await self.summarise(command)
+        if isinstance(command, Render):
+            view = command.view
+            return self.endpoint.adapter.render(self.parsed, view.body, view.removals, view.inserted)
+        if isinstance(command, Note):
+            note(self.record, command.name, command.present)
+            return None
+        if isinstance(command, Send):
+            return await self.send(command)
+        if isinstance(command, Remember):
+            await self.remember(command)
+            return None
+        if isinstance(command, Reject):
+            self.record.outcome = "rejected"
+            raise ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, report_headers(self.record))
+        assert isinstance(command, Relay), command
+        self.relay()
+        return None
+
+    async def _performed(self, work: Callable[..., T], *args: Any) -> T:
+        """This request's counting work (plans, recounts): sized by the whole body, since a
+        re-sent conversation whose counts left the cache (or are still being made by its twin in
+        flight) is counted whole."""
+        return await performed(self.large, work, *args, size=len(self.raw), client=self.client)
+
+    def _recorded(self, exchange: Exchange) -> None:
+        """The record says where the exchange stands (a retry is planned for the corrected window)."""
+        record = self.record
+        record.plan, record.attempts = exchange.plan, exchange.attempt
+        record.learned_correction, record.correction_note = exchange.learned, exchange.ignored_overflow
+        if exchange.attempt == 2 and record.window_source != "correction":
+            record.window_source = "correction"
+            note(record, "fallback_window", present=False)
+
+    def plan(self, window: int | None, bound_unfetched: bool = False) -> Plan:
+        """Count and trim for `window` with the tokenizer the choice names (the backend's own, the
+        model's, or a calibrated estimate) and the upstream's budget policy, written back in the
+        API's own shape (`Plan.body`)."""
+        if bound_unfetched:
+            self.choice.bound_unfetched()
+        choice, record = self.choice, self.record
+        counting = (choice.profile, choice.tokenizer)
+        fitted = self.gw.guard.fit(
+            self.endpoint.adapter, self.parsed, self.served, window, counting, self.budget, self.scope
+        )
+        if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
+            note(record, "estimate")
+        if self.parsed.server_state:
+            note(record, "server_state")
+        return fitted.plan
+
+    async def recount(self, command: Recount) -> Recounted | None:
+        """The body counted by the backend, once it has counted every text in it (None: it cannot now)."""
+        if not await self.choice.complete():
+            return None
+        if self.endpoint.api != "chat":
+            return Recounted(None)
+        return Recounted(await self._performed(self.choice.recount, command.body))
+
+    async def provider_count(self, command: ProviderCount) -> Plan | None:
+        """The upstream's own count, asked when the plan's bounds straddle its budget
+        (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
+        gw, record, upstream = self.gw, self.record, self.target.upstream
+        session = gw.session
+        assert session is not None, "the app's upstream session is opened at startup"
+        parsed = self.parsed
+        edge = EdgeRequest.of(
+            upstream, self.served, self.endpoint.api, parsed.body, parsed.chat, gw.counting.discoveries
+        )
+        headers = functools.partial(_count_call_headers, self.request, gw, upstream)
+        counted = await at_edge(
+            gw.provider_counts, session, headers, edge, command.plan, self.choice.tokenizer, record.notes
+        )
+        if counted is not None:
+            record.count_source = "provider"
+        return counted
+
+    async def summarise(self, command: Summarise) -> Summary:
+        summariser = self.gw.summariser
+        assert summariser is not None, "the exchange asks for summaries only when a summariser is set"
+        upstream = self.gw.settings.upstreams[summariser.upstream]
+        auth = await self.gw.auths[upstream.name].header(None, False)
+        outcome = await summariser.summarise(command.request, dict(request_headers({}, upstream, auth)))
+        return Summary(outcome.text, outcome.status)
+
+    async def send(self, command: Send) -> Delivered | Answered:
+        """Forward, and relay the answer when it is one; else say what came back, for a correction."""
+        request, gw, record, target, parsed = self.request, self.gw, self.record, self.target, self.parsed
+        record.outcome = command.outcome
+        sent = command.body if command.body is not None else parsed.body
+        with_usage, added = ask_for_usage(sent) if self.learns and record.stream else (sent, False)
+        payload = outgoing(target, parsed.model or "", parsed.body, self.raw, with_usage if added else command.body)
+        extra = {"x-request-id": record.request_id, **report_headers(record)}
+        raw_error = b""
+        async with upstream_call(request, gw, record, target, payload) as response:
+            if response.status < 400:
+                first = await first_event(response, record.stream)
+                if first is None or first.kind == "data":
+                    reader = UsageReader(response, strip=added)
+                    chunks = reader.relayed(first.head if first is not None else b"", response)
+                    try:
+                        self.response = await relay_answer(request, gw, record, target, response, extra, chunks)
+                    finally:
+                        if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
+                            record.delivered, record.client_disconnected = True, False
+                    self._learn(reader, sent)
+                    if gw.settings.log.content_preview_chars > 0:
+                        self._previews()
+                    return DELIVERED_IN_PART if record.client_disconnected or record.stream_broken else DELIVERED
+                # The status line said 200, then nothing came, or an error: not an answer.
+                status, error_body = 502, answers.error_body(first)
+                if first.kind == "empty" and self.backend.empty_stream_on_overflow:
+                    note(record, "empty_stream")
+                    status, error_body = await probe_overflow(request, gw, record, target, sent)
+            else:
+                status, raw_error = response.status, await read_error_body(target.upstream, response)
+                error_body = decoded(raw_error, response.headers.get("Content-Encoding"))
+        self._failed = (response, raw_error, error_body, extra)
+        return Answered(status, error_body, payload)
+
+    def relay(self) -> None:
+        """The upstream's own error, as it came; a 200 with no answer in it is the guard's 502."""
+        assert self._failed is not None, "a relay follows an answer that was not accepted"
+        response, raw_error, error_body, extra = self._failed
+        if response.status < 400:  # an empty or error stream the guard cannot fix
+            raise UpstreamUnavailable(f"upstream {self.target.upstream.name!r}: {json_message(error_body)}")
+        self.response = buffered(response, raw_error, extra)
+
+    async def remember(self, command: Remember) -> None:
+        """A retry the upstream accepted: its correction is now trusted, for this upstream and model."""
+        gw, name = self.gw, self.target.upstream.name
+        kept = await gw.corrections.remember(name, self.served, command.correction)
+        gw.metrics.corrected_window.labels(name, gw.guard.model_label(self.served)).set(kept.window)
+
+    def _learn(self, reader: UsageReader, sent: Mapping[str, Any]) -> None:
+        """An estimate learns from the prompt tokens the upstream reports (chat completions), when
+        everything the upstream may have put in the prompt was counted: a field the guard does not
+        read (vLLM's `documents`) would otherwise teach every other request its size."""
+        record, parsed, usage = self.record, self.parsed, reader.usage
+        if usage is None or parsed.api != "chat" or record.client_disconnected or record.stream_broken:
+            return
+        record.provider_prompt_tokens = usage.prompt_tokens
+        if not parsed.read_whole:
+            return
+        gw = self.gw
+        upstream = self.target.upstream.name
+        learned = gw.counting.observe(
+            upstream, self.served, usage.prompt_tokens, sent, self.choice, self.local, gw.guard.count_cache(self.scope)
+        )
+        if learned is not None:
+            record.calibration = learned.factor
+
+    def _previews(self) -> None:
+        """With `log.content_preview_chars` set, the start of each removed message (operator opt-in)."""
+        chars, record, messages = self.gw.settings.log.content_preview_chars, self.record, self.parsed.messages
+        for removal in record.removals:
+            if removal.index is not None and removal.index < len(messages):
+                record.previews[removal.index] = _message_text(messages[removal.index])[:chars]
+
+
+async def prepared(
+    request: web.Request, gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, raw: bytes,
+    large: bool, client: str, scope: Hashable, mode: Mode,
+) -> tuple[Performer, Exchange]:  # fmt: skip
+    """What the exchange needs, worked out once: the route, the window the serving model runs
+    with, the tokenizer to count with, and a correction learned earlier (`large`, `client` and
+    `scope`: where its counting runs and whose part of the count cache it reads). What is known already (no
+    Ollama model to ask, no backend tokenizer) is not awaited, and the credential for the guard's
+    own calls is looked up only when a call is to be made."""
+    model = parsed.model or ""
+    target = gw.router.route(model)
+    record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
+    if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
+        refuse_client_template(parsed.body)
+    upstream = target.upstream
+    if not upstream.serves(endpoint.api):
+        raise HTTPRefusal(
+            f"upstream {upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"
+        )
+    served = target.model or model
+    # The budget follows the model that will serve the request: after a rename, the target's window.
+    profile = gw.guard.profile(served)
+    record.window_source, record.override = profile.window_source, gw.guard.override_pattern(served)
+    record.map_correction = correction_for(profile)
+    session, counting = gw.session, gw.counting
+    assert session is not None, "the app's upstream session is opened at startup"
+    service: Mapping[str, str] | None = None
+    known, stated = counting.known_window(upstream.name, served)
+    if not known:
+        service = await _service_headers(gw, upstream)
+        stated = await counting.window(session, upstream.name, upstream.base_url, served, service)
+    if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
+        profile = dataclasses.replace(profile, context_window=stated)
+        record.window_source = "backend"
+    if profile.tokenizer in gw.guard.tokenizers.loaded:
+        local = gw.guard.tokenizer(profile)
+    else:  # a vocabulary not loaded yet (about a second) loads off the loop
+        local = await asyncio.to_thread(gw.guard.tokenizer, profile)
+    choice = counting.local_choice(upstream.name, served, profile, local)
+    if choice is None:  # the backend's own tokenizer counts
+        service = service if service is not None else await _service_headers(gw, upstream)
+        choice = await counting.choose(
+            session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, service
+        )
+    record.count_source = choice.source
+    if choice.calibration is not None:
+        record.calibration = choice.calibration.factor
+    held, correction = gw.corrections.held(upstream.name, served)
+    if not held:  # kept elsewhere (Redis)
+        correction = await gw.corrections.get(upstream.name, served)
+    if correction is not None:
+        record.applied_correction, record.window_source = correction, "correction"
+    if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
+        note(record, "fallback_window")
+    backend = counting.profile_of(upstream.name)
+    budget = budget_policy(backend, gw.guard.policy.budget, counting.options_for(upstream.name).min_output_tokens)
+    performer = Performer(
+        request, gw, record, endpoint, parsed, raw, large, client, scope, target, served, choice, budget, backend, local
+    )
+    summarises = gw.summariser is not None and endpoint.adapter.writes_inserted
+    exchange = Exchange(
+        mode,
+        known_window=profile.context_window,
+        correction=correction,
+        self_correct=gw.correction_policy,
+        provider=backend.kind if backend.kind != "generic" else None,
+        read_whole=parsed.read_whole,
+        recounts=choice.counter is not None,  # nothing to count again without the backend's tokenizer
+        chat=parsed.chat if summarises else None,
+        # Bounds straddling the budget: the upstream counts (the backend's own tokenizer needs none).
+        provider_counts=choice.source != "backend" and upstream.provider_count,
+    )
+    return performer, exchange
+
+
+async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
+    """The headers the guard's own calls to an upstream carry (tokenize, window): its credential."""
+    try:
+        auth = await gw.auths[upstream.name].header(None, False)
+    except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
+        auth = None
+    return gw.service_headers(upstream, auth)
+
+
+def json_message(body: bytes) -> str:
+    """The message of an OpenAI-shaped error body, for the guard's own error saying what came."""
+    try:
+        error = json.loads(body).get("error") or {}
+    except (ValueError, AttributeError):
+        return "an answer the guard cannot read"
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else "an answer the guard cannot read"
+
+
+def _message_text(message: object) -> str:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
+
+
+def note(record: RequestRecord, name: str, present: bool = True) -> None:
+    """Say `name` on the request's log line once (or no longer say it)."""
+    if present and name not in record.notes:
+        record.notes.append(name)
+    elif not present and name in record.notes:
+        record.notes.remove(name)
+
+
+async def _count_call_headers(request: web.Request, gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
+    """The headers of a provider count call: the forwarded request's credential and nothing else."""
+    keys = gw.settings.server.client_keys
+    try:
+        auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
+    except GuardError:  # no credential now: the call goes without, fails, and the upper bound stands
+        auth = None
+    return count_call_headers(request.headers, upstream, auth, keys)

@@ -1,0 +1,313 @@
+"""The exchange, driven the Playbook way: the commands it yields and the replies it is given, with
+no server and no sockets (`tests.core.playbook`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from proxy.core.exchange import (
+    Answered,
+    Delivered,
+    Exchange,
+    Note,
+    PlanFor,
+    ProviderCount,
+    Recount,
+    Recounted,
+    Reject,
+    Relay,
+    Remember,
+    Render,
+    Send,
+    Summarise,
+    Summary,
+)
+from proxy.core.plan import Plan
+from tests.core.playbook import Playbook
+from tests.core.trimming import fit, words
+
+WINDOW = 16_000
+
+
+def conversation(turns: int, tokens: int = 100) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"question {i}: " + words(tokens)})
+        messages.append({"role": "assistant", "content": f"answer {i}: " + words(tokens, "ipsum")})
+    messages.append({"role": "user", "content": "And now?"})
+    return {"model": "gpt-4o", "messages": messages}
+
+
+def overflow(limit: int, prompt: int) -> Answered:
+    """OpenAI's own words for a prompt over the model's window."""
+    message = (
+        f"This model's maximum context length is {limit} tokens. However, your messages resulted in {prompt} tokens."
+    )
+    error = {"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}}
+    return Answered(400, json.dumps(error).encode(), b'{"model": "gpt-4o", "messages": []}')
+
+
+def exchange(mode: str = "enforce", **options: Any) -> Exchange:
+    return Exchange(mode, known_window=WINDOW, **options)  # type: ignore[arg-type]
+
+
+def sending(plan: Plan, attempt: int = 1, outcome: str | None = None) -> Send:
+    outcome = outcome or plan.result.outcome
+    return Send(plan.request if plan.result.changed else None, plan, attempt, outcome)
+
+
+FITS = fit(conversation(30), WINDOW)  # about 6,000 tokens
+TRIMMED = fit(conversation(30), 3_000)
+
+
+class TestPlanAndForward:
+    def test_a_request_that_fits_is_planned_for_the_models_window_and_sent_as_it_came(self):
+        assert FITS.result.outcome == "unchanged"
+        assert Playbook(exchange()) << PlanFor(None) >> FITS << Send(None, FITS, 1, "unchanged") >> Delivered() << None
+
+    def test_a_trimmed_request_is_sent_in_its_own_shape(self):
+        """The plan's rendered body is what goes out; nothing rewrites the plan after the fact."""
+        rendered = replace(TRIMMED, body={**TRIMMED.result.body, "rendered": True})
+        assert Playbook(exchange()) << PlanFor(None) >> rendered << Send(rendered.body, rendered, 1, "trimmed")
+
+    def test_a_correction_learned_earlier_plans_for_its_window(self):
+        earlier = exchange()
+        assert Playbook(earlier) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor
+        assert earlier.learned is not None
+        assert Playbook(exchange(correction=earlier.learned)) << PlanFor(earlier.learned.window)
+
+
+class TestReject:
+    def test_a_request_nothing_more_may_be_cut_from_is_rejected_and_never_sent(self):
+        system = {"role": "system", "content": words(5_000)}  # never cut
+        huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 1_000)
+        assert huge.result.outcome == "rejected"
+        assert Playbook(exchange()) << PlanFor(None) >> huge << Reject(huge)
+
+
+class TestSelfCorrection:
+    def test_an_upstream_overflow_is_corrected_retried_once_and_remembered_when_the_retry_wins(self):
+        machine = exchange()
+        assert (
+            Playbook(machine)
+            << PlanFor(None)
+            >> FITS
+            << sending(FITS)
+            >> overflow(4096, 6100)
+            << (lambda c: isinstance(c, PlanFor) and c.window is not None and c.window < 4096)
+            >> TRIMMED
+            << sending(TRIMMED, attempt=2)
+            >> Delivered()
+            << (lambda c: isinstance(c, Remember) and c.correction.limit == 4096)
+            >> None
+            << None
+        )
+        assert machine.attempt == 2
+
+    def test_a_second_overflow_is_relayed(self):
+        """Only one retry: the upstream's error to the retry reaches the client as it came."""
+        assert (
+            Playbook(exchange())
+            << PlanFor(None)
+            >> FITS
+            << Send
+            >> overflow(4096, 6100)
+            << PlanFor
+            >> TRIMMED
+            << sending(TRIMMED, attempt=2)
+            >> overflow(2048, 3100)
+            << Relay()
+            >> None
+            << None
+        )
+
+    def test_an_implausible_overflow_is_relayed_and_teaches_nothing(self):
+        machine = exchange()
+        assert Playbook(machine) << PlanFor(None) >> FITS << Send >> overflow(100, 6100) << Relay() >> None << None
+        assert machine.learned is None and machine.ignored_overflow == "implausible"
+
+    def test_a_retry_that_cannot_cut_anything_is_not_sent(self):
+        machine = exchange()
+        assert Playbook(machine) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor >> FITS << Relay()
+        assert machine.ignored_overflow == "not_retried"
+
+    def test_a_retry_the_client_did_not_have_whole_is_not_remembered(self):
+        assert (
+            Playbook(exchange())
+            << PlanFor(None)
+            >> FITS
+            << Send
+            >> overflow(4096, 6100)
+            << PlanFor
+            >> TRIMMED
+            << Send
+            >> Delivered(whole=False)
+            << None
+        )
+
+    def test_a_request_not_read_whole_remembers_only_the_stated_window(self):
+        assert (
+            Playbook(exchange(read_whole=False))
+            << PlanFor(None)
+            >> FITS
+            << Send
+            >> overflow(4096, 6100)
+            << PlanFor
+            >> TRIMMED
+            << Send
+            >> Delivered()
+            << (lambda c: isinstance(c, Remember) and c.correction.factor == 1.0 and c.correction.limit == 4096)
+        )
+
+
+class TestModes:
+    def test_mode_off_sends_the_bytes_as_received_and_relays_any_error(self):
+        assert Playbook(exchange("off")) << Send(None, None) >> overflow(4096, 6100) << Relay() >> None << None
+
+    def test_dry_run_sends_the_request_as_received_and_never_retries(self):
+        assert (
+            Playbook(exchange("dry_run"))
+            << PlanFor(None)
+            >> TRIMMED
+            << Send(None, TRIMMED, 1, "dry_run_trimmed")
+            >> overflow(4096, 6100)
+            << Relay()
+        )
+
+
+class TestProviderCount:
+    """Where the choice of tokenizer allows it (bounds, not the backend's own count), the upstream's
+    count endpoint is asked about the first plan, once; its answer re-decides the request."""
+
+    def test_an_exchange_not_told_the_choice_allows_it_asks_no_provider(self):
+        assert Playbook(exchange()) << PlanFor(None) >> TRIMMED << sending(TRIMMED)
+
+    def test_the_first_plan_is_offered_to_the_provider_count(self):
+        assert Playbook(exchange(provider_counts=True)) << PlanFor(None) >> TRIMMED << ProviderCount(TRIMMED)
+
+    def test_a_plan_in_reply_is_decided_again_and_a_request_the_provider_says_fits_goes_as_it_came(self):
+        assert (
+            Playbook(exchange(provider_counts=True))
+            << PlanFor(None)
+            >> TRIMMED
+            << ProviderCount(TRIMMED)
+            >> FITS
+            << Send(None, FITS, 1, "unchanged")
+        )
+
+    def test_a_rejected_plan_the_provider_says_fits_is_sent(self):
+        system = {"role": "system", "content": words(5_000)}
+        huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 1_000)
+        assert Playbook(exchange(provider_counts=True)) << PlanFor(None) >> huge << ProviderCount(huge) >> FITS << Send
+
+    def test_no_answer_keeps_the_cut(self):
+        """None: the endpoint failed, was late, or counted over the budget; the cut on the upper bound stands."""
+        assert (
+            Playbook(exchange(provider_counts=True))
+            << PlanFor(None)
+            >> TRIMMED
+            << ProviderCount(TRIMMED)
+            >> None
+            << sending(TRIMMED)
+        )
+
+    def test_a_retry_after_an_upstream_overflow_is_not_offered_again(self):
+        assert (
+            Playbook(exchange(provider_counts=True))
+            << PlanFor(None)
+            >> FITS
+            << ProviderCount(FITS)
+            >> None
+            << sending(FITS)
+            >> overflow(4096, 6100)
+            << PlanFor
+            >> TRIMMED
+            << sending(TRIMMED, attempt=2)
+        )
+
+    def test_mode_off_plans_nothing_and_asks_nothing(self):
+        assert Playbook(exchange("off", provider_counts=True)) << Send(None, None) >> Delivered() << None
+
+
+class TestBackendRecount:
+    def test_within_the_budget_the_backends_exact_count_stands(self):
+        budget = TRIMMED.result.budget.input_budget
+        assert (
+            Playbook(exchange(recounts=True))
+            << PlanFor(None)
+            >> TRIMMED
+            << Recount(TRIMMED.request)
+            >> Recounted(budget - 5)
+            << Note("estimate", present=False)
+            >> None
+            << (lambda c: isinstance(c, Send) and c.plan.result.tokens_after == budget - 5)
+        )
+
+    def test_an_estimated_count_says_so_after_the_recount(self):
+        estimated = replace(TRIMMED, count=replace(TRIMMED.count, exact=False))
+        assert (
+            Playbook(exchange(recounts=True))
+            << PlanFor(None)
+            >> estimated
+            << Recount
+            >> Recounted(10)
+            << Note("estimate", present=False)
+            >> None
+            << Note("estimate")
+            >> None
+            << Send
+        )
+
+    def test_over_the_budget_it_is_re_planned_and_after_the_rounds_sent_with_the_backends_count(self):
+        """The last re-plan bounds what the backend has not counted; a count still over the budget
+        goes out with the note backend_count_over_budget."""
+        over = TRIMMED.result.budget.input_budget + 50
+        window = TRIMMED.result.budget.context_window
+        book = Playbook(exchange(recounts=True)) << PlanFor(None) >> TRIMMED
+        for bound in (False, False, True):
+            book = book << Recount >> Recounted(over) << Note("estimate", present=False)
+            book = book >> None << PlanFor(window, bound_unfetched=bound) >> TRIMMED
+        book = book << Recount >> Recounted(over) << Note("estimate", present=False) >> None
+        assert (
+            book
+            << Note("backend_count_over_budget")
+            >> None
+            << (lambda c: isinstance(c, Send) and c.plan.result.tokens_after == over)
+        )
+
+    def test_a_backend_that_cannot_count_now_leaves_the_plan_as_it_was(self):
+        assert Playbook(exchange(recounts=True)) << PlanFor(None) >> FITS << Recount >> None << sending(FITS)
+
+
+class TestSummaries:
+    def test_a_summary_replaces_what_the_cut_dropped(self):
+        plan = fit(conversation(30), 3_000, summarize=True)
+        chat = conversation(30)
+        rendered = {"rendered": True}
+        assert (
+            Playbook(exchange(chat=chat))
+            << PlanFor(None)
+            >> plan
+            << (lambda c: isinstance(c, Summarise) and c.request.messages[0] == chat["messages"][c.request.indices[0]])
+            >> Summary("They asked thirty questions.", "produced")
+            << (lambda c: isinstance(c, Render) and c.view.summary.status == "produced" and len(c.view.inserted) == 1)
+            >> rendered
+            << (lambda c: isinstance(c, Send) and c.body is rendered and c.plan.result.summary.status == "produced")
+        )
+
+    def test_without_a_summariser_nothing_is_asked(self):
+        plan = fit(conversation(30), 3_000, summarize=True)
+        assert Playbook(exchange()) << PlanFor(None) >> plan << sending(plan)
+
+    def test_a_summary_that_failed_leaves_the_cut_as_it_was_and_says_why(self):
+        plan = fit(conversation(30), 3_000, summarize=True)
+        assert (
+            Playbook(exchange(chat=conversation(30)))
+            << PlanFor(None)
+            >> plan
+            << Summarise
+            >> Summary(None, "timeout")
+            << (lambda c: isinstance(c, Render) and c.view.summary.status == "timeout" and not c.view.inserted)
+        )
