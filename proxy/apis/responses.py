@@ -48,6 +48,7 @@ from proxy.apis.base import (
     ViewBuilder,
     changed_parts,
     inserted_texts,
+    opaque_part,
     optional_model,
     output_reserve,
     part_text,
@@ -69,11 +70,6 @@ TEXT_PART_TYPES = frozenset({"input_text", "output_text"})
 # output after it; four recordings):
 # the Responses rendering of tools is not published, and chat's is its bound.
 FUNCTION_TOOLS_BOUND = "Responses function tools: counted with chat's rendering, an upper bound (measured 6 to 8 above)"
-
-
-def opaque_part(value: object) -> dict[str, Any]:
-    """A part the core counts as its JSON and never shortens."""
-    return {"type": "item", "item": value}
 
 
 class _Builder(ViewBuilder):
