@@ -328,6 +328,11 @@ def text_part(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
+def opaque_part(value: object) -> dict[str, Any]:
+    """A part the core counts as its JSON and never shortens."""
+    return {"type": "item", "item": value}
+
+
 def changed_parts(old: Sequence[Any], new: Sequence[Any]) -> list[int] | None:
     """Positions of the parts `new` changed, or None when the lists do not pair up one to one."""
     if len(old) != len(new):

@@ -28,12 +28,15 @@ Pinned against recorded API counts in tests/data/responses_api_counts.json.
 Rendering writes drops and shortened text back into the items, and a message the trim added
 (the budget note, a summary) as a system message item where the dropped items were; every other
 field and item is kept exactly as sent.
+
+This module is the adapter: the request's fields, the Responses framing and the cut written back
+into the items. Reading the input items, the tools and `text.format` into the view is
+`proxy.apis.responses_items`'s.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -44,8 +47,6 @@ from proxy.apis.base import (
     InvalidRequest,
     Origin,
     Parsed,
-    Source,
-    ViewBuilder,
     changed_parts,
     inserted_texts,
     optional_model,
@@ -53,77 +54,18 @@ from proxy.apis.base import (
     part_text,
     require_object,
     stream_flag,
-    text_part,
 )
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.responses_items import (
+    OUTPUT_TYPES,
+    TEXT_PART_TYPES,
+    ItemsBuilder,
+    chat_response_format,
+    chat_tools,
+    read_item,
+)
 from proxy.core.models import ModelProfile
-
-MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
-CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
-OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
-TEXT_PART_TYPES = frozenset({"input_text", "output_text"})
-
-
-# gpt-4o and gpt-4.1 answered 6 below chat's rendering of the same function tool (8 with a call and its
-# output after it; four recordings):
-# the Responses rendering of tools is not published, and chat's is its bound.
-FUNCTION_TOOLS_BOUND = "Responses function tools: counted with chat's rendering, an upper bound (measured 6 to 8 above)"
-
-
-def opaque_part(value: object) -> dict[str, Any]:
-    """A part the core counts as its JSON and never shortens."""
-    return {"type": "item", "item": value}
-
-
-class _Builder(ViewBuilder):
-    """The view of the input items, built in one walk: reasoning waits for the item it precedes,
-    and consecutive calls share one assistant message."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._reasoning: list[int] = []  # reasoning items waiting for the item they precede
-        self._reasoning_text: list[str] = []
-        self._call_group: int | None = None  # the view message the last call items went into
-        self.unseen = False  # the provider adds content the guard cannot see: the count is no bound
-
-    def provider_adds(self, note: str) -> None:
-        """Part of what the model reads is added by the provider (hosted tools' instructions and
-        results, stored items, hidden reasoning): the count is neither exact nor a bound."""
-        self.unseen = True
-        self.estimate(f"not counted, no bound: {note}")
-
-    def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
-        if self._reasoning:
-            origins = (*(Origin("input", k) for k in self._reasoning), *origins)
-            if self._reasoning_text:
-                message["reasoning_content"] = "\n".join(self._reasoning_text)
-            self._reasoning, self._reasoning_text = [], []
-        super().add(message, origins, parts)
-        self._call_group = None
-
-    def add_call(self, call: dict[str, Any], index: int) -> None:
-        group = self._call_group
-        if group is not None and not self._reasoning:
-            self.messages[group]["tool_calls"].append(call)
-            source = self.sources[group]
-            self.sources[group] = Source((*source.origins, Origin("input", index)))
-            return
-        self.add({"role": "assistant", "content": None, "tool_calls": [call]}, (Origin("input", index),))
-        self._call_group = len(self.messages) - 1
-
-    def reasoning(self, item: Mapping[str, Any], index: int) -> None:
-        self._reasoning.append(index)
-        for key in ("summary", "content"):
-            for part in item.get(key) or ():
-                if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                    self._reasoning_text.append(part["text"])
-        if item.get("encrypted_content"):
-            self.provider_adds(f"input[{index}]: encrypted reasoning, which the provider decrypts and re-reads")
-
-    def finish(self) -> None:
-        if self._reasoning:  # reasoning at the very end: kept as a message of its own
-            self.add({"role": "assistant", "content": None}, ())
 
 
 class ResponsesAdapter(Adapter):
@@ -133,7 +75,7 @@ class ResponsesAdapter(Adapter):
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
-        build = _Builder()
+        build = ItemsBuilder()
         instructions = body.get("instructions")
         if isinstance(instructions, str):
             if instructions:
@@ -145,7 +87,7 @@ class ResponsesAdapter(Adapter):
             build.add({"role": "user", "content": items}, (Origin("input"),))
         elif isinstance(items, list):
             for k, item in enumerate(items):
-                _item(build, item, k)
+                read_item(build, item, k)
             build.finish()
         elif items is not None:
             raise InvalidRequest("'input' must be a string or an array of input items", param="input")
@@ -165,12 +107,12 @@ class ResponsesAdapter(Adapter):
         model = optional_model(body, required=False)
         if model is not None:
             chat["model"] = model
-        tools = _tools(body.get("tools"), build)
+        tools = chat_tools(body.get("tools"), build)
         if tools:
             chat["tools"] = tools
         if body.get("tool_choice") is not None:
             chat["tool_choice"] = body["tool_choice"]
-        response_format = _response_format(body.get("text"))
+        response_format = chat_response_format(body.get("text"))
         if response_format is not None:
             chat["response_format"] = response_format
         reserve = output_reserve(body, "max_output_tokens")
@@ -237,118 +179,6 @@ class ResponsesAdapter(Adapter):
         return body
 
 
-def _item(build: _Builder, item: object, k: int) -> None:
-    where = f"input[{k}]"
-    if not isinstance(item, Mapping):
-        raise InvalidRequest(f"{where} must be an object", param=where)
-    kind = item.get("type")
-    if kind is None and "role" in item:
-        kind = "message"
-    if not isinstance(kind, str):
-        raise InvalidRequest(f"{where} has no 'type'", param=f"{where}.type")
-    if kind == "message":
-        role = item.get("role")
-        if role not in MESSAGE_ROLES:
-            raise InvalidRequest(
-                f"{where}.role must be one of {', '.join(sorted(MESSAGE_ROLES))}", param=f"{where}.role"
-            )
-        content, parts = _content(item.get("content"), f"{where}.content")
-        _fetched_parts(build, item.get("content"), f"{where}.content")
-        build.add({"role": role, "content": content}, (Origin("input", k),), parts)
-    elif kind in CALL_TYPES:
-        call_id = _string(item, "call_id", where)
-        name = _string(item, "name", where)
-        arguments = item.get("arguments") if kind == "function_call" else item.get("input")
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False, default=str)
-        build.add_call({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}, k)
-    elif kind in OUTPUT_TYPES:
-        call_id = _string(item, "call_id", where)
-        content, parts = _content(item.get("output"), f"{where}.output")
-        _fetched_parts(build, item.get("output"), f"{where}.output")
-        build.add({"role": "tool", "tool_call_id": call_id, "content": content}, (Origin("input", k),), parts)
-    elif kind == "reasoning":
-        build.reasoning(item, k)
-    elif kind == "item_reference":
-        build.provider_adds(f"{where}: item_reference, an item the provider stores")
-        build.add({"role": "system", "content": [opaque_part(dict(item))]}, (Origin("input", k),))
-    else:
-        _other_item(build, item, kind, k)
-
-
-def _other_item(build: _Builder, item: Mapping[str, Any], kind: str, k: int) -> None:
-    """Items this adapter does not model (hosted tool calls, computer use, MCP, ...): counted as
-    their JSON, and paired by call_id when they are a call and its output."""
-    build.provider_adds(f"input[{k}]: {kind} item, which the provider renders itself (counted as its JSON)")
-    call_id = item.get("call_id")
-    if isinstance(call_id, str) and kind.endswith("_call_output"):
-        build.add(
-            {"role": "tool", "tool_call_id": call_id, "content": [opaque_part(dict(item))]}, (Origin("input", k),)
-        )
-    elif isinstance(call_id, str) and kind.endswith("_call"):
-        arguments = json.dumps(item, ensure_ascii=False, default=str, separators=(",", ":"))
-        build.add_call({"id": call_id, "type": "function", "function": {"name": kind, "arguments": arguments}}, k)
-    else:
-        build.add({"role": "assistant", "content": [opaque_part(dict(item))]}, (Origin("input", k),))
-
-
-def _string(item: Mapping[str, Any], key: str, where: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str) or not value:
-        raise InvalidRequest(f"{where}.{key} is required and must be a string", param=f"{where}.{key}")
-    return value
-
-
-def _content(content: object, where: str) -> tuple[Any, tuple[int | None, ...]]:
-    """A message's content (or a call output) as the view's content, and its part mapping."""
-    if isinstance(content, str):
-        return content, ()
-    if isinstance(content, list):
-        return [_part(part, f"{where}[{j}]") for j, part in enumerate(content)], tuple(range(len(content)))
-    if content is None:
-        raise InvalidRequest(f"{where} is required", param=where)
-    return [opaque_part(content)], (None,)
-
-
-def _fetched_parts(build: _Builder, content: object, where: str) -> None:
-    """Files and images sent by id or URL that the provider fetches and extracts itself."""
-    for j, part in enumerate(content if isinstance(content, list) else ()):
-        if not isinstance(part, Mapping):
-            continue
-        if part.get("type") == "input_file" and not isinstance(part.get("file_data"), str):
-            build.provider_adds(f"{where}[{j}]: a file the provider fetches by id or URL")
-        elif part.get("type") == "input_image" and not isinstance(part.get("image_url"), str):
-            build.provider_adds(f"{where}[{j}]: an image the provider fetches by file_id")
-
-
-def _part(part: object, where: str) -> dict[str, Any]:
-    if not isinstance(part, Mapping):
-        raise InvalidRequest(f"{where} must be an object", param=where)
-    kind = part.get("type")
-    if kind in TEXT_PART_TYPES:
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise InvalidRequest(f"{where}.text must be a string", param=f"{where}.text")
-        return text_part(text)
-    if kind == "refusal" and isinstance(part.get("refusal"), str):
-        return {"type": "refusal", "refusal": part["refusal"]}
-    if kind == "input_image":
-        url = part.get("image_url")
-        detail = part.get("detail", "auto")
-        return {"type": "image_url", "image_url": {"url": url if isinstance(url, str) else "", "detail": detail}}
-    if kind == "input_file":
-        file: dict[str, Any] = {}
-        for key in ("file_data", "file_id", "filename"):
-            if isinstance(part.get(key), str):
-                file[key] = part[key]
-        if isinstance(part.get("file_url"), str) and "file_id" not in file:
-            file["file_id"] = part["file_url"]
-        return {"type": "file", "file": file}
-    if kind == "input_audio" and isinstance(part.get("input_audio"), Mapping):
-        return {"type": "input_audio", "input_audio": part["input_audio"]}
-    return opaque_part(dict(part))
-
-
 def _write_item(item: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """`item` with the text that trimming shortened in its view message (`old` -> `new`)."""
     key = "output" if str(item.get("type")) in OUTPUT_TYPES else "content"
@@ -374,38 +204,3 @@ def _write_item(item: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[st
         else:  # an image or file replaced by a marker
             parts[j] = {"type": "output_text" if assistant else "input_text", "text": text}
     return {**item, key: parts}
-
-
-def _tools(tools: object, build: _Builder) -> list[Any]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
-    converted: list[Any] = []
-    for j, tool in enumerate(tools):
-        if not isinstance(tool, Mapping):
-            raise InvalidRequest(f"tools[{j}] must be an object", param=f"tools[{j}]")
-        if tool.get("type") == "function":
-            function = {key: tool[key] for key in ("name", "description", "parameters") if key in tool}
-            # Responses function tools are strict unless they say otherwise, and strict ones have
-            # no measured rendering: the count says so (proxy.core.tool_schema).
-            function["strict"] = tool.get("strict", True)
-            converted.append({"type": "function", "function": function})
-            if FUNCTION_TOOLS_BOUND not in build.notes:
-                build.estimate(FUNCTION_TOOLS_BOUND)
-        else:
-            build.provider_adds(f"tools[{j}]: built-in tool {tool.get('type')!r}, its instructions and results")
-            converted.append(dict(tool))
-    return converted
-
-
-def _response_format(text: object) -> dict[str, Any] | None:
-    fmt = text.get("format") if isinstance(text, Mapping) else None
-    if not isinstance(fmt, Mapping):
-        return None
-    if fmt.get("type") == "json_schema":
-        schema = {key: fmt[key] for key in ("name", "description", "schema", "strict") if key in fmt}
-        return {"type": "json_schema", "json_schema": schema}
-    if fmt.get("type") == "json_object":
-        return {"type": "json_object"}
-    return None

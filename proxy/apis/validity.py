@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.apis.anthropic import content_blocks
-from proxy.apis.responses import CALL_TYPES, OUTPUT_TYPES
+from proxy.apis.responses_items import CALL_TYPES, OUTPUT_TYPES
 
 
 def responses_problems(body: Mapping[str, Any]) -> list[str]:

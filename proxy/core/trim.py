@@ -25,9 +25,10 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_output
+from proxy.core.count_rules import RequestCount
 from proxy.core.cuts import HistoryCut
 from proxy.core.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
-from proxy.core.request_count import RequestCount, RequestCounter
+from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES
 from proxy.core.turns import Conversation, protected_start, split_conversation
 

@@ -35,19 +35,20 @@ element also gets a hash of its own bytes, which the count cache uses as the mes
 
 Memory: the bodies kept are bounded in number and in bytes (their parsed values are about
 three times their size); the least recently used goes first.
+
+This module reads, reuses and keeps bodies; locating a body's elements in its bytes and comparing
+a new body's bytes with a kept one's is `proxy.wire.array_bytes`'s.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.wire.array_bytes import LocatedBody, element_spans, located_body, shared_elements
 from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 
 _HEAD = 128  # bytes of a body that name its family of earlier bodies
@@ -56,31 +57,7 @@ _WRAP = b'{"\\u0000earlier":[0'
 _PROBE = 32  # bytes compared first, at the end of an earlier body's last element
 _CANDIDATES = 4  # earlier bodies compared in full, of each kind below
 _FAMILY_SCAN = 32  # the most recent bodies of a family looked at: the conversations being had
-# Brackets outside strings, each with where it is; strings and everything else are skipped in C.
-_BRACKET = re.compile(rb'(?:[^"{}\[\]]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([{}\[\]])', re.S)
-_KEY = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[{}\[\]]', re.S)
-_COLON_BRACKET = re.compile(rb"\s*:\s*\[")
-_SEPARATOR = re.compile(rb"\s*,?\s*")  # before an element: a comma, except before the first
-_CLOSE = re.compile(rb"\s*\]")
 _JSON_SPACE = b" \t\r\n"  # JSON's whitespace: not bytes.strip()'s, which takes \v and \f too
-
-
-
-
-@dataclass(frozen=True, eq=False)  # one body is itself, not any body of equal bytes
-class _Body:
-    raw: bytes
-    head: dict[str, Any]  # the top-level keys before the array, in order
-    elements: list[Any]
-    ends: tuple[int, ...]  # offset just after each element
-    hashes: tuple[int, ...]
-    tail: dict[str, Any]  # the top-level keys after the array, in order
-    close: int  # the offset of the array's `]`
-
-    @property
-    def after_array(self) -> memoryview:
-        """Its bytes from the array's `]` to the end."""
-        return memoryview(self.raw)[self.close :]
 
 
 @dataclass(frozen=True)
@@ -90,7 +67,7 @@ class Match:
     `kept` is False for a body this reader neither reuses nor keeps (too small or too large)."""
 
     new_bytes: int
-    earlier: _Body | None = None
+    earlier: LocatedBody | None = None
     shared: int = 0
     kept: bool = True
     same: bool = False  # `raw` is `earlier.raw`, byte for byte: nothing of it is read again
@@ -103,8 +80,8 @@ class Reading:
 
     value: Any
     known: KnownPrefix = NOTHING_KNOWN
-    body: _Body | None = None
-    extends: _Body | None = None
+    body: LocatedBody | None = None
+    extends: LocatedBody | None = None
 
 
 class PrefixReader:
@@ -122,9 +99,8 @@ class PrefixReader:
         self.key = key
         self.limits = limits
         self.max_bytes, self.max_bodies, self.min_body = max_bytes, max_bodies, min_body
-        self._key_token = b'"' + key.encode() + b'"'
-        self._bodies: OrderedDict[int, _Body] = OrderedDict()  # by id, least recently used first
-        self._by_head: dict[bytes, list[_Body]] = {}
+        self._bodies: OrderedDict[int, LocatedBody] = OrderedDict()  # by id, least recently used first
+        self._by_head: dict[bytes, list[LocatedBody]] = {}
         self._bytes = 0
         self._lock = threading.Lock()  # large bodies are read on worker threads
 
@@ -137,7 +113,7 @@ class PrefixReader:
         for earlier in self._candidates(raw):
             if earlier.raw == raw:  # sent again as it was: unequal lengths are told apart at once
                 return Match(0, earlier, len(earlier.ends), same=True)
-            shared = _shared_elements(raw, earlier, most)
+            shared = shared_elements(raw, earlier, most)
             if shared > most:
                 best, most = earlier, shared
                 if shared == len(earlier.ends):
@@ -157,7 +133,7 @@ class PrefixReader:
             if reading is not None:
                 return reading
         value = read_json(raw, self.limits)
-        body = self._located(raw, value)
+        body = located_body(raw, value, self.key)
         return Reading(value, KnownPrefix(0, body.hashes) if body is not None else NOTHING_KNOWN, body)
 
     def keep(self, reading: Reading) -> None:
@@ -185,7 +161,7 @@ class PrefixReader:
 
     # -- reading a body that extends an earlier one ------------------------------------------
 
-    def _candidates(self, raw: bytes) -> list[_Body]:
+    def _candidates(self, raw: bytes) -> list[LocatedBody]:
         """The earlier bodies `raw` may extend, likeliest first. Of those that start with the same
         bytes (the same system prompt, say) and hold the same second element (a conversation's
         first question tells it apart), those whose last element closes where `raw` has the same
@@ -212,7 +188,7 @@ class PrefixReader:
             self._bodies.move_to_end(id(chosen[0]))
             return chosen
 
-    def _extend(self, raw: bytes, earlier: _Body, shared: int) -> Reading | None:
+    def _extend(self, raw: bytes, earlier: LocatedBody, shared: int) -> Reading | None:
         """`raw` read as `earlier`'s first `shared` elements and the rest parsed; None when the
         rest does not read (the full reader says why)."""
         start = earlier.ends[shared - 1]
@@ -235,16 +211,16 @@ class PrefixReader:
             added, tail = added[1:], rest
         if any(type(e) is not dict for e in added):
             return None
-        spans = _spans(raw, start, added)
+        spans = element_spans(raw, start, added)
         if spans is None:
             return None
         elements = [*earlier.elements[:shared], *added]
         value = {**earlier.head, self.key: elements, **tail}
         ends, hashes = earlier.ends[:shared] + spans[0], earlier.hashes[:shared] + spans[1]
-        body = _Body(raw, earlier.head, elements, ends, hashes, tail, spans[2])
+        body = LocatedBody(raw, earlier.head, elements, ends, hashes, tail, spans[2])
         return Reading(value, KnownPrefix(shared, hashes, reused is not None), body, earlier)
 
-    def _new_elements(self, raw: bytes, earlier: _Body, start: int) -> tuple[list[Any], dict[str, Any]] | None:
+    def _new_elements(self, raw: bytes, earlier: LocatedBody, start: int) -> tuple[list[Any], dict[str, Any]] | None:
         """When `raw` ends as `earlier` does from its array's `]` on: the elements between the
         shared ones and that `]` (read strictly, at their real depth), and `earlier`'s keys
         after the array; None otherwise (the whole rest is then read)."""
@@ -263,44 +239,9 @@ class PrefixReader:
             return None  # not elements alone: the `]` met was not the array's
         return added[1:], earlier.tail
 
-    # -- locating the array of a body read in full -------------------------------------------
+    # -- the bodies kept ----------------------------------------------------------------------
 
-    def _located(self, raw: bytes, value: Any) -> _Body | None:
-        """The array's element offsets in `raw`, when its elements are objects."""
-        if type(value) is not dict:
-            return None
-        elements = value.get(self.key)
-        if type(elements) is not list or not elements or any(type(e) is not dict for e in elements):
-            return None
-        opened = self._array_start(raw)
-        if opened is None:
-            return None
-        spans = _spans(raw, opened, elements)
-        if spans is None:
-            return None
-        names = list(value)
-        at = names.index(self.key)
-        head = {name: value[name] for name in names[:at]}
-        tail = {name: value[name] for name in names[at + 1 :]}
-        ends, hashes, close = spans
-        return _Body(raw, head, elements, ends, hashes, tail, close)
-
-    def _array_start(self, raw: bytes) -> int | None:
-        """Where the array under the top-level key starts (just after its `[`), when the key is
-        written plainly (no escapes); None otherwise."""
-        depth = 0
-        for match in _KEY.finditer(raw):
-            token = match.group()
-            if token[0] == 0x22:
-                if depth == 1 and token == self._key_token:
-                    colon = _COLON_BRACKET.match(raw, match.end())
-                    if colon is not None:
-                        return colon.end()
-                continue
-            depth += 1 if token in (b"{", b"[") else -1
-        return None
-
-    def _drop(self, body: _Body) -> None:
+    def _drop(self, body: LocatedBody) -> None:
         del self._bodies[id(body)]
         self._bytes -= len(body.raw)
         family = self._by_head.get(body.raw[:_HEAD], [])
@@ -310,98 +251,9 @@ class PrefixReader:
             self._by_head.pop(body.raw[:_HEAD], None)
 
 
-def _again(body: _Body, key: str) -> Reading:
+def _again(body: LocatedBody, key: str) -> Reading:
     """A body sent again as it was: the value read before, in a new top-level object and array
     (the elements are the very ones read before, not to be changed in place, as for any shared
     element); every element and every other key known, nothing new to keep."""
     value = {**body.head, key: list(body.elements), **body.tail}
     return Reading(value, KnownPrefix(len(body.ends), body.hashes, True), body)
-
-
-def _shared_elements(raw: bytes, earlier: _Body, beat: int = 0) -> int:
-    """How many of `earlier`'s elements `raw` holds in the same bytes from its first byte on;
-    0 when that is not more than `beat`. Bodies differ near their end (a turn replaced or
-    added), so the search steps back from the last element, then halves. Each element's own
-    bytes are compared before all that precede it: a body that shares an earlier one's opening
-    but not element i (a sibling branch of a conversation) is told apart by element i alone,
-    not by comparing the whole opening first; bytes found equal once are not compared again."""
-    ends, old = earlier.ends, memoryview(earlier.raw)  # compared in place, never copied
-    size, last = len(raw), len(ends) - 1
-    equal = 0  # raw[:equal] is known to be earlier.raw[:equal]
-
-    def same(i: int) -> bool:
-        nonlocal equal
-        end = ends[i]
-        if end <= equal:
-            return size > end
-        start = max(ends[i - 1] if i else 0, equal)
-        if size > end and raw.startswith(old[start:end], start) and raw.startswith(old[equal:start], equal):
-            equal = end
-            return True
-        return False
-
-    if beat > last or not same(beat):
-        return 0
-    high, step = last + 1, 1  # ends[beat] is shared, ends[high] (past the last: none) is not
-    while high - step > beat and not same(high - step):
-        high, step = high - step, step * 2
-    low = max(beat, high - step)  # shared when the loop stopped on a match, else beat
-    while high - low > 1:
-        middle = (low + high) // 2
-        if same(middle):
-            low = middle
-        else:
-            high = middle
-    return low + 1
-
-
-def _spans(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
-    """The end offsets and hashes of `elements`, the parsed values of the array elements written
-    in `raw` from `position` (just after the `[`, or after an earlier element) to the array's `]`,
-    and where that `]` is; None when they are not all objects. A client that writes JSON
-    compactly (the SDKs, orjson, JSON.stringify) wrote each element as orjson writes it back:
-    then the element's bytes are found by comparison (a complete JSON value ends where its text
-    ends); otherwise by a scan of the brackets outside strings."""
-    ends: list[int] = []
-    hashes: list[int] = []
-    try:
-        for element in elements:
-            separator = _SEPARATOR.match(raw, position)
-            if separator is None:
-                return _scanned(raw, position, elements)
-            text = orjson.dumps(element)
-            if not raw.startswith(text, separator.end()):
-                return _scanned(raw, position, elements)
-            position = separator.end() + len(text)
-            ends.append(position)
-            hashes.append(hash(text))
-    except TypeError:  # an integer beyond 64 bits: orjson cannot write it
-        return _scanned(raw, position, elements)
-    closed = _CLOSE.match(raw, position)
-    if closed is None:
-        return None
-    return tuple(ends), tuple(hashes), closed.end() - 1
-
-
-def _scanned(raw: bytes, position: int, elements: list[Any]) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
-    """`_spans` by a scan of the brackets outside strings, from `position` on."""
-    spans: list[tuple[int, int]] = []
-    depth, start, close = 0, position, None
-    for match in _BRACKET.finditer(raw, position):
-        bracket = raw[match.start(1)]
-        if bracket == 0x7B or bracket == 0x5B:  # { [
-            if depth == 0:
-                if bracket == 0x5B:
-                    return None
-                start = match.start(1)
-            depth += 1
-            continue
-        depth -= 1
-        if depth == 0:
-            spans.append((start, match.end(1)))
-        elif depth < 0:
-            close = match.start(1)
-            break
-    if len(spans) != len(elements) or close is None:  # a scalar element leaves no bracket
-        return None
-    return tuple(e for _, e in spans), tuple(hash(raw[s:e]) for s, e in spans), close

@@ -29,8 +29,9 @@ import pytest
 
 from proxy.apis.base import Parsed
 from proxy.apis.responses import ResponsesAdapter
+from proxy.core.count_rules import RequestCount
 from proxy.core.models import ModelRegistry
-from proxy.core.request_count import RequestCount, RequestCounter
+from proxy.core.request_count import RequestCounter
 from proxy.tokenizers.vocabularies import Tokenizers
 
 TABLE = json.loads((Path(__file__).parents[1] / "data" / "responses_api_counts.json").read_text())

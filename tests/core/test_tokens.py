@@ -9,7 +9,8 @@ import zipfile
 import pytest
 
 from proxy.core import media
-from proxy.core.request_count import COMPONENTS, RequestCounter
+from proxy.core.count_rules import COMPONENTS
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CountCache
 from tests.conftest import png_data_url
 
