@@ -32,10 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.config.settings import Settings
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
 from proxy.server.guard import Guard
 from proxy.server.handlers import BACKEND_ROUNDS

@@ -23,10 +23,11 @@ from proxy.apis.base import Adapter, Fitted, Parsed, fit
 from proxy.config.settings import Settings
 from proxy.config.trim import Mode
 from proxy.core.budget import BudgetPolicy
+from proxy.core.count_cache import CountCache, ScopedCountCache
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, plan_request
-from proxy.core.tokenizer import CountCache, ScopedCountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ConfigError
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers

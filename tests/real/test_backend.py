@@ -13,9 +13,9 @@ import pytest
 
 from proxy.config.settings import Settings
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.count_cache import CountCache
 from proxy.core.models import TokenizerSpec
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache
 from proxy.server.backends.profiles import BackendOptions, discover
 from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls
 from proxy.server.guard import Guard

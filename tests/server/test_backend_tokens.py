@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from proxy.core.count_cache import CountCache
 from proxy.core.models import TEMPLATE_FORMAT, ModelRegistry
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CharEstimateTokenizer, CountCache
+from proxy.core.tokenizer import CharEstimateTokenizer
 from proxy.server.backends.tokenize import BackendCounter, BackendDown, Framing, measure_framing
 
 DEFAULT_SYSTEM = "You are a helpful assistant named Chatty"

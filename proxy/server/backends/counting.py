@@ -28,9 +28,10 @@ from typing import Any, Literal, TypeVar
 import aiohttp
 
 from proxy.core.calibration import Calibration, CalibrationTable, calibrated
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelProfile
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.server.backends.profiles import (
     BackendOptions,
     BackendProfile,

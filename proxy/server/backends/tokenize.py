@@ -41,9 +41,10 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ChatFormat, ModelProfile
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json, server_root, token_count
 
 PROBE = "x"
