@@ -17,10 +17,20 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # annotations only: the tokenizers re-export the cache until request_count imports it here
-    from proxy.core.tokenizer import Tokenizer
+
+class Tokenizer(Protocol):
+    """What the cache asks of a tokenizer (`proxy.core.tokenizer.Tokenizer` has it): the identity
+    its keys are made of, and counts of what is not cached. Asked here, not imported, so the
+    tokenizers' module can name the cache without a circle."""
+
+    @property
+    def identity(self) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+    def count_many(self, texts: list[str]) -> list[int]: ...
 
 
 # The default bound of a `CountCache` in bytes. A cold 25 KB chat request adds about 45 entries
