@@ -40,7 +40,7 @@ from proxy.core.tokenizer import Tokenizer
 from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
 from proxy.server.guard import Guard
 from proxy.server.handlers import BACKEND_ROUNDS
-from proxy.server.upstream.streams import usage_from_body
+from proxy.server.upstream.usage import usage_from_body
 from tests.real.corpus import body
 from tests.real.llama import MODEL, LlamaServer, running_server
 

@@ -45,7 +45,7 @@ from proxy.server.request_ids import new_request_id
 from proxy.server.summariser import Summariser, SummariserOptions
 from proxy.server.upstream.forwarding import passthrough
 from proxy.server.upstream.relay import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
-from proxy.server.upstream.streams import upstream_session
+from proxy.server.upstream.session import upstream_session
 from proxy.state import open_store
 from proxy.wire.readers import BodyReaders
 from proxy.wire.strict_json import JsonLimits

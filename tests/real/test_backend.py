@@ -19,7 +19,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.server.backends.profiles import BackendOptions, discover
 from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls
 from proxy.server.guard import Guard
-from proxy.server.upstream.streams import usage_from_body
+from proxy.server.upstream.usage import usage_from_body
 from proxy.tokenizers.vocabularies import Tokenizers
 from tests.real.corpus import KINDS, SAMPLES, body
 from tests.real.llama import MODEL, LlamaServer
