@@ -35,9 +35,11 @@ from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
 from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
+from proxy.core.prefetched import PrefetchedTokenizer
 from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import Tokenizer
-from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
+from proxy.server.backends.tokenize import BackendCounter
+from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
 from proxy.server.guard import Guard
 from proxy.server.handlers import BACKEND_ROUNDS
 from proxy.server.upstream.usage import usage_from_body

@@ -17,7 +17,8 @@ from proxy.core.count_cache import CountCache
 from proxy.core.models import TokenizerSpec
 from proxy.core.request_count import RequestCounter
 from proxy.server.backends.profiles import BackendOptions, discover
-from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls
+from proxy.server.backends.tokenize import BackendCounter
+from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
 from proxy.server.guard import Guard
 from proxy.server.upstream.usage import usage_from_body
 from proxy.tokenizers.vocabularies import Tokenizers

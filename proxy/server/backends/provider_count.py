@@ -28,7 +28,7 @@ from proxy.core.exchange import Attempts, Forward, Reject
 from proxy.core.plan import Plan
 from proxy.errors import GuardError
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
-from proxy.server.backends.tokenize import calls_for
+from proxy.server.backends.tokenize_calls import calls_for
 from proxy.server.upstream.relay import request_headers
 
 if TYPE_CHECKING:
