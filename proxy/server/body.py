@@ -29,7 +29,6 @@ from aiohttp import web
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
 from proxy.server import decoding
 from proxy.server.decoding import ENCODINGS
-from proxy.wire.strict_json import JsonLimits
 
 # After an answer to a request whose body was not read (401, 408, 413), aiohttp keeps reading and
 # discarding the rest for this long, so the client sees the answer rather than a reset, then closes.
@@ -48,7 +47,6 @@ class BodyPolicy:
 
 
 BODY_POLICY = web.AppKey("body_policy", BodyPolicy)
-JSON_LIMITS = web.AppKey("json_limits", JsonLimits)  # how deep a counted body may nest
 
 
 def content_encoding(header: str | None) -> str | None:

@@ -27,4 +27,3 @@ async def tapped(chunks: AsyncIterator[bytes], tap: UsageTap) -> AsyncIterator[b
     rest = tap.finish()
     if rest:
         yield rest
-
