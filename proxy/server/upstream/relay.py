@@ -278,7 +278,7 @@ async def relay(
     broken_event: Callable[[str], bytes] | None = None,
 ) -> Relayed:
     """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
-    begun or filtered; see `proxy.server.upstream.streams`). A client that goes away ends the relay
+    begun or filtered; see `proxy.server.upstream.answers`). A client that goes away ends the relay
     (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
     mid-stream ends an event stream cleanly, with an SSE error event (`broken_event`'s, in the
     client's API's grammar; OpenAI's when not given) then EOF; any other body

@@ -20,9 +20,6 @@ from proxy.server.decoding import Decoder
 from proxy.wire.codec import loads
 
 MAX_PEEK_BYTES = 256 * 1024  # a first event larger than this is relayed as data, unread
-# An event of a relayed stream larger than this is relayed as it comes, without being parsed: the
-# tap holds at most this much of a partial event, and looks at each byte once.
-MAX_EVENT_BYTES = 1024 * 1024
 _EVENT_END = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 FirstKind = Literal["data", "error", "empty"]

@@ -11,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.server.decoding import decoded
-from proxy.server.upstream.sse import MAX_EVENT_BYTES, event_data, event_end, json_or_none, may_name
+from proxy.server.upstream.sse import event_data, event_end, json_or_none, may_name
+
+# An event of a relayed stream larger than this is relayed as it comes, without being parsed: the
+# tap holds at most this much of a partial event, and looks at each byte once.
+MAX_EVENT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
