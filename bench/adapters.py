@@ -25,9 +25,9 @@ from proxy.apis.anthropic import MessagesAdapter
 from proxy.apis.base import Adapter
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.responses import ResponsesAdapter
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelRegistry
 from proxy.core.plan import TrimPolicy, plan_request
-from proxy.core.tokenizer import CountCache
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

@@ -25,10 +25,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import agent_conversation, all_text
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelRegistry, TokenizerSpec
 from proxy.core.plan import TrimPolicy
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, EncoderTokenizer, Tokenizer
+from proxy.core.tokenizer import EncoderTokenizer, Tokenizer
 from proxy.core.trim import trim
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers

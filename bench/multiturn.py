@@ -61,12 +61,12 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench.conversations import GROWING_KINDS, growing_conversation
 from proxy.core.budget import BudgetPolicy, default_reserve, input_budget
 from proxy.core.compaction import SummaryRequest, summary_request, with_summary
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelProfile, ModelRegistry
 from proxy.core.notes import CompactionPolicy, SummaryStatus
 from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES, latest_user_index
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
-from proxy.core.tokenizer import CountCache
 from proxy.core.trim import Strategy, trim
 from proxy.core.turns import validity_problems
 from proxy.tokenizers.model_map import load_model_map

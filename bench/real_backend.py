@@ -32,16 +32,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.config.settings import Settings
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.count_cache import CountCache
 from proxy.core.exchange import BACKEND_ROUNDS
 from proxy.core.models import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
+from proxy.core.prefetched import PrefetchedTokenizer
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, Tokenizer
-from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls, PrefetchedTokenizer
+from proxy.core.tokenizer import Tokenizer
+from proxy.server.backends.tokenize import BackendCounter
+from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
 from proxy.server.guard import Guard
-from proxy.server.upstream.streams import usage_from_body
+from proxy.server.upstream.usage import usage_from_body
 from tests.real.corpus import body
 from tests.real.llama import MODEL, LlamaServer, running_server
+from tests.support.guard import plan_with
 
 METHODS = ("estimate", "calibrated", "gguf", "backend")
 # The kinds of content measured (the large-system-prompt conversations are English: nothing new to count).
@@ -86,12 +90,12 @@ class Methods:
         texts the trim produced are fetched from the backend and the plan re-made with them (a
         few rounds); what it sends is measured by the server's own count either way."""
         profile, tokenizer = await self.counting(method, request)
-        plan = self.guard.plan(request, MODEL, window, counting=(profile, tokenizer))
+        plan = plan_with(self.guard, request, MODEL, window, counting=(profile, tokenizer))
         for _ in range(BACKEND_ROUNDS):
             if not isinstance(tokenizer, PrefetchedTokenizer) or not tokenizer.missing:
                 break
             await self.backend.complete(tokenizer)
-            plan = self.guard.plan(request, MODEL, window, counting=(profile, tokenizer))
+            plan = plan_with(self.guard, request, MODEL, window, counting=(profile, tokenizer))
         return plan
 
     async def count(self, method: str, request: dict[str, Any]) -> int:

@@ -15,9 +15,9 @@ from proxy.apis.anthropic import MessagesAdapter
 from proxy.apis.base import fit
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.responses import ResponsesAdapter
+from proxy.core.count_cache import CountCache
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import STRATEGIES, build_pipeline
-from proxy.core.tokenizer import CountCache
 from proxy.wire.prefix_reader import PrefixReader
 from proxy.wire.strict_json import JsonLimits, UnreadableJson, read_json
 

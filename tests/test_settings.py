@@ -9,6 +9,7 @@ import pytest
 
 from proxy.config.schema import plain
 from proxy.config.settings import Settings, load_settings, settings_from_dict
+from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import ConfigError
 
 DOCUMENTED = Path(__file__).parent.parent / "config" / "context-guard.yaml"
@@ -155,3 +156,22 @@ class TestSummariserSettings:
         settings = load({"trim": {"summarize_dropped": True, "summariser": {"upstream": "openai", "model": "m"}}})
         with pytest.raises(ValueError, match="'openai' is not one of the upstreams: cli"):
             settings.with_upstream_url("http://127.0.0.1:8000/v1")
+
+
+class TestServedApis:
+    """`upstreams.<name>.apis`: the API shapes an upstream serves (its kind's, unless listed)."""
+
+    @staticmethod
+    def upstream(**fields: object) -> UpstreamSettings:
+        settings = settings_from_dict({"upstreams": {"x": {"base_url": "http://a", **fields}}}, "c.yaml", {})
+        return settings.upstreams["x"]
+
+    def test_a_generic_upstream_serves_every_shape_unless_it_lists_some(self):
+        generic = self.upstream(kind="generic")
+        assert all(generic.serves(api) for api in ("chat", "responses", "completions", "messages"))
+        listed = self.upstream(kind="generic", apis=["chat"])
+        assert listed.serves("chat") and not listed.serves("messages")
+
+    def test_an_unknown_shape_is_a_config_error_naming_it(self):
+        with pytest.raises(ConfigError, match=r"upstreams\.x\.apis.*graphql"):
+            self.upstream(apis=["chat", "graphql"])

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelProfile
 from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
-from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.core.trim import Removal, Strategy
 
 

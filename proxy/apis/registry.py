@@ -45,24 +45,6 @@ API_NAMES = ("chat", "responses", "completions", "messages")
 
 
 @dataclass(frozen=True)
-class ServedApis:
-    """`upstreams.<name>.apis`: the API shapes an upstream serves (all of them unless listed). A
-    shape sent to an upstream that does not serve it is answered 404 by the guard, not left to
-    fail upstream."""
-
-    apis: tuple[str, ...] = API_NAMES
-
-    def __post_init__(self) -> None:
-        unknown = [api for api in self.apis if api not in API_NAMES]
-        if unknown or not self.apis:
-            raise ValueError(f"apis must list some of {', '.join(API_NAMES)}; unknown: {', '.join(unknown) or 'none'}")
-
-    def serves(self, api: str) -> bool:
-        """`api` as an adapter names it (`messages.count_tokens` is served with `messages`)."""
-        return api.split(".", 1)[0] in self.apis
-
-
-@dataclass(frozen=True)
 class Endpoint:
     adapter: Adapter
     path_model: str | None = None  # the model the path names: the one the provider serves

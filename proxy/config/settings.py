@@ -33,11 +33,11 @@ from proxy.config.trim import BudgetSettings, Mode, TrimSettings
 from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.core.calibration import CalibrationPolicy
 from proxy.core.corrections import CorrectionPolicy
+from proxy.core.count_cache import DEFAULT_CACHE_BYTES
 from proxy.core.models import ModelOverride, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import TrimPolicy
 from proxy.core.strategies import build_pipeline
-from proxy.core.tokenizer import DEFAULT_CACHE_BYTES
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class LogSettings:
 class TokenizerSettings:
     encodings_dir: str | None = None
     cache_entries: Annotated[int, Bounds(ge=0)] = 100_000
-    # The count cache's memory, as `proxy.core.tokenizer.entry_bytes` estimates it (about 460 bytes
+    # The count cache's memory, as `proxy.core.count_cache.entry_bytes` estimates it (about 460 bytes
     # a chat message's entry); whichever bound is reached first evicts. 0: no cache.
     cache_bytes: Annotated[int, Bounds(ge=0)] = DEFAULT_CACHE_BYTES
     # Counts are remembered per client (a hash of its credential, else its connection), so that how

@@ -33,20 +33,14 @@ from contextvars import Token
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.bounded_text import BoundedText, bounded_text
+from proxy.core.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, count_text
 from proxy.core.images import image_cost
 from proxy.core.media import audio_cost, file_cost
 from proxy.core.models import ModelProfile
 from proxy.core.openings import Tally
 from proxy.core.roles import latest_user_index
-from proxy.core.tokenizer import (
-    SHORT_ENTRIES,
-    SHORT_TEXT,
-    BoundedText,
-    CountCache,
-    Tokenizer,
-    bounded_text,
-    count_text,
-)
+from proxy.core.tokenizer import Tokenizer
 from proxy.core.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_framing
 from proxy.core.tools import ToolsCount, response_format_tokens
 

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from proxy.core.budget import BudgetPolicy
+from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import RequestCount
 from proxy.core.models import ModelProfile
 from proxy.core.notes import CompactionPolicy
 from proxy.core.request_count import RequestCounter
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
-from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.core.trim import Strategy, TrimResult, trim
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from proxy.core.bounded_text import note_bounded_text
+from proxy.core.count_cache import CountCache, count_text
 from proxy.core.count_rules import CountRules, MessageCount, RequestCount
 from proxy.core.models import ModelProfile
 from proxy.core.openings import (
@@ -35,7 +37,7 @@ from proxy.core.openings import (
     sizes_to_look_up,
     still_marked_alike,
 )
-from proxy.core.tokenizer import CountCache, Tokenizer, count_text, note_bounded_text
+from proxy.core.tokenizer import Tokenizer
 from proxy.core.tool_calls import ResultContext, flag_groups, result_contexts, scan_calls
 from proxy.core.tools import ToolsCount, first_system_text, tool_definitions_tokens
 

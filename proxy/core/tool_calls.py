@@ -41,8 +41,6 @@ from typing import Any, NamedTuple, TypeGuard
 
 from proxy.core.models import ChatFormat
 
-PARALLEL_RECIPIENT = "multi_tool_use.parallel"
-
 
 class ResultContext(NamedTuple):
     """What a `tool` message answers: the called function's name (None when no earlier call has

@@ -33,9 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.count_cache import CountCache, count_text
 from proxy.core.models import ChatFormat
 from proxy.core.slices import utf8_bytes
-from proxy.core.tokenizer import CountCache, Tokenizer, count_text
+from proxy.core.tokenizer import Tokenizer
 from proxy.core.tool_schema import function_definition, render_namespace
 
 # Around a JSON-schema response format: no measurement exists; the framing the cookbook measured

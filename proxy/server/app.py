@@ -29,7 +29,7 @@ from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.logging import get_logger, log_request_line
 from proxy.server.backends.counting import Counting
 from proxy.server.backends.profiles import Discovery
-from proxy.server.body import BODY_POLICY, JSON_LIMITS, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
+from proxy.server.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
 from proxy.server.credentials import UpstreamAuth, holds_client_key
 from proxy.server.drain import DRAIN, install_drain
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
@@ -45,7 +45,7 @@ from proxy.server.request_ids import new_request_id
 from proxy.server.summariser import Summariser, SummariserOptions
 from proxy.server.upstream.forwarding import passthrough
 from proxy.server.upstream.relay import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
-from proxy.server.upstream.streams import upstream_session
+from proxy.server.upstream.session import upstream_session
 from proxy.state import open_store
 from proxy.wire.readers import BodyReaders
 from proxy.wire.strict_json import JsonLimits
@@ -118,7 +118,6 @@ def create_app(settings: Settings, guard: Guard | None = None) -> web.Applicatio
     app[GATEWAY] = gateway
     app[PASSTHROUGH] = PassthroughPolicy.parse(server.passthrough)
     app[BODY_POLICY] = BodyPolicy(server.body_timeout_seconds)
-    app[JSON_LIMITS] = JsonLimits(max_depth=server.max_json_depth)
     app[UPSTREAM_POOL] = UpstreamPool(PoolPolicy(server.upstream_connections, server.connection_wait_seconds))
     install_drain(app)
     app.cleanup_ctx.append(_upstream_session)

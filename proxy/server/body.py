@@ -14,25 +14,22 @@ run: a 1 MB gzip bomb that inflates to 1 GiB stalled every request, even when it
   `Content-Encoding`, and the length is the decoded length).
 
 gzip (several members too), `x-gzip` and deflate (zlib-wrapped, or raw as some clients send it)
-are understood; `identity` is nothing to do. Other encodings get 415; br and zstd would be added
-here when a decoder library is installed (none is a dependency).
+are understood (`proxy.server.decoding` inflates them); `identity` is nothing to do. Other
+encodings get 415; br and zstd would be added there when a decoder library is installed (none
+is a dependency).
 """
 
 from __future__ import annotations
 
 import asyncio
-import zlib
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
-from proxy.wire.strict_json import JsonLimits
+from proxy.server import decoding
+from proxy.server.decoding import ENCODINGS
 
-GZIP_WBITS = 16 + zlib.MAX_WBITS
-ZLIB_WBITS = zlib.MAX_WBITS
-RAW_DEFLATE_WBITS = -zlib.MAX_WBITS
-ENCODINGS = ("gzip", "x-gzip", "deflate")
 # After an answer to a request whose body was not read (401, 408, 413), aiohttp keeps reading and
 # discarding the rest for this long, so the client sees the answer rather than a reset, then closes.
 UNREAD_BODY_LINGER_SECONDS = 2.0
@@ -50,7 +47,6 @@ class BodyPolicy:
 
 
 BODY_POLICY = web.AppKey("body_policy", BodyPolicy)
-JSON_LIMITS = web.AppKey("json_limits", JsonLimits)  # how deep a counted body may nest
 
 
 def content_encoding(header: str | None) -> str | None:
@@ -89,39 +85,13 @@ async def read_body(request: web.Request, max_bytes: int, policy: BodyPolicy) ->
 def inflate(data: bytes, encoding: str, limit: int) -> bytes:
     """`data` decoded from `encoding` (gzip, x-gzip or deflate), producing at most `limit` bytes:
     PayloadTooLarge as soon as the output would pass it, BadRequest for corrupt or truncated data."""
-    if encoding in ("gzip", "x-gzip"):
-        return _inflate(data, GZIP_WBITS, limit, members=True)
-    # deflate is zlib-wrapped by the standard, but some clients send it raw: the wrapper's two-byte
-    # header (method 8, checksum divisible by 31) tells them apart.
-    wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-    return _inflate(data, ZLIB_WBITS if wrapped else RAW_DEFLATE_WBITS, limit, members=False)
+    try:
+        return decoding.inflate(data, encoding, limit)
+    except decoding.Oversized as exc:
+        raise PayloadTooLarge(f"the request body {exc}") from None
+    except decoding.Undecodable as exc:
+        raise _Corrupt(f"the request body {exc}") from None
 
 
 class _Corrupt(BadRequest):
     pass
-
-
-def _inflate(data: bytes, wbits: int, limit: int, *, members: bool) -> bytes:
-    out = bytearray()
-    pending = data
-    while pending:
-        decoder = zlib.decompressobj(wbits)
-        while not decoder.eof:
-            try:
-                chunk = decoder.decompress(pending, limit + 1 - len(out))
-            except zlib.error as exc:
-                raise _Corrupt(f"the request body is not valid {_name(wbits)} data ({exc})") from None
-            pending = decoder.unconsumed_tail
-            if len(out) + len(chunk) > limit:
-                raise PayloadTooLarge(f"the request body inflates to more than the limit of {limit:,} bytes")
-            out += chunk
-            if not chunk and not pending and not decoder.eof:
-                raise _Corrupt(f"the request body is truncated {_name(wbits)} data")
-        pending = decoder.unused_data
-        if pending and not members:
-            raise _Corrupt(f"the request body has data after its {_name(wbits)} stream")
-    return bytes(out)
-
-
-def _name(wbits: int) -> str:
-    return "gzip" if wbits == GZIP_WBITS else "deflate"

@@ -1,7 +1,7 @@
 """Which client a request comes from, as far as the guard's shared state must tell clients apart.
 
 One home for the client's identity, used twice:
-- the count cache is kept per client (`proxy.core.tokenizer.ScopedCountCache`), so that the time a
+- the count cache is kept per client (`proxy.core.count_cache.ScopedCountCache`), so that the time a
   request takes cannot tell one client whether another sent a text: a client is its credential,
   else the connection it came on (`client_scope`);
 - the threads that count large bodies are shared fairly per client (`proxy.server.slots`): a client

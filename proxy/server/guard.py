@@ -23,10 +23,10 @@ from proxy.apis.base import Adapter, Fitted, Parsed, fit
 from proxy.config.settings import Settings
 from proxy.config.trim import Mode
 from proxy.core.budget import BudgetPolicy
+from proxy.core.count_cache import CountCache, ScopedCountCache
 from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
-from proxy.core.plan import Plan, plan_request
-from proxy.core.tokenizer import CountCache, ScopedCountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ConfigError
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
@@ -93,21 +93,6 @@ class Guard:
             return "none"
         return self.profile(model).matched or "other"
 
-    def plan(
-        self,
-        body: Mapping[str, Any],
-        model: str,
-        context_window: int | None = None,
-        counting: tuple[ModelProfile, Tokenizer] | None = None,
-    ) -> Plan:
-        """Count and trim `body` for `model`. `counting` replaces the model's own profile and
-        tokenizer for this request (a window the backend states, the backend's tokenizer, a
-        calibrated estimate); see `_counting` for which counts go through the shared cache."""
-        profile, tokenizer, cache = self._counting(model, counting)
-        return plan_request(
-            body, profile, tokenizer, self.policy, cache, context_window=context_window, clock=time.perf_counter
-        )
-
     def count_cache(self, client: object | None) -> CountCache:
         """The count cache as `client` (`proxy.server.client_scope`) sees it: its own part of the
         shared one, unless `tokenizers.share_count_cache` (or no client is named: the CLI)."""
@@ -140,8 +125,10 @@ class Guard:
         client: object | None = None,
     ) -> Fitted:
         """Count and trim a parsed request of any API shape for `model`, written back in its shape.
-        `counting` is as for `plan()`; `budget`, when given, replaces the configured budget policy
-        (the upstream's: a server that lowers max_tokens itself); `client` scopes the count cache."""
+        `counting` replaces the model's own profile and tokenizer for this request (a window the
+        backend states, the backend's tokenizer, a calibrated estimate; see `_counting` for which
+        counts go through the shared cache); `budget`, when given, replaces the configured budget
+        policy (the upstream's: a server that lowers max_tokens itself); `client` scopes the count cache."""
         profile, tokenizer, cache = self._counting(model, counting, client)
         # The budget note and a summary go in where the adapter can write them (not legacy completions).
         policy = self.policy if adapter.writes_inserted else self._without_note

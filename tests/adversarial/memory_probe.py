@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelRegistry
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 from proxy.wire.strict_json import loads_strict

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.server.backends.profiles import MAX_ANSWER_BYTES
-from proxy.server.upstream.streams import MAX_EVENT_BYTES, UsageTap
+from proxy.server.upstream.usage import MAX_EVENT_BYTES, UsageTap
 from tests.adversarial.conftest import body_of, make_settings, post
 from tests.adversarial.upstreams import CHUNK, USAGE, endless_event_upstream, llama_server, sse
 

@@ -10,12 +10,12 @@ import pytest
 
 from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter, count_tokens_body
 from proxy.apis.base import InvalidRequest
-from proxy.apis.validity import messages_problems
 from proxy.core.corrections import parse_overflow
 from proxy.core.turns import split_conversation
 from proxy.tokenizers.vocabularies import bundled_encodings_dir
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
+from tests.support.validity import messages_problems
 
 ADAPTER = MessagesAdapter()
 CLAUDE = "claude-sonnet-4-5"

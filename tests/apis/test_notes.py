@@ -12,11 +12,11 @@ from proxy.apis.anthropic import MessagesAdapter
 from proxy.apis.base import Adapter, Fitted
 from proxy.apis.completions import CompletionsAdapter
 from proxy.apis.responses import ResponsesAdapter
-from proxy.apis.validity import messages_problems, responses_problems
 from proxy.config.settings import settings_from_dict
 from proxy.server.guard import Guard
 from proxy.tokenizers.model_map import load_model_map
 from tests.apis.fitting import words
+from tests.support.validity import messages_problems, responses_problems
 
 NOTE_END = "to fit the context window."
 

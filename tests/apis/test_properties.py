@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from proxy.apis.anthropic import MessagesAdapter
 from proxy.apis.base import Adapter
 from proxy.apis.responses import ResponsesAdapter
-from proxy.apis.validity import messages_problems, responses_problems
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES
 from proxy.core.trim import TrimResult
 from tests.apis.fitting import fit_body
 from tests.conftest import png_data_url
+from tests.support.validity import messages_problems, responses_problems
 
 WORDS = ["alpha", "beta", "gamma", "río", "数据", "{", "}", "\n", "def", "42"]
 text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=40).map(" ".join)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from proxy.apis.base import InvalidRequest
-from proxy.apis.registry import AdapterRegistry, ServedApis
+from proxy.apis.registry import AdapterRegistry
 
 REGISTRY = AdapterRegistry()
 
@@ -77,19 +77,6 @@ class TestEndpointFor:
             "/v1/projects/p/locations/l/publishers/anthropic/models/claude-opus-4-1:streamRawPredict"
         )
         assert endpoint is not None and endpoint.stream and endpoint.path_model == "claude-opus-4-1"
-
-
-class TestServedApis:
-    def test_an_upstream_serves_every_shape_unless_it_lists_some(self) -> None:
-        assert all(ServedApis().serves(api) for api in ("chat", "responses", "completions", "messages"))
-
-    def test_count_tokens_is_served_with_messages(self) -> None:
-        assert ServedApis(("messages",)).serves("messages.count_tokens")
-        assert not ServedApis(("chat",)).serves("messages.count_tokens")
-
-    def test_an_unknown_shape_is_a_config_error_naming_it(self) -> None:
-        with pytest.raises(ValueError, match="unknown: graphql"):
-            ServedApis(("chat", "graphql"))
 
 
 class TestDetect:

@@ -8,12 +8,12 @@ import pytest
 
 from proxy.apis.base import InvalidRequest
 from proxy.apis.responses import ResponsesAdapter
-from proxy.apis.validity import responses_problems
 from proxy.core.request_count import RequestCounter
 from proxy.core.turns import split_conversation
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
 from tests.core.trimming import profile, tokenizer
+from tests.support.validity import responses_problems
 
 ADAPTER = ResponsesAdapter()
 

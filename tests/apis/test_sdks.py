@@ -23,7 +23,6 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from proxy.apis.registry import AdapterRegistry
-from proxy.apis.validity import messages_problems, responses_problems
 from proxy.config.settings import settings_from_dict
 from proxy.core.turns import split_conversation
 from proxy.server.app import create_app
@@ -31,6 +30,7 @@ from proxy.server.guard import Guard
 from tests.apis.fake_upstreams import FakeProviders
 from tests.apis.fitting import words
 from tests.core.trimming import profile, tokenizer
+from tests.support.validity import messages_problems, responses_problems
 
 REGISTRY = AdapterRegistry()
 WEATHER_TOOL = {

@@ -5,8 +5,9 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+from proxy.core.count_cache import CountCache, entry_bytes
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, EncoderTokenizer, entry_bytes
+from proxy.core.tokenizer import EncoderTokenizer
 
 
 class CountingTokenizer:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import RequestCount
 from proxy.core.openings import sizes_to_keep
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache
 
 MODELS = ("gpt-4o", "gpt-4-0613")  # today's framing, and the measured parallel-call framing
 

@@ -14,9 +14,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from proxy.core import slices, tokenizer
+from proxy.core.bounded_text import bounded_text, note_bounded_text
 from proxy.core.models import TokenizerSpec
 from proxy.core.slices import LONG_RUN_CHARS, SLICE_CHARS, spans, utf8_bytes
-from proxy.core.tokenizer import EncoderTokenizer, bounded_text, note_bounded_text
+from proxy.core.tokenizer import EncoderTokenizer
 from proxy.tokenizers.vocabularies import Tokenizers
 
 # Pieces that meet at every kind of edge the pre-tokenisers treat specially: contractions,

@@ -9,9 +9,9 @@ import zipfile
 import pytest
 
 from proxy.core import media
+from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import COMPONENTS
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache
 from tests.conftest import png_data_url
 
 # The OpenAI cookbook's "How to count tokens with tiktoken" examples, with the API's own counts.

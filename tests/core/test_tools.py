@@ -410,8 +410,8 @@ class TestToolResults:
         assert [counter.message(m, i).tokens for i, m in enumerate(messages)] == [m.tokens for m in count.messages]
 
     def test_the_cache_keeps_results_of_different_calls_apart(self, registry, tokenizers):
+        from proxy.core.count_cache import CountCache
         from proxy.core.request_count import RequestCounter
-        from proxy.core.tokenizer import CountCache
 
         profile = registry.profile("gpt-4o")
         cache = CountCache(1000)

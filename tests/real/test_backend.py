@@ -13,16 +13,18 @@ import pytest
 
 from proxy.config.settings import Settings
 from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.count_cache import CountCache
 from proxy.core.models import TokenizerSpec
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache
 from proxy.server.backends.profiles import BackendOptions, discover
-from proxy.server.backends.tokenize import BackendCounter, LlamaCppPythonCalls
+from proxy.server.backends.tokenize import BackendCounter
+from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
 from proxy.server.guard import Guard
-from proxy.server.upstream.streams import usage_from_body
+from proxy.server.upstream.usage import usage_from_body
 from proxy.tokenizers.vocabularies import Tokenizers
 from tests.real.corpus import KINDS, SAMPLES, body
 from tests.real.llama import MODEL, LlamaServer
+from tests.support.guard import plan_with
 
 pytestmark = pytest.mark.real
 
@@ -73,7 +75,7 @@ class TestBackendTokenizer:
                     request = body(kind, size, MODEL)
                     prepared = await counter.prepare(request, profile, local)
                     assert prepared.remote, prepared.note
-                    plan = guard.plan(request, MODEL, llama.n_ctx, counting=(prepared.profile, prepared.tokenizer))
+                    plan = plan_with(guard, request, MODEL, llama.n_ctx, counting=(prepared.profile, prepared.tokenizer))
                     if plan.result.outcome == "rejected":  # a system prompt larger than the window: refused, rightly
                         assert plan.result.budget.pinned_tokens > plan.result.budget.input_budget
                         continue

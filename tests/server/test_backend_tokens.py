@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
+from proxy.core.count_cache import CountCache
+from proxy.core.framing import Framing
 from proxy.core.models import TEMPLATE_FORMAT, ModelRegistry
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CharEstimateTokenizer, CountCache
-from proxy.server.backends.tokenize import BackendCounter, BackendDown, Framing, measure_framing
+from proxy.core.tokenizer import CharEstimateTokenizer
+from proxy.server.backends.profiles import BackendDown
+from proxy.server.backends.tokenize import BackendCounter, measure_framing
 
 DEFAULT_SYSTEM = "You are a helpful assistant named Chatty"
 

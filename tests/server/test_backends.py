@@ -33,7 +33,7 @@ from proxy.server.backends.profiles import (
     server_root,
     token_count,
 )
-from proxy.server.backends.tokenize import LlamaCppPythonCalls, LlamaServerCalls, VllmCalls
+from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls, LlamaServerCalls, VllmCalls
 
 RECORDED = Path(__file__).parent.parent / "data" / "backends"
 

@@ -19,6 +19,7 @@ from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
 from proxy.server.backends.counting import MODELS_KEPT, Counting
 from proxy.server.backends.profiles import BackendOptions, Discovery
 from proxy.server.gateway import GATEWAY
+from tests.support.guard import plan_with
 
 
 def words(text: str) -> int:
@@ -226,9 +227,9 @@ class TestSharedCountCache:
 
         guard = Guard(Settings(), model_map)
         profile = guard.profile("gpt-4o")
-        guard.plan(chat(3), "gpt-4o", counting=(profile, CharEstimateTokenizer(2.5)))
+        plan_with(guard, chat(3), "gpt-4o", counting=(profile, CharEstimateTokenizer(2.5)))
         assert len(guard.cache) == 0
-        guard.plan(chat(3), "gpt-4o", counting=(profile, guard.tokenizer(profile)))
+        plan_with(guard, chat(3), "gpt-4o", counting=(profile, guard.tokenizer(profile)))
         assert len(guard.cache) > 0
 
     async def test_the_shared_cache_holds_to_the_configured_memory(self, model_map):
@@ -239,7 +240,7 @@ class TestSharedCountCache:
         for n in range(20):
             body = chat(6)
             body["messages"][0]["content"] = f"conversation {n}"  # every conversation new
-            guard.plan(body, "gpt-4o")
+            plan_with(guard, body, "gpt-4o")
         assert 0 < guard.cache.bytes <= 8192
 
 

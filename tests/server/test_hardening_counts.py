@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from proxy.config.settings import settings_from_dict
 from proxy.server.guard import Guard
 from proxy.tokenizers.vocabularies import bundled_encodings_dir
+from tests.support.guard import plan_with
 
 TEXT = "The quick brown fox jumps over the lazy dog, again and again. " * 40
 
@@ -45,19 +46,15 @@ class TestTokenizerIdentity:
             ("model-a", tmp_path / "a" / "tokenizer.json"),
             ("model-b", tmp_path / "b" / "tokenizer.json"),
         )
-        counted_a = shared.plan(body, "model-a").count.total
-        counted_b = shared.plan(body, "model-b").count.total
+        counted_a = plan_with(shared, body, "model-a").count.total
+        counted_b = plan_with(shared, body, "model-b").count.total
 
-        alone_b = (
-            guard_for(tmp_path, model_map, ("model-b", tmp_path / "b" / "tokenizer.json"))
-            .plan(body, "model-b")
-            .count.total
-        )
-        alone_a = (
-            guard_for(tmp_path, model_map, ("model-a", tmp_path / "a" / "tokenizer.json"))
-            .plan(body, "model-a")
-            .count.total
-        )
+        alone_b = plan_with(
+            guard_for(tmp_path, model_map, ("model-b", tmp_path / "b" / "tokenizer.json")), body, "model-b"
+        ).count.total
+        alone_a = plan_with(
+            guard_for(tmp_path, model_map, ("model-a", tmp_path / "a" / "tokenizer.json")), body, "model-a"
+        ).count.total
         assert (counted_a, counted_b) == (alone_a, alone_b) and counted_a != counted_b
 
     def test_the_identity_names_the_path_and_the_content(self, tmp_path, model_map):

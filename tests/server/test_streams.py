@@ -20,18 +20,12 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.server.upstream.streams import (
-    UsageTap,
-    ask_for_usage,
-    is_stale_connection,
-    overflow_probe,
-    peek_first_event,
-    replay,
-    send_retrying_stale,
-    tapped,
-    usage_from_body,
-)
+from proxy.server.upstream.session import is_stale_connection, send_retrying_stale
+from proxy.server.upstream.sse import peek_first_event
+from proxy.server.upstream.streams import ask_for_usage, overflow_probe
+from proxy.server.upstream.usage import UsageTap, usage_from_body
 from tests.server.conftest import gateway_settings
+from tests.support.streams import replay, tapped
 
 CHUNK = b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
 USAGE_CHUNK = b'data: {"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":42,"completion_tokens":2,"total_tokens":44}}\n\n'

@@ -28,9 +28,11 @@ from typing import Any, Literal, TypeVar
 import aiohttp
 
 from proxy.core.calibration import Calibration, CalibrationTable, calibrated
+from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelProfile
+from proxy.core.prefetched import PrefetchedTokenizer
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, Tokenizer
+from proxy.core.tokenizer import Tokenizer
 from proxy.server.backends.profiles import (
     BackendOptions,
     BackendProfile,
@@ -39,7 +41,8 @@ from proxy.server.backends.profiles import (
     ollama_window,
     profile_for,
 )
-from proxy.server.backends.tokenize import BackendCounter, PrefetchedTokenizer, calls_for
+from proxy.server.backends.tokenize import BackendCounter
+from proxy.server.backends.tokenize_calls import calls_for
 from proxy.server.collector import CollectorPause
 from proxy.server.slots import FairSlots
 from proxy.tokenizers.vocabularies import lower_thread_priority

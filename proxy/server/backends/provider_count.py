@@ -26,7 +26,7 @@ import aiohttp
 from proxy.core.edge import CountCall, body_key, bound_ratio_of, count_call, lower_bound, read_count, straddles
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
-from proxy.server.backends.tokenize import calls_for
+from proxy.server.backends.tokenize_calls import calls_for
 from proxy.server.upstream.relay import request_headers
 
 if TYPE_CHECKING:

@@ -3,20 +3,15 @@
 A server that can tokenize (llama-server, llama-cpp-python, vLLM) is asked for the tokens of
 each *text* of a request (message contents, names, tool arguments), never for the whole request:
 texts are cached by digest, so a conversation re-sent every turn costs one call per new message.
-The chat template's framing is measured once per model, from three tiny conversations the server
+The chat template's framing is measured once per model, from tiny conversations the server
 renders (or, on llama-cpp-python, which cannot render without generating, answers with
-`max_tokens: 1`):
+`max_tokens: 1`), and becomes the `ChatFormat` the core counts with (`proxy.core.framing`). The
+calls each kind of server answers are `proxy.server.backends.tokenize_calls`; the tokenizers the
+core counts with, from the counts fetched here, are `proxy.core.prefetched`.
 
-    [system, user]                      -> 2 frames + reply priming
-    [system, user, assistant, user]     -> 4 frames + reply priming
-    [user]                              -> 1 frame + reply priming + a default system prompt, if
-                                           the template adds one when the client sent none
-    [system, user, assistant+call, tool] -> how a tool call is rendered (SmolLM2's template
-                                           drops calls: their names and arguments cost nothing)
-
-and becomes the `ChatFormat` the core counts with. Each request's calls, the wait for the framing
-included, run under one deadline (`tokenize_timeout`); the framing's measurement goes on in the
-background up to `framing_timeout`. A text the backend did not count in time is counted by the
+Each request's calls, the wait for the framing included, run under one deadline
+(`tokenize_timeout`); the framing's measurement goes on in the background up to
+`framing_timeout`. A text the backend did not count in time is counted by the
 local estimate, and the count says it is not exact. A backend that cannot be reached (no
 connection, a 5xx) or misses a deadline (a request's, or the framing's, however the wait ended)
 is left alone for `FAILURE_COOLDOWN` seconds; a text it answers about without a count (a 4xx: it
@@ -33,149 +28,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
-import aiohttp
-
-from proxy.core.models import ChatFormat, ModelProfile
+from proxy.core.count_cache import CountCache
+from proxy.core.framing import PROBE_CONVERSATIONS, PROBE_TEXTS, Framing, framing_from
+from proxy.core.models import ModelProfile
+from proxy.core.prefetched import PrefetchedTokenizer, RecordingTokenizer, tool_call_texts
 from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import CountCache, Tokenizer
-from proxy.server.backends.profiles import BackendDown, Discovery, answered_json, server_root, token_count
+from proxy.core.tokenizer import Tokenizer
+from proxy.server.backends.profiles import BackendDown
+from proxy.server.backends.tokenize_calls import TokenizeCalls
 
-PROBE = "x"
 FAILURE_COOLDOWN = 30.0
-
-
-class TokenizeCalls(Protocol):
-    """The two questions a backend can answer: tokens in a text (no special tokens added), and
-    prompt tokens of a chat rendered by its template with the generation prompt."""
-
-    async def text(self, text: str) -> int | None: ...
-
-    async def conversation(self, messages: list[dict[str, Any]]) -> int | None: ...
-
-    def use_headers(self, headers: Mapping[str, str]) -> None:
-        """Send `headers` from now on (the upstream's credential, refreshed)."""
-
-
-@dataclass
-class _Http:
-    session: aiohttp.ClientSession
-    base_url: str
-    model: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def root(self) -> str:
-        return server_root(self.base_url)
-
-    async def post(self, url: str, body: object) -> object:
-        """`answered_json`: BackendDown when the server could not answer."""
-        return await answered_json(self.session, "POST", url, body, self.headers)
-
-    def use_headers(self, headers: Mapping[str, str]) -> None:
-        if headers != self.headers:
-            self.headers = dict(headers)
-
-
-class LlamaServerCalls(_Http):
-    """llama.cpp's llama-server: `POST /tokenize` and `POST /apply-template`."""
-
-    async def text(self, text: str) -> int | None:
-        return token_count(await self.post(f"{self.root}/tokenize", {"content": text, "add_special": False}))
-
-    async def conversation(self, messages: list[dict[str, Any]]) -> int | None:
-        rendered = await self.post(f"{self.root}/apply-template", {"messages": messages})
-        prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
-        if not isinstance(prompt, str):
-            return None
-        return token_count(await self.post(f"{self.root}/tokenize", {"content": prompt, "add_special": True}))
-
-
-class LlamaCppPythonCalls(_Http):
-    """llama-cpp-python: `POST /extras/tokenize/count` (it parses special tokens, like its chat
-    prompts, and adds BOS where the vocabulary asks for one); its template only by answering."""
-
-    async def text(self, text: str) -> int | None:
-        return token_count(await self.post(f"{self.root}/extras/tokenize/count", {"input": text, "model": self.model}))
-
-    async def conversation(self, messages: list[dict[str, Any]]) -> int | None:
-        body = {"model": self.model, "messages": messages, "max_tokens": 1, "temperature": 0}
-        answer = await self.post(f"{self.base_url.rstrip('/')}/chat/completions", body)
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        return prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None
-
-
-class VllmCalls(_Http):
-    """vLLM: `POST /tokenize` with a `prompt`, or with `messages` (its chat template applied)."""
-
-    async def text(self, text: str) -> int | None:
-        body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        return token_count(await self.post(f"{self.root}/tokenize", body))
-
-    async def conversation(self, messages: list[dict[str, Any]]) -> int | None:
-        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
-        return token_count(await self.post(f"{self.root}/tokenize", body))
-
-
-def calls_for(
-    discovery: Discovery,
-    session: aiohttp.ClientSession,
-    base_url: str,
-    model: str,
-    headers: Mapping[str, str] | None = None,
-) -> TokenizeCalls | None:
-    """The tokenize calls of a discovered server, or None when it cannot tokenize."""
-    kinds: dict[str | None, type[LlamaServerCalls | LlamaCppPythonCalls | VllmCalls]] = {
-        "llama-server": LlamaServerCalls,
-        "llama-cpp-python": LlamaCppPythonCalls,
-        "vllm": VllmCalls,
-    }
-    calls = kinds.get(discovery.flavor)
-    return calls(session, base_url, model, dict(headers or {})) if calls is not None else None
-
-
-@dataclass(frozen=True, slots=True)
-class Framing:
-    """A chat template's cost around the texts, as measured."""
-
-    per_message: int  # beyond the role's own tokens
-    reply_priming: int
-    implicit_system: int  # added when the first message is not a system message
-    per_tool_call: int | None = None  # around a call's name and arguments; None: not measured
-    renders_tool_calls: bool = True  # False: the template drops assistant tool calls entirely
-    # A `tool` result as the template shows it (role `tool` and its content), relative to the
-    # core's accounting of one (a `function` message named after its call, less `per_name`);
-    # None: not measured.
-    tool_result_adjust: int | None = None
-
-    def chat_format(self, base: ChatFormat) -> ChatFormat:
-        fmt = replace(base, per_message=self.per_message, reply_priming=self.reply_priming)
-        if self.tool_result_adjust is not None:
-            fmt = replace(fmt, function_message_adjust=self.tool_result_adjust - base.per_name)
-        if not self.renders_tool_calls:
-            return replace(fmt, function_call_overhead=0, tool_call_margin=0)
-        if self.per_tool_call is None:
-            return fmt
-        return replace(fmt, function_call_overhead=self.per_tool_call)
-
-
-def _say(role: str) -> dict[str, Any]:
-    return {"role": role, "content": PROBE}
-
-
-_CALL = {"id": "call_1", "type": "function", "function": {"name": PROBE, "arguments": "{}"}}
-_TOOL_EXCHANGE = [
-    _say("system"),
-    _say("user"),
-    {"role": "assistant", "content": PROBE, "tool_calls": [_CALL]},
-    {"role": "tool", "tool_call_id": "call_1", "content": PROBE},
-]
 
 
 async def measure_framing(calls: TokenizeCalls, count: Callable[[str], Any]) -> Framing | None:
@@ -183,118 +50,11 @@ async def measure_framing(calls: TokenizeCalls, count: Callable[[str], Any]) -> 
     numbers make no sense (a template that is not one frame per message). A fourth probe, with
     a tool call, tells how the template renders calls; a server that refuses it leaves the
     core's default for them."""
-    pieces = await asyncio.gather(*(count(t) for t in (PROBE, "system", "user", "assistant", "tool", "{}", "function")))
+    pieces = await asyncio.gather(*(count(t) for t in PROBE_TEXTS))
     if any(p is None for p in pieces):
         return None
-    text, system, user, assistant, tool, arguments, function = pieces
-    two, four, one, exchange = await asyncio.gather(
-        calls.conversation([_say("system"), _say("user")]),
-        calls.conversation([_say("system"), _say("user"), _say("assistant"), _say("user")]),
-        calls.conversation([_say("user")]),
-        calls.conversation(_TOOL_EXCHANGE),
-    )
-    if two is None or four is None or one is None:
-        return None
-    per_message = math.ceil((four - two - assistant - user - 2 * text) / 2)
-    priming = two - 2 * per_message - system - user - 2 * text
-    implicit = one - (per_message + user + text + priming)
-    if per_message < 0 or priming < 0 or implicit < 0:
-        return None
-    framing = Framing(per_message, priming, implicit)
-    if exchange is None:
-        return framing
-    plain = 4 * per_message + system + user + assistant + tool + 4 * text + priming
-    call = exchange - plain  # what the one call added: its framing, its name ("x") and arguments ("{}")
-    if call <= 0:
-        # Calls are dropped, and their names with them (counted as nothing, see `prepare`): a
-        # result costs its frame, its role and its content, as any message does.
-        return replace(framing, per_tool_call=0, renders_tool_calls=False, tool_result_adjust=tool - function)
-    # Calls are rendered; a result is taken to be shown as any message is, by its role. The core
-    # also counts the result's call name, which such templates rarely show: that errs high.
-    return replace(framing, per_tool_call=max(0, call - text - arguments), tool_result_adjust=tool - function)
-
-
-def tool_call_texts(body: Mapping[str, Any]) -> set[str]:
-    """The names and arguments of the assistant tool calls in `body`."""
-    texts: set[str] = set()
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else ():
-        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
-        for call in calls if isinstance(calls, list) else ():
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(function, Mapping):
-                texts.update(v for v in (function.get("name"), function.get("arguments")) if isinstance(v, str))
-    return texts
-
-
-@dataclass
-class RecordingTokenizer:
-    """Counts with `base` and remembers every text it was asked about."""
-
-    base: Tokenizer
-    texts: set[str] = field(default_factory=set)
-
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def identity(self) -> str:
-        return self.base.identity
-
-    @property
-    def exact(self) -> bool:
-        return self.base.exact
-
-    def count(self, text: str) -> int:
-        if text:
-            self.texts.add(text)
-        return self.base.count(text)
-
-    def count_many(self, texts: list[str]) -> list[int]:
-        return [self.count(t) for t in texts]
-
-
-@dataclass
-class PrefetchedTokenizer:
-    """The backend's counts of one request's texts; any other text (one a trim shortened, a note
-    it inserted) is counted by `fallback` and remembered in `missing`, and then the count is no
-    longer exact until `BackendCounter.complete()` has fetched those too. One per request: never
-    cache counts under its name."""
-
-    name: str
-    counts: dict[str, int]
-    fallback: Tokenizer
-    missing: set[str] = field(default_factory=set)
-    # After `bound_missing()`, a text the backend has not counted costs at most its UTF-8 bytes
-    # plus one (no byte-level BPE or byte-fallback SentencePiece token is shorter than a byte; the
-    # one is a dummy-prefix space): a plan made then cannot undercount, whatever the estimate.
-    bounded: bool = False
-
-    @property
-    def identity(self) -> str:
-        return self.name
-
-    @property
-    def exact(self) -> bool:
-        return not self.missing
-
-    def count(self, text: str) -> int:
-        if not text:
-            return 0
-        n = self.counts.get(text)
-        if n is None:
-            self.missing.add(text)
-            estimate = self.fallback.count(text)
-            return max(estimate, len(text.encode("utf-8", "surrogatepass")) + 1) if self.bounded else estimate
-        return n
-
-    def bound_missing(self) -> None:
-        """From now on, texts the backend has not counted are counted by their upper bound."""
-        self.bounded = True
-
-    def count_many(self, texts: list[str]) -> list[int]:
-        return [self.count(t) for t in texts]
+    two, four, one, exchange = await asyncio.gather(*(calls.conversation(c) for c in PROBE_CONVERSATIONS))
+    return framing_from(pieces, two, four, one, exchange)
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from proxy.server.upstream.streams import (
-    FirstEvent,
-    Usage,
-    UsageTap,
-    is_event_stream,
-    peek_first_event,
-    usage_from_body,
-)
+from proxy.server.upstream.sse import FirstEvent, is_event_stream, peek_first_event
+from proxy.server.upstream.usage import Usage, UsageTap, usage_from_body
 
 MAX_USAGE_BODY = 4 * 1024 * 1024  # a whole answer larger than this is relayed unread
 PARSE_ON_LOOP_BYTES = 64 * 1024  # a whole answer larger than this is read for its usage in a thread

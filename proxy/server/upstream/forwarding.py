@@ -33,7 +33,8 @@ from proxy.server.upstream.relay import (
     upstream_errors,
     upstream_failure,
 )
-from proxy.server.upstream.streams import overflow_probe, send_retrying_stale
+from proxy.server.upstream.session import send_retrying_stale
+from proxy.server.upstream.streams import overflow_probe
 from proxy.wire.codec import dumps, loads
 
 

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import functools
 import math
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -32,9 +31,10 @@ from proxy.apis.stream_errors import broken_stream_event
 from proxy.config.settings import Settings
 from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.errors import GuardError, ModelNotRouted, Overloaded, UpstreamTimeout, UpstreamUnavailable
+from proxy.server import decoding
 from proxy.server.credentials import names_a_client_key
 from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
-from proxy.server.upstream.streams import is_event_stream
+from proxy.server.upstream.sse import is_event_stream
 
 HOP_BY_HOP = frozenset(
     {
@@ -55,6 +55,9 @@ HOP_BY_HOP = frozenset(
 # The body sent upstream is always the decoded one (`proxy.server.body`).
 REQUEST_ONLY_DROPPED = frozenset({"content-encoding"})
 MAX_ERROR_BODY = 1024 * 1024
+# What an error body is read as, inflated, at most: its message is near the start, and 1 MiB of
+# compressed bytes could otherwise inflate to a gigabyte.
+MAX_DECODED_ERROR_BODY = 4 * MAX_ERROR_BODY
 
 
 @dataclass(frozen=True)
@@ -254,16 +257,9 @@ async def read_error_body(upstream: UpstreamSettings, response: aiohttp.ClientRe
 def decoded(body: bytes, content_encoding: str | None) -> bytes:
     """`body` without its gzip or deflate encoding, for reading an error, not for relaying it:
     clients (the openai SDK among them) ask for compressed responses, and the proxy relays bytes
-    as they come. Anything it cannot decode comes back as it was."""
-    encoding = (content_encoding or "").strip().lower()
-    try:
-        if encoding == "gzip":
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-    except zlib.error:
-        pass
-    return body
+    as they come. Anything it cannot decode comes back as it was; at most `MAX_DECODED_ERROR_BODY`
+    bytes of it are inflated."""
+    return decoding.decoded(body, content_encoding, MAX_DECODED_ERROR_BODY)
 
 
 @dataclass
@@ -282,7 +278,7 @@ async def relay(
     broken_event: Callable[[str], bytes] | None = None,
 ) -> Relayed:
     """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
-    begun or filtered; see `proxy.server.upstream.streams`). A client that goes away ends the relay
+    begun or filtered; see `proxy.server.upstream.answers`). A client that goes away ends the relay
     (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
     mid-stream ends an event stream cleanly, with an SSE error event (`broken_event`'s, in the
     client's API's grammar; OpenAI's when not given) then EOF; any other body

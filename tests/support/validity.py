@@ -2,8 +2,8 @@
 
 The adapters' outputs must pass these whenever their inputs did: no function_call_output or
 tool_result without the call it answers, no call left without its output, a Messages
-conversation that opens with the user and alternates roles. Tests hold every cut to them; the
-server may use them to refuse a malformed request early.
+conversation that opens with the user and alternates roles. Tests hold every cut to them (the
+guard itself never refuses a request by them: the upstream answers a malformed one).
 """
 
 from __future__ import annotations

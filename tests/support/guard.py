@@ -1,0 +1,29 @@
+"""Planning a chat-completions body with a `Guard` directly, as the package once did in
+`Guard.plan`: the core's plan with the guard's profile, tokenizer, cache and policy, without an
+adapter or a server. Tests and the real-backend bench compare counts with it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.core.models import ModelProfile
+from proxy.core.plan import Plan, plan_request
+from proxy.core.tokenizer import Tokenizer
+from proxy.server.guard import Guard
+
+
+def plan_with(
+    guard: Guard,
+    body: Mapping[str, Any],
+    model: str,
+    context_window: int | None = None,
+    counting: tuple[ModelProfile, Tokenizer] | None = None,
+) -> Plan:
+    """Count and trim `body` for `model`. `counting` replaces the model's own profile and tokenizer
+    (the shared cache counts only with the profile's own loaded tokenizer: `Guard._counting`)."""
+    profile, tokenizer, cache = guard._counting(model, counting)
+    return plan_request(
+        body, profile, tokenizer, guard.policy, cache, context_window=context_window, clock=time.perf_counter
+    )
