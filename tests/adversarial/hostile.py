@@ -77,6 +77,7 @@ def plain_function(size: int) -> dict[str, Any]:
     while len(json.dumps(function)) < size - 80:
         properties[f"field_{i}"] = {"type": "string", "description": f"The record's field number {i}."}
         i += 1
+    function["description"] += " " * max(0, size - len(json.dumps(function)))  # to the byte
     return function
 
 
