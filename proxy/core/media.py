@@ -29,7 +29,7 @@ import math
 import re
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from proxy.core.images import ImageCostScheme
@@ -58,9 +58,14 @@ _ZIP_CHUNK = 64 * 1024
 # that cannot occur inside that class, so no match attempt rescans what another scanned.
 _PDF_STREAM = re.compile(rb"stream\r?\n")
 _PDF_FEED_PER_BYTE = 4  # bytes fed to inflaters per byte of a PDF, at most (see _pdf_bound)
-_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
-_PDF_TREE = re.compile(rb"/Type\s*/Pages\b")
-_PDF_COUNT = re.compile(rb"/Count\s+(\d{1,9})")
+# The white space inside a match is bounded, so a match is at most `_PDF_MATCH_MAX` bytes long and
+# a long text is searched in windows that overlap by that much: no one call into the regex engine
+# (which holds the GIL while the event loop waits) scans more than a window.
+_PDF_PAGE = re.compile(rb"/Type\s{0,256}/Page(?![a-zA-Z])")
+_PDF_TREE = re.compile(rb"/Type\s{0,256}/Pages\b")
+_PDF_COUNT = re.compile(rb"/Count\s{1,256}(\d{1,9})")
+_PDF_MATCH_MAX = 300
+_PDF_WINDOW = 128 * 1024
 
 
 def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
@@ -131,9 +136,20 @@ def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
             break
     objects, counts = 0, [0]
     for text in (raw, *inflated):
-        objects += len(_PDF_PAGE.findall(text))
+        objects += sum(1 for _ in _windowed(_PDF_PAGE, text))
         counts += _page_tree_counts(text)
     return max(1, objects, *counts), len(raw) + total, capped
+
+
+def _windowed(pattern: re.Pattern[bytes], text: bytes) -> Iterator[re.Match[bytes]]:
+    """`pattern`'s matches in `text`, found window by window: each window is searched to
+    `_PDF_MATCH_MAX` bytes past its end, and only the matches that start inside it are taken."""
+    for start in range(0, len(text), _PDF_WINDOW):
+        end = start + _PDF_WINDOW
+        for found in pattern.finditer(text, start, end + _PDF_MATCH_MAX):
+            if found.start() >= end:
+                break
+            yield found
 
 
 def _page_tree_counts(text: bytes) -> list[int]:
@@ -142,8 +158,8 @@ def _page_tree_counts(text: bytes) -> list[int]:
     over the two patterns' matches, the `>`s between consecutive ones counted by `bytes.count`."""
     if b"/Count" not in text or b"/Pages" not in text:  # nothing to pair (a C scan each)
         return []
-    marks = sorted([(m.start(), -1) for m in _PDF_TREE.finditer(text)] + [
-        (m.start(), int(m.group(1))) for m in _PDF_COUNT.finditer(text)
+    marks = sorted([(m.start(), -1) for m in _windowed(_PDF_TREE, text)] + [
+        (m.start(), int(m.group(1))) for m in _windowed(_PDF_COUNT, text)
     ])  # fmt: skip
     counts: list[int] = []
     segment: list[int] = []  # the counts of the dictionary being read

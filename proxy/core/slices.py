@@ -91,12 +91,29 @@ def spans(text: str, size: int = SLICE_CHARS) -> Iterator[Span]:
         if back is not None:
             start = pos + half - back.start()
             yield Span(pos, start, True)
-        after = _CUT.search(text, pos + size)
-        end = after.start() if after is not None else n
+        end = _next_cut(text, pos + size)
         yield Span(start, end, False)
         pos = end
     if pos < n:
         yield Span(pos, n, True)
+
+
+# How far one search for the next cut looks: a stretch with none is crossed in windows, so no one
+# call into the regex engine runs long (it holds the GIL, and the event loop waits for it).
+_SEARCH_WINDOW = 64 * 1024
+
+
+def _next_cut(text: str, start: int) -> int:
+    """Where the first cut at or after `start` is (the cut is a character: the window's end is
+    enough to see it, and the lookbehind sees before the window), else the text's end."""
+    n = len(text)
+    while start < n:
+        end = min(n, start + _SEARCH_WINDOW)
+        found = _CUT.search(text, start, end)
+        if found is not None:
+            return found.start()
+        start = end
+    return n
 
 
 def utf8_bytes(text: str, start: int = 0, end: int | None = None) -> int:

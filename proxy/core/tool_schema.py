@@ -59,6 +59,12 @@ _MAX_DEPTH = 24  # a deeper schema is hostile; its JSON is shown as a comment in
 # Characters the renderer may build for one namespace (each string it makes, counted as built:
 # a nested object's text is counted again in its parent's). Past it, a function is bounded.
 RENDER_BUDGET = 4 * 1024 * 1024
+# One function may build at most this many characters per byte of its JSON, plus a constant, within
+# the namespace's budget: a small schema that expands a thousandfold stops early (it is planned on
+# the event loop when its body is small), while an honest one (a few `$ref`s written out in place)
+# stays far below it.
+FUNCTION_BUDGET_PER_BYTE = 256
+FUNCTION_BUDGET_BASE = 64 * 1024
 # What one schema visited adds to a rendering besides its children's text, at most, in bytes per
 # byte of the function's JSON (a description line costs its text, `// ` and the indentation of
 # up to `_MAX_DEPTH` levels of four spaces: about 54 bytes for a `\\n` of 2) and a constant.
@@ -100,6 +106,11 @@ class _Meter:
         return text
 
 
+def _json_size(value: object) -> int:
+    """The length of `value` as compact JSON (what the function's own size is measured by)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str))
+
+
 def function_definition(tool: object) -> Mapping[str, Any] | None:
     """The function definition (`name`, `description`, `parameters`) of a chat-completions tool
     (`{"type": "function", "function": {...}}`), a Responses-API function tool (`{"type":
@@ -136,11 +147,17 @@ def render_namespace(functions: Iterable[Mapping[str, Any]], shows_all: bool = F
 def render_function(function: Mapping[str, Any], shows_all: bool = False, meter: _Meter | None = None) -> Rendering:
     """One function's declaration, with the empty line that follows it in the namespace; a
     function whose rendering runs past the budget is bounded instead (`unrendered_bytes`)."""
+    meter = meter or _Meter()
+    own = _Meter(min(meter.left, FUNCTION_BUDGET_BASE + FUNCTION_BUDGET_PER_BYTE * _json_size(function)))
+    start = own.left
     try:
-        return _render_function(function, shows_all, meter or _Meter())
+        rendered = _render_function(function, shows_all, own)
+        meter.left -= start - own.left
+        return rendered
     except _TooLarge:
+        meter.left -= start
         bound = expansion_bound(function)
-        note = f"schema expands past {RENDER_BUDGET} characters ($ref or type lists): bounded at {bound} bytes"
+        note = f"schema expands past {start} characters ($ref or type lists): bounded at {bound} bytes"
         return Rendering("", (note,), bound)
 
 

@@ -25,7 +25,6 @@ AT_THE_CAP = pdf_without_count(FILE_INFLATE_CAP)
 # Found by this test (November 2026): the 22 KB body is planned in a thread, but `_PDF_PAGE.findall`
 # scans the 8 MiB inflated text in one C call that holds the GIL (about 140 ms), and the loop waits
 # for it. The fix belongs to the core (scan in slices, or prefilter with `bytes.count`).
-AT_THE_CAP_GAP = "the page-object scan of 8 MiB holds the GIL for one findall (about 140 ms)"
 
 
 async def warmed(guard):  # type: ignore[no-untyped-def]
@@ -57,9 +56,7 @@ class TestPdfWithoutCount:
         "pdf",
         [
             pytest.param(ON_THE_LOOP, id="on-the-loop"),
-            pytest.param(
-                AT_THE_CAP, marks=pytest.mark.xfail(reason=AT_THE_CAP_GAP, strict=False), id="at-the-inflate-cap"
-            ),
+            pytest.param(AT_THE_CAP, id="at-the-inflate-cap"),
         ],
     )
     async def test_a_pdf_without_count_does_not_stall_the_loop(self, serve_guard, prober, pdf: bytes) -> None:

@@ -26,7 +26,6 @@ SMALL_CHAIN = ref_chain(4, 13)
 # tool renderer's budget (RENDER_BUDGET, 4M characters built) is the same whatever the schema's
 # size, so this 2.3 KB body holds the loop 60-140 ms per request. The fix belongs to the core (a
 # render budget proportional to the function's bytes) or to the shell (tools planned off the loop).
-ON_THE_LOOP_GAP = "a small body's tool schema is rendered on the loop up to RENDER_BUDGET (60-140 ms a request)"
 PADDED_CHAIN = {**SMALL_CHAIN, "description": "Look a record up by its key. " * 200}  # planned in a thread
 
 
@@ -55,7 +54,7 @@ class TestRefChain:
     @pytest.mark.parametrize(
         "function",
         [
-            pytest.param(SMALL_CHAIN, marks=pytest.mark.xfail(reason=ON_THE_LOOP_GAP, strict=False), id="on-the-loop"),
+            pytest.param(SMALL_CHAIN, id="on-the-loop"),
             pytest.param(PADDED_CHAIN, id="in-a-thread"),
         ],
     )
