@@ -14,8 +14,7 @@ middleware then renders it in the API's own shape.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 from proxy.core.plan import InvalidBody
 from proxy.errors import BadRequest
@@ -30,10 +29,23 @@ def bad_request(error: UnreadableJson | InvalidBody) -> BadRequest:
     return BadRequest(str(error), param=param)
 
 
-@contextmanager
-def bad_body_errors() -> Iterator[None]:
-    """Inside, a body error of any layer is raised as its `BadRequest`."""
-    try:
-        yield
-    except BODY_ERRORS as exc:
-        raise bad_request(exc) from None
+class _BadBodyErrors:
+    """The context manager `bad_body_errors()` returns: stateless, so one serves every request
+    (a class, not `@contextmanager`: no generator made per request on the parse path)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if isinstance(error, BODY_ERRORS):
+            raise bad_request(error) from None
+
+
+_MAPPING = _BadBodyErrors()
+
+
+def bad_body_errors() -> _BadBodyErrors:
+    """Inside, a body error of any layer is raised as its `BadRequest`; other errors pass untouched."""
+    return _MAPPING

@@ -14,8 +14,8 @@ raw path is read once, here:
 
 The result, `CanonicalPath`, is matched against the API adapters' paths (`proxy.apis.registry`:
 every counted path and the shape it speaks), the local paths (`proxy.server.local_paths`,
-answered here), and the pass-through policy; and it builds the upstream URL, which always stays under the upstream's
-base path. Nothing downstream looks at the raw path again. A forwarded path is checked once more
+answered here), and the pass-through policy; and it builds the upstream URL, which always stays
+under the upstream's base path. Nothing downstream looks at the raw path again. A forwarded path is checked once more
 against where it lands (`counted_when_sent`): no spelling reaches a counted endpoint uncounted.
 """
 
