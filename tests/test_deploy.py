@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.health import HEALTH_PATHS
 from proxy.server.lifecycle import ServerOptions
+from proxy.server.local_paths import HEALTH_PATHS
 
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "deploy"

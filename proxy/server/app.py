@@ -7,7 +7,8 @@ One middleware, `records`, does in order what every request needs before its han
   into an error in the API's own shape (no traceback ever reaches a client), and when the
   request ends, however it ends, writes its one log line and its metrics;
 - `canonical_route` reads the request's one canonical path (`proxy.server.paths`), which alone
-  decides what the request is: counted (by an API adapter), answered here, or forwarded;
+  decides what the request is: counted (by an API adapter), answered here (one of
+  `proxy.server.local_paths.LOCAL_PATHS`), or forwarded;
 - `client_keys` checks the proxy's own client keys, when configured, before any body is read.
 Those are steps of one middleware, not four: each layer is a coroutine more on every request.
 One catch-all route then dispatches on the canonical path.
@@ -16,7 +17,7 @@ One catch-all route then dispatches on the canonical path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -34,10 +35,10 @@ from proxy.server.credentials import UpstreamAuth, holds_client_key
 from proxy.server.drain import DRAIN, install_drain
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
 from proxy.server.guard import Guard
-from proxy.server.handlers import guarded, metrics
-from proxy.server.health import HEALTH_PATHS, Health, Reachability, healthz, install_health, livez, readyz
+from proxy.server.handlers import guarded
+from proxy.server.health import Health, Reachability, install_health
+from proxy.server.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
 from proxy.server.metrics import Metrics
-from proxy.server.page import PAGE_HANDLERS, is_page_path
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
@@ -53,13 +54,6 @@ from proxy.wire.strict_json import JsonLimits
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer
-LOCAL_HANDLERS: Mapping[str, Handler] = {
-    "/healthz": healthz,
-    "/livez": livez,
-    "/readyz": readyz,
-    "/metrics": metrics,
-    **PAGE_HANDLERS,
-}
 ANTHROPIC_SHAPED = frozenset({"messages", "count_tokens"})
 
 
@@ -135,7 +129,7 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
         return await passthrough(request)
     if route.kind == "guarded":
         return await guarded(request)
-    return await LOCAL_HANDLERS[route.path.value](request)
+    return await LOCAL_PATHS[route.path.value].handler(request)
 
 
 async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
@@ -264,7 +258,7 @@ def _write(gateway: Gateway, record: RequestRecord, recent: RecentDecisions) -> 
         gateway.metrics.observe(record)
     except Exception:  # metrics are best effort; the log line below is not
         gateway.log.exception("metrics_failed", request_id=record.request_id)
-    if record.kind == "local" and record.path in HEALTH_PATHS and record.status < 400:
+    if record.kind == "local" and is_probe(record.path) and record.status < 400:
         return  # probes every few seconds would drown the request log
     event = log_event(record, gateway.settings.log.max_line_bytes)
     log_request_line(gateway.log, record.is_warning, "request", event)
@@ -297,7 +291,7 @@ def canonical_route(request: web.Request) -> None:
     gw, key = request.app[GATEWAY], (path.value, request.method)
     route = gw.routes.get(key)
     if route is None:  # worked out once per path and method (a refusal is raised, never kept)
-        route = route_for(path, request.method, request.app[PASSTHROUGH], gw.apis.endpoint_for)
+        route = route_for(path, request.method, request.app[PASSTHROUGH], gw.apis.endpoint_for, local_name)
         if len(gw.routes) < ROUTES_KEPT:
             gw.routes[key] = route
     request[PATH_ROUTE] = route
@@ -309,9 +303,7 @@ def client_keys(request: web.Request) -> None:
     """Unauthorized unless the request holds one of the proxy's client keys (when any are set)."""
     settings = request.app[GATEWAY].settings
     keys = settings.server.client_keys
-    path = request[PATH_ROUTE].path.value
-    open_path = path in HEALTH_PATHS or (path == "/metrics" and settings.server.metrics_public)
-    open_path = open_path or is_page_path(path)  # the page checks its own keys (it may have one of its own)
+    open_path = open_without_client_key(request[PATH_ROUTE].path.value, settings.server.metrics_public)
     if keys and not open_path and not holds_client_key(request.headers, keys):
         raise Unauthorized(
             "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key or api-key)"

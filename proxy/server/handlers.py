@@ -18,12 +18,12 @@ from typing import Any
 from aiohttp import web
 
 from proxy.apis.anthropic import count_tokens_body
-from proxy.apis.base import InvalidRequest, Parsed
+from proxy.apis.base import Parsed
 from proxy.apis.registry import Endpoint
 from proxy.config.trim import MODES, Mode
 from proxy.core.exchange import Command
-from proxy.core.plan import InvalidBody
 from proxy.errors import BadRequest
+from proxy.server.body_errors import bad_body_errors
 from proxy.server.client_scope import client_scope
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
@@ -33,7 +33,6 @@ from proxy.server.slots import client_key
 from proxy.server.upstream.forwarding import read_body
 from proxy.wire.chat_body import read_chat_body
 from proxy.wire.prefix_reader import Match
-from proxy.wire.strict_json import UnreadableJson
 
 
 async def guarded(request: web.Request) -> web.StreamResponse:
@@ -66,13 +65,9 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter
     (the chat adapter type-checks every field the core reads); a conversation re-sent with a new
     turn is read and checked only where it is new."""
-    try:
+    with bad_body_errors():
         reading = gw.readers.read(endpoint.adapter, raw, match)
         parsed = endpoint.parse(reading.value, reading.known, raw)
-    except UnreadableJson as exc:
-        raise BadRequest(str(exc), param=exc.key) from None
-    except InvalidRequest as exc:
-        raise BadRequest(str(exc), param=exc.param) from None
     gw.readers.accepted(endpoint.adapter, reading)
     return parsed
 
@@ -105,10 +100,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 def parse_chat(raw: bytes) -> dict[str, Any]:
     """A chat-completions body read as the guard reads it (for the echo upstream and tools)."""
-    try:
+    with bad_body_errors():
         return read_chat_body(raw)
-    except InvalidBody as exc:
-        raise BadRequest(str(exc), param=exc.param) from None
 
 
 def select_mode(request: web.Request, gw: Gateway, model: str) -> Mode:

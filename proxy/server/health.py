@@ -10,7 +10,7 @@ for callers that report it through `Reachability.saw`) within `reachable_within_
 background task connects to each upstream every `probe_interval_seconds`, skipping upstreams
 seen recently, so an idle replica still knows whether its upstreams are there.
 
-These paths bypass the client keys: probes carry no credentials.
+These paths bypass the client keys: probes carry no credentials (`proxy.server.local_paths`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ from aiohttp import web
 
 from proxy import package_version
 from proxy.config.settings import ReadinessSettings
-
-HEALTH_PATHS = frozenset({"/livez", "/readyz", "/healthz"})
-
 
 # `readiness.*` settings: written once, in the settings schema.
 ReadinessOptions = ReadinessSettings

@@ -32,13 +32,8 @@ from proxy.server.credentials import presented_keys as client_keys_presented
 from proxy.server.gateway import GATEWAY
 from proxy.server.recent import KNOWN_OUTCOMES, RECENT, Decision, PageQuery, RecentDecisions, iso_time
 
-PAGE_PATH = "/context-guard/recent"
+PAGE_PATH = "/context-guard/recent"  # routed by proxy.server.local_paths
 JSON_PATH = "/context-guard/recent.json"
-
-
-def is_page_path(path: str) -> bool:
-    """The page checks its own access (its admin key may be no client key)."""
-    return path in PAGE_HANDLERS
 
 
 async def recent_page(request: web.Request) -> web.Response:
@@ -83,8 +78,6 @@ async def json_text_sliced(recent: RecentDecisions, query: PageQuery) -> str:
     head = json.dumps(recent.to_dict(query, with_rows=False))  # a non-empty object: `rows` goes last
     return head[:-1] + ', "rows": [' + ", ".join(pieces) + "]}"
 
-
-PAGE_HANDLERS = {PAGE_PATH: recent_page, JSON_PATH: recent_json}  # by canonical path
 
 _PAGE_HEADERS = {
     "Cache-Control": "no-store",

@@ -13,9 +13,9 @@ raw path is read once, here:
   left after decoding (decoded again by some servers), and `..` that would climb above the root.
 
 The result, `CanonicalPath`, is matched against the API adapters' paths (`proxy.apis.registry`:
-every counted path and the shape it speaks), `LOCAL_PATHS` (answered here), and
-the pass-through policy; and it builds the upstream URL, which always stays under the upstream's
-base path. Nothing downstream looks at the raw path again. A forwarded path is checked once more
+every counted path and the shape it speaks), the local paths (`proxy.server.local_paths`,
+answered here), and the pass-through policy; and it builds the upstream URL, which always stays
+under the upstream's base path. Nothing downstream looks at the raw path again. A forwarded path is checked once more
 against where it lands (`counted_when_sent`): no spelling reaches a counted endpoint uncounted.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import quote
@@ -36,18 +36,7 @@ from proxy.errors import BadRequest, MethodNotAllowed, PathNotFound
 
 API_PREFIX = "/v1"  # the client-facing API version; the upstream's base URL carries its own
 
-# Canonical path -> the API shape it speaks. Every spelling of these paths is counted.
-GUARDED_METHODS = frozenset({"POST"})
-
-# Canonical path -> what the proxy answers itself; never forwarded.
-LOCAL_PATHS: Mapping[str, str] = {
-    "/healthz": "healthz",
-    "/livez": "livez",
-    "/readyz": "readyz",
-    "/metrics": "metrics",
-    "/context-guard/recent": "page",
-    "/context-guard/recent.json": "page_json",
-}
+GUARDED_METHODS = frozenset({"POST"})  # on every spelling of a counted path
 LOCAL_METHODS = frozenset({"GET", "HEAD"})
 
 # Characters an escape may not produce: each changes how the path splits, or ends it.
@@ -185,16 +174,21 @@ PATH_ROUTE = web.RequestKey("path_route", PathRoute)  # set by the app's canonic
 
 
 def route_for(
-    path: CanonicalPath, method: str, policy: PassthroughPolicy, guarded: Callable[[str], Endpoint | None]
+    path: CanonicalPath,
+    method: str,
+    policy: PassthroughPolicy,
+    guarded: Callable[[str], Endpoint | None],
+    local: Callable[[str], str | None],
 ) -> PathRoute:
     """The route for `path`; 405 for a method the path does not take, 404 for a path that is
-    neither counted (`guarded(path)` gives its endpoint), answered here, nor allowed through."""
+    neither counted (`guarded(path)` gives its endpoint), answered here (`local(path)` names it:
+    `proxy.server.local_paths.local_name`), nor allowed through."""
     if (endpoint := guarded(path.value)) is not None:
         _check_method(method, GUARDED_METHODS, path)
         return PathRoute("guarded", path, endpoint_api(endpoint), endpoint)
-    if (local := LOCAL_PATHS.get(path.value)) is not None:
+    if (name := local(path.value)) is not None:
         _check_method(method, LOCAL_METHODS, path)
-        return PathRoute("local", path, local)
+        return PathRoute("local", path, name)
     if policy.allows(path):
         return PathRoute("forward", path)
     raise PathNotFound(f"context-guard does not serve or forward {path.value}")

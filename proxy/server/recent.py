@@ -227,7 +227,7 @@ RECENT = web.AppKey("recent_decisions", RecentDecisions)
 
 
 def install_page(app: web.Application, size: int) -> RecentDecisions:
-    """The buffer, under `RECENT`; the app's dispatcher serves `PAGE_HANDLERS` at their paths."""
+    """The buffer, under `RECENT`; the app's dispatcher serves the page at its paths (`proxy.server.local_paths`)."""
     recent = app[RECENT] = RecentDecisions(size)
     return recent
 

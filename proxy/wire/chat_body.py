@@ -6,14 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.apis.chat_checks import check_chat_body
-from proxy.core.plan import InvalidBody
-from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, UnreadableJson, read_json
+from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 
 
 def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:
-    """The body of a chat-completions request, checked; InvalidBody saying what is wrong."""
-    try:
-        value = read_json(raw, limits)
-    except UnreadableJson as exc:
-        raise InvalidBody(str(exc), param=exc.key) from None
-    return check_chat_body(value, require_model=require_model)
+    """The body of a chat-completions request, checked; UnreadableJson (not JSON, or ambiguous) or
+    InvalidBody (a field of the wrong type) saying what is wrong (`proxy.server.body_errors` maps both)."""
+    return check_chat_body(read_json(raw, limits), require_model=require_model)

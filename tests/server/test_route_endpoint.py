@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from proxy.apis.registry import AdapterRegistry
+from proxy.server.local_paths import local_name
 from proxy.server.paths import PassthroughPolicy, canonical_path, route_for
 
 REGISTRY = AdapterRegistry()
 
 
 def route(path: str):
-    return route_for(canonical_path(path), "POST", PassthroughPolicy(), REGISTRY.endpoint_for)
+    return route_for(canonical_path(path), "POST", PassthroughPolicy(), REGISTRY.endpoint_for, local_name)
 
 
 class TestRouteEndpoint:

@@ -17,10 +17,10 @@ from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
 from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.core.models import ModelRegistry
-from proxy.core.plan import InvalidBody
 from proxy.core.request_count import RequestCounter
 from proxy.core.turns import call_ids, validity_problems
 from proxy.errors import BadRequest, GuardError
+from proxy.server.body_errors import bad_body_errors
 from proxy.server.echo import messages, openai_shapes, responses
 from proxy.server.echo.report import EchoReport, EchoSettings, ToolCallSeen, call_names, text_of
 from proxy.server.echo.sse import Reply
@@ -113,10 +113,8 @@ class EchoUpstream:
 
         async def handle(request: web.Request) -> web.StreamResponse:
             body = _json_object(await request.read())
-            try:
+            with bad_body_errors():
                 parsed = adapter.parse(body)
-            except InvalidBody as exc:
-                raise BadRequest(str(exc), param=exc.param) from None
             report = self.inspect({**parsed.chat, "model": parsed.model or body.get("model")}, adapter, parsed)
             return await render(request, body, self._reply(report))
 
