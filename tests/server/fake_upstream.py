@@ -2,7 +2,9 @@
 
 It answers chat completions (JSON, or SSE when `stream` is set), echoes every other path, and
 can be told to misbehave: stall, break a stream half-way, or reject prompts over a limit in the
-words of OpenAI, vLLM, Vertex AI or llama.cpp, counting them higher than the proxy does.
+words of OpenAI, vLLM, Vertex AI or llama.cpp. It counts a prompt by OpenAI's cookbook rule with
+tiktoken directly, never with the guard's counter, times `provider_factor` (a provider counting
+higher than the guard).
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.core.request_count import RequestCounter
-from tests.core.trimming import profile, tokenizer
+from tests.support.cookbook import cookbook_count
 
 
 @dataclass
@@ -107,10 +108,13 @@ class FakeUpstream:
         return received
 
     def provider_count(self, body: dict[str, Any]) -> int:
-        counted = RequestCounter(profile(8192, body.get("model", "gpt-4")), tokenizer()).request(body).total
-        if self.renders_field is not None:
-            counted += sum(tokenizer().count(str(d.get("text", ""))) for d in body.get(self.renders_field, ()))
-        return math.ceil(counted * self.provider_factor)
+        """The provider's count of `body`: the cookbook's rule with tiktoken directly
+        (`tests.support.cookbook.cookbook_count`), times `provider_factor`. It shares no code with
+        the guard's counter, so a guard that counts wrong is caught: a forwarded body the guard
+        under-counts is refused here. (This fake once counted with the guard's own `RequestCounter`,
+        which would have agreed with any error in it.)"""
+        extra = [str(d.get("text", "")) for d in body.get(self.renders_field, ())] if self.renders_field else []
+        return math.ceil(cookbook_count(body, extra) * self.provider_factor)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         received = await self._record(request)
