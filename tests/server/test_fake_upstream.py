@@ -11,7 +11,6 @@ import aiohttp
 import pytest
 
 from tests.server.conftest import gateway_settings, long_conversation
-from tests.server.fake_upstream import FakeUpstream
 from tests.support.cookbook import (
     COOKBOOK_MESSAGES,
     COOKBOOK_TOOL_MESSAGES,
@@ -19,6 +18,7 @@ from tests.support.cookbook import (
     TOOLS_JSON_MARGIN,
     cookbook_count,
 )
+from tests.support.upstream import FakeUpstream
 
 GPT4_BUDGET = 8192 - 1228 - 410  # gpt-4's window less the default output reserve and safety margin
 

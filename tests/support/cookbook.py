@@ -88,10 +88,12 @@ def cookbook_count(body: Mapping[str, Any], extra_texts: Iterable[str] = ()) -> 
     The cookbook counts plain-text messages only; for the rest this count says what it does:
     a content part's text is counted, a file sent by id counts nothing (the provider reads it; a
     fake adds what it holds), an image is refused (no test needs one counted yet); a value that is
-    not text (`tool_calls`) and each tool's function count as their JSON. That JSON counts more than
+    not text (`tool_calls`), any other part (Anthropic's tool blocks) and each tool's function (or
+    the tool itself, Anthropic's) count as their JSON. That JSON counts more than
     OpenAI renders: the cookbook's tools example is 132 tokens against the API's 105 for gpt-4, 131
     against 101 for gpt-4o (`TOOLS_JSON_MARGIN`), so a fake using this count is stricter than the
-    provider on tools, never more lenient. `extra_texts` are counted too (a server's own field)."""
+    provider on tools, never more lenient. `extra_texts` are counted too (Anthropic's
+    `system`, a server's own field)."""
     enc = encoding(str(body.get("model") or "gpt-4o"))
     tokens = 3 + sum(len(enc.encode(text)) for text in extra_texts)
     for message in body.get("messages", ()):
@@ -121,4 +123,6 @@ def _part_tokens(enc: tiktoken.Encoding, part: dict[str, Any]) -> int:
         return len(enc.encode(part["text"]))
     if part["type"] == "file":
         return 0
-    raise NotImplementedError(f"the cookbook count does not count a {part['type']!r} part")
+    if "image" in part["type"]:
+        raise NotImplementedError(f"the cookbook count does not count a {part['type']!r} part")
+    return len(enc.encode(json.dumps(part)))  # an Anthropic tool_use or tool_result block
