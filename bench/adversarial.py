@@ -345,7 +345,7 @@ async def one_side(attack: Attack, size: int, honest: bool, workdir: Path) -> Me
 
 
 FAKE_UPSTREAM = (
-    "import sys; from aiohttp import web; from tests.server.fake_upstream import FakeUpstream; "
+    "import sys; from aiohttp import web; from tests.support.upstream import FakeUpstream; "
     "web.run_app(FakeUpstream().app(), host='127.0.0.1', port=int(sys.argv[1]), print=None, access_log=None)"
 )
 

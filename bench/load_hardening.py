@@ -36,7 +36,7 @@ from bench.processes import stop  # noqa: E402
 from bench.proxy_overhead import free_port, rss_mb, serve_proxy, wait_ready  # noqa: E402
 
 SLOW_UPSTREAM = (
-    "import sys; from aiohttp import web; from tests.server.fake_upstream import FakeUpstream; "
+    "import sys; from aiohttp import web; from tests.support.upstream import FakeUpstream; "
     "fake = FakeUpstream(stream_chunks=int(sys.argv[2]), chunk_delay=float(sys.argv[3])); "
     "web.run_app(fake.app(), host='127.0.0.1', port=int(sys.argv[1]), print=None, access_log=None, backlog=4096)"
 )

@@ -32,7 +32,7 @@ from bench.conversations import agent_conversation  # noqa: E402
 from bench.processes import stop  # noqa: E402
 
 UPSTREAM = (
-    "import sys; from aiohttp import web; from tests.server.fake_upstream import FakeUpstream; "
+    "import sys; from aiohttp import web; from tests.support.upstream import FakeUpstream; "
     "web.run_app(FakeUpstream().app(), host='127.0.0.1', port=int(sys.argv[1]), print=None, access_log=None)"
 )
 

@@ -17,6 +17,7 @@ import yaml
 from proxy.config.settings import settings_from_dict
 from proxy.server.lifecycle import ServerOptions
 from proxy.server.local_paths import HEALTH_PATHS
+from tests.support.memory_bounds import PEAK_FIXED_MB, PEAK_PER_BODY_MB
 
 ROOT = Path(__file__).parent.parent
 DEPLOY = ROOT / "deploy"
@@ -89,8 +90,6 @@ class TestKubernetesManifests:
         """docs/security.md: idle RSS, plus each large-body thread's body held, parsed and counted
         (the body and `PEAK_PER_BODY_MB` per MB of it, plus `PEAK_FIXED_MB`), plus two bodies
         being received."""
-        from tests.adversarial.test_bounds_memory import PEAK_FIXED_MB, PEAK_PER_BODY_MB
-
         text = kind("ConfigMap")["data"]["context-guard.yaml"]
         settings = settings_from_dict(yaml.safe_load(text), "configmap", {"CONTEXT_GUARD_CLIENT_KEY": "k"})
         body_mb = settings.server.max_body_bytes / 2**20

@@ -24,7 +24,7 @@ from proxy.server.app import create_app
 from proxy.server.guard import Guard
 from tests.fuzz_bodies import fuzzed_bodies
 from tests.server.conftest import gateway_settings
-from tests.server.fake_upstream import FakeUpstream
+from tests.support.upstream import FakeUpstream
 
 
 @dataclass

@@ -26,7 +26,7 @@ from proxy.logging import configure_logging
 from proxy.server.app import create_app
 from proxy.server.guard import Guard
 from tests.server.conftest import long_conversation
-from tests.server.fake_upstream import FakeUpstream
+from tests.support.upstream import FakeUpstream
 
 OPERATIONS = Path(__file__).parent.parent / "docs" / "operations.md"
 SECTION = "## Reading a trim log line"

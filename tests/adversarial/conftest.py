@@ -4,7 +4,7 @@ What it gives a test:
 
 - `serve_guard(settings=None, upstream=None, guard=None)`: a real guard app (`create_app`, as
   `context-guard serve` builds it, handlers cancelled when their client leaves) on a 127.0.0.1
-  port, in front of a real in-process upstream (`tests.server.fake_upstream.FakeUpstream` unless
+  port, in front of a real in-process upstream (`tests.support.upstream.FakeUpstream` unless
   the test passes an aiohttp app of its own, e.g. a misbehaving backend). Guard and upstream run
   in a thread with their own event loop, as a serving process has one: the attack's client and
   the prober each run in loops of their own, so what the prober measures is the guard's loop
@@ -59,7 +59,7 @@ from aiohttp import web
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.server.app import create_app
 from proxy.server.guard import Guard
-from tests.server.fake_upstream import FakeUpstream
+from tests.support.upstream import FakeUpstream
 
 T = TypeVar("T")
 

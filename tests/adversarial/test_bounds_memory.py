@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.memory_bounds import PEAK_FIXED_MB, PEAK_PER_BODY_MB
+
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["prose", "a-repeated", "cjk", "random-letters", "whitespace"]
-# The documented bound: peak RSS while a body is parsed and counted, over its bytes held.
-PEAK_PER_BODY_MB = 3.0
-PEAK_FIXED_MB = 16.0
 
 
 def probe(kind: str, size_mb: float) -> dict[str, float]:

@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.server.conftest import gateway_settings, logs, long_conversation, start_proxy  # noqa: F401  # fixtures
-from tests.server.fake_upstream import FakeUpstream
+from tests.support.upstream import FakeUpstream
 
 WINDOWS = {"small": 4800, "big": 100_000}  # what each deployment really runs with
 

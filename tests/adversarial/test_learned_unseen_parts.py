@@ -23,8 +23,8 @@ from tests.server.conftest import (  # noqa: F401  # fixtures: the real app in f
     start_proxy,
     upstream,
 )
-from tests.server.fake_upstream import FakeUpstream
-from tests.server.test_backend_answers import LlamaLike
+from tests.support.llama import LlamaLike
+from tests.support.upstream import FakeUpstream
 
 FILE_TOKENS = 4000  # what the provider finds in the file it fetches by id
 GPT4_BUDGET = 8192 - 1228 - 410  # gpt-4's window less the default output reserve and safety margin

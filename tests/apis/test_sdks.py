@@ -27,9 +27,9 @@ from proxy.config.settings import settings_from_dict
 from proxy.core.turns import split_conversation
 from proxy.server.app import create_app
 from proxy.server.guard import Guard
-from tests.apis.fake_upstreams import FakeProviders
 from tests.apis.fitting import words
 from tests.core.trimming import profile, tokenizer
+from tests.support.upstream import FakeUpstream
 from tests.support.validity import messages_problems, responses_problems
 
 REGISTRY = AdapterRegistry()
@@ -45,13 +45,13 @@ EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 
 
 @pytest.fixture
-async def providers(aiohttp_server: Any) -> tuple[FakeProviders, str]:
-    fake = FakeProviders()
+async def providers(aiohttp_server: Any) -> tuple[FakeUpstream, str]:
+    fake = FakeUpstream(every_shape=True)
     server = await aiohttp_server(fake.app())
     return fake, str(server.make_url("")).rstrip("/")
 
 
-def fit_received(fake: FakeProviders, path_end: str, window: int, model: str = "gpt-4o") -> Any:
+def fit_received(fake: FakeUpstream, path_end: str, window: int, model: str = "gpt-4o") -> Any:
     """The last body the SDK sent to a path, through its adapter at `window`."""
     from proxy.apis.base import fit
     from proxy.core.plan import TrimPolicy

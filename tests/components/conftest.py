@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from tests.processes import Guard, Process, free_port
-from tests.server.fake_upstream import FakeUpstream
+from tests.support.upstream import FakeUpstream
 
 pytestmark = pytest.mark.components
 

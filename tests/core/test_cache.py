@@ -8,25 +8,7 @@ import tracemalloc
 from proxy.core.count_cache import CountCache, entry_bytes
 from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import EncoderTokenizer
-
-
-class CountingTokenizer:
-    """A tokenizer that records how many characters it was asked to encode."""
-
-    def __init__(self) -> None:
-        self.encoded_chars = 0
-        self.inner = EncoderTokenizer("words", str.split)
-
-    name = "words"
-    identity = "words"
-    exact = True
-
-    def count(self, text: str) -> int:
-        self.encoded_chars += len(text)
-        return self.inner.count(text)
-
-    def count_many(self, texts: list[str]) -> list[int]:
-        return [self.count(t) for t in texts]
+from tests.support.counting_tokenizer import CountingTokenizer
 
 
 def _conversation(turns: int) -> list[dict[str, str]]:

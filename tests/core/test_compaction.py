@@ -6,8 +6,7 @@ from typing import Any
 
 from proxy.core.compaction import summariser_messages, summary_request, with_summary
 from proxy.core.request_count import RequestCounter
-from tests.core.test_trim_multiturn import request
-from tests.core.trimming import fit, profile, tokenizer
+from tests.core.trimming import fit, profile, request, tokenizer
 
 WINDOW = 3000
 

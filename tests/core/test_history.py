@@ -14,9 +14,7 @@ from proxy.core.strategies import DropRecentTurns
 from proxy.core.trim import TrimState
 from proxy.core.turns import validity_problems
 from tests.conftest import png_data_url
-from tests.core.test_trim_multiturn import growing, recount, request
-from tests.core.test_trim_properties import WORDS
-from tests.core.trimming import fit, profile, tokenizer, words
+from tests.core.trimming import WORDS, fit, growing, profile, recount, request, tokenizer, words
 
 PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAgAAAAIACAYAAAD0eNT6AAAAAA=="  # a 512 x 512 header
 

@@ -14,6 +14,7 @@ from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import RequestCount
 from proxy.core.openings import sizes_to_keep
 from proxy.core.request_count import RequestCounter
+from tests.support.counting_tokenizer import CountingTokenizer
 
 MODELS = ("gpt-4o", "gpt-4-0613")  # today's framing, and the measured parallel-call framing
 
@@ -132,8 +133,6 @@ class TestCarriedCounts:
 
 class TestWhatIsCountedAgain:
     def test_a_request_that_replaces_its_last_turn_encodes_only_that_turn(self, registry):
-        from tests.core.test_cache import CountingTokenizer
-
         profile, tokenizer, cache = registry.profile("gpt-4o"), CountingTokenizer(), CountCache()
         first = [SYSTEM, user("one " * 100), assistant("two " * 100), user("three " * 100)]
         second = [*first, assistant("four " * 100), user("five " * 100)]

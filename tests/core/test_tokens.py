@@ -13,55 +13,7 @@ from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import COMPONENTS
 from proxy.core.request_count import RequestCounter
 from tests.conftest import png_data_url
-
-# The OpenAI cookbook's "How to count tokens with tiktoken" examples, with the API's own counts.
-COOKBOOK_MESSAGES = [
-    {
-        "role": "system",
-        "content": "You are a helpful, pattern-following assistant that translates corporate jargon into plain English.",
-    },
-    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
-    {"role": "system", "name": "example_assistant", "content": "Things working well together will increase revenue."},
-    {
-        "role": "system",
-        "name": "example_user",
-        "content": "Let's circle back when we have more bandwidth to touch base on opportunities for increased leverage.",
-    },
-    {
-        "role": "system",
-        "name": "example_assistant",
-        "content": "Let's talk later when we're less busy about how to do better.",
-    },
-    {
-        "role": "user",
-        "content": "This late pivot means we don't have time to boil the ocean for the client deliverable.",
-    },
-]
-COOKBOOK_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_current_weather",
-            "description": "Get the current weather in a given location",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
-                    "unit": {
-                        "type": "string",
-                        "description": "The unit of temperature to return",
-                        "enum": ["celsius", "fahrenheit"],
-                    },
-                },
-                "required": ["location"],
-            },
-        },
-    }
-]
-COOKBOOK_TOOL_MESSAGES = [
-    {"role": "system", "content": "You are a helpful assistant that can answer to questions about the weather."},
-    {"role": "user", "content": "What's the weather like in San Francisco?"},
-]
+from tests.support.cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
 
 
 class TestCookbookCounts:

@@ -8,8 +8,7 @@ from proxy.core.shrink import IMAGE_MARKER
 from proxy.core.strategies import build_pipeline
 from proxy.core.turns import validity_problems
 from tests.conftest import png_data_url
-from tests.core.test_turns import call
-from tests.core.trimming import fit, words
+from tests.core.trimming import call, fit, words
 
 
 def chat(turns: int, tokens_per_message: int = 100) -> list[dict]:

@@ -12,36 +12,15 @@ from typing import Any
 
 import pytest
 
-from proxy.core.request_count import RequestCounter
 from proxy.core.strategies import build_pipeline
 from proxy.core.turns import validity_problems
-from tests.core.test_turns import call
-from tests.core.trimming import fit, profile, tokenizer, words
+from tests.core.trimming import call, fit, growing, recount, request, words
 
 ROOT = Path(__file__).parent.parent.parent
 
 
-def growing(turns: int, answer_tokens: int = 100) -> list[dict[str, Any]]:
-    """The history of a chat with `turns` question-answer turns, without the newest question."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
-    for i in range(turns):
-        messages += [
-            {"role": "user", "content": f"q{i} " + words(60)},
-            {"role": "assistant", "content": f"a{i} " + words(answer_tokens, "ipsum")},
-        ]
-    return messages
-
-
-def request(turns: int, answer_tokens: int = 100) -> dict[str, Any]:
-    return {"messages": [*growing(turns, answer_tokens), {"role": "user", "content": f"newest {turns}"}]}
-
-
 # The cut-position mechanics on their own: no opening kept before the cut.
 NO_OPENING = {"drop_oldest_turns": {"head_share": 0}}
-
-
-def recount(body: Any, window: int) -> int:
-    return RequestCounter(profile(window), tokenizer()).request(body).total
 
 
 class TestCacheStableCuts:
@@ -58,7 +37,7 @@ class TestCacheStableCuts:
 
     def test_two_fresh_processes_pick_the_same_opening_and_cut(self):
         script = (
-            "import json, sys; from tests.core.trimming import fit; from tests.core.test_trim_multiturn import request;"
+            "import json, sys; from tests.core.trimming import fit, request;"
             "r = fit(request(int(sys.argv[1]), answer_tokens=400), 3000).result;"
             "print(json.dumps([r.cut.to_dict(), r.body['messages']], sort_keys=True))"
         )

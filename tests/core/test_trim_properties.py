@@ -22,9 +22,8 @@ from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES
 from proxy.core.turns import protected_start, split_conversation, validity_problems
 from tests.conftest import png_data_url
-from tests.core.trimming import fit, profile, quick_split, tokenizer
+from tests.core.trimming import WORDS, fit, profile, quick_split, tokenizer
 
-WORDS = ["alpha", "beta", "gamma", "delta", "río", "数据", "東京", "{", "}", "\n", "def", "return", "42"]
 text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=60).map(" ".join)
 long_text = st.integers(min_value=500, max_value=4000).map(lambda n: " ".join(WORDS[i % len(WORDS)] for i in range(n)))
 image = st.sampled_from(

@@ -3,15 +3,7 @@
 from __future__ import annotations
 
 from proxy.core.turns import protected_start, split_conversation, validity_problems
-from tests.core.trimming import quick_split
-
-
-def call(*ids: str) -> dict:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids],
-    }
+from tests.core.trimming import call, quick_split
 
 
 def result(call_id: str) -> dict:

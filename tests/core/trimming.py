@@ -1,4 +1,5 @@
-"""Helpers for trimming tests: a profile with any window, and a one-call trim."""
+"""Helpers for trimming tests: a profile with any window, a one-call trim, a recount of a
+forwarded body, and the conversations (a tool call, a growing chat, mixed-script words) several test modules build."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile, ModelRegistry
 from proxy.core.notes import CompactionPolicy
 from proxy.core.plan import Plan, TrimPolicy, plan_request
+from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES
 from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.tokenizer import Tokenizer
 from proxy.core.turns import protected_start
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
+
+WORDS = ["alpha", "beta", "gamma", "delta", "río", "数据", "東京", "{", "}", "\n", "def", "return", "42"]
 
 _REGISTRY: ModelRegistry | None = None
 _TOKENIZERS = Tokenizers()
@@ -64,3 +68,33 @@ def quick_split(messages: list[dict[str, Any]]) -> tuple[tuple[int, ...], tuple[
         return None
     pinned = tuple(i for i, m in enumerate(messages) if m.get("role") in PINNED_ROLES)
     return pinned, tuple(i for i in range(start, len(messages)) if i not in pinned)
+
+
+def call(*ids: str) -> dict:
+    """An assistant message calling one tool per id."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids],
+    }
+
+
+def growing(turns: int, answer_tokens: int = 100) -> list[dict[str, Any]]:
+    """The history of a chat with `turns` question-answer turns, without the newest question."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(turns):
+        messages += [
+            {"role": "user", "content": f"q{i} " + words(60)},
+            {"role": "assistant", "content": f"a{i} " + words(answer_tokens, "ipsum")},
+        ]
+    return messages
+
+
+def request(turns: int, answer_tokens: int = 100) -> dict[str, Any]:
+    """A chat-completions body: `growing(turns)` and the newest question."""
+    return {"messages": [*growing(turns, answer_tokens), {"role": "user", "content": f"newest {turns}"}]}
+
+
+def recount(body: Any, window: int) -> int:
+    """The guard's own count of `body` for gpt-4o (a trimmed body re-counted, not an independent check)."""
+    return RequestCounter(profile(window), tokenizer()).request(body).total

@@ -18,14 +18,14 @@ from proxy.config.settings import Settings, settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
 from proxy.server.guard import Guard
-from tests.server.fake_upstream import FakeUpstream
+from tests.support.upstream import FakeUpstream
 
 
 @pytest.fixture
 async def upstream(aiohttp_server: Any) -> FakeUpstream:
     fake = FakeUpstream()
     server = await aiohttp_server(fake.app())  # TestServer cancels handlers of clients that leave
-    fake.url = str(server.make_url("/v1"))  # type: ignore[attr-defined]
+    fake.url = str(server.make_url("/v1"))
     return fake
 
 

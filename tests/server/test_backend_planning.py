@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from tests.server.conftest import gateway_settings
-from tests.server.test_backend_answers import LlamaLike, post, serve
+from tests.support.llama import LlamaLike, post, serve
 
 WINDOW = 1200
 MODEL = "smol"

@@ -12,7 +12,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from proxy.server.echo import EchoSettings, EchoUpstream, echo_in_thread, running_echo
-from tests.core.test_tokens import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
+from tests.support.cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
 
 
 def call(call_id: str, name: str = "run_tests") -> dict[str, Any]:

@@ -20,8 +20,8 @@ from proxy.server.paths import (
     upstream_url,
 )
 from tests.server.conftest import gateway_settings
-from tests.server.fake_upstream import FakeUpstream
 from tests.server.raw_http import raw_request
+from tests.support.upstream import FakeUpstream
 
 HI = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
 JSON = {"Content-Type": "application/json"}

@@ -15,7 +15,7 @@ from proxy.server.drain import DRAIN, Drain
 from proxy.server.gateway import GATEWAY
 from proxy.server.lifecycle import ServerOptions, available_cores, reload_config
 from tests.server.conftest import gateway_settings
-from tests.server.fake_upstream import FakeUpstream
+from tests.support.upstream import FakeUpstream
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 

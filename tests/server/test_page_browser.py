@@ -20,7 +20,7 @@ import pytest
 
 from proxy.server.page import PAGE_PATH
 from tests.server.conftest import long_conversation
-from tests.server.test_page import SECRET_WORDS, chat, make_traffic
+from tests.support.page_traffic import SECRET_WORDS, chat, make_traffic
 
 pytestmark = pytest.mark.components
 

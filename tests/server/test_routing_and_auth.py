@@ -39,7 +39,7 @@ class TestRouting:
     async def test_models_go_to_the_first_matching_route_with_optional_rename(
         self, start_proxy, upstream, aiohttp_server
     ):
-        from tests.server.fake_upstream import FakeUpstream
+        from tests.support.upstream import FakeUpstream
 
         other = FakeUpstream()
         other_server = await aiohttp_server(other.app())

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.core.corrections import Correction, Overflow, parse_overflow
 from tests.server.conftest import gateway_settings, long_conversation
-from tests.server.fake_upstream import overflow_error
+from tests.support.upstream import overflow_error
 
 
 async def chat(proxy, body: dict) -> tuple[int, dict, dict]:

@@ -1,0 +1,386 @@
+"""The suite's one fake upstream: a real aiohttp app on 127.0.0.1 that records what it receives
+(method, path, query as sent, headers, body bytes) and answers every API shape the guard serves as
+the provider would, in JSON or as a server-sent event stream when the body asks for `stream`:
+
+    POST /v1/chat/completions, /openai/deployments/{d}/chat/completions   chat completion
+    POST /v1/responses                                                    Response (message or function_call)
+    POST /v1/completions, /openai/deployments/{d}/completions             text completion
+    POST /v1/messages                                                     Anthropic message (text or tool_use)
+    POST /v1/messages/count_tokens                                        {"input_tokens": ...}
+    anything else                                                         echoed back
+
+Only `/v1/chat/completions` is answered unless `every_shape` is set: the gateway's tests see what the
+guard forwards on every other path echoed back unchanged, the SDK tests a provider's answers.
+
+When a Responses or Anthropic request offers tools and is not already answering a call, the reply
+is a call of the first tool, so an SDK test can run a whole tool loop.
+
+It checks that what the guard forwards fits with a count of its own: OpenAI's cookbook rule with
+tiktoken directly (`tests.support.cookbook.cookbook_count`), never the guard's counter, times
+`provider_factor` (a provider counting higher than the guard). With `limit` set, a chat or
+Anthropic prompt over it is refused in the provider's words (chat: OpenAI, vLLM, Vertex AI or
+llama.cpp, per `error_style`). It can be told to misbehave too: stall, break a stream half-way,
+answer every chat request with one error, or echo a body field in an error as upstreams do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.support.cookbook import cookbook_count
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    raw_query: str = ""  # as it came on the wire, still percent-encoded
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def overflow_error(style: str, limit: int, prompt: int) -> tuple[int, dict[str, Any]]:
+    if style == "openai":
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+            f"{prompt} tokens. Please reduce the length of the messages."
+        )
+        return 400, {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+    if style == "vllm":
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested {prompt + 100} "
+            f"tokens ({prompt} in the messages, 100 in the completion). Please reduce the length of the messages or completion."
+        )
+        return 400, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+    if style == "vertex":
+        message = f"The input token count ({prompt}) exceeds the maximum number of tokens allowed ({limit})."
+        return 400, [{"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}]  # type: ignore[return-value]
+    if style == "llamacpp":
+        return 400, {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt,
+                "n_ctx": limit,
+            }
+        }
+    raise ValueError(style)
+
+
+@dataclass
+class FakeUpstream:
+    received: list[Received] = field(default_factory=list)
+    reply_text: str = "Hello from upstream."
+    delay: float = 0.0  # before answering
+    chunk_delay: float = 0.0  # between stream chunks
+    stream_chunks: int = 5
+    break_stream_after: int | None = None  # close the connection after this many chunks
+    # Reject prompts whose count (ours x provider_factor) exceeds `limit`, in this provider's words.
+    limit: int | None = None
+    provider_factor: float = 1.25
+    error_style: str = "openai"
+    renders_field: str | None = None  # count the texts of this body field too, as a server's own extension might
+    fail_with: tuple[int, dict[str, Any]] | None = None  # answer every chat request with this error
+    echo_field: str | None = None  # answer 400 starting with this body field's value, as upstreams echo input
+    gzip_errors: bool = False  # compress error bodies when the client accepts gzip, as OpenAI does
+    stream_cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    stream_started: asyncio.Event = field(default_factory=asyncio.Event)
+    url: str = ""  # its base URL, set by the fixture that starts it
+    every_shape: bool = False  # answer every shape below, not only /v1/chat/completions (the rest echoed)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        if self.every_shape:
+            app.router.add_post("/openai/deployments/{deployment}/chat/completions", self.chat)
+            app.router.add_post("/v1/responses", self.responses)
+            app.router.add_post("/v1/completions", self.completions)
+            app.router.add_post("/openai/deployments/{deployment}/completions", self.completions)
+            app.router.add_post("/v1/messages", self.messages)
+            app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
+        app.router.add_route("*", "/{tail:.*}", self.echo)
+        return app
+
+    def last(self, path_end: str) -> Received:
+        """The last request received on a path ending with `path_end`."""
+        return next(r for r in reversed(self.received) if r.path.endswith(path_end))
+
+    async def _record(self, request: web.Request) -> Received:
+        received = Received(
+            request.method,
+            request.path,
+            request.query_string,
+            dict(request.headers),
+            await request.read(),
+            request.rel_url.raw_query_string,
+        )
+        self.received.append(received)
+        return received
+
+    def provider_count(self, body: dict[str, Any]) -> int:
+        """The provider's count of `body`: the cookbook's rule with tiktoken directly, over its
+        messages, tools, Anthropic's top-level `system` and the `renders_field` texts, times
+        `provider_factor`. It shares no code with the guard's counter, so a guard that counts wrong
+        is caught: a forwarded body the guard under-counts is refused here."""
+        extra = [str(d.get("text", "")) for d in body.get(self.renders_field, ())] if self.renders_field else []
+        system = body.get("system")
+        if isinstance(system, str):
+            extra.append(system)
+        elif isinstance(system, list):
+            extra += [str(block.get("text", "")) for block in system if isinstance(block, dict)]
+        return math.ceil(cookbook_count(body, extra) * self.provider_factor)
+
+    # -- OpenAI chat completions and legacy completions ---------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        received = await self._record(request)
+        body = received.json()
+        model = body.get("model") or request.match_info.get("deployment")
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail_with is not None:
+            return web.json_response(self.fail_with[1], status=self.fail_with[0], headers={"retry-after": "7"})
+        if self.echo_field is not None:
+            message = f"{body.get(self.echo_field)} is not a valid value for '{self.echo_field}'."
+            error = {"message": message, "type": "invalid_request_error", "param": self.echo_field, "code": None}
+            return web.json_response({"error": error}, status=400)
+        if self.limit is not None:
+            prompt = self.provider_count(body)
+            if prompt > self.limit:
+                status, error = overflow_error(self.error_style, self.limit, prompt)
+                if self.gzip_errors and "gzip" in request.headers.get("Accept-Encoding", ""):
+                    body = gzip.compress(json.dumps(error).encode())
+                    return web.Response(
+                        body=body,
+                        status=status,
+                        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+                    )
+                return web.json_response(error, status=status)
+        if body.get("stream"):
+            return await self._stream(request, body)
+        return web.json_response(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": self.reply_text}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+            },
+            headers={"x-upstream": "fake"},
+        )
+
+    async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-upstream": "fake"})
+        await response.prepare(request)
+        self.stream_started.set()
+        try:
+            for i in range(self.stream_chunks):
+                if self.break_stream_after is not None and i == self.break_stream_after:
+                    assert request.transport is not None
+                    request.transport.close()  # a crash half-way through
+                    return response
+                chunk = {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": body.get("model"),
+                    "choices": [{"index": 0, "delta": {"content": f"part{i} "}, "finish_reason": None}],
+                }
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.stream_cancelled.set()
+            raise
+        return response
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = (await self._record(request)).json()
+        choice = {"text": " " + self.reply_text, "index": 0, "logprobs": None, "finish_reason": "stop"}
+        completion = {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 1,
+            "model": body.get("model") or request.match_info.get("deployment"),
+            "choices": [choice],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+        }
+        if body.get("stream"):
+            return await _sse(request, [(None, completion)], done=True)
+        return web.json_response(completion)
+
+    # -- OpenAI Responses ---------------------------------------------------------------------
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        body = (await self._record(request)).json()
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        answering = bool(items) and isinstance(items[-1], dict) and items[-1].get("type") == "function_call_output"
+        tools = [t for t in body.get("tools") or () if t.get("type") == "function"]
+        if tools and not answering:
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": tools[0]["name"],
+                "arguments": '{"q": "weather"}',
+                "status": "completed",
+            }
+        else:
+            text = {"type": "output_text", "text": self.reply_text, "annotations": []}
+            item = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": [text]}
+        response = {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "status": "completed",
+            "model": body.get("model"),
+            "output": [item],
+            "parallel_tool_calls": True,
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []),
+            "usage": {
+                "input_tokens": 10,
+                "output_tokens": 3,
+                "total_tokens": 13,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+        if not body.get("stream"):
+            return web.json_response(response)
+        started = {**response, "status": "in_progress", "output": []}
+        events: list[tuple[str | None, dict[str, Any]]] = [
+            ("response.created", {"type": "response.created", "response": started}),
+            ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": item}),
+        ]
+        if item["type"] == "message":
+            delta = {
+                "type": "response.output_text.delta",
+                "item_id": "msg_1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": self.reply_text,
+                "logprobs": [],
+            }
+            events.append(("response.output_text.delta", delta))
+        events += [
+            ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+            ("response.completed", {"type": "response.completed", "response": response}),
+        ]
+        for n, (_, event) in enumerate(events):
+            event["sequence_number"] = n
+        return await _sse(request, events)
+
+    # -- Anthropic Messages -------------------------------------------------------------------
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        body = (await self._record(request)).json()
+        if self.limit is not None and (tokens := self.provider_count(body)) > self.limit:
+            error = {
+                "type": "invalid_request_error",
+                "message": f"prompt is too long: {tokens} tokens > {self.limit} maximum",
+            }
+            return web.json_response({"type": "error", "error": error}, status=400)
+        last = body["messages"][-1]
+        answering = isinstance(last.get("content"), list) and any(
+            b.get("type") == "tool_result" for b in last["content"]
+        )
+        tools = body.get("tools") or []
+        if tools and not answering:
+            block: dict[str, Any] = {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": tools[0]["name"],
+                "input": {"q": "weather"},
+            }
+            stop = "tool_use"
+        else:
+            block, stop = {"type": "text", "text": self.reply_text}, "end_turn"
+        usage = {"input_tokens": 10, "output_tokens": 3}
+        message = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": [block],
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        if not body.get("stream"):
+            return web.json_response(message)
+        if block["type"] == "text":
+            opening, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": self.reply_text}
+        else:
+            opening = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events: list[tuple[str | None, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}}),
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": opening}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": 3},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return await _sse(request, events)
+
+    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+        received = await self._record(request)
+        return web.json_response({"input_tokens": self.provider_count(received.json())})
+
+    # -- Any other path -----------------------------------------------------------------------
+
+    async def echo(self, request: web.Request) -> web.StreamResponse:
+        received = await self._record(request)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return web.Response(
+            body=received.body or b"{}",
+            content_type=request.content_type if received.body else "application/json",
+            headers={"x-echo-path": request.path, "x-echo-query": request.query_string},
+        )
+
+
+async def _sse(
+    request: web.Request, events: list[tuple[str | None, dict[str, Any]]], done: bool = False
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for name, data in events:
+        head = f"event: {name}\n" if name else ""
+        await response.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+    if done:
+        await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
