@@ -8,14 +8,16 @@
 #   ${XDG_CACHE_HOME:-~/.cache}/context-guard/dockerd.{log,pid}.
 # - The Dockerfile's base is python:3.11-slim. When Docker Hub cannot be reached (no network but the
 #   package indexes), a stand-in is built once: Debian bookworm (Python 3.11, pip) by debootstrap from
-#   the Debian mirror, tagged context-guard-base:bookworm, its root file system cached as a tarball.
+#   the Debian mirror, tagged context-guard-base:bookworm-r2, its root file system cached as a tarball.
 #   The stand-in trusts this machine's CA bundle, so pip inside `docker build` reaches the package
 #   index through the same TLS-inspecting proxy the host uses, if any.
 set -euo pipefail
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/context-guard"
 OFFICIAL=python:3.11-slim
-STAND_IN=context-guard-base:bookworm
+# The tag and the tarball carry a revision: a stand-in made by an earlier, faulty revision of this
+# script (its root directory 0700, so the image's unprivileged user could not reach /bin) is not reused.
+STAND_IN=context-guard-base:bookworm-r2
 mkdir -p "$CACHE"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -48,11 +50,12 @@ if docker image inspect "$OFFICIAL" >/dev/null 2>&1 || timeout 60 docker pull -q
 fi
 
 if ! docker image inspect "$STAND_IN" >/dev/null 2>&1; then
-  tarball="$CACHE/base-bookworm.tar"
+  tarball="$CACHE/base-bookworm-r2.tar"
   if [ ! -s "$tarball" ]; then
     say "$OFFICIAL cannot be pulled; building the stand-in $STAND_IN with debootstrap (a few minutes, once)"
     rootfs="$(mktemp -d)"
     trap '$SUDO rm -rf "$rootfs"' EXIT
+    chmod 755 "$rootfs"  # it becomes the image's `/`: mktemp makes it 0700, which only root could enter
     $SUDO debootstrap --variant=minbase --include=python3,python3-pip,python-is-python3,ca-certificates \
       bookworm "$rootfs" http://deb.debian.org/debian >&2
     $SUDO cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
