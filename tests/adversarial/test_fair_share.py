@@ -7,12 +7,15 @@ took 30.1 s instead of 0.02 s; the attackers had hung up after 0.3 s, but their 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import string
 
+import aiohttp
+
 from proxy.server.backends.counting import large_body_slots
-from tests.adversarial.conftest import anthropic_body_of, body_of, hang_up_after, post, prose
+from tests.adversarial.conftest import anthropic_body_of, body_of, post, prose
 
 ATTACKER = {"Authorization": "Bearer attacker-key"}
 HONEST = {"Authorization": "Bearer honest-key"}
@@ -20,6 +23,17 @@ HONEST = {"Authorization": "Bearer honest-key"}
 
 def letters(size: int) -> str:
     return "".join(random.Random(7).choices(string.ascii_letters, k=size))
+
+
+async def send_until(url: str, body: bytes, headers: dict[str, str], leave: asyncio.Event) -> None:
+    """Send `body` and hang up, without reading an answer, once `leave` is set (as an attacker does)."""
+    async with aiohttp.ClientSession() as session:
+        sending = asyncio.ensure_future(session.post(url, data=body, headers={"Content-Type": "application/json", **headers}))
+        await leave.wait()
+        sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+            response = await sending
+            response.close()
 
 
 def words(size: int) -> str:
@@ -60,7 +74,16 @@ class TestFairShare:
         # bounded at once, and would be done before its client leaves).
         attacks = [anthropic_body_of(f"{i} " + words(12_000_000), model="gpt-4o") for i in range(2)]
         count = guard.url("/v1/messages/count_tokens")
-        await asyncio.gather(*(hang_up_after(count, attack, 0.5, ATTACKER) for attack in attacks))
+        leave = asyncio.Event()
+        senders = [asyncio.create_task(send_until(count, attack, ATTACKER, leave)) for attack in attacks]
+        # The client leaves once one of its jobs runs and another waits (its one thread is busy).
+        for _ in range(1200):
+            busy, queued = await guard.on_guard_loop(lambda: (large_body_slots().busy, large_body_slots().queued))
+            if busy >= 1 and queued >= 1:
+                break
+            await asyncio.sleep(0.025)
+        leave.set()
+        await asyncio.gather(*senders)
         stats = await guard.on_guard_loop(lambda: large_body_slots().stats)
         # One client, one thread: the second body waited and was dropped when its client left;
         # the first was counting, and its cancel event was set (counting in slices stops on it).
