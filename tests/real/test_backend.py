@@ -104,13 +104,14 @@ class TestGgufTokenizer:
 
 
 class TestCalibration:
-    """For a model the guard does not know (counted with cl100k x1.6 and a template upper bound),
-    calibration from `usage.prompt_tokens` brings the estimate within 10% of the server's count
-    after a few requests. English, code and JSON start far off (high); on the CJK conversation the
-    estimate starts within 5% (measured: -4%), and calibration must keep it within 10%."""
+    """For a model the guard does not know (counted with the open bound over cl100k and a template
+    upper bound), calibration from `usage.prompt_tokens` brings the estimate within 10% of the
+    server's count after a few requests. Every kind starts more than 10% off: English, code and JSON
+    high; the CJK conversation low (measured: -13%: SmolLM2's 49k vocabulary spends more on CJK than
+    any vocabulary the open bound was fitted to, docs/limitations.md), and calibration brings it in."""
 
     @pytest.mark.parametrize(
-        ("kind", "starts_far"), [("english", True), ("code", True), ("cjk", False), ("json", True)]
+        ("kind", "starts_far"), [("english", True), ("code", True), ("cjk", True), ("json", True)]
     )
     async def test_brings_an_unknown_model_within_ten_percent_after_a_few_requests(
         self, llama, guard, kind, starts_far
