@@ -39,7 +39,7 @@ from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.names import bounded_name
 from proxy.apis.responses import ResponsesAdapter
-from proxy.apis.unseen import may_hold_unseen, unseen_parts
+from proxy.apis.unseen import unseen_parts
 
 API_NAMES = ("chat", "responses", "completions", "messages")
 
@@ -55,10 +55,10 @@ class Endpoint:
     def api(self) -> str:
         return self.adapter.name
 
-    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN, raw: bytes | None = None) -> Parsed:
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         """The adapter's parse, with the path's model in place of the body's; a request with no
         model at all, or one too long to key on, is refused. Parts the guard cannot see mark the
-        request as not read whole (looked for only where the body's bytes `raw` may hold one)."""
+        request as not read whole."""
         parsed = self.adapter.parse(body, known)
         if self.path_model is not None:
             bounded_name(self.path_model, "deployment")
@@ -67,8 +67,6 @@ class Endpoint:
         if parsed.model is None:
             raise InvalidRequest("'model' is required", param="model")
         bounded_name(parsed.model, "model")
-        if raw is not None and not may_hold_unseen(raw):
-            return parsed
         unseen = unseen_parts(parsed.messages)
         return replace(parsed, unseen=unseen) if unseen else parsed
 

@@ -6,8 +6,9 @@ A part is unseen when the provider reads content the body does not carry and the
 no upper bound: a file sent by `file_id` or URL (counted as 0), audio without its data, a document
 an Anthropic request names by file id or URL. An image by URL is not unseen: it is priced at the
 most an image can cost. The walk looks only at list contents (a string content has no parts), so
-it costs a step per part; and it is taken only when the body's bytes may hold such a part
-(`may_hold_unseen`), so a conversation sent again costs a few byte searches, not a walk.
+it costs a step per message and per part: 5 us for a re-sent 88 KB conversation of 96 messages.
+(Searching the body's bytes for the type values first cost 275 us on that body: JSON is dense in
+the quotes and backslashes such a search stops at.)
 """
 
 from __future__ import annotations
@@ -19,25 +20,18 @@ from typing import Any
 NAMED_AT_MOST = 8
 
 
-# The type values an unseen part must carry, as they stand in the body's bytes. A value written with
-# a `\u` escape may spell one of them: a body with any escape is walked.
-_MARKERS = (b'"file"', b'"input_audio"', b'"document"', b"\\u")
-
-
-def may_hold_unseen(raw: bytes) -> bool:
-    """False when the body's bytes cannot hold an unseen part (no type value that names one)."""
-    return any(marker in raw for marker in _MARKERS)
-
-
 def unseen_parts(messages: Sequence[Any]) -> tuple[str, ...]:
     """Where the parts of the chat view's `messages` that the guard cannot see are
     (`messages[3].content[1]: file by id`), at most `NAMED_AT_MOST` of them."""
     found: list[str] = []
     for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list):
+        # The view's messages are dicts: the concrete type is checked before the ABC (a tenth of the cost).
+        content = message.get("content") if type(message) is dict or isinstance(message, Mapping) else None
+        if type(content) is not list:
             continue
         for j, part in enumerate(content):
+            if type(part) is dict and part.get("type") in _SEEN:
+                continue
             why = _unseen(part)
             if why is not None:
                 found.append(f"messages[{i}].content[{j}]: {why}")
@@ -46,11 +40,15 @@ def unseen_parts(messages: Sequence[Any]) -> tuple[str, ...]:
     return tuple(found)
 
 
+# Part types that are always read whole: a text, an image priced at the most an image can cost.
+_SEEN = frozenset({"text", "image_url"})
+
+
 def _unseen(part: object) -> str | None:
     if not isinstance(part, Mapping):
         return None
     kind = part.get("type")
-    if kind == "text" or kind == "image_url":
+    if kind in _SEEN:
         return None
     if kind == "file":
         spec = part.get("file")

@@ -20,6 +20,8 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from proxy.core.work_budget import spend
+
 # Enough base64 to reach the size fields of PNG, GIF and WebP headers, and the SOF marker of
 # most JPEGs; a JPEG whose EXIF block pushes SOF further is decoded in full.
 _HEADER_B64_CHARS = 64 * 1024
@@ -149,6 +151,7 @@ def data_url_image_size(url: str) -> tuple[int, int] | None:
         return None
     size = image_size(head)
     if size is None and head[:2] == b"\xff\xd8" and len(payload) > _HEADER_B64_CHARS:
+        spend(len(payload))  # a JPEG whose size comes late: the whole image decoded
         whole = _b64_prefix(payload, len(payload))
         size = image_size(whole) if whole is not None else None
     return size

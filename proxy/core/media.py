@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from proxy.core.images import ImageCostScheme
+from proxy.core.work_budget import spend
 
 if TYPE_CHECKING:
     import zipfile
@@ -91,6 +92,7 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
     data = spec.get("file_data")
     if not isinstance(data, str):
         return 0, 0, ["file sent by file_id: its content is not visible to the guard and is not counted"]
+    spend(len(data))  # decoded, inflated and scanned: work that grows with the file
     raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
     pages, text_bytes, capped = _zip_bound(raw) if raw.startswith(_ZIP_MAGIC) else _pdf_bound(raw)
     tokens = pages * images.max_cost("high") + math.ceil(text_bytes / 3)

@@ -24,6 +24,7 @@ from typing import Protocol
 from proxy.core.bounded_text import note_bounded
 from proxy.core.cancellation import checkpoint
 from proxy.core.slices import SLICE_CHARS, spans, utf8_bytes
+from proxy.core.work_budget import spend
 
 
 class Tokenizer(Protocol):
@@ -88,12 +89,14 @@ class EncoderTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
+        spend(len(text))
         n = self._encoded_length(text) if len(text) <= SLICE_CHARS or not self.sliceable else self._sliced(text)
         return n if self.multiplier == 1.0 else math.ceil(n * self.multiplier)
 
     def count_many(self, texts: list[str]) -> list[int]:
         if self.encode_batch is None or len(texts) < 2:
             return [self.count(t) for t in texts]
+        spend(sum(map(len, texts)))
         whole = [i for i, t in enumerate(texts) if len(t) <= SLICE_CHARS or not self.sliceable]
         counts = [0] * len(texts)
         batch: list[int] = []

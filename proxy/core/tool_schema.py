@@ -49,6 +49,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.work_budget import spend
+
 # Keywords whose effect on the rendering was measured (see the module docstring).
 _MEASURED_KEYWORDS = frozenset(
     {"type", "description", "enum", "properties", "required", "items", "anyOf", "const", "default"}
@@ -100,6 +102,7 @@ class _Meter:
         self.left = RENDER_BUDGET if budget is None else budget
 
     def charge(self, text: str) -> str:
+        spend(len(text) + 1)  # and from the caller's budget, when one is bound (proxy.core.work_budget)
         self.left -= len(text) + 1  # each call at least one unit: an empty result is work too
         if self.left < 0:
             raise _TooLarge

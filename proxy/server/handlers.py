@@ -27,7 +27,7 @@ from proxy.server.body_errors import bad_body_errors
 from proxy.server.client_scope import client_scope
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
-from proxy.server.perform import performed, prepared
+from proxy.server.perform import performed, planned, prepared
 from proxy.server.record import RequestRecord
 from proxy.server.slots import client_key
 from proxy.server.upstream.forwarding import read_body
@@ -67,7 +67,7 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     turn is read and checked only where it is new."""
     with bad_body_errors():
         reading = gw.readers.read(endpoint.adapter, raw, match)
-        parsed = endpoint.parse(reading.value, reading.known, raw)
+        parsed = endpoint.parse(reading.value, reading.known)
     gw.readers.accepted(endpoint.adapter, reading)
     return parsed
 
@@ -86,7 +86,7 @@ async def _count_tokens(
     """Anthropic's count_tokens, counted where a request is planned (sized by the whole body,
     within `client`'s share of the threads; `scope`: its part of the count cache)."""
     fit = functools.partial(gw.guard.fit, endpoint.adapter, parsed, model, None, client=scope)
-    fitted = await performed(large, fit, size=size, client=client)
+    fitted = await planned(large, fit, size=size, client=client)
     record.plan, record.outcome = fitted.plan, "counted"
     response = web.json_response(count_tokens_body(fitted.plan.count.total))
     response.headers["x-request-id"] = record.request_id

@@ -51,7 +51,7 @@ from proxy.core.exchange import (
 from proxy.core.plan import Plan
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
-from proxy.server.backends.counting import Choice, near_loop, off_loop
+from proxy.server.backends.counting import Choice, near_loop, off_loop, planned_near_loop
 from proxy.server.backends.profiles import BackendProfile, budget_policy
 from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
 from proxy.server.gateway import Gateway
@@ -74,6 +74,15 @@ async def performed(large: bool, work: Callable[..., T], *args: Any, size: int, 
     if large:
         return await off_loop(work, *args, client=client)
     return await near_loop(work, *args, size=size, client=client)
+
+
+async def planned(large: bool, work: Callable[..., T], *args: Any, size: int, client: str) -> T:
+    """`work(*args)`, a plan of a whole body of `size` bytes: as `performed` for a `large` one;
+    else on the loop within a budget of new work, moved to the medium-body threads when the body
+    is large or the plan would overspend (`planned_near_loop`)."""
+    if large:
+        return await off_loop(work, *args, client=client)
+    return await planned_near_loop(work, *args, size=size, client=client)
 
 
 class Performer:
@@ -141,8 +150,8 @@ class Performer:
     async def _performed(self, work: Callable[..., T], *args: Any) -> T:
         """This request's counting work (plans, recounts): sized by the whole body, since a
         re-sent conversation whose counts left the cache (or are still being made by its twin in
-        flight) is counted whole."""
-        return await performed(self.large, work, *args, size=len(self.raw), client=self.client)
+        flight) is counted whole: on the loop as long as that stays within the inline budget."""
+        return await planned(self.large, work, *args, size=len(self.raw), client=self.client)
 
     def _recorded(self, exchange: Exchange) -> None:
         """The record says where the exchange stands (a retry is planned for the corrected window)."""

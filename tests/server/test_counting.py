@@ -267,3 +267,62 @@ class TestOffLoop:
         request_id = contextvars.ContextVar("request_id", default="none")
         request_id.set("r-1")
         assert await off_loop(request_id.get) == "r-1"
+
+
+class TestPlannedNearLoop:
+    """A plan is made on the loop while its new work stays within the inline budget; past that,
+    or for a body over `INLINE_PLAN_BYTES`, in the medium-body threads."""
+
+    @staticmethod
+    def counting(texts: list[str]) -> tuple[list[str], Any]:
+        import threading
+
+        from proxy.core.count_cache import CountCache
+
+        cache, where = CountCache(), []
+        tokenizer = EncoderTokenizer("chars", lambda text: [0] * len(text))
+
+        def plan() -> int:
+            where.append(threading.current_thread().name)
+            return sum(cache.count_many(tokenizer, texts))
+
+        return where, plan
+
+    async def test_a_plan_of_cached_counts_and_a_short_new_text_runs_on_the_loop(self):
+        import threading
+
+        from proxy.server.backends.counting import INLINE_BYTES, planned_near_loop
+
+        where, plan = self.counting(["a" * 300, "b" * (INLINE_BYTES - 300)])
+        assert await planned_near_loop(plan, size=90_000, client="c") == INLINE_BYTES
+        assert where == [threading.current_thread().name]
+
+    async def test_a_plan_that_would_overspend_is_made_again_in_a_thread(self):
+        from proxy.server.backends.counting import INLINE_BYTES, planned_near_loop
+
+        where, plan = self.counting(["a" * (INLINE_BYTES + 1)])
+        assert await planned_near_loop(plan, size=90_000, client="c") == INLINE_BYTES + 1
+        assert len(where) == 2
+        assert where[1].startswith("context-guard-medium")
+
+    async def test_what_the_loop_counted_before_overspending_is_not_counted_again(self):
+        from proxy.core.count_cache import CountCache
+        from proxy.server.backends.counting import INLINE_BYTES, planned_near_loop
+
+        encoded: list[int] = []
+        tokenizer = EncoderTokenizer("chars", lambda text: encoded.append(len(text)) or [0] * len(text))
+        cache = CountCache(min_chars=0)
+        texts = ["a" * 100, "b" * INLINE_BYTES]
+
+        def plan() -> int:
+            return sum(cache.count(tokenizer, t) for t in texts)
+
+        assert await planned_near_loop(plan, size=90_000, client="c") == INLINE_BYTES + 100
+        assert encoded == [100, INLINE_BYTES]  # the first text once, on the loop; the second in the thread
+
+    async def test_a_body_over_the_inline_plan_size_is_planned_in_a_thread(self):
+        from proxy.server.backends.counting import INLINE_PLAN_BYTES, planned_near_loop
+
+        where, plan = self.counting(["a"])
+        await planned_near_loop(plan, size=INLINE_PLAN_BYTES + 1, client="c")
+        assert len(where) == 1 and where[0].startswith("context-guard-medium")

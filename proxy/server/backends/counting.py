@@ -33,6 +33,7 @@ from proxy.core.models import ModelProfile
 from proxy.core.prefetched import PrefetchedTokenizer
 from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import Tokenizer
+from proxy.core.work_budget import OverBudget, budgeted
 from proxy.server.backends.profiles import (
     BackendOptions,
     BackendProfile,
@@ -101,6 +102,28 @@ async def near_loop(work: Callable[..., T], *args: Any, size: int, client: str =
     when it is at most `INLINE_BYTES`, else in the medium-body threads, within `client`'s share."""
     if size <= INLINE_BYTES:
         return work(*args)
+    return await medium_body_slots().run(client, work, *args)
+
+
+# A body of at most this many bytes is planned on the loop first, within a budget of `INLINE_BYTES`
+# units of new work (characters to encode, file bytes to decode: `proxy.core.work_budget`); the
+# rest of a plan (a lookup and a hash per message, the cut) grows with the body, about 1-2 ms a
+# MiB. A conversation re-sent with a new turn is planned where it arrived: handing it to a thread
+# cost more than planning it (issue 28). A plan that would overspend stops before the step that
+# would, and runs again in the medium-body threads, where the counts the first try made are cached.
+INLINE_PLAN_BYTES = 1024 * 1024
+
+
+async def planned_near_loop(work: Callable[..., T], *args: Any, size: int, client: str = "") -> T:
+    """`work(*args)` for a plan of a body of `size` bytes (at most `server.offload_bytes` new):
+    on the loop within the inline budget when the body is at most `INLINE_PLAN_BYTES`, else (or
+    when it overspends) in the medium-body threads, within `client`'s share."""
+    if size <= INLINE_PLAN_BYTES:
+        try:
+            with budgeted(INLINE_BYTES):
+                return work(*args)
+        except OverBudget:
+            pass  # counted so far: cached; the thread goes on from there
     return await medium_body_slots().run(client, work, *args)
 
 
