@@ -27,7 +27,8 @@ from proxy.server.body_errors import bad_body_errors
 from proxy.server.client_scope import client_scope
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
-from proxy.server.perform import performed, planned, prepared
+from proxy.server.perform import prepared
+from proxy.server.placement import performed, planned
 from proxy.server.record import RequestRecord
 from proxy.server.slots import client_key
 from proxy.server.upstream.forwarding import read_body

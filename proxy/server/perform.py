@@ -51,10 +51,11 @@ from proxy.core.exchange import (
 from proxy.core.plan import Plan
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
-from proxy.server.backends.counting import Choice, near_loop, off_loop, planned_near_loop
+from proxy.server.backends.counting import Choice
 from proxy.server.backends.profiles import BackendProfile, budget_policy
 from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
 from proxy.server.gateway import Gateway
+from proxy.server.placement import planned
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.upstream import answers
 from proxy.server.upstream.answers import UsageReader, first_event
@@ -64,25 +65,6 @@ from proxy.server.upstream.streams import ask_for_usage
 from proxy.tokenizers.map_corrections import correction_for
 
 T = TypeVar("T")
-
-
-async def performed(large: bool, work: Callable[..., T], *args: Any, size: int, client: str) -> T:
-    """`work(*args)` for a body: a `large` one (new bytes over `server.offload_bytes`) in the
-    large-body threads, else sized by `size` bytes (inline on the loop up to `INLINE_BYTES`, else
-    in the medium-body threads); either way within `client`'s share of the threads
-    (`proxy.server.slots.client_key`), dropped or cancelled when the client hangs up."""
-    if large:
-        return await off_loop(work, *args, client=client)
-    return await near_loop(work, *args, size=size, client=client)
-
-
-async def planned(large: bool, work: Callable[..., T], *args: Any, size: int, client: str) -> T:
-    """`work(*args)`, a plan of a whole body of `size` bytes: as `performed` for a `large` one;
-    else on the loop within a budget of new work, moved to the medium-body threads when the body
-    is large or the plan would overspend (`planned_near_loop`)."""
-    if large:
-        return await off_loop(work, *args, client=client)
-    return await planned_near_loop(work, *args, size=size, client=client)
 
 
 class Performer:

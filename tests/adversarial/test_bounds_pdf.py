@@ -15,7 +15,7 @@ import json
 import pytest
 
 from proxy.core.media import FILE_INFLATE_CAP
-from proxy.server.backends.counting import INLINE_BYTES
+from proxy.server.placement import INLINE_BYTES
 from tests.adversarial.conftest import anthropic_body_of, body_of, post
 from tests.adversarial.hostile import chat_with_file, honest_pdf, pdf_no_larger_than, pdf_without_count
 

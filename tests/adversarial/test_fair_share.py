@@ -14,7 +14,7 @@ import string
 
 import aiohttp
 
-from proxy.server.backends.counting import large_body_slots
+from proxy.server.placement import large_body_slots
 from tests.adversarial.conftest import anthropic_body_of, body_of, post, prose
 
 ATTACKER = {"Authorization": "Bearer attacker-key"}

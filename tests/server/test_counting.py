@@ -249,7 +249,7 @@ class TestOffLoop:
         import os
         import threading
 
-        from proxy.server.backends.counting import off_loop
+        from proxy.server.placement import off_loop
         from proxy.tokenizers.vocabularies import BACKGROUND_NICENESS
 
         def where() -> tuple[str, int]:
@@ -262,7 +262,7 @@ class TestOffLoop:
     async def test_the_caller_s_context_variables_go_along(self):
         import contextvars
 
-        from proxy.server.backends.counting import off_loop
+        from proxy.server.placement import off_loop
 
         request_id = contextvars.ContextVar("request_id", default="none")
         request_id.set("r-1")
@@ -291,14 +291,14 @@ class TestPlannedNearLoop:
     async def test_a_plan_of_cached_counts_and_a_short_new_text_runs_on_the_loop(self):
         import threading
 
-        from proxy.server.backends.counting import INLINE_BYTES, planned_near_loop
+        from proxy.server.placement import INLINE_BYTES, planned_near_loop
 
         where, plan = self.counting(["a" * 300, "b" * (INLINE_BYTES - 300)])
         assert await planned_near_loop(plan, size=90_000, client="c") == INLINE_BYTES
         assert where == [threading.current_thread().name]
 
     async def test_a_plan_that_would_overspend_is_made_again_in_a_thread(self):
-        from proxy.server.backends.counting import INLINE_BYTES, planned_near_loop
+        from proxy.server.placement import INLINE_BYTES, planned_near_loop
 
         where, plan = self.counting(["a" * (INLINE_BYTES + 1)])
         assert await planned_near_loop(plan, size=90_000, client="c") == INLINE_BYTES + 1
@@ -307,7 +307,7 @@ class TestPlannedNearLoop:
 
     async def test_what_the_loop_counted_before_overspending_is_not_counted_again(self):
         from proxy.core.count_cache import CountCache
-        from proxy.server.backends.counting import INLINE_BYTES, planned_near_loop
+        from proxy.server.placement import INLINE_BYTES, planned_near_loop
 
         encoded: list[int] = []
         tokenizer = EncoderTokenizer("chars", lambda text: encoded.append(len(text)) or [0] * len(text))
@@ -321,7 +321,7 @@ class TestPlannedNearLoop:
         assert encoded == [100, INLINE_BYTES]  # the first text once, on the loop; the second in the thread
 
     async def test_a_body_over_the_inline_plan_size_is_planned_in_a_thread(self):
-        from proxy.server.backends.counting import INLINE_PLAN_BYTES, planned_near_loop
+        from proxy.server.placement import INLINE_PLAN_BYTES, planned_near_loop
 
         where, plan = self.counting(["a"])
         await planned_near_loop(plan, size=INLINE_PLAN_BYTES + 1, client="c")

@@ -85,16 +85,16 @@ class TestWhereLargeBodiesAreRead:
     conversation re-sent with a short turn is small work, done on the loop."""
 
     async def offloaded(self, start_proxy, upstream, monkeypatch, second: list[dict]) -> list[str]:
-        from proxy.server import perform
+        from proxy.server import placement
 
         calls: list[str] = []
-        real = perform.off_loop
+        real = placement.off_loop
 
         async def spy(work, *args, **kwargs):
             calls.append(getattr(work, "__name__", repr(work)))
             return await real(work, *args, **kwargs)
 
-        monkeypatch.setattr(perform, "off_loop", spy)
+        monkeypatch.setattr(placement, "off_loop", spy)
         proxy = await start_proxy(gateway_settings(upstream.url, server={"offload_bytes": 8192}))
         url = str(proxy.make_url("/v1/chat/completions"))
         first = long_conversation(turns=20)
