@@ -51,6 +51,7 @@ from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.wire.array_bytes import LocatedBody, element_spans, located_body, shared_elements
 from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 
+_TAIL = 256  # bytes of two bodies of one length compared first, from the end
 _HEAD = 128  # bytes of a body that name its family of earlier bodies
 _MARKER = "\x00earlier"
 _WRAP = b'{"\\u0000earlier":[0'
@@ -111,7 +112,9 @@ class PrefixReader:
             return Match(len(raw), None, 0, kept=False)
         best, most = None, 0
         for earlier in self._candidates(raw):
-            if earlier.raw == raw:  # sent again as it was: unequal lengths are told apart at once
+            # Sent again as it was? Unequal lengths are told apart at once, and bodies of one
+            # length differ near their end (a new turn of the same size): compared from there.
+            if len(earlier.raw) == len(raw) and raw.endswith(earlier.raw[-_TAIL:]) and earlier.raw == raw:
                 return Match(0, earlier, len(earlier.ends), same=True)
             shared = shared_elements(raw, earlier, most)
             if shared > most:
