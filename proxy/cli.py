@@ -17,16 +17,17 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from proxy import package_version
 from proxy.config.schema import build, shallow
 from proxy.config.settings import ModelsSettings, Settings, load_settings, masked
-from proxy.core.plan import InvalidBody
-from proxy.errors import ConfigError
-from proxy.wire.strict_json import UnreadableJson, read_json
+from proxy.errors import BadRequest, ConfigError
+from proxy.server.body_errors import bad_body_errors
+from proxy.wire.strict_json import read_json
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -37,14 +38,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args))
-    except (ConfigError, InvalidBody, InputError) as exc:
+        with bad_body_errors():  # the server's one mapping: a body error of any layer is its BadRequest
+            return int(args.run(args))
+    except (ConfigError, BadRequest, InputError) as exc:
         print(f"context-guard: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
 class InputError(Exception):
     """A request file the CLI cannot use; the message is the one line the user sees."""
+
+
+@contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """A body error met while reading `what`: the server's BadRequest, its message prefixed with `what`."""
+    try:
+        with bad_body_errors():
+            yield
+    except BadRequest as exc:
+        raise BadRequest(f"{what}: {exc.message}", param=exc.param) from None
 
 
 class _VersionAction(argparse.Action):
@@ -147,7 +159,6 @@ class _Request:
 
 
 def _load(args: argparse.Namespace) -> _Request:
-    from proxy.apis.base import InvalidRequest
     from proxy.apis.registry import AdapterRegistry
     from proxy.server.guard import Guard
 
@@ -159,10 +170,8 @@ def _load(args: argparse.Namespace) -> _Request:
         notes.append('the file holds a list of messages; read as {"messages": [...]}')
     registry = AdapterRegistry(settings.apis.completions.options)
     adapter = registry.by_name(args.api) if args.api else registry.detect(data)
-    try:
+    with _reading(f"not a valid {adapter.name} request"):
         parsed = adapter.parse(data).with_model(args.model)
-    except InvalidRequest as exc:
-        raise InputError(f"not a valid {adapter.name} request: {exc}") from None
     model = args.model or parsed.model
     if not isinstance(model, str) or not model:
         raise InputError("no model: pass --model or put `model` in the body")
@@ -232,10 +241,8 @@ def _read_json(name: str, stdin: TextIO) -> object:
         data = stdin.buffer.read() if name == "-" else open(name, "rb").read()  # noqa: SIM115  # read whole, once
     except OSError as exc:
         raise InputError(f"cannot read {name}: {exc.strerror or exc}") from None
-    try:
+    with _reading("standard input" if name == "-" else name):
         return read_json(data)
-    except UnreadableJson as exc:
-        raise InputError(f"{'standard input' if name == '-' else name}: {exc}") from None
 
 
 def _print(value: object) -> None:

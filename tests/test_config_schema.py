@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.config.schema import INTERNAL, Bounds, SchemaError, build, convert, plain, reason
+from proxy.config.schema import INTERNAL, Bounds, SchemaError, build, carried, convert, plain, reason
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.core.strategies import STRATEGIES
 from proxy.errors import ConfigError
@@ -132,6 +132,25 @@ def test_starting_the_server_imports_no_validation_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@dataclass(frozen=True)
+class _Policy:
+    ratio: float = 0.5
+    limit: int = 10
+    kind: str = "auto"
+
+
+class TestCarried:
+    def test_each_field_comes_from_the_setting_of_its_name_or_its_rename(self):
+        section = Outer(required="x", limit=3)
+        assert carried(_Policy, section, {"kind": "mode"}) == _Policy(limit=3, kind="a")
+
+    def test_a_field_the_section_has_no_setting_for_keeps_its_default_and_given_wins(self):
+        section = Settings()
+        assert carried(_Policy, section.budget, {"limit": "output_reserve_min"}, kind="openai") == _Policy(
+            0.5, 500, "openai"
+        )
 
 
 class TestAnyYamlIsLoadedOrRefusedClearly:

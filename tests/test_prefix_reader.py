@@ -227,7 +227,7 @@ class TestRefusals:
             read_json(raw, JsonLimits(max_depth=8))
         with pytest.raises(UnreadableJson) as read:
             prefix.read(raw)
-        assert (str(read.value), read.value.key) == (str(full.value), full.value.key)
+        assert (str(read.value), read.value.param) == (str(full.value), full.value.param)
 
 
 class TestMemory:

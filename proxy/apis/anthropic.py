@@ -46,16 +46,13 @@ from proxy.apis.base import (
     Parsed,
     Source,
     ViewBuilder,
-    changed_parts,
     inserted_texts,
     optional_model,
     output_reserve,
-    part_text,
     require_object,
-    stream_flag,
+    shortened_texts,
     text_part,
 )
-from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.images import AreaCost
 from proxy.core.models import ModelProfile
@@ -114,19 +111,15 @@ class MessagesAdapter(Adapter):
         schema = body.get("output_format")
         if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
             chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema.get("schema")}}
-        return Parsed(
-            api=self.name,
-            body=body,
-            chat=chat,
-            sources=tuple(view.sources),
-            model=model,
-            stream=stream_flag(body),
-            exact=view.exact,
-            fixed_tokens=fixed,
-            notes=tuple(view.notes),
+        return view.parsed(
+            self.name,
+            body,
+            chat,
+            model,
+            accounted=fields.MESSAGES,
             reserve_field="max_tokens",
             reserve_view_field="max_tokens",
-            unread=unread_fields(body, fields.MESSAGES),
+            fixed_tokens=fixed,
         )
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
@@ -221,10 +214,9 @@ def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any],
     old_parts, new_parts = old.get("content"), new.get("content")
     if not isinstance(old_parts, list) or not isinstance(new_parts, list):
         return out
-    for j in changed_parts(old_parts, new_parts) or ():
-        text = part_text(new_parts[j])
+    for j, text in shortened_texts(old_parts, new_parts):
         target = source.parts[j] if j < len(source.parts) else None
-        if text is None or target is None:
+        if target is None:
             continue
         block = out[target]
         if block.get("type") == "text":

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelProfile
@@ -82,6 +83,37 @@ class ViewBuilder:
     def estimate(self, note: str) -> None:
         self.exact = False
         self.notes.append(note)
+
+    def parsed(
+        self,
+        api: str,
+        body: Mapping[str, Any],
+        chat: Mapping[str, Any],
+        model: str | None,
+        *,
+        accounted: frozenset[str],
+        reserve_field: str,
+        reserve_view_field: str,
+        fixed_tokens: int = 0,
+        server_state: bool = False,
+    ) -> Parsed:
+        """The `Parsed` of `body` whose chat view this builder built: its sources, whether it is
+        exact and its notes; `accounted`, the top-level fields the API's adapter reads or knows."""
+        return Parsed(
+            api=api,
+            body=body,
+            chat=chat,
+            sources=tuple(self.sources),
+            model=model,
+            stream=stream_flag(body),
+            server_state=server_state,
+            exact=self.exact,
+            fixed_tokens=fixed_tokens,
+            notes=tuple(self.notes),
+            reserve_field=reserve_field,
+            reserve_view_field=reserve_view_field,
+            unread=unread_fields(body, accounted),
+        )
 
 
 @dataclass(frozen=True)
@@ -334,11 +366,13 @@ def opaque_part(value: object) -> dict[str, Any]:
     return {"type": "item", "item": value}
 
 
-def changed_parts(old: Sequence[Any], new: Sequence[Any]) -> list[int] | None:
-    """Positions of the parts `new` changed, or None when the lists do not pair up one to one."""
+def shortened_texts(old: Sequence[Any], new: Sequence[Any]) -> list[tuple[int, str]]:
+    """The position and new text of each part the trim rewrote as a text (shortened, or a marker
+    in place of an image); none when the two lists do not pair up one to one."""
     if len(old) != len(new):
-        return None
-    return [j for j, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+        return []
+    changed = (j for j, (a, b) in enumerate(zip(old, new, strict=True)) if a != b)
+    return [(j, text) for j in changed if (text := _text(new[j])) is not None]
 
 
 def inserted_texts(parsed: Parsed, changes: Changes, list_field: str, end: int) -> dict[int, list[str]]:
@@ -356,7 +390,7 @@ def inserted_texts(parsed: Parsed, changes: Changes, list_field: str, end: int) 
     return before
 
 
-def part_text(part: object) -> str | None:
+def _text(part: object) -> str | None:
     if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
         return str(part["text"])
     return None

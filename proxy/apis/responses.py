@@ -47,15 +47,12 @@ from proxy.apis.base import (
     InvalidRequest,
     Origin,
     Parsed,
-    changed_parts,
     inserted_texts,
     optional_model,
     output_reserve,
-    part_text,
     require_object,
-    stream_flag,
+    shortened_texts,
 )
-from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.responses_items import (
     OUTPUT_TYPES,
@@ -118,19 +115,15 @@ class ResponsesAdapter(Adapter):
         reserve = output_reserve(body, "max_output_tokens")
         if reserve is not None:
             chat["max_completion_tokens"] = reserve
-        return Parsed(
-            api=self.name,
-            body=body,
-            chat=chat,
-            sources=tuple(build.sources),
-            model=model,
-            stream=stream_flag(body),
-            server_state=build.unseen,
-            exact=build.exact,
-            notes=tuple(build.notes),
+        return build.parsed(
+            self.name,
+            body,
+            chat,
+            model,
+            accounted=fields.RESPONSES,
             reserve_field="max_output_tokens",
             reserve_view_field="max_completion_tokens",
-            unread=unread_fields(body, fields.RESPONSES),
+            server_state=build.unseen,
         )
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
@@ -189,15 +182,9 @@ def _write_item(item: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[st
     old_content = old.get("content")
     if not isinstance(content, list) or not isinstance(old_content, list) or not isinstance(original, list):
         return dict(item)
-    changed = changed_parts(old_content, content)
-    if changed is None:
-        return dict(item)
     parts = list(original)
     assistant = item.get("role") == "assistant"
-    for j in changed:
-        text = part_text(content[j])
-        if text is None:
-            continue
+    for j, text in shortened_texts(old_content, content):
         before = parts[j]
         if isinstance(before, Mapping) and str(before.get("type")) in TEXT_PART_TYPES:
             parts[j] = {**before, "text": text}

@@ -28,7 +28,9 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
+
+T = TypeVar("T")
 
 # A field whose metadata holds this is filled by the loader, not the operator (an upstream's name,
 # the settings' source): it is never listed among the keys known at its place.
@@ -172,6 +174,19 @@ def plain(value: Any) -> Any:
 def shallow(value: Any) -> dict[str, Any]:
     """A dataclass's fields as a mapping of their values as they are (to be built again with changes)."""
     return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+
+
+def carried(target: type[T], section: object, renamed: Mapping[str, str] | None = None, **given: Any) -> T:
+    """The core's `target` (a policy, an options object) made from a settings `section`: each of
+    its fields from the setting of the same name, or the one `renamed` maps it to; `given` as
+    passed; a field the section has no setting for keeps the target's default."""
+    names = renamed or {}
+    values = {
+        f.name: getattr(section, names.get(f.name, f.name))
+        for f in dataclasses.fields(target)  # type: ignore[arg-type]  # every target is a dataclass
+        if f.name not in given and hasattr(section, names.get(f.name, f.name))
+    }
+    return target(**values, **given)
 
 
 def _at(key: str | int, hint: Any, value: Any, strict: bool) -> Any:

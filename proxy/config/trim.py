@@ -9,12 +9,22 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from proxy.config.schema import Bounds, PositiveFloat, SchemaError, convert, shown
+from proxy.config.schema import Bounds, PositiveFloat, SchemaError, carried, convert, shown
 from proxy.core.budget import BudgetPolicy
 from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES, build_pipeline
 
 Mode = Literal["enforce", "dry_run", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "dry_run", "off")
+
+
+# The core's budget policy fields the `budget` section writes under another name.
+_BUDGET_SETTINGS = {
+    "reserve_ratio": "output_reserve_ratio",
+    "reserve_min": "output_reserve_min",
+    "reserve_max": "output_reserve_max",
+    "safety_ratio": "safety_margin_ratio",
+    "safety_min": "safety_margin_min",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,14 +38,7 @@ class BudgetSettings:
 
     @cached_property
     def policy(self) -> BudgetPolicy:
-        return BudgetPolicy(
-            reserve_ratio=self.output_reserve_ratio,
-            reserve_min=self.output_reserve_min,
-            reserve_max=self.output_reserve_max,
-            safety_ratio=self.safety_margin_ratio,
-            safety_min=self.safety_margin_min,
-            constrained_below=self.constrained_below,
-        )
+        return carried(BudgetPolicy, self, _BUDGET_SETTINGS)
 
     def __post_init__(self) -> None:
         if self.output_reserve_max < self.output_reserve_min:

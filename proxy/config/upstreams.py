@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from proxy.config.backends import BackendOptions
-from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError
+from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, carried
 
 UpstreamKind = Literal[
     "auto", "openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
@@ -64,15 +64,7 @@ class UpstreamSettings:
     def backend_options(self) -> BackendOptions:
 
         kind = _BACKEND_KIND.get(self.kind, self.kind)
-        return BackendOptions(
-            kind=kind,  # type: ignore[arg-type]  # the kinds map onto the backend kinds above
-            tokenize=self.tokenize,
-            discovery_timeout=self.discovery_timeout,
-            tokenize_timeout=self.tokenize_timeout,
-            framing_timeout=self.framing_timeout,
-            tokenize_concurrency=self.tokenize_concurrency,
-            min_output_tokens=self.min_output_tokens,
-        )
+        return carried(BackendOptions, self, kind=kind)  # the kinds map onto the backend kinds above
 
     def serves(self, api: str) -> bool:
         return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])

@@ -31,6 +31,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from proxy.core.record_fields import field_dict
+
 # Extra headroom on top of a measured correction, so the retry is not cut to the exact edge.
 CORRECTION_HEADROOM = 0.02
 
@@ -151,6 +153,10 @@ class CorrectionPolicy:
     plausible_min_tokens: int = 1024
     max_factor: float = 4.0
 
+# A correction's fields as its log line and the shared store name them, in that order.
+_LOGGED_ORDER = ("provider", "limit", "provider_prompt_tokens", "our_prompt_tokens", "factor", "window")
+_LOGGED_AS = {"limit": "provider_limit", "window": "corrected_window"}
+
 
 @dataclass(frozen=True, slots=True)
 class Correction:
@@ -201,14 +207,9 @@ class Correction:
         return Correction(max(1, window), 1.0, self.provider, self.limit, None, 0)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "provider": self.provider,
-            "provider_limit": self.limit,
-            "provider_prompt_tokens": self.provider_prompt_tokens,
-            "our_prompt_tokens": self.our_prompt_tokens,
-            "factor": round(self.factor, 4),
-            "corrected_window": self.window,
-        }
+        logged = field_dict(self, _LOGGED_AS, _LOGGED_ORDER)
+        logged["factor"] = round(self.factor, 4)  # its place kept: the log's key order is fixed
+        return logged
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Correction | None:

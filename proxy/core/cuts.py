@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proxy.core.record_fields import field_dict
+
 
 @dataclass(frozen=True, slots=True)
 class CutPoint:
@@ -89,15 +91,4 @@ class HistoryCut:
     head_partial_index: int | None = None  # index of the message shortened to end the opening
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "reason": self.reason,
-            "position": self.position,
-            "step": self.step,
-            "dropped_turns": self.dropped_turns,
-            "first_kept": self.first_kept,
-            "partial_index": self.partial_index,
-            "partial_tokens": self.partial_tokens,
-            "head_tokens": self.head_tokens,
-            "head_turns": self.head_turns,
-            "head_partial_index": self.head_partial_index,
-        }
+        return field_dict(self)

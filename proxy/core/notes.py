@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proxy.core.record_fields import field_dict
 from proxy.core.roles import PINNED_ROLES
 
 SUMMARY_HEADER = "[Summary of {count:,} earlier messages, removed to fit the context window]"
@@ -98,4 +99,4 @@ class SummaryReport:
         return self.status in ("produced", "reused")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "span_hash": self.span_hash, "messages": self.messages, "tokens": self.tokens}
+        return field_dict(self)

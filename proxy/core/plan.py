@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from proxy.core.body_error import BodyError
 from proxy.core.budget import BudgetPolicy
 from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import RequestCount
@@ -22,12 +23,8 @@ from proxy.core.tokenizer import Tokenizer
 from proxy.core.trim import Strategy, TrimResult, trim
 
 
-class InvalidBody(ValueError):
+class InvalidBody(BodyError):
     """The body is not a chat-completions request; `param` names the offending field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True)

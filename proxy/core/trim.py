@@ -28,6 +28,7 @@ from proxy.core.budget import Budget, BudgetPolicy, input_budget, requested_outp
 from proxy.core.count_rules import RequestCount
 from proxy.core.cuts import HistoryCut
 from proxy.core.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
+from proxy.core.record_fields import field_dict
 from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES
 from proxy.core.turns import Conversation, protected_start, split_conversation
@@ -46,14 +47,7 @@ class Removal:
     strategy: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "role": self.role,
-            "kind": self.kind,
-            "tokens": self.tokens,
-            "hash": self.hash,
-            "strategy": self.strategy,
-        }
+        return field_dict(self)
 
 
 @dataclass(frozen=True)

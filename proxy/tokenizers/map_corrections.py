@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.models import ModelProfile
+from proxy.core.record_fields import field_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +30,7 @@ class MapCorrection:
     checked: str  # the date that page was read (YYYY-MM-DD)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "entry": self.key,
-            "context_window": self.context_window,
-            "max_output_tokens": self.max_output_tokens,
-            "source": self.source,
-            "checked": self.checked,
-        }
+        return field_dict(self, {"key": "entry"})
 
 
 _INSTRUCT = "https://developers.openai.com/api/docs/models/gpt-3.5-turbo-instruct"

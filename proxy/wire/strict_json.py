@@ -42,6 +42,8 @@ from typing import Any
 
 import orjson
 
+from proxy.core.body_error import BodyError
+
 DEFAULT_MAX_DEPTH = 64
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _INT64_LIMIT = 2.0**63
@@ -52,12 +54,8 @@ _INT64_LIMIT = 2.0**63
 _LONG_NUMBER = re.compile(rb"[0-9]{19}")
 
 
-class AmbiguousJson(ValueError):
-    """Valid JSON the proxy will not guess about; `key` names the duplicated key, if that is why."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
+class AmbiguousJson(BodyError):
+    """Valid JSON the proxy will not guess about; `param` names the duplicated key, if that is why."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +71,9 @@ class JsonLimits:
 DEFAULT_LIMITS = JsonLimits()
 
 
-class UnreadableJson(ValueError):
+class UnreadableJson(BodyError):
     """A body that is not JSON, or that the proxy will not guess about; the message is the
-    client's, `key` names the duplicated key when that is why."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
+    client's, `param` names the duplicated key when that is why."""
 
 
 def read_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
@@ -87,7 +81,7 @@ def read_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     try:
         return loads_strict(raw, limits)
     except AmbiguousJson as exc:
-        raise UnreadableJson(f"the request body is ambiguous: {exc}", key=exc.key) from None
+        raise UnreadableJson(f"the request body is ambiguous: {exc}", param=exc.param) from None
     except ValueError as exc:
         raise UnreadableJson(f"the request body is not valid JSON: {exc}") from None
 
@@ -155,7 +149,7 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise AmbiguousJson(f"the JSON has the key {key!r} twice in one object", key=key)
+                raise AmbiguousJson(f"the JSON has the key {key!r} twice in one object", param=key)
             seen.add(key)
     return obj
 

@@ -25,7 +25,7 @@ class TestBadBodyErrors:
     @pytest.mark.parametrize(
         "error",
         [
-            UnreadableJson("the request body is ambiguous: 'model' twice", key="model"),
+            UnreadableJson("the request body is ambiguous: 'model' twice", param="model"),
             InvalidBody("the request body is ambiguous: 'model' twice", param="model"),
             InvalidRequest("the request body is ambiguous: 'model' twice", param="model"),
         ],

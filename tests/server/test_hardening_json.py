@@ -40,7 +40,7 @@ class TestDuplicateKeys:
     def test_a_key_written_twice_is_refused_by_name(self, raw, key):
         with pytest.raises(AmbiguousJson) as caught:
             loads_strict(raw)
-        assert caught.value.key == key
+        assert caught.value.param == key
 
     def test_escaped_quotes_inside_strings_are_not_keys(self):
         body = {"model": "m", "messages": [{"role": "tool", "content": json.dumps({"a": 1, "b": {"a": 2}})}]}

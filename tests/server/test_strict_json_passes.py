@@ -48,7 +48,7 @@ def outcome(raw: bytes) -> tuple[str, Any]:
     try:
         return "value", loads_strict(raw, LIMITS)
     except AmbiguousJson as exc:
-        return ("duplicate", exc.key) if exc.key is not None else ("deep", None)
+        return ("duplicate", exc.param) if exc.param is not None else ("deep", None)
     except ValueError:
         return "invalid", None
 
@@ -111,9 +111,9 @@ class TestReadJson:
         with pytest.raises(UnreadableJson) as caught:
             read_json(b'{"model":"a","model":"b"}')
         assert str(caught.value) == "the request body is ambiguous: the JSON has the key 'model' twice in one object"
-        assert caught.value.key == "model"
+        assert caught.value.param == "model"
 
     def test_text_that_is_not_json_is_worded_for_the_client(self):
         with pytest.raises(UnreadableJson, match=r"^the request body is not valid JSON: ") as caught:
             read_json(b"{not json")
-        assert caught.value.key is None
+        assert caught.value.param is None
