@@ -41,7 +41,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import Tokenizer
 from proxy.server.backends.tokenize import BackendCounter
 from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from proxy.server.upstream.usage import usage_from_body
 from tests.real.corpus import body
 from tests.real.llama import MODEL, LlamaServer, running_server
@@ -67,7 +67,7 @@ async def server_count(session: aiohttp.ClientSession, llama: LlamaServer, reque
 class Methods:
     """The four ways of counting, each a (profile, tokenizer) for a request."""
 
-    def __init__(self, guard: Guard, llama: LlamaServer, session: aiohttp.ClientSession) -> None:
+    def __init__(self, guard: Models, llama: LlamaServer, session: aiohttp.ClientSession) -> None:
         self.guard = guard
         self.profile = guard.profile(MODEL)
         self.estimate = guard.tokenizer(self.profile)
@@ -107,7 +107,7 @@ class Methods:
         self.calibration = self.calibration.observe(server, raw, CalibrationPolicy())
 
 
-async def ratios_by_kind(llama: LlamaServer, guard: Guard) -> dict[str, dict[str, float]]:
+async def ratios_by_kind(llama: LlamaServer, guard: Models) -> dict[str, dict[str, float]]:
     """Guard count / server count, per kind and method: the mean over two requests of that kind
     that fit the window (sizes 1 and 2: ~450 to ~1,900 tokens), calibration learned from three
     earlier requests of the same kind."""
@@ -133,7 +133,7 @@ async def ratios_by_kind(llama: LlamaServer, guard: Guard) -> dict[str, dict[str
     return table
 
 
-async def window_use(llama: LlamaServer, guard: Guard) -> tuple[dict[str, tuple[float, int, int]], tuple[int, int]]:
+async def window_use(llama: LlamaServer, guard: Models) -> tuple[dict[str, tuple[float, int, int]], tuple[int, int]]:
     """Per method: the mean share of the window the server counted in what the guard sent, how
     many it refused, and how many were sent; over-window conversations trimmed to fit 2,048.
     Also the smallest and largest of those conversations, as the backend counts them."""
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None, run: Callable[..., Any] = asyncio.run) -
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--write", action="store_true", help=f"replace the section in {DOC.name}")
     args = parser.parse_args(argv)
-    guard = Guard(Settings())
+    guard = Models(Settings())
     with tempfile.TemporaryDirectory() as folder, running_server(Path(folder) / "server.log") as llama:
         ratios = run(ratios_by_kind(llama, guard))
         use, sizes = run(window_use(llama, guard))

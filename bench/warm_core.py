@@ -35,10 +35,10 @@ def measure(config: str) -> dict[str, float]:
     from bench.load import Bodies
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import load_settings
-    from proxy.server.guard import Guard
+    from proxy.server.model_counting import Models
     from proxy.wire import strict_json
 
-    guard = Guard(load_settings(config))
+    guard = Models(load_settings(config))
     memory = guard.settings.server.prefix_memory_bytes
     try:  # the readers apart from the registry (session 23 on); before, the registry read the bodies
         from proxy.wire.readers import BodyReaders

@@ -131,9 +131,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     settings = load_settings(args.file)
-    from proxy.server.guard import Guard
+    from proxy.server.model_counting import Models
 
-    Guard(settings)  # the files it names (model map, encodings, tokenizers) must load too
+    Models(settings)  # the files it names (model map, encodings, tokenizers) must load too
     _print({"config": settings.source, "valid": True, "settings": masked(settings)})
     return EXIT_OK
 
@@ -160,7 +160,7 @@ class _Request:
 
 def _load(args: argparse.Namespace) -> _Request:
     from proxy.apis.registry import AdapterRegistry
-    from proxy.server.guard import Guard
+    from proxy.server.model_counting import Models
 
     settings: Settings = load_settings(args.config)
     notes: list[str] = []
@@ -184,7 +184,7 @@ def _load(args: argparse.Namespace) -> _Request:
         pinned = {"match": model, "context_window": args.context_window}
         models = build(ModelsSettings, {**shallow(settings.models), "overrides": [pinned, *settings.models.overrides]})
         settings = dataclasses.replace(settings, models=models)
-    return _Request(Guard(settings), adapter, parsed, model, notes)
+    return _Request(Models(settings), adapter, parsed, model, notes)
 
 
 def _count(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from proxy.config.settings import Settings, settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
 from proxy.server.echo import running_echo, with_echo_upstream
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 
 MODEL = "gpt-4o-mini"
 CLAUDE = "claude-sonnet-4-6"
@@ -103,7 +103,7 @@ async def _run(out: TextIO) -> int:
     configure_logging("json", "info", stream=log_stream)
     async with running_echo() as echo_url:
         settings = demo_settings(echo_url)
-        runner = web.AppRunner(create_app(settings, Guard(settings)), access_log=None, handler_cancellation=True)
+        runner = web.AppRunner(create_app(settings, Models(settings)), access_log=None, handler_cancellation=True)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -12,7 +12,7 @@ import pytest
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.core.models import TokenizerSpec
 from proxy.errors import ConfigError
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from proxy.tokenizers.vocabularies import Tokenizers, TokenizerUnavailable, encoding_file_name
 
 _NO_NETWORK = (
@@ -24,8 +24,8 @@ _NO_NETWORK = (
 
 def test_a_fresh_process_loads_both_encodings_and_the_model_map_with_the_network_cut_off():
     code = _NO_NETWORK + (
-        "from proxy.server.guard import Guard\nfrom proxy.config.settings import Settings\n"
-        "g = Guard(Settings())\n"
+        "from proxy.server.model_counting import Models\nfrom proxy.config.settings import Settings\n"
+        "g = Models(Settings())\n"
         "p = g.profile('gpt-4o'); print(g.tokenizer(p).count('hello world'), p.context_window)\n"
         "print(g.tokenizer(g.profile('gpt-4')).count('hello world'))\n"
         "import sys; print('litellm' in sys.modules)\n"
@@ -77,11 +77,11 @@ def test_a_hugging_face_tokenizer_file_loads(tmp_path: Path):
 
 class TestLazyVocabularies:
     def test_a_guard_with_no_model_named_in_its_config_loads_no_vocabulary_at_start(self):
-        guard = Guard(Settings())
+        guard = Models(Settings())
         assert guard.tokenizers.loaded == ()
 
     def test_a_vocabulary_loads_when_a_model_that_needs_it_is_first_counted(self):
-        guard = Guard(Settings())
+        guard = Models(Settings())
         assert guard.tokenizer(guard.profile("gpt-4o")).count("hello world") == 2
         assert guard.tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
 
@@ -94,7 +94,7 @@ class TestLazyVocabularies:
             "cg.yaml",
             {},
         )
-        assert Guard(settings).tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
+        assert Models(settings).tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
 
     def test_a_guard_built_to_serve_checks_the_configured_files_at_once_and_loads_them_when_asked(self):
         settings = settings_from_dict(
@@ -105,7 +105,7 @@ class TestLazyVocabularies:
             "cg.yaml",
             {},
         )
-        guard = Guard(settings, preload=False)
+        guard = Models(settings, preload=False)
         assert guard.tokenizers.loaded == ()
         guard.load_configured()
         assert guard.tokenizers.loaded == (TokenizerSpec("tiktoken", "o200k_base"),)
@@ -126,14 +126,14 @@ class TestLazyVocabularies:
             {},
         )
         with pytest.raises(ConfigError, match=r"o200k_base.*not on disk"):
-            Guard(settings, preload=preload)
+            Models(settings, preload=preload)
 
     def test_a_missing_vocabulary_first_needed_by_a_request_is_a_503_error_for_that_request(
         self, monkeypatch, tmp_path: Path
     ):
         monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
         monkeypatch.setattr("proxy.tokenizers.vocabularies.bundled_encodings_dir", lambda: None)
-        guard = Guard(Settings())
+        guard = Models(Settings())
         with pytest.raises(TokenizerUnavailable, match=r"o200k_base.*not on disk") as raised:
             guard.tokenizer(guard.profile("gpt-4o"))
         assert raised.value.status == 503

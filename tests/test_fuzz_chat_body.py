@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.fuzz_bodies import fuzzed_bodies
 from tests.server.conftest import gateway_settings
 from tests.support.upstream import FakeUpstream
@@ -79,7 +79,7 @@ def running(model_map: Any) -> Iterator[Running]:
         models={"overrides": [{"match": "tiny-model", "context_window": 600, "tokenizer": "tiktoken:o200k_base"}]},
     )
     proxy_port = asyncio.run_coroutine_threadsafe(
-        start(create_app(proxy_settings, Guard(proxy_settings, model_map))), loop
+        start(create_app(proxy_settings, Models(proxy_settings, model_map))), loop
     ).result(30)
     try:
         yield Running(proxy_port, upstream, log)

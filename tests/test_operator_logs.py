@@ -24,7 +24,7 @@ import pytest
 from proxy.config.settings import settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.server.conftest import long_conversation
 from tests.support.upstream import FakeUpstream
 
@@ -102,7 +102,7 @@ def start(aiohttp_server: Any, model_map: Any) -> Any:
         settings = settings_from_dict(data, "context-guard.yaml", {})
         stream = io.StringIO()
         configure_logging(log_format, "info", stream=stream)
-        server = await aiohttp_server(create_app(settings, Guard(settings, model_map)))
+        server = await aiohttp_server(create_app(settings, Models(settings, model_map)))
         return Proxy(server, stream)
 
     return start

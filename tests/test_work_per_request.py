@@ -54,7 +54,7 @@ from bench.conversations import agent_conversation
 from bench.servers import upstream_app
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.server.conftest import gateway_settings
 
 ROOT = Path(__file__).parent.parent
@@ -137,7 +137,7 @@ async def measure(aiohttp_server: Callable[..., Any], model_map: Any, requests: 
     configure_logging("json", "info", stream=io.StringIO())  # a line per request, rendered as in production
     upstream = await aiohttp_server(upstream_app())
     settings = gateway_settings(str(upstream.make_url("/v1")))
-    proxy: TestServer = await aiohttp_server(create_app(settings, Guard(settings, model_map)))
+    proxy: TestServer = await aiohttp_server(create_app(settings, Models(settings, model_map)))
     url = str(proxy.make_url("/v1/chat/completions"))
     body = conversation()
     base = orjson.dumps(body)

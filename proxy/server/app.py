@@ -28,17 +28,17 @@ from proxy.config.upstreams import DISCOVERED_KINDS, UpstreamSettings
 from proxy.core.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.logging import get_logger, log_request_line
-from proxy.server.backends.counting import Counting
+from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.profiles import Discovery
 from proxy.server.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
 from proxy.server.credentials import UpstreamAuth, holds_client_key
 from proxy.server.drain import DRAIN, install_drain
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
-from proxy.server.guard import Guard
 from proxy.server.handlers import guarded
 from proxy.server.health import Health, Reachability, install_health
 from proxy.server.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
 from proxy.server.metrics import Metrics
+from proxy.server.model_counting import Models
 from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
@@ -57,11 +57,11 @@ CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answe
 ANTHROPIC_SHAPED = frozenset({"messages", "count_tokens"})
 
 
-def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gateway | None = None) -> Gateway:
+def build_gateway(settings: Settings, guard: Models | None = None, previous: Gateway | None = None) -> Gateway:
     """Everything the handlers share, from `settings`. On a reload (`previous`), the metrics (their
     counters go on), the upstream session and the learned state (unless `state.*` changed) carry over;
     the rest is built anew."""
-    guard = guard or Guard(settings)
+    guard = guard or Models(settings)
     log = previous.log if previous is not None else get_logger()
     keep_store = previous is not None and previous.settings.state == settings.state
     store = previous.store if previous is not None and keep_store else open_store(settings.state, log)
@@ -73,7 +73,7 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
     apis = AdapterRegistry(settings.apis.completions.options)
     gateway = Gateway(
         settings=settings,
-        guard=guard,
+        models=guard,
         router=Router(settings),
         auths={name: UpstreamAuth(upstream) for name, upstream in settings.upstreams.items()},
         metrics=metrics,
@@ -83,14 +83,14 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
             apis.adapters, JsonLimits(max_depth=settings.server.max_json_depth), settings.server.prefix_memory_bytes
         ),
         store=store,
-        counting=Counting(
+        backends=Backends(
             options={name: upstream.backend_options for name, upstream in settings.upstreams.items()},
             cache=guard.cache,
-            calibration=previous.counting.calibration if previous is not None else CalibrationTable(
+            calibration=previous.backends.calibration if previous is not None else CalibrationTable(
                 settings.calibration.policy
             ),
             # What the servers said about themselves at start holds until a restart.
-            discoveries=dict(previous.counting.discoveries) if previous is not None else {},
+            discoveries=dict(previous.backends.discoveries) if previous is not None else {},
         ),
     )
     if previous is not None and previous.session is not None:
@@ -99,7 +99,7 @@ def build_gateway(settings: Settings, guard: Guard | None = None, previous: Gate
     return gateway
 
 
-def create_app(settings: Settings, guard: Guard | None = None) -> web.Application:
+def create_app(settings: Settings, guard: Models | None = None) -> web.Application:
     gateway = build_gateway(settings, guard)
     server = settings.server
     # aiohttp enforces the body limit itself as it reads (413), so a huge body is never buffered whole.
@@ -155,10 +155,10 @@ async def discover_upstreams(gateway: Gateway, session: aiohttp.ClientSession) -
         options = upstream.backend_options
         if upstream.kind not in DISCOVERED_KINDS:
             kind = options.kind if options.kind != "auto" else "generic"
-            gateway.counting.discoveries[upstream.name] = Discovery(kind)
+            gateway.backends.discoveries[upstream.name] = Discovery(kind)
             return
         headers = gateway.service_headers(upstream, await _credential(gateway, upstream))
-        found = await gateway.counting.discover(session, upstream.name, upstream.base_url, headers)
+        found = await gateway.backends.discover(session, upstream.name, upstream.base_url, headers)
         gateway.log.info("upstream_discovered", upstream=upstream.name, kind=found.kind, flavor=found.flavor,
                          windows=dict(found.windows), notes=list(found.notes))  # fmt: skip
 

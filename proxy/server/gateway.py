@@ -16,11 +16,11 @@ from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.corrections import CorrectionPolicy
-from proxy.server.backends.counting import Counting
+from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.provider_count import ProviderCounts
 from proxy.server.credentials import UpstreamAuth
-from proxy.server.guard import Guard
 from proxy.server.metrics import Metrics
+from proxy.server.model_counting import Models
 from proxy.server.paths import PathRoute
 from proxy.server.record import RequestRecord
 from proxy.server.summariser import Summariser
@@ -38,7 +38,7 @@ class Gateway:
     """Everything the handlers share, built once per app (and again, whole, on a reload)."""
 
     settings: Settings
-    guard: Guard
+    models: Models
     router: Router
     auths: dict[str, UpstreamAuth]
     metrics: Metrics
@@ -48,7 +48,7 @@ class Gateway:
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session
-    counting: Counting = field(default_factory=Counting)  # backend tokenizers, stated windows, calibration
+    backends: Backends = field(default_factory=Backends)  # backend tokenizers, stated windows, calibration
     provider_counts: ProviderCounts = field(default_factory=ProviderCounts)  # counts asked at the budget's edge
     _service: dict[str, tuple[str | None, Mapping[str, str]]] = field(default_factory=dict, init=False, repr=False)
     # The route each (canonical path, method) took: the same few recur on every request.

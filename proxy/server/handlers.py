@@ -86,7 +86,7 @@ async def _count_tokens(
 ) -> web.Response:
     """Anthropic's count_tokens, counted where a request is planned (sized by the whole body,
     within `client`'s share of the threads; `scope`: its part of the count cache)."""
-    fit = functools.partial(gw.guard.fit, endpoint.adapter, parsed, model, None, client=scope)
+    fit = functools.partial(gw.models.fit, endpoint.adapter, parsed, model, None, client=scope)
     fitted = await planned(large, fit, size=size, client=client)
     record.plan, record.outcome = fitted.plan, "counted"
     response = web.json_response(count_tokens_body(fitted.plan.count.total))
@@ -110,4 +110,4 @@ def select_mode(request: web.Request, gw: Gateway, model: str) -> Mode:
         if value not in MODES:
             raise BadRequest(f"{MODE_HEADER} must be one of {', '.join(MODES)}", param=MODE_HEADER)
         return value  # type: ignore[return-value,unused-ignore]  # checked against MODES above
-    return gw.guard.mode_for(model)
+    return gw.models.mode_for(model)

@@ -42,8 +42,8 @@ from proxy.server.app import build_gateway, create_app
 from proxy.server.collector import collect_young_less_often
 from proxy.server.drain import DRAIN
 from proxy.server.gateway import GATEWAY
-from proxy.server.guard import Guard
 from proxy.server.health import HEALTH, os_error_reason
+from proxy.server.model_counting import Models
 from proxy.tokenizers.malloc import one_arena
 
 EXIT_OK, EXIT_CANNOT_START = 0, 2
@@ -118,7 +118,7 @@ async def serve_process(
         settings = load()
         # The model map loads and the configured vocabularies' files are checked here; a missing
         # one fails the start. The vocabularies themselves load once the process listens.
-        guard = await asyncio.to_thread(Guard, settings, None, False)
+        guard = await asyncio.to_thread(Models, settings, None, False)
     except ConfigError as exc:
         log.error("cannot_start", reason=str(exc))
         return EXIT_CANNOT_START
@@ -178,7 +178,7 @@ async def serve_process(
 
 
 async def _load_tokenizers(
-    app: web.Application, guard: Guard, stop: asyncio.Event, ready: Callable[[], None] | None
+    app: web.Application, guard: Models, stop: asyncio.Event, ready: Callable[[], None] | None
 ) -> str | None:
     """Load the configured vocabularies off the loop while the process already answers probes;
     `/readyz` says so until they are in. A file that is there but does not load stops the process
@@ -247,7 +247,7 @@ async def reload_config(app: web.Application, load: Callable[[], Settings]) -> b
     log, old = get_logger(), app[GATEWAY]
     try:
         settings = await asyncio.to_thread(load)
-        guard = await asyncio.to_thread(Guard, settings, None)
+        guard = await asyncio.to_thread(Models, settings, None)
     except Exception as exc:  # whatever stops the new config from loading, the running one stays
         reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
         log.error("reload_refused", reason=reason, kept=old.settings.source)

@@ -51,7 +51,7 @@ from proxy.core.exchange import (
 from proxy.core.plan import Plan
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
-from proxy.server.backends.counting import Choice
+from proxy.server.backends.catalogue import Choice
 from proxy.server.backends.profiles import BackendProfile, budget_policy
 from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
 from proxy.server.gateway import Gateway
@@ -152,7 +152,7 @@ class Performer:
             self.choice.bound_unfetched()
         choice, record = self.choice, self.record
         counting = (choice.profile, choice.tokenizer)
-        fitted = self.gw.guard.fit(
+        fitted = self.gw.models.fit(
             self.endpoint.adapter, self.parsed, self.served, window, counting, self.budget, self.scope
         )
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
@@ -177,7 +177,7 @@ class Performer:
         assert session is not None, "the app's upstream session is opened at startup"
         parsed = self.parsed
         edge = EdgeRequest.of(
-            upstream, self.served, self.endpoint.api, parsed.body, parsed.chat, gw.counting.discoveries
+            upstream, self.served, self.endpoint.api, parsed.body, parsed.chat, gw.backends.discoveries
         )
         headers = functools.partial(_count_call_headers, self.request, gw, upstream)
         counted = await at_edge(
@@ -242,7 +242,7 @@ class Performer:
         """A retry the upstream accepted: its correction is now trusted, for this upstream and model."""
         gw, name = self.gw, self.target.upstream.name
         kept = await gw.corrections.remember(name, self.served, command.correction)
-        gw.metrics.corrected_window.labels(name, gw.guard.model_label(self.served)).set(kept.window)
+        gw.metrics.corrected_window.labels(name, gw.models.model_label(self.served)).set(kept.window)
 
     def _learn(self, reader: UsageReader, sent: Mapping[str, Any]) -> None:
         """An estimate learns from the prompt tokens the upstream reports (chat completions), when
@@ -256,8 +256,8 @@ class Performer:
             return
         gw = self.gw
         upstream = self.target.upstream.name
-        learned = gw.counting.observe(
-            upstream, self.served, usage.prompt_tokens, sent, self.choice, self.local, gw.guard.count_cache(self.scope)
+        learned = gw.backends.observe(
+            upstream, self.served, usage.prompt_tokens, sent, self.choice, self.local, gw.models.count_cache(self.scope)
         )
         if learned is not None:
             record.calibration = learned.factor
@@ -291,10 +291,10 @@ async def prepared(
         )
     served = target.model or model
     # The budget follows the model that will serve the request: after a rename, the target's window.
-    profile = gw.guard.profile(served)
-    record.window_source, record.override = profile.window_source, gw.guard.override_pattern(served)
+    profile = gw.models.profile(served)
+    record.window_source, record.override = profile.window_source, gw.models.override_pattern(served)
     record.map_correction = correction_for(profile)
-    session, counting = gw.session, gw.counting
+    session, counting = gw.session, gw.backends
     assert session is not None, "the app's upstream session is opened at startup"
     service: Mapping[str, str] | None = None
     known, stated = counting.known_window(upstream.name, served)
@@ -304,10 +304,10 @@ async def prepared(
     if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
         profile = dataclasses.replace(profile, context_window=stated)
         record.window_source = "backend"
-    if profile.tokenizer in gw.guard.tokenizers.loaded:
-        local = gw.guard.tokenizer(profile)
+    if profile.tokenizer in gw.models.tokenizers.loaded:
+        local = gw.models.tokenizer(profile)
     else:  # a vocabulary not loaded yet (about a second) loads off the loop
-        local = await asyncio.to_thread(gw.guard.tokenizer, profile)
+        local = await asyncio.to_thread(gw.models.tokenizer, profile)
     choice = counting.local_choice(upstream.name, served, profile, local)
     if choice is None:  # the backend's own tokenizer counts
         service = service if service is not None else await _service_headers(gw, upstream)
@@ -325,7 +325,7 @@ async def prepared(
     if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         note(record, "fallback_window")
     backend = counting.profile_of(upstream.name)
-    budget = budget_policy(backend, gw.guard.policy.budget, counting.options_for(upstream.name).min_output_tokens)
+    budget = budget_policy(backend, gw.models.policy.budget, counting.options_for(upstream.name).min_output_tokens)
     performer = Performer(
         request, gw, record, endpoint, parsed, raw, large, client, scope, target, served, choice, budget, backend, local
     )

@@ -58,7 +58,7 @@ from aiohttp import web
 
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.support.upstream import FakeUpstream
 
 T = TypeVar("T")
@@ -126,9 +126,9 @@ class GuardServer:
         self.upstream_url = self.call(self._serve(app)) + "/v1"
         return self.upstream_url
 
-    def serve_guard(self, settings: Settings, guard: Guard | None, model_map: Any) -> None:
+    def serve_guard(self, settings: Settings, guard: Models | None, model_map: Any) -> None:
         async def made() -> web.Application:
-            return create_app(settings, guard or Guard(settings, model_map))
+            return create_app(settings, guard or Models(settings, model_map))
 
         self.app = self.call(made())
         self.base = self.call(self._serve(self.app))
@@ -156,7 +156,7 @@ async def serve_guard(model_map: Any) -> AsyncIterator[ServeGuard]:
     async def serve(
         settings: Settings | Callable[[str], Settings] | None = None,
         upstream: web.Application | None = None,
-        guard: Guard | Callable[[Settings], Guard] | None = None,
+        guard: Models | Callable[[Settings], Models] | None = None,
     ) -> GuardServer:
         """`settings` may be a function of the upstream's URL (`lambda url: make_settings(url, ...)`)."""
         server = GuardServer()

@@ -22,7 +22,7 @@ SECRET = "The merger with Initech closes on March 3rd at 41 dollars a share. " *
 
 async def send(proxy: Any, key: str, text: str) -> int:
     """The cache hits one request of the client holding `key` made."""
-    cache = proxy.app[GATEWAY].guard.cache
+    cache = proxy.app[GATEWAY].models.cache
     before = cache.hits
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as session:
@@ -41,7 +41,7 @@ class TestTheCountCache:
     async def test_without_a_credential_is_kept_per_connection(self, start_proxy, upstream):
         proxy = await start_proxy(gateway_settings(upstream.url))
         body = {"model": "gpt-4o", "messages": [{"role": "user", "content": SECRET}]}
-        cache = proxy.app[GATEWAY].guard.cache
+        cache = proxy.app[GATEWAY].models.cache
         async with aiohttp.ClientSession() as first:
             for _ in range(2):
                 async with first.post(proxy.make_url("/v1/chat/completions"), json=body) as r:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from proxy.logging import configure_logging
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.adversarial.conftest import anthropic_body_of, body_of, post
 
 TRIGGER = "\t" * 64
@@ -61,7 +61,7 @@ def log_lines():
 
 def panicking_guard(model_map):
     def make(settings):
-        guard = Guard(settings, model_map)
+        guard = Models(settings, model_map)
         spec = guard.profile("gpt-4o").tokenizer
         guard.tokenizers._loaded[spec] = PanickingTokenizer(guard.tokenizers.get(spec))  # type: ignore[assignment]
         return guard

@@ -13,7 +13,7 @@ from proxy.apis.base import Adapter, Fitted
 from proxy.apis.completions import CompletionsAdapter
 from proxy.apis.responses import ResponsesAdapter
 from proxy.config.settings import settings_from_dict
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from proxy.tokenizers.model_map import load_model_map
 from tests.apis.fitting import words
 from tests.support.validity import messages_problems, responses_problems
@@ -22,12 +22,12 @@ NOTE_END = "to fit the context window."
 
 
 @pytest.fixture(scope="module")
-def guard() -> Guard:
+def guard() -> Models:
     settings = settings_from_dict({"trim": {"budget_note": True}}, "notes.yaml", {})
-    return Guard(settings, load_model_map())
+    return Models(settings, load_model_map())
 
 
-def fitted(guard: Guard, adapter: Adapter, body: dict[str, Any], window: int = 3000) -> Fitted:
+def fitted(guard: Models, adapter: Adapter, body: dict[str, Any], window: int = 3000) -> Fitted:
     return guard.fit(adapter, adapter.parse(body), "gpt-4o", window)
 
 

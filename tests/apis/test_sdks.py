@@ -26,7 +26,7 @@ from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import settings_from_dict
 from proxy.core.turns import split_conversation
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.apis.fitting import words
 from tests.core.trimming import profile, tokenizer
 from tests.support.upstream import FakeUpstream
@@ -171,7 +171,7 @@ async def _guard(aiohttp_server: Any, model_map: Any, upstream: str, **sections:
         **sections,
     }
     settings = settings_from_dict(data, "test.yaml", {})
-    server: TestServer = await aiohttp_server(create_app(settings, Guard(settings, model_map)))
+    server: TestServer = await aiohttp_server(create_app(settings, Models(settings, model_map)))
     return str(server.make_url("")).rstrip("/")
 
 

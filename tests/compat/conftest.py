@@ -19,7 +19,7 @@ from aiohttp import web
 from proxy.config.settings import settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.compat.recording_upstream import RecordingUpstream
 
 WINDOW = 4096  # the window the suite's models are given: a long conversation cannot fit
@@ -87,7 +87,7 @@ def servers() -> Iterator[Servers]:
             "log": {"format": "json", "level": "info"},
         }
         settings = settings_from_dict(data, "compat.yaml", {})
-        guard = web.AppRunner(create_app(settings, Guard(settings)), access_log=None, handler_cancellation=True)
+        guard = web.AppRunner(create_app(settings, Models(settings)), access_log=None, handler_cancellation=True)
         await guard.setup()
         await web.TCPSite(guard, "127.0.0.1", 0).start()
         urls.append(f"http://127.0.0.1:{guard.addresses[0][1]}")

@@ -19,7 +19,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.server.backends.profiles import BackendOptions, discover
 from proxy.server.backends.tokenize import BackendCounter
 from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from proxy.server.upstream.usage import usage_from_body
 from proxy.tokenizers.vocabularies import Tokenizers
 from tests.real.corpus import KINDS, SAMPLES, body
@@ -40,8 +40,8 @@ async def prompt_tokens(session: aiohttp.ClientSession, llama: LlamaServer, requ
 
 
 @pytest.fixture(scope="module")
-def guard() -> Guard:
-    return Guard(Settings())
+def guard() -> Models:
+    return Models(Settings())
 
 
 class TestDiscovery:

@@ -14,7 +14,7 @@ import pytest
 from proxy.config.settings import settings_from_dict
 from proxy.core.strategies import DEFAULT_PIPELINE
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.real.corpus import KINDS, body, over_window, oversized_system
 from tests.real.llama import MODEL, LlamaServer
 
@@ -26,7 +26,7 @@ async def start_guard(
 ) -> Any:
     upstreams = {"llama": {"base_url": llama.url, "kind": "auto", "read_timeout": 300, **upstream}}
     settings = settings_from_dict({"upstreams": upstreams, **(sections or {})}, "real.yaml", {})
-    return await aiohttp_server(create_app(settings, Guard(settings)))
+    return await aiohttp_server(create_app(settings, Models(settings)))
 
 
 # Longer than the guard's own read timeout (300 s): on a loaded machine one near-window prefill can

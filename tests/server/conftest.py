@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.support.upstream import FakeUpstream
 
 
@@ -62,7 +62,7 @@ Proxy = Callable[..., Awaitable[TestServer]]
 @pytest.fixture
 def start_proxy(aiohttp_server: Any, model_map: Any, logs: Logs) -> Proxy:
     async def start(settings: Settings) -> TestServer:
-        app = create_app(settings, Guard(settings, model_map))
+        app = create_app(settings, Models(settings, model_map))
         return await aiohttp_server(app)  # type: ignore[no-any-return]
 
     return start

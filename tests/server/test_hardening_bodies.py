@@ -17,7 +17,7 @@ from proxy.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
 from proxy.server import body as body_module
 from proxy.server.app import create_app
 from proxy.server.body import BodyPolicy, content_encoding, inflate
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import raw_request, read_response
 
@@ -163,7 +163,7 @@ class TestSlowBodies:
     async def impatient_proxy(self, aiohttp_server, model_map, upstream):
         settings = gateway_settings(upstream.url)
         settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, body_timeout_seconds=0.5))
-        return await aiohttp_server(create_app(settings, Guard(settings, model_map)))
+        return await aiohttp_server(create_app(settings, Models(settings, model_map)))
 
     async def test_a_half_sent_body_gets_408_and_the_connection_is_closed(self, impatient_proxy, upstream):
         started = time.perf_counter()

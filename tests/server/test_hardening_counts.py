@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from proxy.tokenizers.vocabularies import bundled_encodings_dir
 from tests.support.guard import plan_with
 
@@ -22,12 +22,12 @@ def word_level_tokenizer(path: Path) -> None:
     tokenizer.save(str(path))
 
 
-def guard_for(tmp_path: Path, model_map: dict, *models_and_files: tuple[str, Path]) -> Guard:
+def guard_for(tmp_path: Path, model_map: dict, *models_and_files: tuple[str, Path]) -> Models:
     overrides = [
         {"match": model, "context_window": 100_000, "tokenizer": f"huggingface:{file}"}
         for model, file in models_and_files
     ]
-    return Guard(settings_from_dict({"models": {"overrides": overrides}}, "test.yaml", {}), model_map)
+    return Models(settings_from_dict({"models": {"overrides": overrides}}, "test.yaml", {}), model_map)
 
 
 class TestTokenizerIdentity:

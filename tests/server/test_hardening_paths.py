@@ -11,7 +11,7 @@ import pytest
 from proxy.apis.registry import AdapterRegistry
 from proxy.server.app import ROUTES_KEPT, create_app
 from proxy.server.gateway import GATEWAY
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from proxy.server.paths import (
     CanonicalPath,
     InvalidPath,
@@ -209,7 +209,7 @@ class TestRoutingOverSockets:
     async def test_a_none_policy_forwards_nothing_but_chat(self, aiohttp_server, model_map, upstream):
         settings = gateway_settings(upstream.url)
         settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, passthrough="none"))
-        app = create_app(settings, Guard(settings, model_map))
+        app = create_app(settings, Models(settings, model_map))
         proxy = await aiohttp_server(app)
         assert (await raw_request(proxy.port, "GET", "/v1/models")).status == 404
         assert (await raw_request(proxy.port, "POST", "/v1/chat/completions", HI, JSON)).status == 200
@@ -219,7 +219,7 @@ class TestRoutingOverSockets:
         base = upstream.url + "/deployments/d1"
         settings = gateway_settings(base)
         settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, passthrough="all"))
-        app = create_app(settings, Guard(settings, model_map))
+        app = create_app(settings, Models(settings, model_map))
         proxy = await aiohttp_server(app)
         for target in ["/other", "/v1/models/../../x", "/a/./b/../c/"]:
             assert (await raw_request(proxy.port, "GET", target)).status == 200
@@ -244,7 +244,7 @@ class TestASecondListener:
         fake, port = sentinel
         settings = gateway_settings(upstream.url)
         settings = dataclasses.replace(settings, server=dataclasses.replace(settings.server, passthrough="all"))
-        app = create_app(settings, Guard(settings, model_map))
+        app = create_app(settings, Models(settings, model_map))
         proxy = await aiohttp_server(app)
         attempts = [
             ("GET", f"http://127.0.0.1:{port}/v1/models", {}),

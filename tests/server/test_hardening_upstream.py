@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from proxy.server.app import create_app, request_id_of
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from proxy.server.upstream.relay import PoolPolicy, connection_named
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import RawUpstream, raw_request, read_response
@@ -202,7 +202,7 @@ class TestPool:
         settings = gateway_settings(upstream.url)
         server = dataclasses.replace(settings.server, upstream_connections=1, connection_wait_seconds=0.3)
         settings = dataclasses.replace(settings, server=server)
-        app = create_app(settings, Guard(settings, model_map))
+        app = create_app(settings, Models(settings, model_map))
         return await aiohttp_server(app)
 
     async def test_a_full_pool_is_a_503_overloaded_with_retry_after(self, one_slot_proxy, upstream):
@@ -268,7 +268,7 @@ class TestDistinctTimeouts:
     async def test_a_slow_upstream_is_a_504_not_an_overload(self, upstream, aiohttp_server, model_map):
         upstream.delay = 3
         settings = gateway_settings(upstream.url, upstreams={"fake": {"base_url": upstream.url, "read_timeout": 0.3}})
-        slow = await aiohttp_server(create_app(settings, Guard(settings, model_map)))
+        slow = await aiohttp_server(create_app(settings, Models(settings, model_map)))
         async with (
             aiohttp.ClientSession() as session,
             session.post(slow.make_url("/v1/chat/completions"), data=CHAT) as r,

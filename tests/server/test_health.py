@@ -60,10 +60,10 @@ class TestReadiness:
         from aiohttp.test_utils import TestServer
 
         from proxy.server.app import create_app
-        from proxy.server.guard import Guard
+        from proxy.server.model_counting import Models
 
         settings = gateway_settings(f"http://127.0.0.1:{closed_port()}/v1", readiness={"require_upstreams": False})
-        app = create_app(settings, Guard(settings, model_map))
+        app = create_app(settings, Models(settings, model_map))
         async with TestServer(app) as server:
             assert (await get(server, "/readyz"))[0] == 200
 

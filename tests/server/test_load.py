@@ -67,7 +67,7 @@ async def test_a_soak_with_clients_leaving_mid_stream_leaks_no_connections_or_me
     assert done > 50
     connector = gateway.session.connector
     assert connector is not None and len(connector._acquired) == 0  # every upstream connection went back
-    assert len(gateway.guard.cache) <= 50  # the count cache held to its bound
+    assert len(gateway.models.cache) <= 50  # the count cache held to its bound
     async with (
         aiohttp.ClientSession() as session,
         session.post(proxy.make_url("/v1/chat/completions"), data=json.dumps(SMALL)) as r,

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from proxy.server.app import build_gateway, create_app
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import raw_request
 
@@ -59,7 +59,7 @@ class TestUpstreamCall:
         fake = dataclasses.replace(settings.upstreams["fake"], read_timeout=0.3)
         server = dataclasses.replace(settings.server, upstream_connections=1)
         settings = dataclasses.replace(settings, upstreams={"fake": fake}, server=server)
-        return await aiohttp_server(create_app(settings, Guard(settings, model_map)))
+        return await aiohttp_server(create_app(settings, Models(settings, model_map)))
 
     async def test_a_stream_silent_past_the_read_timeout_before_its_first_event_is_a_504(self, silent_proxy):
         response = await raw_request(silent_proxy.port, "POST", "/v1/chat/completions", STREAM, JSON)
@@ -130,7 +130,7 @@ class TestServiceHeaders:
         settings = gateway_settings("http://127.0.0.1:9/v1")
         fake = dataclasses.replace(settings.upstreams["fake"], headers={"x-team": "search"})
         settings = dataclasses.replace(settings, upstreams={"fake": fake})
-        return build_gateway(settings, Guard(settings, model_map))
+        return build_gateway(settings, Models(settings, model_map))
 
     def test_they_carry_the_upstreams_configured_headers_and_the_credential(self, gateway):
         headers = gateway.service_headers(gateway.settings.upstreams["fake"], "Bearer one")

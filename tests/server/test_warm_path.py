@@ -17,7 +17,7 @@ JSON = {"Content-Type": "application/json"}
 class TestWarmCounts:
     async def test_a_resent_conversation_is_counted_from_the_cache_but_for_its_new_turn(self, start_proxy, upstream):
         proxy = await start_proxy(gateway_settings(upstream.url))
-        cache = proxy.app[GATEWAY].guard.cache
+        cache = proxy.app[GATEWAY].models.cache
         messages = long_conversation(turns=20)
         url = str(proxy.make_url("/v1/chat/completions"))
         async with aiohttp.ClientSession() as session:

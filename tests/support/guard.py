@@ -1,5 +1,5 @@
-"""Planning a chat-completions body with a `Guard` directly, as the package once did in
-`Guard.plan`: the core's plan with the guard's profile, tokenizer, cache and policy, without an
+"""Planning a chat-completions body with a `Models` directly, as the package once did in
+`Models.plan`: the core's plan with the guard's profile, tokenizer, cache and policy, without an
 adapter or a server. Tests and the real-backend bench compare counts with it."""
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ from typing import Any
 from proxy.core.models import ModelProfile
 from proxy.core.plan import Plan, plan_request
 from proxy.core.tokenizer import Tokenizer
-from proxy.server.guard import Guard
+from proxy.server.model_counting import Models
 
 
 def plan_with(
-    guard: Guard,
+    guard: Models,
     body: Mapping[str, Any],
     model: str,
     context_window: int | None = None,
     counting: tuple[ModelProfile, Tokenizer] | None = None,
 ) -> Plan:
     """Count and trim `body` for `model`. `counting` replaces the model's own profile and tokenizer
-    (the shared cache counts only with the profile's own loaded tokenizer: `Guard._counting`)."""
+    (the shared cache counts only with the profile's own loaded tokenizer: `Models._counting`)."""
     profile, tokenizer, cache = guard._counting(model, counting)
     return plan_request(
         body, profile, tokenizer, guard.policy, cache, context_window=context_window, clock=time.perf_counter

@@ -79,7 +79,7 @@ class UpstreamCall:
         headers = request_headers(request.headers, upstream, auth, keys)
         if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
             headers["x-request-id"] = self._record.request_id
-            if not forwardable_request_id(gw.counting.profile_of(upstream.name), self._record.request_id):
+            if not forwardable_request_id(gw.backends.profile_of(upstream.name), self._record.request_id):
                 del headers["x-request-id"]  # llama-cpp-python refuses any id that is not a UUID
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()

@@ -16,7 +16,7 @@ from aiohttp import web
 from proxy.core.models import ModelRegistry
 from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer
-from proxy.server.backends.counting import MODELS_KEPT, Counting
+from proxy.server.backends.catalogue import MODELS_KEPT, Backends
 from proxy.server.backends.profiles import BackendOptions, Discovery
 from proxy.server.gateway import GATEWAY
 from tests.support.guard import plan_with
@@ -74,7 +74,7 @@ EXACT = EncoderTokenizer("words", str.split)
 class TestChoose:
     async def test_uses_the_backend_tokenizer_where_the_upstream_has_one(self, llama):
         url, _ = llama
-        counting = Counting()
+        counting = Backends()
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
             choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
@@ -95,7 +95,7 @@ class TestChoose:
 
         app.middlewares.append(record)
         url = str((await aiohttp_server(app)).make_url("/v1"))
-        counting, asked_with = Counting(), {}
+        counting, asked_with = Backends(), {}
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
             for token, turns in (("one", 2), ("two", 3)):  # the second has a new message to count
@@ -108,7 +108,7 @@ class TestChoose:
 
     async def test_tokenize_local_keeps_the_guard_s_own_count(self, llama):
         url, asked = llama
-        counting = Counting({"local": BackendOptions(tokenize="local")})
+        counting = Backends({"local": BackendOptions(tokenize="local")})
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
             asked.clear()
@@ -116,20 +116,20 @@ class TestChoose:
         assert choice.source == "estimate" and asked == []
 
     async def test_an_exact_model_tokenizer_is_used_when_the_upstream_cannot_tokenize(self):
-        counting = Counting()
+        counting = Backends()
         async with aiohttp.ClientSession() as session:
             choice = await counting.choose(session, "openai", "http://unused/v1", "gpt-4o", chat(1), REGISTRY.profile("gpt-4o"), EXACT)
         assert choice.source == "model" and choice.tokenizer is EXACT
 
     async def test_asking_for_the_backend_tokenizer_where_there_is_none_says_so(self):
-        counting = Counting({"hosted": BackendOptions(tokenize="backend")})
+        counting = Backends({"hosted": BackendOptions(tokenize="backend")})
         async with aiohttp.ClientSession() as session:
             choice = await counting.choose(session, "hosted", "http://unused/v1", "smol", chat(1), REGISTRY.profile("smol"), ESTIMATE)
         assert choice.source == "estimate" and "no tokenize endpoint" in (choice.note or "")
 
     async def test_without_the_backend_s_tokenizer_the_choice_is_known_without_awaiting_and_is_chooses(self, llama):
         url, _ = llama
-        counting = Counting({"local": BackendOptions(tokenize="local")})
+        counting = Backends({"local": BackendOptions(tokenize="local")})
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
             awaited = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
@@ -137,7 +137,7 @@ class TestChoose:
 
     async def test_with_the_backend_s_tokenizer_to_ask_nothing_is_chosen_without_awaiting(self, llama):
         url, _ = llama
-        counting = Counting()
+        counting = Backends()
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
         assert counting.local_choice("local", "smol", REGISTRY.profile("smol"), ESTIMATE) is None
@@ -145,10 +145,10 @@ class TestChoose:
 
 class TestKnownWindow:
     def test_an_upstream_not_discovered_states_no_window_and_need_not_be_asked(self):
-        assert Counting().known_window("openai", "gpt-4o") == (True, None)
+        assert Backends().known_window("openai", "gpt-4o") == (True, None)
 
     def test_a_discovered_server_s_window_is_known_without_asking(self):
-        counting = Counting(discoveries={"local": Discovery("llama_cpp", windows={"smol": 4096})})
+        counting = Backends(discoveries={"local": Discovery("llama_cpp", windows={"smol": 4096})})
         assert counting.known_window("local", "smol") == (True, 4096)
 
     async def test_an_ollama_model_not_asked_yet_must_be_asked_and_is_known_after(self, aiohttp_server):
@@ -159,7 +159,7 @@ class TestKnownWindow:
 
         app.router.add_post("/api/show", show)
         server = await aiohttp_server(app)
-        counting = Counting(discoveries={"ollama": Discovery("ollama")})
+        counting = Backends(discoveries={"ollama": Discovery("ollama")})
         before = counting.known_window("ollama", "llama3")
         async with aiohttp.ClientSession() as session:
             asked = await counting.window(session, "ollama", str(server.make_url("/v1")), "llama3")
@@ -172,7 +172,7 @@ class TestKnownWindow:
         app = web.Application()
         app.router.add_post("/api/show", show)
         server = await aiohttp_server(app)
-        counting = Counting(discoveries={"ollama": Discovery("ollama")})
+        counting = Backends(discoveries={"ollama": Discovery("ollama")})
         async with aiohttp.ClientSession() as session:
             for i in range(MODELS_KEPT + 50):
                 await counting.window(session, "ollama", str(server.make_url("/v1")), f"made-up-{i}")
@@ -183,7 +183,7 @@ class TestKnownWindow:
 
 class TestObserve:
     async def test_an_estimate_learns_from_usage_and_is_then_calibrated(self):
-        counting = Counting()
+        counting = Backends()
         profile = REGISTRY.profile("smol")
         async with aiohttp.ClientSession() as session:
             for _ in range(4):
@@ -195,7 +195,7 @@ class TestObserve:
 
     async def test_the_backend_s_or_the_model_s_own_count_learns_nothing(self, llama):
         url, _ = llama
-        counting = Counting()
+        counting = Backends()
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
             choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
@@ -210,7 +210,7 @@ class TestSharedCountCache:
         from tests.server.conftest import long_conversation
 
         body = {"model": "gpt-4o", "messages": long_conversation(turns=20)}
-        cache = proxy.app[GATEWAY].guard.cache
+        cache = proxy.app[GATEWAY].models.cache
         async with aiohttp.ClientSession() as client:
             async with client.post(proxy.make_url("/v1/chat/completions"), json=body) as response:
                 assert response.status == 200
@@ -223,9 +223,9 @@ class TestSharedCountCache:
 
     async def test_a_calibrated_estimate_counts_without_the_shared_cache(self, model_map):
         from proxy.config.settings import Settings
-        from proxy.server.guard import Guard
+        from proxy.server.model_counting import Models
 
-        guard = Guard(Settings(), model_map)
+        guard = Models(Settings(), model_map)
         profile = guard.profile("gpt-4o")
         plan_with(guard, chat(3), "gpt-4o", counting=(profile, CharEstimateTokenizer(2.5)))
         assert len(guard.cache) == 0
@@ -234,9 +234,9 @@ class TestSharedCountCache:
 
     async def test_the_shared_cache_holds_to_the_configured_memory(self, model_map):
         from proxy.config.settings import Settings
-        from proxy.server.guard import Guard
+        from proxy.server.model_counting import Models
 
-        guard = Guard(Settings.of({"tokenizers": {"cache_bytes": 8192}}), model_map)
+        guard = Models(Settings.of({"tokenizers": {"cache_bytes": 8192}}), model_map)
         for n in range(20):
             body = chat(6)
             body["messages"][0]["content"] = f"conversation {n}"  # every conversation new

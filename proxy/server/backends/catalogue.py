@@ -1,13 +1,13 @@
-"""How each request is counted for its upstream: the backend's tokenizer, a calibrated estimate,
-or the model's own tokenizer; and what each response teaches.
+"""The backends as the guard knows them, and how each request is counted for its upstream: the
+backend's tokenizer, a calibrated estimate, or the model's own tokenizer; and what each response teaches.
 
-One `Counting` per app holds, per upstream, what discovery found at start, a `BackendCounter`
+One `Backends` per app holds, per upstream, what discovery found at start, a `BackendCounter`
 per model (the backend's tokenizer behind the shared count cache), and the calibration table.
 The handler asks it three things:
 
-    counting.window(upstream, model)                  the window the server stated, if it did
-    await counting.choose(...)                        (profile, tokenizer) to plan with, and why
-    counting.observe(...)                             after a response with `usage.prompt_tokens`
+    backends.window(upstream, model)                  the window the server stated, if it did
+    await backends.choose(...)                        (profile, tokenizer) to plan with, and why
+    backends.observe(...)                             after a response with `usage.prompt_tokens`
 
 The choice, in order: the backend's tokenizer when the upstream's `tokenize` option allows it
 and the server can tokenize (and answered in time); else the model's own tokenizer when it is
@@ -99,7 +99,7 @@ def _keep_bounded(table: dict[Any, Any]) -> None:
 
 
 @dataclass
-class Counting:
+class Backends:
     options: Mapping[str, BackendOptions] = field(default_factory=dict)  # by upstream name
     cache: CountCache = field(default_factory=CountCache)
     calibration: CalibrationTable = field(default_factory=CalibrationTable)

@@ -6,7 +6,7 @@ vocabulary is loaded when a model that needs it is first seen, except for the mo
 names (overrides and routes that are not globs): theirs load at construction, so a machine
 without them fails at start with a clear message. Each vocabulary costs 40-70 MB of memory.
 
-`serve` builds its Guard with `preload=False`: the files are checked at construction (a missing
+`serve` builds its Models with `preload=False`: the files are checked at construction (a missing
 one still stops the start) and `load_configured()` loads them once the process listens, while
 `/readyz` says the tokenizers are still loading; a request that needs one meanwhile waits for it.
 """
@@ -32,7 +32,7 @@ from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 
 
-class Guard:
+class Models:
     def __init__(
         self, settings: Settings, model_map: Mapping[str, Mapping[str, Any]] | None = None, preload: bool = True
     ) -> None:
