@@ -51,11 +51,11 @@ from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.wire.array_bytes import LocatedBody, element_spans, located_body, shared_elements
 from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 
-_TAIL = 256  # bytes of two bodies of one length compared first, from the end
 _HEAD = 128  # bytes of a body that name its family of earlier bodies
 _MARKER = "\x00earlier"
 _WRAP = b'{"\\u0000earlier":[0'
 _PROBE = 32  # bytes compared first, at the end of an earlier body's last element
+_CLOSE_ENOUGH = 4096  # new bytes left to read past a candidate that end the search for a better one
 _CANDIDATES = 4  # earlier bodies compared in full, of each kind below
 _FAMILY_SCAN = 32  # the most recent bodies of a family looked at: the conversations being had
 _JSON_SPACE = b" \t\r\n"  # JSON's whitespace: not bytes.strip()'s, which takes \v and \f too
@@ -113,13 +113,15 @@ class PrefixReader:
         best, most = None, 0
         for earlier in self._candidates(raw):
             # Sent again as it was? Unequal lengths are told apart at once, and bodies of one
-            # length differ near their end (a new turn of the same size): compared from there.
-            if len(earlier.raw) == len(raw) and raw.endswith(earlier.raw[-_TAIL:]) and earlier.raw == raw:
+            # length differ in their last element (a new turn of the same size): compared first.
+            if len(earlier.raw) == len(raw) and _same_last(raw, earlier) and earlier.raw == raw:
                 return Match(0, earlier, len(earlier.ends), same=True)
             shared = shared_elements(raw, earlier, most)
             if shared > most:
                 best, most = earlier, shared
-                if shared == len(earlier.ends):
+                # It extends this body whole, or what is left to read is small: no other body
+                # could save more than that.
+                if shared == len(earlier.ends) or len(raw) - earlier.ends[shared - 1] <= _CLOSE_ENOUGH:
                     break
         return Match(len(raw) - best.ends[most - 1] if best is not None else len(raw), best, most)
 
@@ -181,7 +183,13 @@ class PrefixReader:
                 old = memoryview(body.raw)  # compared in place, never copied
                 if size <= second or not raw.startswith(old[first:second], first):
                     continue
-                if size > last and raw.startswith(old[last - _PROBE : last], last - _PROBE):
+                # Its last element in the same bytes, checked from its end (where a sibling, a turn
+                # of the same size answered differently, differs from it), then whole.
+                if (
+                    size > last
+                    and raw.startswith(old[last - _PROBE : last], last - _PROBE)
+                    and _same_last(raw, body)
+                ):
                     whole.append(body)
                     break  # the likeliest of all: the most recent body this one extends whole
                 started.append(body)
@@ -252,6 +260,15 @@ class PrefixReader:
             family.remove(body)
         if not family:
             self._by_head.pop(body.raw[:_HEAD], None)
+
+
+def _same_last(raw: bytes, earlier: LocatedBody) -> bool:
+    """Whether `raw` holds `earlier`'s last element in the same bytes (compared in place)."""
+    ends = earlier.ends
+    if not ends:
+        return True
+    start = ends[-2] if len(ends) > 1 else 0
+    return raw.startswith(memoryview(earlier.raw)[start : ends[-1]], start)
 
 
 def _again(body: LocatedBody, key: str) -> Reading:
