@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
+
 from proxy.server.decoding import decoded
 from proxy.server.upstream.sse import event_data, event_end, json_or_none, may_name
 
@@ -40,7 +42,15 @@ MAX_INFLATED_BODY = 16 * 1024 * 1024  # a compressed answer is read for its usag
 def usage_from_body(body: bytes, content_encoding: str | None = None) -> Usage | None:
     """The usage of a whole (non-streamed) response body, compressed or not (inflated at most
     `MAX_INFLATED_BODY`: past it, the JSON is cut and no usage is read)."""
-    return usage_of(json_or_none(decoded(body, content_encoding, MAX_INFLATED_BODY)))
+    data = decoded(body, content_encoding, MAX_INFLATED_BODY)
+    try:  # orjson alone, without the exact reader's walk over every value: only `usage` matters here
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return usage_of(json_or_none(data))  # the standard library's extensions (NaN, Infinity)
+    usage = payload.get("usage") if type(payload) is dict else None
+    if type(usage) is dict and type(usage.get("prompt_tokens")) is float:  # past 64 bits: read exactly
+        return usage_of(json_or_none(data))
+    return usage_of(payload)
 
 
 class UsageTap:
