@@ -9,7 +9,7 @@ from anthropic import Anthropic
 
 from tests.compat.conftest import CLAUDE_MODEL, WINDOW, Servers
 from tests.compat.conversations import HUGE, anthropic_history, anthropic_pairs_intact, tokens
-from tests.compat.recording_upstream import ToolCall
+from tests.support.answers import ToolCall
 
 
 def client(guard: Servers) -> Anthropic:

@@ -21,7 +21,7 @@ from tests.compat.conversations import (
     responses_pairs_intact,
     tokens,
 )
-from tests.compat.recording_upstream import ToolCall
+from tests.support.answers import ToolCall
 
 BIG_RESULT = "sunny and mild with a light breeze from the west " * 600  # about 6,000 tokens
 

@@ -21,7 +21,7 @@ from tests.compat.conversations import (
     chat_pairs_intact,
     tokens,
 )
-from tests.compat.recording_upstream import ToolCall
+from tests.support.answers import ToolCall
 
 
 class TestLiteLLM:

@@ -13,7 +13,8 @@ Only `/v1/chat/completions` is answered unless `every_shape` is set: the gateway
 guard forwards on every other path echoed back unchanged, the SDK tests a provider's answers.
 
 When a Responses or Anthropic request offers tools and is not already answering a call, the reply
-is a call of the first tool, so an SDK test can run a whole tool loop.
+is a call of the first tool, so an SDK test can run a whole tool loop. The answers themselves are
+built by `tests.support.answers`, which the client-compatibility suite's upstream shares.
 
 It checks that what the guard forwards fits with a count of its own: OpenAI's cookbook rule with
 tiktoken directly (`tests.support.cookbook.cookbook_count`), never the guard's counter, times
@@ -34,7 +35,10 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support import answers
 from tests.support.cookbook import cookbook_count
+
+TOOL_ARGUMENTS = '{"q": "weather"}'  # what a tool call asks, whatever the tool
 
 
 @dataclass
@@ -177,60 +181,31 @@ class FakeUpstream:
                 return web.json_response(error, status=status)
         if body.get("stream"):
             return await self._stream(request, body)
-        return web.json_response(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 1,
-                "model": model,
-                "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": self.reply_text}, "finish_reason": "stop"}
-                ],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-            },
-            headers={"x-upstream": "fake"},
-        )
+        return web.json_response(answers.chat_completion(model, self.reply_text), headers={"x-upstream": "fake"})
 
     async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-upstream": "fake"})
-        await response.prepare(request)
-        self.stream_started.set()
+        pieces = [f"part{i} " for i in range(self.stream_chunks)]
+        chunks = answers.chat_chunks(body.get("model"), "".join(pieces), pieces=pieces)
         try:
-            for i in range(self.stream_chunks):
-                if self.break_stream_after is not None and i == self.break_stream_after:
-                    assert request.transport is not None
-                    request.transport.close()  # a crash half-way through
-                    return response
-                chunk = {
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion.chunk",
-                    "created": 1,
-                    "model": body.get("model"),
-                    "choices": [{"index": 0, "delta": {"content": f"part{i} "}, "finish_reason": None}],
-                }
-                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                if self.chunk_delay:
-                    await asyncio.sleep(self.chunk_delay)
-            await response.write(b"data: [DONE]\n\n")
-            await response.write_eof()
+            return await send_stream(
+                request,
+                answers.frames(chunks, done=True),
+                break_after=self.break_stream_after,
+                pause=self.chunk_delay,
+                started=self.stream_started,
+                headers={"x-upstream": "fake"},
+            )
         except (asyncio.CancelledError, ConnectionResetError):
             self.stream_cancelled.set()
             raise
-        return response
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = (await self._record(request)).json()
-        choice = {"text": " " + self.reply_text, "index": 0, "logprobs": None, "finish_reason": "stop"}
-        completion = {
-            "id": "cmpl-1",
-            "object": "text_completion",
-            "created": 1,
-            "model": body.get("model") or request.match_info.get("deployment"),
-            "choices": [choice],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
+        completion = answers.text_completion(
+            body.get("model") or request.match_info.get("deployment"), " " + self.reply_text
+        )
         if body.get("stream"):
-            return await _sse(request, [(None, completion)], done=True)
+            return await send_stream(request, answers.frames([(None, completion)], done=True))
         return web.json_response(completion)
 
     # -- OpenAI Responses ---------------------------------------------------------------------
@@ -240,60 +215,12 @@ class FakeUpstream:
         items = body.get("input") if isinstance(body.get("input"), list) else []
         answering = bool(items) and isinstance(items[-1], dict) and items[-1].get("type") == "function_call_output"
         tools = [t for t in body.get("tools") or () if t.get("type") == "function"]
-        if tools and not answering:
-            item: dict[str, Any] = {
-                "type": "function_call",
-                "id": "fc_1",
-                "call_id": "call_1",
-                "name": tools[0]["name"],
-                "arguments": '{"q": "weather"}',
-                "status": "completed",
-            }
-        else:
-            text = {"type": "output_text", "text": self.reply_text, "annotations": []}
-            item = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": [text]}
-        response = {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": 1,
-            "status": "completed",
-            "model": body.get("model"),
-            "output": [item],
-            "parallel_tool_calls": True,
-            "tool_choice": body.get("tool_choice", "auto"),
-            "tools": body.get("tools", []),
-            "usage": {
-                "input_tokens": 10,
-                "output_tokens": 3,
-                "total_tokens": 13,
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens_details": {"reasoning_tokens": 0},
-            },
-        }
+        answer = answers.ToolCall(tools[0]["name"], TOOL_ARGUMENTS) if tools and not answering else self.reply_text
+        item, model = answers.response_item(answer), body.get("model")
+        fields = {"tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", [])}
         if not body.get("stream"):
-            return web.json_response(response)
-        started = {**response, "status": "in_progress", "output": []}
-        events: list[tuple[str | None, dict[str, Any]]] = [
-            ("response.created", {"type": "response.created", "response": started}),
-            ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": item}),
-        ]
-        if item["type"] == "message":
-            delta = {
-                "type": "response.output_text.delta",
-                "item_id": "msg_1",
-                "output_index": 0,
-                "content_index": 0,
-                "delta": self.reply_text,
-                "logprobs": [],
-            }
-            events.append(("response.output_text.delta", delta))
-        events += [
-            ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
-            ("response.completed", {"type": "response.completed", "response": response}),
-        ]
-        for n, (_, event) in enumerate(events):
-            event["sequence_number"] = n
-        return await _sse(request, events)
+            return web.json_response(answers.response(model, [item], **fields))
+        return await send_stream(request, answers.frames(answers.response_events(model, item, **fields)))
 
     # -- Anthropic Messages -------------------------------------------------------------------
 
@@ -310,50 +237,11 @@ class FakeUpstream:
             b.get("type") == "tool_result" for b in last["content"]
         )
         tools = body.get("tools") or []
-        if tools and not answering:
-            block: dict[str, Any] = {
-                "type": "tool_use",
-                "id": "toolu_1",
-                "name": tools[0]["name"],
-                "input": {"q": "weather"},
-            }
-            stop = "tool_use"
-        else:
-            block, stop = {"type": "text", "text": self.reply_text}, "end_turn"
-        usage = {"input_tokens": 10, "output_tokens": 3}
-        message = {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": body.get("model"),
-            "content": [block],
-            "stop_reason": stop,
-            "stop_sequence": None,
-            "usage": usage,
-        }
+        answer = answers.ToolCall(tools[0]["name"], TOOL_ARGUMENTS) if tools and not answering else self.reply_text
+        message = answers.anthropic_message(body.get("model"), answer)
         if not body.get("stream"):
             return web.json_response(message)
-        if block["type"] == "text":
-            opening, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": self.reply_text}
-        else:
-            opening = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        events: list[tuple[str | None, dict[str, Any]]] = [
-            ("message_start", {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}}),
-            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": opening}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop, "stop_sequence": None},
-                    "usage": {"output_tokens": 3},
-                },
-            ),
-            ("message_stop", {"type": "message_stop"}),
-        ]
-        return await _sse(request, events)
+        return await send_stream(request, answers.frames(answers.anthropic_events(message)))
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
         received = await self._record(request)
@@ -372,15 +260,29 @@ class FakeUpstream:
         )
 
 
-async def _sse(
-    request: web.Request, events: list[tuple[str | None, dict[str, Any]]], done: bool = False
+async def send_stream(
+    request: web.Request,
+    chunks: list[bytes],
+    *,
+    break_after: int | None = None,
+    pause: float = 0.0,
+    started: asyncio.Event | None = None,
+    headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    """Send `chunks` (server-sent event frames) `pause` seconds apart; with `break_after`, close the
+    connection instead of sending that chunk (a crash half-way through). `started` is set once the
+    answer's head is sent."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **(headers or {})})
     await response.prepare(request)
-    for name, data in events:
-        head = f"event: {name}\n" if name else ""
-        await response.write(f"{head}data: {json.dumps(data)}\n\n".encode())
-    if done:
-        await response.write(b"data: [DONE]\n\n")
+    if started is not None:
+        started.set()
+    for i, chunk in enumerate(chunks):
+        if i and pause:
+            await asyncio.sleep(pause)
+        if i == break_after:
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await response.write(chunk)
     await response.write_eof()
     return response
