@@ -71,13 +71,19 @@ ESTIMATE = CharEstimateTokenizer(3.0)
 EXACT = EncoderTokenizer("words", str.split)
 
 
+async def discovered_choice(url: str) -> tuple[Backends, Any]:
+    """Backends that discovered the llama-cpp-python-like upstream at `url`, and their choice for a
+    two-message chat to model `smol`."""
+    backends = Backends()
+    async with aiohttp.ClientSession() as session:
+        await backends.discover(session, "local", url)
+        choice = await backends.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+    return backends, choice
+
+
 class TestChoose:
     async def test_uses_the_backend_tokenizer_where_the_upstream_has_one(self, llama):
-        url, _ = llama
-        counting = Backends()
-        async with aiohttp.ClientSession() as session:
-            await counting.discover(session, "local", url)
-            choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+        _, choice = await discovered_choice(llama[0])
         assert choice.source == "backend" and choice.bypasses_cache
         assert RequestCounter(choice.profile, choice.tokenizer).request(chat(2)).total == rendered(chat(2)["messages"])
 
@@ -194,11 +200,7 @@ class TestObserve:
         assert choice.calibration.observations == 4
 
     async def test_the_backend_s_or_the_model_s_own_count_learns_nothing(self, llama):
-        url, _ = llama
-        counting = Backends()
-        async with aiohttp.ClientSession() as session:
-            await counting.discover(session, "local", url)
-            choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+        counting, choice = await discovered_choice(llama[0])
         assert counting.observe("local", "smol", 999, chat(2), choice, ESTIMATE) is None
         assert counting.calibration.get("local", "smol") is None
 
