@@ -141,6 +141,9 @@ class Parsed:
     unread: tuple[str, ...] = ()
     # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
     unseen: tuple[str, ...] = ()
+    # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`): the
+    # plan made for it may be this request's (`proxy.server.resent_plans`).
+    same_as: object | None = field(default=None, compare=False, repr=False)
 
     @property
     def read_whole(self) -> bool:

@@ -63,6 +63,7 @@ class ChatAdapter(Adapter):
             reserve_view_field=reserve,
             message_hashes=hashes,
             unread=unread_fields(checked, fields.CHAT),
+            same_as=known.same if hashes else None,
         )
 
     def render(

@@ -18,6 +18,9 @@ class KnownPrefix:
     # Every top-level key but the array's holds the value an earlier body held, read from the same
     # bytes: an adapter that accepted that body need not check those keys again.
     others_known: bool = False
+    # The body is byte for byte an earlier one, which this object stands for (an identity only):
+    # what was worked out for those bytes holds for these.
+    same: object | None = None
 
 
 NOTHING_KNOWN = KnownPrefix()

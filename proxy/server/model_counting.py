@@ -28,6 +28,7 @@ from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ConfigError
+from proxy.server.resent_plans import ResentPlans
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 
@@ -66,6 +67,7 @@ class Models:
         self.shares_count_cache = tokenizers.share_count_cache
         self.policy = settings.trim_policy
         self._without_note = replace(self.policy, compaction=CompactionPolicy())
+        self.resent = ResentPlans(time.perf_counter)  # the plans of bodies sent again as they were
 
     def load_configured(self) -> None:
         """Load the vocabularies of the models the config names (about half a second each)."""
@@ -131,12 +133,18 @@ class Models:
         policy (the upstream's: a server that lowers max_tokens itself); `client` scopes the count cache."""
         profile, tokenizer, cache = self._counting(model, counting, client)
         # The budget note and a summary go in where the adapter can write them (not legacy completions).
-        policy = self.policy if adapter.writes_inserted else self._without_note
+        base = policy = self.policy if adapter.writes_inserted else self._without_note
         if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one
             policy = replace(policy, budget=budget)
-        return fit(
-            adapter, parsed, profile, tokenizer, policy, cache, context_window=context_window, clock=time.perf_counter
-        )
+
+        def made() -> Fitted:
+            window, clock = context_window, time.perf_counter
+            return fit(adapter, parsed, profile, tokenizer, policy, cache, context_window=window, clock=clock)
+
+        if parsed.same_as is None or cache is None:  # not sent before, or counted past the cache
+            return made()
+        key = (adapter.name, model, context_window, profile, tokenizer.identity, id(base), policy.budget, client)
+        return self.resent.fitted(parsed, key, made)
 
 
 def configured_tokenizers(settings: Settings, registry: ModelRegistry) -> list[TokenizerSpec]:

@@ -276,4 +276,4 @@ def _again(body: LocatedBody, key: str) -> Reading:
     (the elements are the very ones read before, not to be changed in place, as for any shared
     element); every element and every other key known, nothing new to keep."""
     value = {**body.head, key: list(body.elements), **body.tail}
-    return Reading(value, KnownPrefix(len(body.ends), body.hashes, True), body)
+    return Reading(value, KnownPrefix(len(body.ends), body.hashes, True, body), body)
