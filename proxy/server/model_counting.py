@@ -14,7 +14,7 @@ one still stops the start) and `load_configured()` loads them once the process l
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -141,9 +141,12 @@ class Models:
             window, clock = context_window, time.perf_counter
             return fit(adapter, parsed, profile, tokenizer, policy, cache, context_window=window, clock=clock)
 
-        if parsed.same_as is None or cache is None:  # not sent before, or counted past the cache
+        if cache is None:  # counted past the cache (the backend's tokenizer, a calibrated estimate): not kept
             return made()
-        key = (adapter.name, model, context_window, profile, tokenizer.identity, id(base), policy.budget, client)
+
+        def key() -> Hashable:  # what else the plan depended on
+            return (adapter.name, model, context_window, profile, tokenizer.identity, id(base), policy.budget, client)
+
         return self.resent.fitted(parsed, key, made)
 
 

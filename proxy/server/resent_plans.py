@@ -37,13 +37,15 @@ class ResentPlans:
         self._plans: weakref.WeakKeyDictionary[object, dict[Hashable, Plan]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # plans are made on the loop and in threads
 
-    def fitted(self, parsed: Parsed, key: Hashable, make: Callable[[], Fitted]) -> Fitted:
-        """The plan kept for `parsed`'s earlier body and `key`, for `parsed`; else `make()`, kept
-        when it may be."""
+    def fitted(self, parsed: Parsed, key_of: Callable[[], Hashable], make: Callable[[], Fitted]) -> Fitted:
+        """The plan kept for `parsed`'s earlier body and `key_of()` (what else the plan depended
+        on), for `parsed`; else `make()`, kept when it may be. A body not sent before is only
+        made: its key is never worked out."""
         same = parsed.same_as
         if same is None:
             return make()
         started = self._clock()
+        key = key_of()
         with self._lock:
             kept = self._plans.get(same, {}).get(key)
         if kept is not None:

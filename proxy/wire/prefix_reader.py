@@ -54,7 +54,6 @@ from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 _HEAD = 128  # bytes of a body that name its family of earlier bodies
 _MARKER = "\x00earlier"
 _WRAP = b'{"\\u0000earlier":[0'
-_PROBE = 32  # bytes compared first, at the end of an earlier body's last element
 _CLOSE_ENOUGH = 4096  # new bytes left to read past a candidate that end the search for a better one
 _CANDIDATES = 4  # earlier bodies compared in full, of each kind below
 _FAMILY_SCAN = 32  # the most recent bodies of a family looked at: the conversations being had
@@ -183,13 +182,9 @@ class PrefixReader:
                 old = memoryview(body.raw)  # compared in place, never copied
                 if size <= second or not raw.startswith(old[first:second], first):
                     continue
-                # Its last element in the same bytes, checked from its end (where a sibling, a turn
-                # of the same size answered differently, differs from it), then whole.
-                if (
-                    size > last
-                    and raw.startswith(old[last - _PROBE : last], last - _PROBE)
-                    and _same_last(raw, body)
-                ):
+                # Its whole last element in the same bytes: a sibling (a turn of the same size
+                # answered differently) may end as this one does.
+                if size > last and _same_last(raw, body):
                     whole.append(body)
                     break  # the likeliest of all: the most recent body this one extends whole
                 started.append(body)

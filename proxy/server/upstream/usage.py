@@ -46,10 +46,10 @@ def usage_from_body(body: bytes, content_encoding: str | None = None) -> Usage |
     try:  # orjson alone, without the exact reader's walk over every value: only `usage` matters here
         payload = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return usage_of(json_or_none(data))  # the standard library's extensions (NaN, Infinity)
+        payload = None
     usage = payload.get("usage") if type(payload) is dict else None
-    if type(usage) is dict and type(usage.get("prompt_tokens")) is float:  # past 64 bits: read exactly
-        return usage_of(json_or_none(data))
+    if payload is None or (type(usage) is dict and type(usage.get("prompt_tokens")) is float):
+        payload = json_or_none(data)  # the exact reader: NaN and Infinity, a count past 64 bits
     return usage_of(payload)
 
 
