@@ -332,3 +332,11 @@ def rss_mb() -> float:
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def assert_refused_over_window(answers: list[tuple[int, bytes, float]]) -> None:
+    """Every answer is OpenAI's 400 `context_length_exceeded` (what `post` returned for each)."""
+    for status, answer, _ in answers:
+        assert status == 400, answer[:300]
+        error = json.loads(answer)["error"]
+        assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"

@@ -17,7 +17,7 @@ import pytest
 
 from proxy.logging import configure_logging
 from proxy.server.placement import INLINE_BYTES
-from tests.adversarial.conftest import body_of, post
+from tests.adversarial.conftest import assert_refused_over_window, body_of, post
 from tests.adversarial.hostile import chat_with_tool, plain_function, ref_chain
 
 CHAT = "/v1/chat/completions"
@@ -68,10 +68,7 @@ class TestRefChain:
         async with prober.during(guard) as during:
             answers = [await post(guard.url(CHAT), body) for _ in range(6)]
         prober.assert_responsive(base, during)
-        for status, answer, _ in answers:
-            assert status == 400, answer[:300]
-            error = json.loads(answer)["error"]
-            assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
+        assert_refused_over_window(answers)
         lines = await request_lines(log_lines, 7)
         assert len(lines) == 7
         lines = lines[1:]
