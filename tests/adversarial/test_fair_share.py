@@ -76,10 +76,20 @@ class TestFairShare:
         count = guard.url("/v1/messages/count_tokens")
         leave = asyncio.Event()
         senders = [asyncio.create_task(send_until(count, attack, ATTACKER, leave)) for attack in attacks]
-        # The client leaves once one of its jobs runs and another waits (its one thread is busy).
+        # The client leaves once one of its jobs runs and another waits (its one thread is busy), and
+        # the running one has run for 0.2 s: a count, which goes on for seconds, not a body's parse,
+        # which may end between this look and the hang-up reaching the guard.
+        held_since: tuple[int, float] | None = None  # (jobs started, when) while one runs and one waits
         for _ in range(1200):
-            busy, queued = await guard.on_guard_loop(lambda: (large_body_slots().busy, large_body_slots().queued))
-            if busy >= 1 and queued >= 1:
+            busy, queued, started = await guard.on_guard_loop(
+                lambda: (large_body_slots().busy, large_body_slots().queued, large_body_slots().stats.started)
+            )
+            now = asyncio.get_running_loop().time()
+            if busy < 1 or queued < 1:
+                held_since = None
+            elif held_since is None or held_since[0] != started:
+                held_since = (started, now)
+            elif now - held_since[1] >= 0.2:
                 break
             await asyncio.sleep(0.025)
         leave.set()
