@@ -137,6 +137,8 @@ class Parsed:
     # A count cache key per view message (a hash of its bytes as received), when the view's messages
     # are the body's own (chat) and the reader located them; empty otherwise.
     message_hashes: tuple[int, ...] = ()
+    # How many of those messages an earlier body held in the same bytes (`KnownPrefix.checked`).
+    shared_messages: int = 0
     # Top-level fields the adapter neither counts nor knows to stay out of the prompt (`proxy.apis.fields`).
     unread: tuple[str, ...] = ()
     # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
@@ -324,6 +326,7 @@ def fit(
         context_window=context_window,
         clock=clock,
         message_hashes=parsed.message_hashes,
+        shared_messages=parsed.shared_messages,
     )
     result = plan.result
     if result.outcome != "trimmed":

@@ -62,6 +62,7 @@ class ChatAdapter(Adapter):
             reserve_field=reserve,
             reserve_view_field=reserve,
             message_hashes=hashes,
+            shared_messages=known.checked if hashes else 0,
             unread=unread_fields(checked, fields.CHAT),
             same_as=known.same if hashes else None,
         )

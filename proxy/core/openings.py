@@ -22,6 +22,11 @@ Each request keeps its opening at its own length, and looks up its own length an
 shorter, longest first. A request that replaces its last turn (a client retrying or editing)
 finds the opening the request before the last one kept, and counts the turn after it from the
 message cache: keeping openings one and two short of every request too cost more than that.
+When that opening is gone (the cache bounded, other conversations counted since), the request
+also keeps the opening at the messages it shares with the earlier body the prefix reader
+matched: where its siblings (the same conversation with another last turn) part from it. Without
+it, every later sibling walked the whole conversation again (`make bench`'s new turn after its
+cold bodies: 2.1 ms of CPU per request against 1.6).
 """
 
 from __future__ import annotations
@@ -118,8 +123,11 @@ def sizes_to_look_up(length: int) -> range:
     return range(length, max(0, length - LOOKED_UP), -1)
 
 
-def sizes_to_keep(length: int) -> tuple[int, ...]:
-    return tuple(length - short for short in KEPT_SHORT_OF_THE_END if length - short > 0)
+def sizes_to_keep(length: int, shared: int = 0, carried: int = 0) -> tuple[int, ...]:
+    """The opening sizes a request of `length` messages keeps: its own; and `shared`, the
+    messages it holds of an earlier body, when the opening it carried is shorter than that."""
+    own = tuple(length - short for short in KEPT_SHORT_OF_THE_END if length - short > 0)
+    return (*own, shared) if carried < shared < length and shared not in own else own
 
 
 def still_marked_alike(opening: Opening, marked: Mapping[int, ResultContext]) -> bool:

@@ -83,15 +83,17 @@ def plan_request(
     context_window: int | None = None,
     clock: Callable[[], float] | None = None,
     message_hashes: Sequence[int] = (),
+    shared_messages: int = 0,
 ) -> Plan:
     """Count `body` for `profile` and fit it to its budget. `context_window` overrides the
     profile's (the self-correction of a model whose provider counts more than we do); `clock`
     (e.g. `time.perf_counter`) times the two phases; `message_hashes`, one per message, key the
-    count cache instead of hashes of the messages written back (`RequestCounter.request`)."""
+    count cache instead of hashes of the messages written back, and `shared_messages` says how
+    many of them an earlier body held (`RequestCounter.request`)."""
     tick = clock or (lambda: 0.0)
     counter = RequestCounter(profile, tokenizer, cache)
     started = tick()
-    count = counter.request(body, message_hashes)
+    count = counter.request(body, message_hashes, shared_messages)
     counted = tick()
     result = trim(
         body,

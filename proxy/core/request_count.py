@@ -60,13 +60,15 @@ class RequestCounter(CountRules):
             return hit[1]
         return count_text(self.tokenizer, text, self.cache)
 
-    def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = ()) -> RequestCount:
+    def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = (), shared: int = 0) -> RequestCount:
         """The body's count; `message_hashes` as for `_message_keys`. With them, the counts of
-        the opening it shares with a request counted before are carried (`proxy.core.openings`)."""
+        the opening it shares with a request counted before are carried (`proxy.core.openings`);
+        `shared`, how many of its first messages the prefix reader found in an earlier body's
+        bytes, is where its siblings part from it."""
         recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.slices)
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
-        counts, tally = self._counts_with_openings(messages, message_hashes)
+        counts, tally = self._counts_with_openings(messages, message_hashes, shared)
         return self.totals(body, messages, counts, tally, self._tool_definitions(body), recording)
 
     def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
@@ -136,7 +138,7 @@ class RequestCounter(CountRules):
         self._prefetched = {id(t): (t, n) for t, n in zip(texts, counts, strict=True)}
 
     def _counts_with_openings(
-        self, messages: list[Any], hashes: Sequence[int]
+        self, messages: list[Any], hashes: Sequence[int], shared: int = 0
     ) -> tuple[tuple[MessageCount, ...], Tally]:
         """Every message's count and their sums; the tool results' contexts in `_results`. An
         opening counted before is carried with its sums (no walk over it), and this request's
@@ -161,7 +163,7 @@ class RequestCounter(CountRules):
         start = opening.size if opening is not None else 0
         calls: dict[str, ResultContext] = dict(opening.calls) if opening is not None else {}
         contexts: dict[int, ResultContext] = dict(opening.contexts) if opening is not None else {}
-        keep = sizes_to_keep(n)
+        keep = sizes_to_keep(n, shared, opening.size if opening is not None else 0)
         states: dict[int, tuple[dict[str, ResultContext], dict[int, ResultContext]]] = {}
         at = start
         for size in sorted(s for s in keep if s > start):  # the walk, paused where an opening is kept

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import RequestCount
-from proxy.core.openings import sizes_to_keep
+from proxy.core.openings import LOOKED_UP, sizes_to_keep
 from proxy.core.request_count import RequestCounter
 from tests.support.counting_tokenizer import CountingTokenizer
 
@@ -53,14 +53,26 @@ def fresh(registry, tokenizers, model: str, messages: list[dict[str, Any]]) -> R
     return RequestCounter(profile, tokenizers.get(profile.tokenizer)).request({"model": model, "messages": messages})
 
 
+def shared(earlier: list[dict[str, Any]], messages: list[dict[str, Any]]) -> int:
+    """What the prefix reader says a body holds of the one before: its first messages, as far
+    as they are the same."""
+    same = 0
+    for a, b in zip(hashes(earlier), hashes(messages)):
+        if a != b:
+            break
+        same += 1
+    return same
+
+
 def in_turn(registry, tokenizers, model: str, *requests: list[dict[str, Any]]) -> RequestCount:
     """The last request's count, the ones before it counted first with the same cache."""
     profile = registry.profile(model)
     cache = CountCache()
-    count = None
+    count, earlier = None, []
     for messages in requests:
         counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), cache)
-        count = counter.request({"model": model, "messages": messages}, hashes(messages))
+        count = counter.request({"model": model, "messages": messages}, hashes(messages), shared(earlier, messages))
+        earlier = messages
     assert count is not None
     return count
 
@@ -143,6 +155,23 @@ class TestWhatIsCountedAgain:
         count = RequestCounter(profile, tokenizer, cache).request({"messages": edited}, hashes(edited))
         assert tokenizer.encoded_chars - encoded == len("six " * 100)
         assert count == RequestCounter(profile, tokenizer).request({"messages": edited})
+
+    def test_siblings_of_a_conversation_whose_opening_was_let_go_walk_only_their_own_turns(self, registry):
+        """Many clients asking their own follow-up of one conversation, after the cache let its
+        opening go: the first keeps the opening where they part, and the others carry it."""
+        profile = registry.profile("gpt-4o")
+        conversation = [SYSTEM, *(user(f"question {i}") if i % 2 else assistant(f"answer {i}") for i in range(40))]
+        first, cache = RequestCounter(profile, CountingTokenizer(), CountCache()), CountCache()
+        first.request({"messages": conversation}, hashes(conversation))  # in another cache: this one lost it
+        for client in range(3):
+            sibling = [*conversation, assistant(f"nothing new, {client}"), user(f"and for {client}?")]
+            looked_up = cache.hits + cache.misses
+            count = RequestCounter(profile, CountingTokenizer(), cache).request(
+                {"messages": sibling}, hashes(sibling), shared=len(conversation)
+            )
+            assert count == RequestCounter(profile, CountingTokenizer()).request({"messages": sibling})
+            if client:  # the openings looked up and the two new messages: not each of the 43 (44 looks)
+                assert cache.hits + cache.misses - looked_up <= LOOKED_UP + 2
 
 
 TURN = st.one_of(
