@@ -57,7 +57,7 @@ def shared(earlier: list[dict[str, Any]], messages: list[dict[str, Any]]) -> int
     """What the prefix reader says a body holds of the one before: its first messages, as far
     as they are the same."""
     same = 0
-    for a, b in zip(hashes(earlier), hashes(messages)):
+    for a, b in zip(hashes(earlier), hashes(messages), strict=False):  # the shorter one ends it
         if a != b:
             break
         same += 1
