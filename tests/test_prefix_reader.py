@@ -148,6 +148,17 @@ class TestReadingAConversationReSent:
         assert match.same and match.new_bytes == 0 and again.body is first.body and parsed == []
         assert again.value is not first.value and again.value["messages"] is not first.value["messages"]
 
+    def test_a_body_sent_again_is_found_whether_it_was_kept_last_or_before_a_sibling(self):
+        """The most recent body of a family is compared first; an older one is still found."""
+        prefix = reader()
+        opening = conversation(4)
+        raws = [COMPACT(body([*opening, {"role": "user", "content": f"and {tail}?"}])) for tail in "ab"]
+        kept = [accepted(prefix, raw) for raw in raws]  # siblings: the same opening, another last turn
+        for raw, earlier in [(raws[1], kept[1]), (raws[0], kept[0]), (raws[0], kept[0])]:
+            match = prefix.match(bytes(raw))
+            assert match.same and match.earlier is earlier.body
+            prefix.keep(prefix.read(bytes(raw), match))
+
     def test_a_body_sent_again_and_kept_is_kept_once_as_the_most_recent(self):
         prefix = reader()
         raws = [COMPACT(body(conversation(3, tag=tag))) for tag in "ab"]
