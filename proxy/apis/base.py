@@ -134,24 +134,22 @@ class Parsed:
     reserve_field: str | None = None  # the original field holding the output reserve
     reserve_view_field: str | None = None  # the view's field for it (max_completion_tokens, max_tokens)
     private: Mapping[str, Any] = field(default_factory=dict)  # what an adapter keeps for render
-    # A count cache key per view message (a hash of its bytes as received), when the view's messages
-    # are the body's own (chat) and the reader located them; empty otherwise.
+    # A count cache key per view message (its bytes' hash), when they are the body's own (chat) and
+    # were located, else empty; and how many an earlier body held in the same bytes (`KnownPrefix.checked`).
     message_hashes: tuple[int, ...] = ()
-    # How many of those messages an earlier body held in the same bytes (`KnownPrefix.checked`).
     shared_messages: int = 0
     # Top-level fields the adapter neither counts nor knows to stay out of the prompt (`proxy.apis.fields`).
     unread: tuple[str, ...] = ()
     # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
     unseen: tuple[str, ...] = ()
-    # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`): the
-    # plan made for it may be this request's (`proxy.server.resent_plans`).
-    same_as: object | None = field(default=None, compare=False, repr=False)
+    # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`), weakly: the
+    # request and plan made for it may be this one's (`proxy.server.resent_parses`, `resent_plans`).
+    same_as: Callable[[], object | None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def read_whole(self) -> bool:
-        """Whether everything the upstream may put in the prompt was counted exactly or bounded
-        from above: what it says about this request (a count, its usage) may then be learned for
-        the model."""
+        """Whether everything the upstream may put in the prompt was counted exactly or bounded from
+        above: what it says about this request (a count, its usage) may be learned for the model."""
         return not self.unread and not self.server_state and not self.unseen
 
     @property

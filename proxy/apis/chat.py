@@ -8,6 +8,7 @@ the core already built with every other field kept.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -64,7 +65,7 @@ class ChatAdapter(Adapter):
             message_hashes=hashes,
             shared_messages=known.checked if hashes else 0,
             unread=unread_fields(checked, fields.CHAT),
-            same_as=known.same if hashes else None,
+            same_as=weakref.ref(known.same) if hashes and known.same is not None else None,
         )
 
     def render(

@@ -23,6 +23,7 @@ from proxy.server.metrics import Metrics
 from proxy.server.model_counting import Models
 from proxy.server.paths import PathRoute
 from proxy.server.record import RequestRecord
+from proxy.server.resent_parses import ResentParses
 from proxy.server.summariser import Summariser
 from proxy.server.upstream.relay import Router, request_headers
 from proxy.state import MemoryStore, StateStore
@@ -45,6 +46,7 @@ class Gateway:
     log: Any
     apis: AdapterRegistry = field(default_factory=AdapterRegistry)
     readers: BodyReaders = field(default_factory=BodyReaders)  # the bodies' strict, incremental readers
+    parses: ResentParses = field(default_factory=ResentParses)  # the requests of bodies sent again
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session

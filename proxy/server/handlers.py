@@ -65,11 +65,18 @@ async def guarded(request: web.Request) -> web.StreamResponse:
 def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = None) -> Parsed:
     """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter
     (the chat adapter type-checks every field the core reads); a conversation re-sent with a new
-    turn is read and checked only where it is new."""
+    turn is read and checked only where it is new, and a body sent again as it was is the request
+    parsed the last time (`proxy.server.resent_parses`)."""
+    if match is not None and match.same:
+        kept = gw.parses.get(match.earlier, endpoint)
+        if kept is not None:
+            gw.readers.used_again(endpoint.adapter, match)
+            return kept
     with bad_body_errors():
         reading = gw.readers.read(endpoint.adapter, raw, match)
         parsed = endpoint.parse(reading.value, reading.known)
     gw.readers.accepted(endpoint.adapter, reading)
+    gw.parses.keep(parsed, endpoint)
     return parsed
 
 

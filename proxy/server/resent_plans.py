@@ -41,7 +41,7 @@ class ResentPlans:
         """The plan kept for `parsed`'s earlier body and `key_of()` (what else the plan depended
         on), for `parsed`; else `make()`, kept when it may be. A body not sent before is only
         made: its key is never worked out."""
-        same = parsed.same_as
+        same = parsed.same_as() if parsed.same_as is not None else None
         if same is None:
             return make()
         started = self._clock()

@@ -32,6 +32,12 @@ class BodyReaders:
         """The body strictly read for `adapter` (`read_json`'s value and errors)."""
         return self._readers.get(adapter.name, self._plain).read(raw, match)
 
+    def used_again(self, adapter: Adapter, match: Match) -> None:
+        """A body sent again whose parse was kept (`proxy.server.resent_parses`): the earlier body is
+        the most recently used again, as `accepted` makes it for a body read."""
+        if match.same and match.earlier is not None:
+            self.accepted(adapter, Reading(None, body=match.earlier))
+
     def accepted(self, adapter: Adapter, reading: Reading) -> None:
         """`adapter` accepted the body read: a later body may build on it."""
         reader = self._readers.get(adapter.name)
