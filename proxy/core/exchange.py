@@ -16,6 +16,7 @@ Each command names its reply:
 | -------------------------- | ---------------------------------------------------- | -------------- |
 | `PlanFor(window)`          | counts and trims for `window`, renders the API shape | `Plan`         |
 | `ProviderCount(plan)`      | asks the upstream's count endpoint, at the edge only | `Plan` or None |
+|                            | (a plan made from a bound, never an exact count)     |                |
 | `Recount(body)`            | has the backend's tokenizer count `body`             | `Recounted` or None (cannot now) |
 | `Summarise(request)`       | asks the summariser (`trim.summarize_dropped`)       | `Summary`      |
 | `Render(view)`             | writes a chat-view cut back in the API's shape       | the body       |
@@ -212,7 +213,8 @@ class Exchange:
             return
         window = min(self.applied.window, self.known_window) if self.applied else None
         plan: Plan = yield PlanFor(window) if window is not None else _FOR_MODEL_WINDOW
-        if self.provider_counts:  # once, on the first plan: the provider's own count at the budget's edge
+        # Once, on the first plan, when it is a bound: the provider's own count at the budget's edge.
+        if self.provider_counts and not plan.count.exact:
             counted: Plan | None = yield ProviderCount(plan)
             plan = plan if counted is None else counted
         while True:
