@@ -11,6 +11,8 @@ import contextlib
 import json
 import random
 import string
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 
@@ -74,32 +76,44 @@ class TestFairShare:
         # bounded at once, and would be done before its client leaves).
         attacks = [anthropic_body_of(f"{i} " + words(12_000_000), model="gpt-4o") for i in range(2)]
         count = guard.url("/v1/messages/count_tokens")
-        leave = asyncio.Event()
-        senders = [asyncio.create_task(send_until(count, attack, ATTACKER, leave)) for attack in attacks]
-        # The client leaves once one of its jobs runs and another waits (its one thread is busy), and
-        # the running one has run for 0.2 s: a count, which goes on for seconds, not a body's parse,
-        # which may end between this look and the hang-up reaching the guard.
-        held_since: tuple[int, float] | None = None  # (jobs started, when) while one runs and one waits
-        for _ in range(1200):
-            busy, queued, started = await guard.on_guard_loop(
-                lambda: (large_body_slots().busy, large_body_slots().queued, large_body_slots().stats.started)
+
+        async def slots() -> tuple[int, int, Any]:
+            return await guard.on_guard_loop(
+                lambda: (large_body_slots().busy, large_body_slots().queued, large_body_slots().stats)
             )
+
+        async def until(condition: Callable[[int, int, Any], bool]) -> None:
+            for _ in range(1200):
+                if condition(*await slots()):
+                    return
+                await asyncio.sleep(0.025)
+            raise AssertionError(f"the slots never got there: {await slots()}")
+
+        # One client, one thread: the first body counts (for seconds), then the second waits.
+        # Each hang-up is sent on its own and seen to arrive before the next, so that the waiting
+        # job is still waiting when its client leaves (had the running one stopped first, the
+        # waiting one would have started, and been told to stop in its turn).
+        leave_running, leave_waiting = asyncio.Event(), asyncio.Event()
+        running = asyncio.create_task(send_until(count, attacks[0], ATTACKER, leave_running))
+        held: list[tuple[int, float]] = []  # (jobs started, when): a job that has run 0.2 s is a count, not a parse
+
+        def counting(busy: int, queued: int, stats: Any) -> bool:
             now = asyncio.get_running_loop().time()
-            if busy < 1 or queued < 1:
-                held_since = None
-            elif held_since is None or held_since[0] != started:
-                held_since = (started, now)
-            elif now - held_since[1] >= 0.2:
-                break
-            await asyncio.sleep(0.025)
-        leave.set()
-        await asyncio.gather(*senders)
-        stats = await guard.on_guard_loop(lambda: large_body_slots().stats)
-        # One client, one thread: the second body waited and was dropped when its client left;
-        # the first was counting, and its cancel event was set (counting in slices stops on it).
-        assert stats.dropped >= 1 and stats.told_to_stop >= 1
-        for _ in range(600):  # the thread is held until the work has really returned, then freed
-            if await guard.on_guard_loop(lambda: large_body_slots().busy) == 0:
-                break
-            await asyncio.sleep(0.05)
-        assert await guard.on_guard_loop(lambda: large_body_slots().busy) == 0
+            if busy != 1 or (held and held[-1][0] != stats.started):
+                held.clear()
+            if busy == 1 and not held:
+                held.append((stats.started, now))
+            return bool(held) and now - held[-1][1] >= 0.2
+
+        await until(counting)
+        waiting = asyncio.create_task(send_until(count, attacks[1], ATTACKER, leave_waiting))
+        await until(lambda busy, queued, stats: queued == 1)
+        leave_waiting.set()
+        await waiting
+        await until(lambda busy, queued, stats: stats.dropped == 1)  # dropped from the queue: it never ran
+        leave_running.set()
+        await running
+        await until(lambda busy, queued, stats: stats.told_to_stop == 1)  # its cancel event set
+        await until(lambda busy, queued, stats: busy == 0)  # held until the work has really returned, then freed
+        stats = (await slots())[2]
+        assert stats.dropped == 1 and stats.told_to_stop == 1
