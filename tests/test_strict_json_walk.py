@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from unittest import mock
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.wire import strict_json
 from proxy.wire.strict_json import AmbiguousJson, JsonLimits, loads_strict
@@ -28,3 +33,24 @@ class TestTheWalkSkipped:
     def test_brackets_inside_strings_only_make_the_walk_run(self):
         limits = JsonLimits(max_depth=2)
         assert loads_strict(b'{"a":"[[[[{{{{"}', limits) == {"a": "[[[[{{{{"}
+
+
+class TestLongNumbers:
+    """The bytes that may hold an integer beyond 64 bits: a run of 19 ASCII digits, wherever it is."""
+
+    RUN = re.compile(rb"[0-9]{19}")  # what the check stands for
+
+    @given(
+        st.lists(st.one_of(st.binary(max_size=12), st.text("0123456789", max_size=30).map(str.encode)), max_size=40),
+        st.sampled_from([19, 20, 37, 64]),
+    )
+    def test_a_run_of_nineteen_digits_is_found_in_any_bytes_across_any_slice(self, pieces, size):
+        raw = b"".join(pieces)
+        with mock.patch.object(strict_json, "_DIGIT_SLICE", size):
+            assert strict_json.has_long_number(raw) == bool(self.RUN.search(raw))
+
+    def test_a_run_across_the_slices_of_a_large_body_is_found(self):
+        head = b'{"a":"' + b"x" * (64 * 1024 - 17) + b'","n":'  # the digits start 5 bytes before the first cut
+        body = head + b"1" * 19 + b"}"
+        assert len(head) == 64 * 1024 - 5 and strict_json.has_long_number(body)
+        assert not strict_json.has_long_number(head + b"1" * 18 + b"}")

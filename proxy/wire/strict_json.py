@@ -50,8 +50,14 @@ _INT64_LIMIT = 2.0**63
 # An integer orjson turns into a float has at least 19 digits (2**63 has 19): a body with no run of
 # 19 digits anywhere holds none, and one with no more brackets than the depth bound cannot nest
 # past it, so the walk over its values is skipped (most of the cost of reading a short text such
-# as the new turn of a re-sent conversation: 7 of 12 us).
-_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+# as the new turn of a re-sent conversation: 7 of 12 us). The run is looked for with the bytes
+# mapped to "0" (a digit) and " " (anything else) and one search for nineteen "0"s, in slices of
+# `_DIGIT_SLICE` bytes that overlap by 18: a regular expression for it tried a match at every digit,
+# 4.5 us on the 190 bytes of a new turn and about 1 ms on 88 KB of JSON dense in numbers and ids
+# (the mapping: 1 us and 90 us). UTF-8 writes no ASCII digit inside another character.
+_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_RUN = b"0" * 19
+_DIGIT_SLICE = 64 * 1024
 
 
 class AmbiguousJson(BodyError):
@@ -93,7 +99,7 @@ def loads_strict(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:  # not JSON to orjson: the exact pass says why, or accepts NaN
         return _loads_exact(raw, limits)
-    if raw.count(b"{") + raw.count(b"[") > limits.max_depth or _LONG_NUMBER.search(raw):
+    if raw.count(b"{") + raw.count(b"[") > limits.max_depth or has_long_number(raw):
         depth, big_integer = _shape(value, limits.max_depth)
         if depth > limits.max_depth or big_integer:
             return _loads_exact(raw, limits)  # refused there by the same words, or read exactly
@@ -101,6 +107,15 @@ def loads_strict(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     if raw.count(b":") != orjson.dumps(value).count(b":") or b"\\u003" in raw:
         return _loads_exact(raw, limits)  # a key may have been dropped (or a colon escaped)
     return value
+
+
+def has_long_number(raw: bytes) -> bool:
+    """Whether `raw` holds a run of at least 19 ASCII digits."""
+    run = len(_LONG_RUN)
+    for start in range(0, max(len(raw) - run + 1, 1), _DIGIT_SLICE):
+        if _LONG_RUN in raw[start : start + _DIGIT_SLICE + run - 1].translate(_DIGITS):
+            return True
+    return False
 
 
 def _loads_exact(raw: bytes, limits: JsonLimits) -> Any:
