@@ -174,6 +174,21 @@ class TestWhatIsCountedAgain:
                 assert cache.hits + cache.misses - looked_up <= LOOKED_UP + 2
 
 
+class TestOpeningsKept:
+    def test_a_request_keeps_its_own_opening(self):
+        assert sizes_to_keep(40) == (40,)
+
+    def test_one_whose_opening_was_let_go_keeps_one_where_a_sibling_of_its_length_looks(self):
+        assert sizes_to_keep(40, shared=38) == (40, 38)
+        assert sizes_to_keep(40, shared=38, carried=38) == (40,)  # carried: kept already
+        assert sizes_to_keep(40, shared=38, carried=30) == (40, 38)
+
+    def test_not_where_it_shares_only_an_opening_no_sibling_would_look_up(self):
+        """Another conversation under the same system prompt: its first message is all it shares."""
+        assert sizes_to_keep(40, shared=1) == (40,)
+        assert sizes_to_keep(40, shared=40 - LOOKED_UP) == (40,)
+
+
 TURN = st.one_of(
     st.builds(user, st.text(max_size=30)),
     st.builds(assistant, st.text(max_size=30)),
