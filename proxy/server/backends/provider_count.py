@@ -140,9 +140,10 @@ async def at_edge(
     tokenizer: object,
     notes: list[str],
 ) -> Plan | None:
-    """`plan` as the provider's count re-makes it, when the request's bounds straddle its budget
-    and the provider's count fits it (the exchange's `ProviderCount`); else None: `plan` stands."""
-    if not request.enabled or plan.count.exact:
+    """`plan` (made from a bound: the exchange offers no exact count) as the provider's count
+    re-makes it, when the request's bounds straddle its budget and the provider's count fits it
+    (the exchange's `ProviderCount`); else None: `plan` stands."""
+    if not request.enabled:
         return None
     # The budget of the request as sent: a max_tokens the cut lowered is the client's again.
     clamped = sum(r.tokens for r in plan.result.removals if r.kind == "max_tokens_clamped")
