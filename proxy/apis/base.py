@@ -143,7 +143,7 @@ class Parsed:
     # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
     unseen: tuple[str, ...] = ()
     # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`), weakly: the
-    # request and plan made for it may be this one's (`proxy.server.resent_parses`, `resent_plans`).
+    # request and plan made for it may be this one's (`proxy.server.resent`).
     same_as: Callable[[], object | None] | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from proxy.apis.base import Parsed
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
 from proxy.config.upstreams import UpstreamSettings
@@ -23,7 +24,7 @@ from proxy.server.metrics import Metrics
 from proxy.server.model_counting import Models
 from proxy.server.paths import PathRoute
 from proxy.server.record import RequestRecord
-from proxy.server.resent_parses import ResentParses
+from proxy.server.resent import PARSES_PER_BODY, KeptPerBody
 from proxy.server.summariser import Summariser
 from proxy.server.upstream.relay import Router, request_headers
 from proxy.state import MemoryStore, StateStore
@@ -46,7 +47,8 @@ class Gateway:
     log: Any
     apis: AdapterRegistry = field(default_factory=AdapterRegistry)
     readers: BodyReaders = field(default_factory=BodyReaders)  # the bodies' strict, incremental readers
-    parses: ResentParses = field(default_factory=ResentParses)  # the requests of bodies sent again
+    # The requests of bodies sent again, by endpoint (`proxy.server.resent`).
+    parses: KeptPerBody[Parsed] = field(default_factory=lambda: KeptPerBody(PARSES_PER_BODY))
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None
     summariser: Summariser | None = None  # with trim.summarize_dropped, opened with the session

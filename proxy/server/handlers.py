@@ -30,6 +30,7 @@ from proxy.server.paths import PATH_ROUTE
 from proxy.server.perform import prepared
 from proxy.server.placement import performed, planned
 from proxy.server.record import RequestRecord
+from proxy.server.resent import earlier_body
 from proxy.server.slots import client_key
 from proxy.server.upstream.forwarding import read_body
 from proxy.wire.chat_body import read_chat_body
@@ -66,7 +67,7 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter
     (the chat adapter type-checks every field the core reads); a conversation re-sent with a new
     turn is read and checked only where it is new, and a body sent again as it was is the request
-    parsed the last time (`proxy.server.resent_parses`)."""
+    parsed the last time (`proxy.server.resent`)."""
     if match is not None and match.same:
         kept = gw.parses.get(match.earlier, endpoint)
         if kept is not None:
@@ -76,7 +77,7 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
         reading = gw.readers.read(endpoint.adapter, raw, match)
         parsed = endpoint.parse(reading.value, reading.known)
     gw.readers.accepted(endpoint.adapter, reading)
-    gw.parses.keep(parsed, endpoint)
+    gw.parses.put(earlier_body(parsed), endpoint, parsed)  # a body sent again: its request, for the next time
     return parsed
 
 

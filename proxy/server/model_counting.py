@@ -28,7 +28,7 @@ from proxy.core.models import ModelProfile, ModelRegistry, TokenizerSpec
 from proxy.core.notes import CompactionPolicy
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ConfigError
-from proxy.server.resent_plans import ResentPlans
+from proxy.server.resent import ResentPlans
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

@@ -13,7 +13,7 @@ import pytest
 from bench.conversations import agent_conversation
 from proxy.apis.registry import AdapterRegistry, Endpoint
 from proxy.server import handlers
-from proxy.server.resent_parses import PER_BODY, ResentParses
+from proxy.server.resent import PARSES_PER_BODY, KeptPerBody
 from proxy.wire.readers import BodyReaders
 
 REGISTRY = AdapterRegistry()
@@ -32,7 +32,7 @@ def conversation(question: str = "And now?") -> bytes:
 def gateway() -> Any:
     """What `_parse` uses of the gateway: the readers and the parses kept."""
     return SimpleNamespace(
-        readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=8 * 1024 * 1024), parses=ResentParses()
+        readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=8 * 1024 * 1024), parses=KeptPerBody(PARSES_PER_BODY)
     )
 
 
@@ -82,15 +82,15 @@ class TestResentParses:
 
     def test_a_few_paths_at_most_are_kept_per_body(self, gateway):
         raw = conversation()
-        for name in range(PER_BODY + 2):
+        for name in range(PARSES_PER_BODY + 2):
             endpoint = REGISTRY.endpoint_for(f"/openai/deployments/d{name}/chat/completions")
             for _ in range(2):
                 assert sent(gateway, endpoint, raw).model == f"d{name}"
-        assert len(gateway.parses) == PER_BODY
+        assert len(gateway.parses) == PARSES_PER_BODY
 
     def test_a_kept_request_goes_when_the_reader_lets_its_body_go(self):
         gateway = SimpleNamespace(
-            readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=4 * len(conversation())), parses=ResentParses()
+            readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=4 * len(conversation())), parses=KeptPerBody(PARSES_PER_BODY)
         )
         for _ in range(2):
             sent(gateway, CHAT, conversation())
