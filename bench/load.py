@@ -55,6 +55,7 @@ class Bodies:
     cold_template: bytes
     warm_template: bytes
     base: bytes  # the warm conversation without its new turn: sent once to fill caches
+    conversation: dict[str, Any] = field(compare=False, repr=False)  # `base` as objects (`warm_request`)
 
     @classmethod
     def of_size(cls, size: int, stream: bool = False) -> Bodies:
@@ -64,16 +65,28 @@ class Bodies:
             body["stream"] = True
         messages = body["messages"]
         cold = {**body, "messages": [_marked(m) for m in messages]}
-        question = {"role": "user", "content": f"{NONCE.decode()} Follow-up: what changed since the last answer?"}
-        answer = {"role": "assistant", "content": f"{NONCE.decode()} Nothing material; the totals hold."}
-        warm = {**body, "messages": [*messages, answer, question]}
-        return cls(size, orjson.dumps(cold), orjson.dumps(warm), orjson.dumps(body))
+        warm = {**body, "messages": [*messages, *_new_turn(NONCE.decode())]}
+        return cls(size, orjson.dumps(cold), orjson.dumps(warm), orjson.dumps(body), body)
 
     def cold(self) -> bytes:
         return self.cold_template.replace(NONCE, nonce())
 
     def warm(self) -> bytes:
         return self.warm_template.replace(NONCE, nonce())
+
+    def warm_request(self) -> dict[str, Any]:
+        """`warm()` as an application holds it when it calls its SDK: the conversation's objects
+        and a new turn appended (the SDK serialises them; nothing here is JSON yet)."""
+        base = self.conversation
+        return {**base, "messages": [*base["messages"], *_new_turn(nonce().decode())]}
+
+
+def _new_turn(marker: str) -> list[dict[str, Any]]:
+    """The answer and the follow-up question a warm body adds to the conversation."""
+    return [
+        {"role": "assistant", "content": f"{marker} Nothing material; the totals hold."},
+        {"role": "user", "content": f"{marker} Follow-up: what changed since the last answer?"},
+    ]
 
 
 def _marked(message: dict[str, Any]) -> dict[str, Any]:
@@ -182,8 +195,62 @@ class Connection:
             length = headers.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0]
             await self.reader.readexactly(int(length))
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self.writer.close()
+
+
+class HttpxClient:
+    """A client of the SDK-like throughput measure: an SDK's transport without the openai SDK's
+    own work on its arguments (which costs tens of milliseconds per 88 KB conversation): httpx
+    over one keep-alive connection, each request's objects serialised to JSON by httpx, each
+    answer parsed (`response.json()`), as the lighter SDKs and gateways' clients do."""
+
+    def __init__(self, client: Any, url: str) -> None:
+        self.client, self.url = client, url
+
+    @classmethod
+    async def open(cls, base_url: str) -> HttpxClient:
+        import httpx
+
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        client = httpx.AsyncClient(limits=limits, timeout=300, headers=CLIENT_HEADERS)
+        return cls(client, f"{base_url.rstrip('/')}/chat/completions")
+
+    async def post(self, request: dict[str, Any]) -> None:
+        """One chat request; an answer other than 200 is an error."""
+        answer = await self.client.post(self.url, json=request)
+        if answer.status_code != 200:
+            raise RuntimeError(f"answered {answer.status_code}")
+        answer.json()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class SdkClient:
+    """A client of the SDK-like throughput measure: the official openai SDK (`AsyncOpenAI`, over
+    an httpx pool of one keep-alive connection), used as an application uses it: each request
+    handed over as Python objects that the SDK serialises, each answer parsed into its types.
+    Its CPU per request is many times `Connection`'s, taken from the same cores the servers use,
+    as an application's would be."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @classmethod
+    async def open(cls, base_url: str) -> SdkClient:
+        import httpx
+        import openai
+
+        pool = httpx.AsyncClient(limits=httpx.Limits(max_connections=1, max_keepalive_connections=1), timeout=300)
+        return cls(openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0, http_client=pool))
+
+    async def post(self, request: dict[str, Any]) -> None:
+        """One chat request (`Bodies.warm_request()` or its like); an error answer raises."""
+        await self.client.chat.completions.create(**request)
+
+    async def close(self) -> None:
+        await self.client.close()
 
 
 @dataclass

@@ -30,7 +30,12 @@ METHOD = """\
   (`context-guard serve`, one worker, logging JSON at `info` as in production, to /dev/null). The
   client is this benchmark's own process (aiohttp; for throughput, raw keep-alive HTTP/1.1
   connections, a third of aiohttp's client CPU per request; the 10 MB bodies of the isolation
-  scenario come from a second client process). All of them share the machine's cores.
+  scenario come from a second client process). All of them share the machine's cores. The
+  SDK-like throughput lines drive the same proxies with 32 clients of the official openai SDK
+  (`AsyncOpenAI`: the conversation handed over as objects, which the SDK transforms and
+  serialises, the answer parsed into its types) and of httpx posting the objects as JSON (an
+  SDK's transport alone); their own work per request runs on the cores the proxies use, as an
+  application's does.
 - Interleaved: at one request in flight each body goes to the upstream, the bare proxy and
   context-guard in a rotating order; throughput runs each target for a slice of seconds in turn
   (guard, bare, guard, bare...), several rounds. A noisy neighbour slows all targets alike. The

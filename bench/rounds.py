@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from bench.load import Connection, Target, rotated
 from bench.processes import process_tree_cpu_seconds
@@ -115,13 +116,27 @@ class Throughput:
         return [s.server_cpu_ms for s in self.slices]
 
 
+class Client(Protocol):
+    """What `closed_loop` drives: one request at a time, the answer read whole."""
+
+    async def post(self, request: Any) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 async def closed_loop(
-    targets: Sequence[Target], make_body: Callable[[], bytes], clients: int, seconds: float, rounds: int
+    targets: Sequence[Target],
+    make_body: Callable[[], Any],
+    clients: int,
+    seconds: float,
+    rounds: int,
+    opener: Callable[[str], Awaitable[Client]] = Connection.open,
 ) -> dict[str, Throughput]:
     """`clients` in a closed loop, each target given `rounds` slices of `seconds`, the slices
-    interleaved (the order rotating from round to round). Each client is one keep-alive
-    connection (`Connection`), opened before the first slice and kept for all of them."""
-    connections = {t.name: [await Connection.open(t.url) for _ in range(clients)] for t in targets}
+    interleaved (the order rotating from round to round). Each client is opened by `opener`
+    (by default one raw keep-alive connection, `Connection`) before the first slice and kept for
+    all of them; `make_body` makes what its `post` takes."""
+    connections = {t.name: [await opener(t.url) for _ in range(clients)] for t in targets}
     slices: dict[str, list[Slice]] = {t.name: [] for t in targets}
     try:
         for r in range(rounds):
@@ -130,7 +145,7 @@ async def closed_loop(
                 completed = [0]
 
                 async def client(
-                    connection: Connection, deadline: float = deadline, completed: list[int] = completed
+                    connection: Client, deadline: float = deadline, completed: list[int] = completed
                 ) -> None:
                     while time.perf_counter() < deadline:
                         await connection.post(make_body())
@@ -145,7 +160,7 @@ async def closed_loop(
     finally:
         for opened in connections.values():
             for connection in opened:
-                connection.close()
+                await connection.close()
     return {name: Throughput(tuple(taken)) for name, taken in slices.items()}
 
 

@@ -9,6 +9,7 @@ bench/run.py starts the servers and runs these; bench/publish.py decides what is
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -16,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import load
-from bench.load import SMALL, Bodies, Target, summary_ms
+from bench.load import SMALL, Bodies, HttpxClient, SdkClient, Target, summary_ms
 from bench.machine import Watch
 from bench.processes import free_port, guard_command, server_command, started, wait_ready
-from bench.rounds import Spread, chunks, closed_loop, ratios
+from bench.rounds import Client, Spread, chunks, closed_loop, ratios
 
 SSE_QUERY = "deltas=64&gap_ms=20"
 SCENARIOS = ("start", "memory", "latency", "throughput", "streaming", "isolation", "core")
@@ -208,6 +209,53 @@ async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool)
                 cpu = (one.server_cpu_ms, two.server_cpu_ms)
                 spread = Spread.of(ratios(two.cpu_per_request(), one.cpu_per_request()))
                 rows.append(row(scenario, "CPU per request, 2 workers vs 1", *cpu, "ms", spread))
+    return rows + await sdk_throughput_rows(plan, targets["bare"], targets["guard"], bodies)
+
+
+# The SDK-like clients (bench/load.py): the official openai SDK, and an SDK's transport alone.
+SDK_CLIENTS: tuple[tuple[str, Callable[[str], Awaitable[Client]]], ...] = (
+    ("openai SDK", SdkClient.open),
+    ("httpx JSON", HttpxClient.open),
+)
+
+
+async def sdk_throughput_rows(plan: Plan, bare: Target, guard: Target, bodies: Bodies) -> list[Row]:
+    """Requests per second at 32 SDK-like clients, the warm conversation with a new turn and as
+    it was, in alternating slices. The clients' own work per request (building the JSON from
+    objects, httpx, parsing the answer) runs on the cores the servers use: the rate an
+    application sees, where the raw client's says what the proxy can do."""
+    rows = []
+    modes = (("warm, new turn", bodies.warm_request), ("warm, same body", lambda: bodies.conversation))
+    for (kind, opener), (mode, make) in itertools.product(SDK_CLIENTS, modes):
+        got = await closed_loop(
+            [bare, guard], make, 32, plan.throughput_seconds, plan.throughput_rounds, opener=opener
+        )
+        scenario = f"throughput, 32 {kind} clients, 88 KB {mode}"
+        plain, guarded = got[bare.name], got[guard.name]
+        rows.append(
+            row(
+                scenario,
+                "req/s, one worker",
+                plain.rate,
+                guarded.rate,
+                "req/s",
+                Spread.of(ratios(guarded.rates(), plain.rates())),
+                target=">= 0.9x",
+                client_cpu_ms_per_request={name: round(t.client_cpu_ms, 3) for name, t in got.items()},
+                rounds=len(guarded.slices),
+            )
+        )
+        if plain.server_cpu_ms is not None and guarded.server_cpu_ms is not None:
+            rows.append(
+                row(
+                    scenario,
+                    "CPU per request (server processes' own accounting)",
+                    plain.server_cpu_ms,
+                    guarded.server_cpu_ms,
+                    "ms",
+                    Spread.of(ratios(guarded.cpu_per_request(), plain.cpu_per_request())),
+                )
+            )
     return rows
 
 

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from bench import load, machine, publish, report, rounds
-from bench.load import SMALL, Bodies, Connection, Target
+from bench.load import SMALL, Bodies, Connection, HttpxClient, SdkClient, Target
 from bench.rounds import Slice, Spread, Throughput
 from bench.servers import ANSWER, DONE, bare_app, upstream_app
 
@@ -27,6 +27,15 @@ class TestBodies:
         first, second = (orjson.loads(bodies.warm())["messages"] for _ in range(2))
         assert first[: len(base)] == second[: len(base)] == base
         assert len(first) == len(base) + 2 and first[-1] != second[-1]
+
+    def test_a_warm_request_is_the_warm_body_as_the_objects_an_application_hands_its_sdk(self):
+        bodies = Bodies.of_size(25_000)
+        first, second = bodies.warm_request(), bodies.warm_request()
+        body = orjson.loads(bodies.warm())
+        assert first.keys() == body.keys() and first["model"] == body["model"]
+        assert first["messages"][:-2] == body["messages"][:-2] == orjson.loads(bodies.base)["messages"]
+        assert [m["role"] for m in first["messages"][-2:]] == [m["role"] for m in body["messages"][-2:]]
+        assert first["messages"][-1] != second["messages"][-1]
 
     def test_a_body_is_about_the_size_asked_for(self):
         assert 20_000 < len(Bodies.of_size(25_000).cold()) < 32_000
@@ -133,7 +142,7 @@ class TestConnection:
             for _ in range(3):
                 await connection.post(SMALL)
         finally:
-            connection.close()
+            await connection.close()
         assert sizes == [len(SMALL)] * 3
         assert len(set(peers)) == 1
 
@@ -144,7 +153,7 @@ class TestConnection:
             with pytest.raises(RuntimeError, match="503"):
                 await connection.post(SMALL)
         finally:
-            connection.close()
+            await connection.close()
 
 
 class TestClosedLoop:
@@ -161,6 +170,60 @@ class TestClosedLoop:
         assert got.server_cpu_ms is not None and got.server_cpu_ms > 0 and got.client_cpu_ms > 0
         assert len(got.slices) == 2 and sum(s.requests for s in got.slices) == len(sizes)
         assert all(cpu > 0 for cpu in got.cpu_per_request())
+
+
+class TestSdkClient:
+    async def test_the_openai_sdk_sends_each_request_on_one_kept_connection_and_reads_its_answer(
+        self, aiohttp_server: Any
+    ):
+        bodies: list[bytes] = []
+        peers: list[object] = []
+
+        async def completions(request: web.Request) -> web.Response:
+            bodies.append(await request.read())
+            assert request.transport is not None
+            peers.append(request.transport.get_extra_info("peername"))
+            return web.Response(body=ANSWER, content_type="application/json")
+
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", completions)
+        server = await aiohttp_server(app)
+        conversation = Bodies.of_size(25_000)
+        client = await SdkClient.open(str(server.make_url("/v1")))
+        try:
+            for _ in range(3):
+                await client.post(conversation.warm_request())
+        finally:
+            await client.close()
+        sent = [orjson.loads(b) for b in bodies]
+        base = orjson.loads(conversation.base)["messages"]
+        assert all(s["messages"][:-2] == base and s["model"] == load.MODEL for s in sent)
+        assert len({s["messages"][-1]["content"] for s in sent}) == 3
+        assert len(set(peers)) == 1
+
+    @pytest.mark.parametrize("kind", [SdkClient, HttpxClient], ids=["openai SDK", "httpx JSON"])
+    async def test_closed_loop_drives_sdk_like_clients_as_it_drives_connections(
+        self, aiohttp_server: Any, kind: Any
+    ):
+        sizes: list[int] = []
+        server = await aiohttp_server(counted_upstream(sizes))
+        target = Target("t", str(server.make_url("/v1")))
+        conversation = Bodies.of_size(10_000)
+        got = await rounds.closed_loop(
+            [target], conversation.warm_request, clients=2, seconds=0.3, rounds=1, opener=kind.open
+        )
+        assert got["t"].slices[0].requests == len(sizes) > 0
+        assert min(sizes) > 8_000
+
+    @pytest.mark.parametrize("kind", [SdkClient, HttpxClient], ids=["openai SDK", "httpx JSON"])
+    async def test_an_error_answer_raises(self, aiohttp_server: Any, kind: Any):
+        server = await aiohttp_server(counted_upstream([], status=400))
+        client = await kind.open(str(server.make_url("/v1")))
+        try:
+            with pytest.raises(Exception, match="400"):
+                await client.post(orjson.loads(SMALL))
+        finally:
+            await client.close()
 
 
 class TestSmallLatencyWhile:
