@@ -159,6 +159,20 @@ class TestReadingAConversationReSent:
             assert match.same and match.earlier is earlier.body
             prefix.keep(prefix.read(bytes(raw), match))
 
+    def test_a_turn_after_the_most_recent_body_s_opening_is_read_from_it_with_no_other_looked_for(
+        self, monkeypatch
+    ):
+        """Clients asking their own follow-up of one conversation: each body shares all but its
+        last turn with the body kept just before it, which is the one built on."""
+        prefix = reader()
+        opening = conversation(4)
+        raws = [COMPACT(body([*opening, {"role": "user", "content": f"and {tail}?"}])) for tail in "abc"]
+        kept = [accepted(prefix, raw) for raw in raws[:2]]
+        monkeypatch.setattr(prefix, "_candidates", lambda raw: pytest.fail("looked for other bodies"))
+        match = prefix.match(raws[2])
+        assert match.earlier is kept[1].body and match.shared == len(opening) and not match.same
+        assert prefix.read(raws[2], match).value == read_json(raws[2])
+
     def test_a_body_sent_again_and_kept_is_kept_once_as_the_most_recent(self):
         prefix = reader()
         raws = [COMPACT(body(conversation(3, tag=tag))) for tag in "ab"]

@@ -21,6 +21,9 @@ class KnownPrefix:
     # The body is byte for byte an earlier one, which this object stands for (an identity only):
     # what was worked out for those bytes holds for these.
     same: object | None = None
+    # Its first `seen_whole` elements hold no part whose content the guard cannot see: the earlier
+    # body's whole view had none (`proxy.apis.unseen`), so they are not looked through again.
+    seen_whole: int = 0
 
 
 NOTHING_KNOWN = KnownPrefix()

@@ -58,7 +58,7 @@ class Endpoint:
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         """The adapter's parse, with the path's model in place of the body's; a request with no
         model at all, or one too long to key on, is refused. Parts the guard cannot see mark the
-        request as not read whole."""
+        request as not read whole (`known`: what the body shares with an earlier one)."""
         parsed = self.adapter.parse(body, known)
         if self.path_model is not None:
             bounded_name(self.path_model, "deployment")
@@ -67,7 +67,9 @@ class Endpoint:
         if parsed.model is None:
             raise InvalidRequest("'model' is required", param="model")
         bounded_name(parsed.model, "model")
-        unseen = unseen_parts(parsed.messages)
+        # The view's messages are the body's own (chat): those an earlier body's view held with
+        # every part seen need no second look.
+        unseen = unseen_parts(parsed.messages, known.seen_whole if parsed.message_hashes else 0)
         return replace(parsed, unseen=unseen) if unseen else parsed
 
 

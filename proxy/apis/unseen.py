@@ -20,11 +20,13 @@ from typing import Any
 NAMED_AT_MOST = 8
 
 
-def unseen_parts(messages: Sequence[Any]) -> tuple[str, ...]:
+def unseen_parts(messages: Sequence[Any], start: int = 0) -> tuple[str, ...]:
     """Where the parts of the chat view's `messages` that the guard cannot see are
-    (`messages[3].content[1]: file by id`), at most `NAMED_AT_MOST` of them."""
+    (`messages[3].content[1]: file by id`), at most `NAMED_AT_MOST` of them; the messages before
+    `start` are known to hold none."""
     found: list[str] = []
-    for i, message in enumerate(messages):
+    for i in range(start, len(messages)):
+        message = messages[i]
         # The view's messages are dicts: the concrete type is checked before the ABC (a tenth of the cost).
         content = message.get("content") if type(message) is dict or isinstance(message, Mapping) else None
         if type(content) is not list:

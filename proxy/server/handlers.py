@@ -76,7 +76,7 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     with bad_body_errors():
         reading = gw.readers.read(endpoint.adapter, raw, match)
         parsed = endpoint.parse(reading.value, reading.known)
-    gw.readers.accepted(endpoint.adapter, reading)
+    gw.readers.accepted(endpoint.adapter, reading, seen_whole=not parsed.unseen)
     gw.parses.put(earlier_body(parsed), endpoint, parsed)  # a body sent again: its request, for the next time
     return parsed
 

@@ -103,6 +103,7 @@ class PrefixReader:
         self._bodies: OrderedDict[int, LocatedBody] = OrderedDict()  # by id, least recently used first
         self._by_head: dict[bytes, list[LocatedBody]] = {}
         self._bytes = 0
+        self._seen_whole: set[int] = set()  # ids of the bodies kept whose views had every part seen
         self._lock = threading.Lock()  # large bodies are read on worker threads
 
     def match(self, raw: bytes) -> Match:
@@ -111,11 +112,26 @@ class PrefixReader:
         if len(raw) < self.min_body or self.max_bytes <= 0 or len(raw) > self.max_bytes // 4:
             return Match(len(raw), None, 0, kept=False)
         recent = self._most_recent(raw)
-        if recent is not None and _same_bytes(raw, recent):  # sent again at once: a retry, a regenerated answer
-            return Match(0, recent, len(recent.ends), same=True)
         best, most = None, 0
+        if recent is not None:
+            if _same_bytes(raw, recent):  # sent again at once: a retry, a regenerated answer
+                return Match(0, recent, len(recent.ends), same=True)
+            # The conversation's last body, or a sibling of it (another client's turn after the
+            # same messages): when what is left to read is small, no other body is looked for
+            # but the few kept just before it, which this body may be sent again.
+            most = shared_elements(raw, recent)
+            if most:
+                best = recent
+                if most == len(recent.ends) or len(raw) - recent.ends[most - 1] <= _CLOSE_ENOUGH:
+                    again = self._kept_just_before(raw)
+                    if again is not None:
+                        return Match(0, again, len(again.ends), same=True)
+                    self._used(recent)
+                    return Match(len(raw) - recent.ends[most - 1], recent, most)
         for earlier in self._candidates(raw):
-            if earlier is not recent and _same_bytes(raw, earlier):
+            if earlier is recent:
+                continue
+            if _same_bytes(raw, earlier):
                 return Match(0, earlier, len(earlier.ends), same=True)
             shared = shared_elements(raw, earlier, most)
             if shared > most:
@@ -133,7 +149,7 @@ class PrefixReader:
         if not match.kept:
             return Reading(read_json(raw, self.limits))
         if match.same and match.earlier is not None:
-            return _again(match.earlier, self.key)
+            return _again(match.earlier, self.key, id(match.earlier) in self._seen_whole)
         if match.earlier is not None:
             reading = self._extend(raw, match.earlier, match.shared)
             if reading is not None:
@@ -142,13 +158,16 @@ class PrefixReader:
         body = located_body(raw, value, self.key)
         return Reading(value, KnownPrefix(0, body.hashes) if body is not None else NOTHING_KNOWN, body)
 
-    def keep(self, reading: Reading) -> None:
+    def keep(self, reading: Reading, seen_whole: bool = False) -> None:
         """The body was accepted: later bodies may extend it (it supersedes the one it extended
-        whole)."""
+        whole). With `seen_whole`, its view had no part the guard cannot see: a later body's
+        `KnownPrefix.seen_whole` says so of the elements it shares."""
         body = reading.body
         if body is None:
             return
         with self._lock:
+            if seen_whole:
+                self._seen_whole.add(id(body))
             if id(body) in self._bodies:  # a body sent again: kept already, now the most recent
                 self._bodies.move_to_end(id(body))
                 family = self._by_head.get(body.raw[:_HEAD])
@@ -166,6 +185,19 @@ class PrefixReader:
                 self._drop(next(iter(self._bodies.values())))
 
     # -- reading a body that extends an earlier one ------------------------------------------
+
+    def _used(self, body: LocatedBody) -> None:
+        """`body` is the one a body read now builds on: the last to be let go."""
+        with self._lock:
+            if id(body) in self._bodies:
+                self._bodies.move_to_end(id(body))
+
+    def _kept_just_before(self, raw: bytes) -> LocatedBody | None:
+        """The body of `raw`'s family kept or used just before the most recent that is `raw`'s
+        very bytes (told apart by length and last element first: about a microsecond each)."""
+        with self._lock:
+            family = self._by_head.get(raw[:_HEAD], ())
+            return next((body for body in family[1:_CANDIDATES] if _same_bytes(raw, body)), None)
 
     def _most_recent(self, raw: bytes) -> LocatedBody | None:
         """The body of `raw`'s family kept or used last."""
@@ -232,7 +264,8 @@ class PrefixReader:
         value = {**earlier.head, self.key: elements, **tail}
         ends, hashes = earlier.ends[:shared] + spans[0], earlier.hashes[:shared] + spans[1]
         body = LocatedBody(raw, earlier.head, elements, ends, hashes, tail, spans[2])
-        return Reading(value, KnownPrefix(shared, hashes, reused is not None), body, earlier)
+        seen = shared if id(earlier) in self._seen_whole else 0
+        return Reading(value, KnownPrefix(shared, hashes, reused is not None, seen_whole=seen), body, earlier)
 
     def _new_elements(self, raw: bytes, earlier: LocatedBody, start: int) -> tuple[list[Any], dict[str, Any]] | None:
         """When `raw` ends as `earlier` does from its array's `]` on: the elements between the
@@ -257,6 +290,7 @@ class PrefixReader:
 
     def _drop(self, body: LocatedBody) -> None:
         del self._bodies[id(body)]
+        self._seen_whole.discard(id(body))
         self._bytes -= len(body.raw)
         family = self._by_head.get(body.raw[:_HEAD], [])
         if body in family:
@@ -280,9 +314,10 @@ def _same_last(raw: bytes, earlier: LocatedBody) -> bool:
     return raw.startswith(memoryview(earlier.raw)[start : ends[-1]], start)
 
 
-def _again(body: LocatedBody, key: str) -> Reading:
+def _again(body: LocatedBody, key: str, seen_whole: bool) -> Reading:
     """A body sent again as it was: the value read before, in a new top-level object and array
     (the elements are the very ones read before, not to be changed in place, as for any shared
     element); every element and every other key known, nothing new to keep."""
     value = {**body.head, key: list(body.elements), **body.tail}
-    return Reading(value, KnownPrefix(len(body.ends), body.hashes, True, body), body)
+    known = KnownPrefix(len(body.ends), body.hashes, True, body, len(body.ends) if seen_whole else 0)
+    return Reading(value, known, body)

@@ -38,8 +38,9 @@ class BodyReaders:
         if match.same and match.earlier is not None:
             self.accepted(adapter, Reading(None, body=match.earlier))
 
-    def accepted(self, adapter: Adapter, reading: Reading) -> None:
-        """`adapter` accepted the body read: a later body may build on it."""
+    def accepted(self, adapter: Adapter, reading: Reading, seen_whole: bool = False) -> None:
+        """`adapter` accepted the body read (`seen_whole`: its view has no part the guard cannot
+        see): a later body may build on it."""
         reader = self._readers.get(adapter.name)
         if reader is not None:
-            reader.keep(reading)
+            reader.keep(reading, seen_whole)
