@@ -328,7 +328,8 @@ def fit(
     )
     result = plan.result
     if result.outcome != "trimmed":
-        return Fitted(parsed, replace(plan, body=parsed.body), parsed.body)
+        # The body as received is what goes; a chat body is its own view, which the plan holds already.
+        return Fitted(parsed, plan if plan.request is parsed.body else replace(plan, body=parsed.body), parsed.body)
     body = adapter.render(parsed, result.body, result.removals, result.inserted)
     return Fitted(parsed, replace(plan, body=body), body)
 

@@ -168,7 +168,8 @@ class RequestCounter(CountRules):
         at = start
         for size in sorted(s for s in keep if s > start):  # the walk, paused where an opening is kept
             scan_calls(messages, at, size, calls, contexts)
-            states[size], at = (dict(calls), dict(contexts)), size
+            # The walk's own dicts at its end (nothing changes them after); copies where it goes on.
+            states[size], at = ((calls, contexts) if size == n else (dict(calls), dict(contexts))), size
         scan_calls(messages, at, n, calls, contexts)
         self._results = flag_groups(contexts)
         if opening is not None and not still_marked_alike(opening, self._results):

@@ -45,7 +45,11 @@ T = TypeVar("T")
 def client_key(headers: Mapping[str, str], peer: str | None) -> str:
     """Who a request is for fair sharing: its credential's digest (`key:` and hex digits), else its
     peer address (`peer:` and the address); `peer:?` when neither is known."""
-    digest = credential_digest(headers)
+    return share_key(credential_digest(headers), peer)
+
+
+def share_key(digest: bytes | None, peer: str | None) -> str:
+    """`client_key`, given the digest of the request's credential (`credential_digest`)."""
     return f"key:{digest.hex()}" if digest is not None else f"peer:{peer or '?'}"
 
 
