@@ -304,9 +304,8 @@ async def prepared(
     if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
         profile = dataclasses.replace(profile, context_window=stated)
         record.window_source = "backend"
-    if profile.tokenizer in gw.models.tokenizers.loaded:
-        local = gw.models.tokenizer(profile)
-    else:  # a vocabulary not loaded yet (about a second) loads off the loop
+    local = gw.models.tokenizers.loaded_tokenizer(profile.tokenizer)
+    if local is None:  # a vocabulary not loaded yet (about a second) loads off the loop
         local = await asyncio.to_thread(gw.models.tokenizer, profile)
     choice = counting.local_choice(upstream.name, served, profile, local)
     if choice is None:  # the backend's own tokenizer counts
