@@ -327,8 +327,7 @@ def fit(
         shared_messages=parsed.shared_messages,
     )
     result = plan.result
-    if result.outcome != "trimmed":
-        # The body as received is what goes; a chat body is its own view, which the plan holds already.
+    if result.outcome != "trimmed":  # the body as received goes (a chat body is the plan's own view)
         return Fitted(parsed, plan if plan.request is parsed.body else replace(plan, body=parsed.body), parsed.body)
     body = adapter.render(parsed, result.body, result.removals, result.inserted)
     return Fitted(parsed, replace(plan, body=body), body)

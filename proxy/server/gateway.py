@@ -22,6 +22,7 @@ from proxy.server.backends.provider_count import ProviderCounts
 from proxy.server.credentials import UpstreamAuth
 from proxy.server.metrics import Metrics
 from proxy.server.model_counting import Models
+from proxy.server.model_route import ModelRoutes
 from proxy.server.paths import PathRoute
 from proxy.server.record import RequestRecord
 from proxy.server.resent import PARSES_PER_BODY, KeptPerBody
@@ -57,6 +58,8 @@ class Gateway:
     _service: dict[str, tuple[str | None, Mapping[str, str]]] = field(default_factory=dict, init=False, repr=False)
     # The route each (canonical path, method) took: the same few recur on every request.
     routes: dict[tuple[str, str], PathRoute] = field(default_factory=dict, init=False, repr=False)
+    # What each model's requests are counted and sent with (`proxy.server.model_route`).
+    model_routes: ModelRoutes = field(default_factory=ModelRoutes, init=False, repr=False)
 
     @functools.cached_property
     def corrections(self) -> SharedCorrections:

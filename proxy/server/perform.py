@@ -12,8 +12,6 @@ threads, each within the client's fair share of them, is decided in one place: `
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import functools
 import json
 from collections.abc import Callable, Hashable, Mapping
@@ -52,9 +50,10 @@ from proxy.core.plan import Plan
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.profiles import BackendProfile, budget_policy
+from proxy.server.backends.profiles import BackendProfile
 from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
 from proxy.server.gateway import Gateway
+from proxy.server.model_route import model_route
 from proxy.server.placement import planned
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.upstream import answers
@@ -62,7 +61,6 @@ from proxy.server.upstream.answers import UsageReader, first_event
 from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
 from proxy.server.upstream.relay import Target, decoded, read_error_body, request_headers
 from proxy.server.upstream.streams import ask_for_usage
-from proxy.tokenizers.map_corrections import correction_for
 
 T = TypeVar("T")
 
@@ -289,29 +287,22 @@ async def prepared(
         raise HTTPRefusal(
             f"upstream {upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"
         )
-    served = target.model or model
-    # The budget follows the model that will serve the request: after a rename, the target's window.
-    profile = gw.models.profile(served)
-    record.window_source, record.override = profile.window_source, gw.models.override_pattern(served)
-    record.map_correction = correction_for(profile)
-    session, counting = gw.session, gw.backends
-    assert session is not None, "the app's upstream session is opened at startup"
-    service: Mapping[str, str] | None = None
-    known, stated = counting.known_window(upstream.name, served)
-    if not known:
-        service = await _service_headers(gw, upstream)
-        stated = await counting.window(session, upstream.name, upstream.base_url, served, service)
-    if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
-        profile = dataclasses.replace(profile, context_window=stated)
-        record.window_source = "backend"
-    local = gw.models.tokenizers.loaded_tokenizer(profile.tokenizer)
-    if local is None:  # a vocabulary not loaded yet (about a second) loads off the loop
-        local = await asyncio.to_thread(gw.models.tokenizer, profile)
-    choice = counting.local_choice(upstream.name, served, profile, local)
+    route = gw.model_routes.get(model, endpoint.api, gw.backends.discoveries)
+    if route is None:  # the model's first request, or one that had to ask
+        service = functools.partial(_service_headers, gw)
+        route, asked = await model_route(gw.models, gw.backends, gw.session, service, model, target)
+        if not asked:
+            gw.model_routes.put(model, endpoint.api, route)
+    served, profile, local, backend, budget = route.served, route.profile, route.local, route.backend, route.budget
+    record.window_source, record.override = route.window_source, route.override
+    record.map_correction = route.map_correction
+    choice = route.choice
     if choice is None:  # the backend's own tokenizer counts
-        service = service if service is not None else await _service_headers(gw, upstream)
-        choice = await counting.choose(
-            session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, service
+        session = gw.session
+        assert session is not None, "the app's upstream session is opened at startup"
+        headers = await _service_headers(gw, upstream)
+        choice = await gw.backends.choose(
+            session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, headers
         )
     record.count_source = choice.source
     if choice.calibration is not None:
@@ -323,8 +314,6 @@ async def prepared(
         record.applied_correction, record.window_source = correction, "correction"
     if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         note(record, "fallback_window")
-    backend = counting.profile_of(upstream.name)
-    budget = budget_policy(backend, gw.models.policy.budget, counting.options_for(upstream.name).min_output_tokens)
     performer = Performer(
         request, gw, record, endpoint, parsed, raw, large, client, scope, target, served, choice, budget, backend, local
     )

@@ -1,0 +1,133 @@
+"""What a model's requests are counted and sent with, worked out once per model and API.
+
+Every request names a model; from it the guard works out the upstream it goes to, the model that
+serves it, that model's profile (its window: the config's, the model map's, or the one the server
+states), the tokenizer to count with and how it was chosen, the upstream's kind of backend and
+the budget policy that follows from it (`ModelRoute`). None of that depends on the request: it
+depends on the config, which a reload replaces with a new gateway, and on what the guard learned
+of the upstream at start (`Discovery`). So once it is known without asking anyone, it is kept
+(`ModelRoutes`, bounded in how many models it remembers) and every later request of that model
+and API reads it back: one lookup instead of a dozen (issue 28).
+
+What is not kept, and why:
+- a route that had to ask the upstream (an Ollama model's window not asked yet), or whose
+  vocabulary was still loading: the next request asks or loads no more, and is kept then;
+- a choice other than the model's own exact tokenizer (`Choice.source != "model"`): a calibrated
+  estimate's factor moves as usage is learned, and the backend's own tokenizer counts each body;
+- anything learned per request or shared between replicas: a correction of the window
+  (`SharedCorrections`), which the request looks up itself.
+A kept route is dropped when the upstream is discovered again (its `Discovery` is another object).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from proxy.config.upstreams import UpstreamSettings
+from proxy.core.budget import BudgetPolicy
+from proxy.core.models import ModelProfile
+from proxy.core.tokenizer import Tokenizer
+from proxy.server.backends.catalogue import Backends, Choice
+from proxy.server.backends.profiles import BackendProfile, budget_policy
+from proxy.server.model_counting import Models
+from proxy.server.upstream.relay import Target
+from proxy.tokenizers.map_corrections import correction_for
+
+MAX_ROUTES = 4096  # models remembered per gateway: clients name what they like, past this none is kept
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """Where a model's requests go and what they are counted with (the fields the log reports
+    about it included)."""
+
+    target: Target
+    served: str  # the model the upstream serves the request as (after a rename)
+    profile: ModelProfile  # with the window the server states, when it states one
+    window_source: str  # the record's: where the window came from (`backend`: the server stated it)
+    override: str | None  # the pattern of the operator's override that applies, for the log
+    map_correction: dict[str, Any] | None
+    local: Tokenizer  # the model's own tokenizer
+    choice: Choice | None  # None: the backend's tokenizer may count, which the request asks (`Backends.choose`)
+    backend: BackendProfile
+    budget: BudgetPolicy
+    discovery: object | None  # what discovery found of the upstream when this was worked out
+
+    @property
+    def kept_as_is(self) -> bool:
+        """Whether every later request of the model may read this back (see the module docstring)."""
+        return self.choice is not None and self.choice.source == "model"
+
+
+class ModelRoutes:
+    """The routes worked out so far, by (model, API), at most `MAX_ROUTES` of them."""
+
+    def __init__(self) -> None:
+        self._routes: dict[tuple[str, str], ModelRoute] = {}
+
+    def get(self, model: str, api: str, discoveries: Mapping[str, object]) -> ModelRoute | None:
+        """The route kept for `model` and `api`, unless its upstream was discovered again since
+        (`discoveries`: what discovery found, by upstream)."""
+        route = self._routes.get((model, api))
+        if route is not None and route.discovery is not discoveries.get(route.target.upstream.name):
+            return None
+        return route
+
+    def put(self, model: str, api: str, route: ModelRoute) -> None:
+        if route.kept_as_is and len(self._routes) < MAX_ROUTES:
+            self._routes[(model, api)] = route
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+
+async def model_route(
+    models: Models,
+    counting: Backends,
+    session: aiohttp.ClientSession | None,
+    service: Callable[[UpstreamSettings], Awaitable[Mapping[str, str]]],
+    model: str,
+    target: Target,
+) -> tuple[ModelRoute, bool]:
+    """The route of `model` to `target`, worked out now with the gateway's `models` and
+    `counting` (`service`: the headers of the guard's own calls to an upstream); and whether
+    anyone was asked on the way (the upstream for its window, a vocabulary loaded), which is not
+    kept."""
+    upstream = target.upstream
+    served = target.model or model
+    # The budget follows the model that will serve the request: after a rename, the target's window.
+    profile = models.profile(served)
+    window_source: str = profile.window_source
+    map_correction = correction_for(profile)
+    asked = False
+    known, stated = counting.known_window(upstream.name, served)
+    if not known:
+        assert session is not None, "the app's upstream session is opened at startup"
+        headers = await service(upstream)
+        stated, asked = await counting.window(session, upstream.name, upstream.base_url, served, headers), True
+    if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
+        profile, window_source = dataclasses.replace(profile, context_window=stated), "backend"
+    local = models.tokenizers.loaded_tokenizer(profile.tokenizer)
+    if local is None:  # a vocabulary not loaded yet (about a second) loads off the loop
+        local, asked = await asyncio.to_thread(models.tokenizer, profile), True
+    backend = counting.profile_of(upstream.name)
+    route = ModelRoute(
+        target=target,
+        served=served,
+        profile=profile,
+        window_source=window_source,
+        override=models.override_pattern(served),
+        map_correction=map_correction,
+        local=local,
+        choice=counting.local_choice(upstream.name, served, profile, local),
+        backend=backend,
+        budget=budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens),
+        discovery=counting.discoveries.get(upstream.name),
+    )
+    return route, asked
