@@ -30,7 +30,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Hashable
-from dataclasses import replace
 from typing import Generic, TypeVar
 
 from proxy.apis.base import Fitted, Parsed
@@ -95,7 +94,7 @@ class ResentPlans:
         kept = self._plans.get(same, key)
         if kept is not None:
             seconds = self._clock() - started
-            return Fitted(parsed, replace(kept, body=parsed.body, count_seconds=seconds, trim_seconds=0.0), parsed.body)
+            return Fitted(parsed, kept.again(parsed.body, seconds), parsed.body)
         fitted = make()
         if not fitted.plan.result.changed:
             self._plans.put(same, key, fitted.plan)

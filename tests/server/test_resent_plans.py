@@ -3,6 +3,7 @@ the earlier one's, kept as long as the prefix reader keeps the body, and never a
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from typing import Any
 
@@ -74,6 +75,9 @@ class TestResentPlans:
         assert third.plan.count == second.plan.count == first.plan.count
         assert third.plan.result.outcome == first.plan.result.outcome
         assert not third.changed and third.body is third.parsed.body  # forwarded as received
+        assert third.plan == dataclasses.replace(
+            second.plan, body=third.parsed.body, count_seconds=third.plan.count_seconds, trim_seconds=0.0
+        )  # the kept plan in every other field
 
     def test_another_client_sending_the_same_bytes_is_planned_anew(self, models, readers, plans_made):
         raw = conversation()
