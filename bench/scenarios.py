@@ -20,7 +20,7 @@ from bench import load
 from bench.load import SMALL, Bodies, HttpxClient, SdkClient, Target, summary_ms
 from bench.machine import Watch
 from bench.processes import free_port, guard_command, server_command, started, wait_ready
-from bench.rounds import Client, Spread, chunks, closed_loop, ratios
+from bench.rounds import Client, Spread, Throughput, chunks, closed_loop, ratios
 
 SSE_QUERY = "deltas=64&gap_ms=20"
 SCENARIOS = ("start", "memory", "latency", "throughput", "streaming", "isolation", "core")
@@ -163,35 +163,10 @@ async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool)
     modes = (("cold", bodies.cold), ("warm, new turn", bodies.warm), ("warm, same body", lambda: bodies.base))
     for mode, make in modes:
         got = await closed_loop(measured, make, 32, plan.throughput_seconds, plan.throughput_rounds)
-        bare, guard = got["bare"], got["guard"]
         scenario = f"throughput, 32 clients, 88 KB {mode}"
-        warm = mode != "cold"
-        rows.append(
-            row(
-                scenario,
-                "req/s, one worker",
-                bare.rate,
-                guard.rate,
-                "req/s",
-                Spread.of(ratios(guard.rates(), bare.rates())),
-                target=">= 0.7x" if warm else None,
-                client_cpu_ms_per_request={name: round(t.client_cpu_ms, 3) for name, t in got.items()},
-                rounds=len(guard.slices),
-            )
-        )
-        if bare.server_cpu_ms is not None and guard.server_cpu_ms is not None:
-            rows.append(
-                row(
-                    scenario,
-                    "CPU per request (server processes' own accounting)",
-                    bare.server_cpu_ms,
-                    guard.server_cpu_ms,
-                    "ms",
-                    Spread.of(ratios(guard.cpu_per_request(), bare.cpu_per_request())),
-                    target="<= 1.5x" if warm else None,
-                    bare_cpu_ms_spread=_as_list(Spread.of(bare.cpu_per_request())),
-                )
-            )
+        aims = (">= 0.7x", "<= 1.5x") if mode != "cold" else (None, None)
+        bare_spread = _as_list(Spread.of(got["bare"].cpu_per_request()))  # the floor, for bench/machine.py
+        rows += rate_and_cpu_rows(scenario, got, "bare", "guard", aims, bare_cpu_ms_spread=bare_spread)
         if workers:
             one, two = got["guard"], got["guard_workers"]
             rows.append(
@@ -227,35 +202,36 @@ async def sdk_throughput_rows(plan: Plan, bare: Target, guard: Target, bodies: B
     rows = []
     modes = (("warm, new turn", bodies.warm_request), ("warm, same body", lambda: bodies.conversation))
     for (kind, opener), (mode, make) in itertools.product(SDK_CLIENTS, modes):
-        got = await closed_loop(
-            [bare, guard], make, 32, plan.throughput_seconds, plan.throughput_rounds, opener=opener
-        )
+        got = await closed_loop([bare, guard], make, 32, plan.throughput_seconds, plan.throughput_rounds, opener=opener)
         scenario = f"throughput, 32 {kind} clients, 88 KB {mode}"
-        plain, guarded = got[bare.name], got[guard.name]
+        rows += rate_and_cpu_rows(scenario, got, bare.name, guard.name, (">= 0.9x", None))
+    return rows
+
+
+def rate_and_cpu_rows(
+    scenario: str,
+    got: dict[str, Throughput],
+    bare: str,
+    guard: str,
+    targets: tuple[str | None, str | None],
+    **cpu_extra: Any,
+) -> list[Row]:
+    """A throughput measure's two rows, the guard against the bare proxy (`got`'s, by name):
+    requests per second, and the CPU the servers' processes spent per request (when known;
+    `cpu_extra` goes with it). `targets`: the rate's and the CPU's."""
+    plain, guarded = got[bare], got[guard]
+    clients = {name: round(t.client_cpu_ms, 3) for name, t in got.items()}
+    rate_spread = Spread.of(ratios(guarded.rates(), plain.rates()))
+    rate = row(scenario, "req/s, one worker", plain.rate, guarded.rate, "req/s", rate_spread, target=targets[0])
+    rows = [{**rate, "client_cpu_ms_per_request": clients, "rounds": len(guarded.slices)}]
+    if plain.server_cpu_ms is not None and guarded.server_cpu_ms is not None:
+        cpu_spread = Spread.of(ratios(guarded.cpu_per_request(), plain.cpu_per_request()))
+        figures = (plain.server_cpu_ms, guarded.server_cpu_ms, "ms", cpu_spread)
         rows.append(
             row(
-                scenario,
-                "req/s, one worker",
-                plain.rate,
-                guarded.rate,
-                "req/s",
-                Spread.of(ratios(guarded.rates(), plain.rates())),
-                target=">= 0.9x",
-                client_cpu_ms_per_request={name: round(t.client_cpu_ms, 3) for name, t in got.items()},
-                rounds=len(guarded.slices),
+                scenario, "CPU per request (server processes' own accounting)", *figures, target=targets[1], **cpu_extra
             )
         )
-        if plain.server_cpu_ms is not None and guarded.server_cpu_ms is not None:
-            rows.append(
-                row(
-                    scenario,
-                    "CPU per request (server processes' own accounting)",
-                    plain.server_cpu_ms,
-                    guarded.server_cpu_ms,
-                    "ms",
-                    Spread.of(ratios(guarded.cpu_per_request(), plain.cpu_per_request())),
-                )
-            )
     return rows
 
 
