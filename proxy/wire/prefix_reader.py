@@ -26,6 +26,9 @@ Why it gives exactly what `read_json` gives:
   matched, and with the most recent body of its family before any other is looked for: the body
   kept before is reused whole (its value in a new top-level object, every element and key
   known), and nothing of it is parsed, matched or kept again.
+- A body that shares all but its last few KiB with the most recent body of its family (the next
+  turn of that conversation, or another client's turn after the same messages) is read from it
+  without looking for a better one: the most another could save is those few KiB.
 - Anything unexpected (no earlier body, a different array, a rest that does not read, elements
   that are not objects) takes the full reader: this path only ever saves work.
 
