@@ -29,13 +29,9 @@ def credential_digest(headers: Mapping[str, str]) -> bytes | None:
     return None
 
 
-def client_scope(request: web.Request) -> Hashable:
-    """The scope of `request`'s client: ("key", digest of its credential) or ("connection", peer)."""
-    return scope_of(request, credential_digest(request.headers))
-
-
-def scope_of(request: web.Request, digest: bytes | None) -> Hashable:
-    """`client_scope`, given the digest of the request's credential (`credential_digest`)."""
+def client_scope(request: web.Request, digest: bytes | None) -> Hashable:
+    """The scope of `request`'s client: ("key", `digest`, its credential's: `credential_digest`)
+    or ("connection", peer)."""
     if digest is not None:
         return ("key", digest)
     transport = request.transport

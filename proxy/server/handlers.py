@@ -24,14 +24,14 @@ from proxy.config.trim import MODES, Mode
 from proxy.core.exchange import Command
 from proxy.errors import BadRequest
 from proxy.server.body_errors import bad_body_errors
-from proxy.server.client_scope import credential_digest, scope_of
+from proxy.server.client_scope import client_scope, credential_digest
 from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
 from proxy.server.perform import prepared
 from proxy.server.placement import performed, planned
 from proxy.server.record import RequestRecord
 from proxy.server.resent import earlier_body
-from proxy.server.slots import share_key
+from proxy.server.slots import client_key
 from proxy.server.upstream.forwarding import read_body
 from proxy.wire.chat_body import read_chat_body
 from proxy.wire.prefix_reader import Match
@@ -47,12 +47,12 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     match = gw.readers.match(endpoint.adapter, raw)
     large = match.new_bytes > gw.settings.server.offload_bytes
     digest = credential_digest(request.headers)  # who the client is, for its share and its counts
-    client = share_key(digest, request.remote)  # its share of the threads
+    client = client_key(digest, request.remote)  # its share of the threads
     parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     record.unread_fields, record.unseen_parts = parsed.unread, parsed.unseen
-    scope = scope_of(request, digest)  # whose part of the count cache this request reads and fills
+    scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
     if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
         return await _count_tokens(gw, record, endpoint, parsed, model, large, len(raw), client, scope)
     mode = select_mode(request, gw, model)

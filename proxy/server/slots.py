@@ -31,25 +31,20 @@ import contextvars
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from proxy.core.cancellation import bound
-from proxy.server.client_scope import credential_digest
 
 T = TypeVar("T")
 
 
-def client_key(headers: Mapping[str, str], peer: str | None) -> str:
-    """Who a request is for fair sharing: its credential's digest (`key:` and hex digits), else its
-    peer address (`peer:` and the address); `peer:?` when neither is known."""
-    return share_key(credential_digest(headers), peer)
-
-
-def share_key(digest: bytes | None, peer: str | None) -> str:
-    """`client_key`, given the digest of the request's credential (`credential_digest`)."""
+def client_key(digest: bytes | None, peer: str | None) -> str:
+    """Who a request is for fair sharing: its credential's digest (`key:` and hex digits:
+    `proxy.server.client_scope.credential_digest`), else its peer address (`peer:` and the
+    address); `peer:?` when neither is known."""
     return f"key:{digest.hex()}" if digest is not None else f"peer:{peer or '?'}"
 
 

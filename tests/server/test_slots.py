@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from proxy.core.cancellation import WorkCancelled, checkpoint
+from proxy.server.client_scope import credential_digest
 from proxy.server.slots import FairSlots, client_key
 
 
@@ -38,17 +39,19 @@ async def started(gate: Gate) -> None:
 
 class TestClientKey:
     def test_a_credential_is_the_client_hashed_never_kept_as_it_is(self):
-        key = client_key({"Authorization": "Bearer sk-secret"}, "10.0.0.1")
+        key = client_key(credential_digest({"Authorization": "Bearer sk-secret"}), "10.0.0.1")
         assert key.startswith("key:") and "secret" not in key
-        assert key == client_key({"Authorization": "Bearer sk-secret"}, "10.0.0.2")
-        assert key != client_key({"Authorization": "Bearer sk-other"}, "10.0.0.1")
+        assert key == client_key(credential_digest({"Authorization": "Bearer sk-secret"}), "10.0.0.2")
+        assert key != client_key(credential_digest({"Authorization": "Bearer sk-other"}), "10.0.0.1")
 
     def test_an_api_key_header_counts_as_a_credential(self):
-        assert client_key({"x-api-key": "k1"}, None) != client_key({"x-api-key": "k2"}, None)
+        assert client_key(credential_digest({"x-api-key": "k1"}), None) != client_key(
+            credential_digest({"x-api-key": "k2"}), None
+        )
 
     def test_without_a_credential_the_client_is_its_peer_address(self):
-        assert client_key({}, "10.0.0.1") == "peer:10.0.0.1"
-        assert client_key({}, None) == "peer:?"
+        assert client_key(credential_digest({}), "10.0.0.1") == "peer:10.0.0.1"
+        assert client_key(credential_digest({}), None) == "peer:?"
 
 
 class TestFairSlots:
