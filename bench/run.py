@@ -55,7 +55,7 @@ from bench.scenarios import SCENARIOS, SSE_QUERY, Plan, Row, bare_cpu_spread, se
 
 def measure(plan: Plan, workers: bool, only: frozenset[str], watch: Watch) -> list[Row]:
     with tempfile.TemporaryDirectory() as folder:
-        ports = {"upstream": free_port(), "bare": free_port(), "guard": free_port()}
+        ports = {"upstream": free_port(), "bare": free_port(), "guard": free_port(), "floor": free_port()}
         if workers:
             ports["guard_workers"] = free_port()
         upstream_url = f"http://127.0.0.1:{ports['upstream']}/v1"
@@ -63,6 +63,7 @@ def measure(plan: Plan, workers: bool, only: frozenset[str], watch: Watch) -> li
         commands = {
             "upstream": server_command("upstream", ports["upstream"]),
             "bare": server_command("bare", ports["bare"], upstream_url),
+            "floor": server_command("floor", ports["floor"], upstream_url),
             "guard": guard_command(config, ports["guard"]),
         }
         rows = []
@@ -74,9 +75,10 @@ def measure(plan: Plan, workers: bool, only: frozenset[str], watch: Watch) -> li
         with (
             started(commands["upstream"], ports["upstream"]) as (up, _),
             started(commands["bare"], ports["bare"]) as (bare, _),
+            started(commands["floor"], ports["floor"]) as (floor, _),
             started(commands["guard"], ports["guard"], "/readyz") as (guard, _),  # its vocabulary loaded
         ):
-            pids = {"upstream": up.pid, "bare": bare.pid, "guard": guard.pid}
+            pids = {"upstream": up.pid, "bare": bare.pid, "guard": guard.pid, "floor": floor.pid}
             if workers:
                 workers_command = guard_command(config, ports["guard_workers"], 2)
                 with started(workers_command, ports["guard_workers"], "/readyz") as (many, _):

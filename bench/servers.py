@@ -1,4 +1,4 @@
-"""The two servers the benchmark runs beside context-guard, each in its own process.
+"""The servers the benchmark runs beside context-guard, each in its own process.
 
 - `upstream PORT`: a fake LLM endpoint. `POST .../chat/completions` reads the whole body and
   answers one fixed completion. With `?deltas=N&gap_ms=G` it streams N SSE deltas G ms apart
@@ -9,6 +9,12 @@
   body, forwards it with the client's headers, and streams the answer back chunk by chunk.
   No parsing, no counting, no logging. Configured as context-guard configures aiohttp (handler
   cancellation, no access log, one pooled client session without decompression).
+- `floor PORT UPSTREAM_URL`: the bare proxy plus the least any guard must do per request, whatever
+  it counts: the body parsed (orjson; a guard must see the conversation), one JSON line written
+  to standard output (the request's id, model, message count, status and duration, as a structlog
+  `PrintLogger` writes it: flushed per line), one latency histogram observed (prometheus_client),
+  and the collector tuned as context-guard tunes it. No routing, counting, caching or headers of
+  its own: what context-guard costs beyond it is its own work, not the design's floor.
 
 Run: python bench/servers.py upstream 8001 | python bench/servers.py bare 8002 http://127.0.0.1:8001
 """
@@ -16,10 +22,15 @@ Run: python bench/servers.py upstream 8001 | python bench/servers.py bare 8002 h
 from __future__ import annotations
 
 import asyncio
+import gc
+import itertools
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 ANSWER = (
@@ -73,8 +84,10 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def bare_app(upstream: str) -> web.Application:
+def bare_app(upstream: str, floor: bool = False) -> web.Application:
+    """The bare proxy; with `floor`, the floor proxy (above)."""
     session_key = web.AppKey("session", aiohttp.ClientSession)
+    seen = floor_hook() if floor else None
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0)
@@ -83,7 +96,9 @@ def bare_app(upstream: str) -> web.Application:
             yield
 
     async def forward(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
         body = await request.read()
+        parsed = orjson.loads(body) if seen is not None and body else None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         path = request.path.removeprefix("/v1")
         url = f"{upstream}{path}" + (f"?{request.query_string}" if request.query_string else "")
@@ -96,6 +111,8 @@ def bare_app(upstream: str) -> web.Application:
             async for chunk in answer.content.iter_any():
                 await response.write(chunk)
             await response.write_eof()
+            if seen is not None:
+                seen(parsed, answer.status, time.perf_counter() - started)
             return response
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -105,9 +122,36 @@ def bare_app(upstream: str) -> web.Application:
     return app
 
 
+def floor_hook() -> Callable[[Any, int, float], None]:
+    """The floor proxy's work per request, after its answer: one log line and one observation."""
+    import prometheus_client
+
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])  # proxy.server.collector's young threshold
+    registry = prometheus_client.CollectorRegistry()  # one per app: tests build several in one process
+    seconds = prometheus_client.Histogram("floor_request_seconds", "Seconds per request", registry=registry)
+    ids = itertools.count()
+
+    def seen(body: Any, status: int, elapsed: float) -> None:
+        messages = body.get("messages") if isinstance(body, dict) else None
+        line = {
+            "request_id": f"{next(ids):016x}",
+            "model": body.get("model") if isinstance(body, dict) else None,
+            "messages": len(messages) if isinstance(messages, list) else 0,
+            "status": status,
+            "total_ms": round(elapsed * 1000, 2),
+            "event": "request",
+            "level": "info",
+            "timestamp": time.time(),
+        }
+        print(orjson.dumps(line).decode(), flush=True)
+        seconds.observe(elapsed)
+
+    return seen
+
+
 def main(argv: list[str]) -> None:
     kind, port = argv[0], int(argv[1])
-    app = upstream_app() if kind == "upstream" else bare_app(argv[2].rstrip("/"))
+    app = upstream_app() if kind == "upstream" else bare_app(argv[2].rstrip("/"), floor=kind == "floor")
     web.run_app(app, host="127.0.0.1", port=port, handler_cancellation=True, access_log=None, print=None)
 
 

@@ -58,6 +58,24 @@ class TestServers:
         assert answer.status == 200
         assert len(await answer.read()) > 200_000 - 64 * 1024
 
+    async def test_the_floor_proxy_also_parses_each_body_and_writes_one_line_and_one_observation(
+        self, aiohttp_client: Any, aiohttp_server: Any, capsys: Any
+    ):
+        upstream = await aiohttp_server(upstream_app())
+        client = await aiohttp_client(bare_app(str(upstream.make_url("/v1")), floor=True))
+        body = Bodies.of_size(5_000).base
+        for _ in range(2):
+            answer = await client.post("/v1/chat/completions", data=body)
+            assert await answer.read() == ANSWER
+        out = capsys.readouterr().out
+        lines = [orjson.loads(line) for line in out.splitlines()]
+        assert [line["request_id"] for line in lines] == ["0000000000000000", "0000000000000001"]
+        messages = orjson.loads(body)["messages"]
+        assert {(line["model"], line["messages"], line["status"]) for line in lines} == {
+            ("gpt-4.1", len(messages), 200)
+        }
+        assert messages[-1]["content"][:40] not in out  # a model's name and counts, never content
+
 
 def _results(passed: bool = True) -> dict[str, Any]:
     row = {"scenario": "s", "metric": "m", "bare": 2.0, "guard": 3.0, "unit": "ms", "ratio": 1.5, "target": "<= 2x"}
