@@ -66,7 +66,7 @@ def guard_command(config: Path, port: int, workers: int | None = None) -> list[s
 
 
 def server_command(kind: str, port: int, upstream_url: str | None = None) -> list[str]:
-    """bench/servers.py's fake upstream (`upstream`), bare proxy (`bare`) or floor proxy (`floor`),
+    """bench/servers.py's fake upstream (`upstream`), bare proxy (`bare`) or minimal proxy (`minimal`),
     the proxies in front of `upstream_url`."""
     return [*python(), str(ROOT / "bench/servers.py"), kind, str(port), *([upstream_url] if upstream_url else [])]
 

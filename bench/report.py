@@ -26,8 +26,8 @@ METHOD = """\
 
 - Four servers, each its own process on 127.0.0.1: the fake upstream (`bench/servers.py
   upstream`: a fixed answer, SSE pacing on request), the bare pass-through proxy (`bench/servers.py
-  bare`: reads the body, forwards it, streams the answer back; no parsing), the floor proxy
-  (`bench/servers.py floor`: the bare proxy that also parses each body with orjson, writes one
+  bare`: reads the body, forwards it, streams the answer back; no parsing), the minimal proxy
+  (`bench/servers.py minimal`: the bare proxy that also parses each body with orjson, writes one
   JSON log line and observes one histogram, with context-guard's collector setting: what any
   guard of this design costs before its own work; in the throughput lines only) and context-guard
   (`context-guard serve`, one worker, logging JSON at `info` as in production, to /dev/null). The

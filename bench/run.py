@@ -2,12 +2,14 @@
 
 Starts, each in its own process on 127.0.0.1 (bench/processes.py): a fake upstream
 (bench/servers.py), a bare aiohttp pass-through proxy in front of it (the floor: read, forward,
-stream back, nothing else) and context-guard in front of it (one worker; and with `--workers 2`
-too when `serve` has that flag). This process is the client. Every scenario (bench/scenarios.py)
-sends to the targets interleaved or in alternating rounds (bench/rounds.py), and reports
-context-guard as a ratio to the bare proxy measured in the same slices of time, with the ratio's
-spread over the rounds. Then it runs the single-threaded core figures (bench/core_speed.py) and,
-in a full run, the trimming quality comparison (bench/trimming.py).
+stream back, nothing else), the minimal proxy (the bare one that also parses each body, logs a
+line and observes a histogram: in the throughput slices only) and context-guard in front of it
+(one worker; and with `--workers 2` too when `serve` has that flag). This process is the
+client. Every scenario (bench/scenarios.py) sends to the targets interleaved or in alternating
+rounds (bench/rounds.py), and reports context-guard as a ratio to the bare proxy measured in
+the same slices of time, with the ratio's spread over the rounds. Then it runs the
+single-threaded core figures (bench/core_speed.py) and, in a full run, the trimming quality
+comparison (bench/trimming.py).
 
 The machine is watched all along (bench/machine.py): a run on a machine too busy to measure is
 printed with the reasons and refused: it writes no docs and exits non-zero (status 3; 0 with
@@ -55,7 +57,7 @@ from bench.scenarios import SCENARIOS, SSE_QUERY, Plan, Row, bare_cpu_spread, se
 
 def measure(plan: Plan, workers: bool, only: frozenset[str], watch: Watch) -> list[Row]:
     with tempfile.TemporaryDirectory() as folder:
-        ports = {"upstream": free_port(), "bare": free_port(), "guard": free_port(), "floor": free_port()}
+        ports = {"upstream": free_port(), "bare": free_port(), "guard": free_port(), "minimal": free_port()}
         if workers:
             ports["guard_workers"] = free_port()
         upstream_url = f"http://127.0.0.1:{ports['upstream']}/v1"
@@ -63,7 +65,7 @@ def measure(plan: Plan, workers: bool, only: frozenset[str], watch: Watch) -> li
         commands = {
             "upstream": server_command("upstream", ports["upstream"]),
             "bare": server_command("bare", ports["bare"], upstream_url),
-            "floor": server_command("floor", ports["floor"], upstream_url),
+            "minimal": server_command("minimal", ports["minimal"], upstream_url),
             "guard": guard_command(config, ports["guard"]),
         }
         rows = []
@@ -75,10 +77,10 @@ def measure(plan: Plan, workers: bool, only: frozenset[str], watch: Watch) -> li
         with (
             started(commands["upstream"], ports["upstream"]) as (up, _),
             started(commands["bare"], ports["bare"]) as (bare, _),
-            started(commands["floor"], ports["floor"]) as (floor, _),
+            started(commands["minimal"], ports["minimal"]) as (minimal, _),
             started(commands["guard"], ports["guard"], "/readyz") as (guard, _),  # its vocabulary loaded
         ):
-            pids = {"upstream": up.pid, "bare": bare.pid, "guard": guard.pid, "floor": floor.pid}
+            pids = {"upstream": up.pid, "bare": bare.pid, "guard": guard.pid, "minimal": minimal.pid}
             if workers:
                 workers_command = guard_command(config, ports["guard_workers"], 2)
                 with started(workers_command, ports["guard_workers"], "/readyz") as (many, _):

@@ -156,8 +156,8 @@ async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool)
     machine whose cores the client and the upstream share, the rate says what the machine gave,
     the CPU per request whether a second worker costs more."""
     bodies = Bodies.of_size(88_000)
-    floor = [targets["floor"]] if "floor" in targets else []
-    measured = [targets["bare"], targets["guard"], *floor, *([targets["guard_workers"]] if workers else [])]
+    minimal = [targets["minimal"]] if "minimal" in targets else []
+    measured = [targets["bare"], targets["guard"], *minimal, *([targets["guard_workers"]] if workers else [])]
     for t in measured:
         await t.post(bodies.base)
     rows = []
@@ -168,8 +168,8 @@ async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool)
         aims = (">= 0.7x", "<= 1.5x") if mode != "cold" else (None, None)
         bare_spread = _as_list(Spread.of(got["bare"].cpu_per_request()))  # the floor, for bench/machine.py
         rows += rate_and_cpu_rows(scenario, got, "bare", "guard", aims, bare_cpu_ms_spread=bare_spread)
-        if floor:
-            rows += floor_rows(scenario, got)
+        if minimal:
+            rows += minimal_rows(scenario, got)
         if workers:
             one, two = got["guard"], got["guard_workers"]
             rows.append(
@@ -190,29 +190,30 @@ async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool)
     return rows + await sdk_throughput_rows(plan, targets["bare"], targets["guard"], bodies)
 
 
-def floor_rows(scenario: str, got: dict[str, Throughput]) -> list[Row]:
-    """Where the design's floor lies (bench/servers.py `floor`: the bare proxy that also parses
-    the body, writes a log line and observes a histogram): its CPU per request against the bare
-    proxy's, and context-guard's against it, all three measured in the same alternating slices."""
-    bare, floor, guard = got["bare"], got["floor"], got["guard"]
-    if bare.server_cpu_ms is None or floor.server_cpu_ms is None or guard.server_cpu_ms is None:
+def minimal_rows(scenario: str, got: dict[str, Throughput]) -> list[Row]:
+    """What any guard of this design costs before its own work (bench/servers.py `minimal`: the
+    bare proxy that also parses the body, writes a log line and observes a histogram): its CPU
+    per request against the bare proxy's, and context-guard's against it, all three measured in
+    the same alternating slices."""
+    bare, minimal, guard = got["bare"], got["minimal"], got["guard"]
+    if bare.server_cpu_ms is None or minimal.server_cpu_ms is None or guard.server_cpu_ms is None:
         return []
     return [
         row(
             scenario,
-            "CPU per request: the floor proxy (parse, log line, histogram), not context-guard",
+            "CPU per request: the minimal proxy (parse, log line, histogram), not context-guard",
             bare.server_cpu_ms,
-            floor.server_cpu_ms,
+            minimal.server_cpu_ms,
             "ms",
-            Spread.of(ratios(floor.cpu_per_request(), bare.cpu_per_request())),
+            Spread.of(ratios(minimal.cpu_per_request(), bare.cpu_per_request())),
         ),
         row(
             scenario,
-            "CPU per request: context-guard against the floor proxy (baseline column)",
-            floor.server_cpu_ms,
+            "CPU per request: context-guard against the minimal proxy (baseline column)",
+            minimal.server_cpu_ms,
             guard.server_cpu_ms,
             "ms",
-            Spread.of(ratios(guard.cpu_per_request(), floor.cpu_per_request())),
+            Spread.of(ratios(guard.cpu_per_request(), minimal.cpu_per_request())),
         ),
     ]
 

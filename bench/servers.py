@@ -9,12 +9,12 @@
   body, forwards it with the client's headers, and streams the answer back chunk by chunk.
   No parsing, no counting, no logging. Configured as context-guard configures aiohttp (handler
   cancellation, no access log, one pooled client session without decompression).
-- `floor PORT UPSTREAM_URL`: the bare proxy plus the least any guard must do per request, whatever
+- `minimal PORT UPSTREAM_URL`: the bare proxy plus the least any guard must do per request, whatever
   it counts: the body parsed (orjson; a guard must see the conversation), one JSON line written
   to standard output (the request's id, model, message count, status and duration, as a structlog
   `PrintLogger` writes it: flushed per line), one latency histogram observed (prometheus_client),
   and the collector tuned as context-guard tunes it. No routing, counting, caching or headers of
-  its own: what context-guard costs beyond it is its own work, not the design's floor.
+  its own: what context-guard costs beyond it is its own work, not what the design costs anyway.
 
 Run: python bench/servers.py upstream 8001 | python bench/servers.py bare 8002 http://127.0.0.1:8001
 """
@@ -84,10 +84,10 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def bare_app(upstream: str, floor: bool = False) -> web.Application:
-    """The bare proxy; with `floor`, the floor proxy (above)."""
+def bare_app(upstream: str, minimal: bool = False) -> web.Application:
+    """The bare proxy; with `minimal`, the minimal proxy (above)."""
     session_key = web.AppKey("session", aiohttp.ClientSession)
-    seen = floor_hook() if floor else None
+    seen = minimal_hook() if minimal else None
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0)
@@ -122,13 +122,13 @@ def bare_app(upstream: str, floor: bool = False) -> web.Application:
     return app
 
 
-def floor_hook() -> Callable[[Any, int, float], None]:
-    """The floor proxy's work per request, after its answer: one log line and one observation."""
+def minimal_hook() -> Callable[[Any, int, float], None]:
+    """The minimal proxy's work per request, after its answer: one log line and one observation."""
     import prometheus_client
 
     gc.set_threshold(10_000, *gc.get_threshold()[1:])  # proxy.server.collector's young threshold
     registry = prometheus_client.CollectorRegistry()  # one per app: tests build several in one process
-    seconds = prometheus_client.Histogram("floor_request_seconds", "Seconds per request", registry=registry)
+    seconds = prometheus_client.Histogram("minimal_request_seconds", "Seconds per request", registry=registry)
     ids = itertools.count()
 
     def seen(body: Any, status: int, elapsed: float) -> None:
@@ -151,7 +151,7 @@ def floor_hook() -> Callable[[Any, int, float], None]:
 
 def main(argv: list[str]) -> None:
     kind, port = argv[0], int(argv[1])
-    app = upstream_app() if kind == "upstream" else bare_app(argv[2].rstrip("/"), floor=kind == "floor")
+    app = upstream_app() if kind == "upstream" else bare_app(argv[2].rstrip("/"), minimal=kind == "minimal")
     web.run_app(app, host="127.0.0.1", port=port, handler_cancellation=True, access_log=None, print=None)
 
 

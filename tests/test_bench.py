@@ -58,11 +58,11 @@ class TestServers:
         assert answer.status == 200
         assert len(await answer.read()) > 200_000 - 64 * 1024
 
-    async def test_the_floor_proxy_also_parses_each_body_and_writes_one_line_and_one_observation(
+    async def test_the_minimal_proxy_also_parses_each_body_and_writes_one_line_and_one_observation(
         self, aiohttp_client: Any, aiohttp_server: Any, capsys: Any
     ):
         upstream = await aiohttp_server(upstream_app())
-        client = await aiohttp_client(bare_app(str(upstream.make_url("/v1")), floor=True))
+        client = await aiohttp_client(bare_app(str(upstream.make_url("/v1")), minimal=True))
         body = Bodies.of_size(5_000).base
         for _ in range(2):
             answer = await client.post("/v1/chat/completions", data=body)
