@@ -10,10 +10,12 @@ import time
 import aiohttp
 import pytest
 from aiohttp import web
+from yarl import URL
 
 from proxy.server.app import create_app, request_id_of
 from proxy.server.model_counting import Models
 from proxy.server.upstream.relay import PoolPolicy, connection_named
+from proxy.server.upstream.session import UpstreamRequest
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import RawUpstream, raw_request, read_response
 
@@ -194,6 +196,19 @@ class TestAcceptEncoding:
         headers = JSON if given is None else {**JSON, "Accept-Encoding": given}
         assert (await raw_request(proxy.port, "POST", "/v1/chat/completions", CHAT, headers)).status == 200
         assert {k.lower(): v for k, v in upstream.received[-1].headers.items()}.get("accept-encoding") == given
+
+    async def test_the_other_headers_aiohttp_adds_are_added_as_it_adds_them(self):
+        url, given = URL("http://127.0.0.1:9/v1/chat/completions"), {"Content-Type": "application/json"}
+        ours = UpstreamRequest("POST", url, headers=given, data=b"{}", loop=asyncio.get_running_loop())
+        theirs = aiohttp.ClientRequest(
+            "POST", url, headers=given, data=b"{}", loop=asyncio.get_running_loop(), skip_auto_headers=["Accept-Encoding"]
+        )
+        assert list(ours.headers.items()) == list(theirs.headers.items())
+        assert "Accept" in ours.headers and "User-Agent" in ours.headers and "Accept-Encoding" not in ours.headers
+        asked = UpstreamRequest(
+            "POST", url, headers=given, data=b"{}", loop=asyncio.get_running_loop(), skip_auto_headers=["User-Agent"]
+        )
+        assert "User-Agent" not in asked.headers and "Accept-Encoding" not in asked.headers
 
 
 class TestPool:

@@ -9,10 +9,13 @@ A kept-alive connection the server closed fails the next request before a byte o
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from aiohttp import hdrs
+from aiohttp.http import SERVER_SOFTWARE
 from yarl import URL
 
 
@@ -31,8 +34,27 @@ def upstream_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
         auto_decompress=False,
         trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),
-        skip_auto_headers=("Accept-Encoding",),
+        request_class=UpstreamRequest,
     )
+
+
+class UpstreamRequest(aiohttp.ClientRequest):
+    """aiohttp's request, which adds its default headers (`Accept`, `User-Agent`) where the
+    request has none, but never `Accept-Encoding`. The same as the session's
+    `skip_auto_headers=("Accept-Encoding",)`, without what that costs every request: aiohttp then
+    builds a header dict of the names to skip and a copy of the request's headers (7 us of a
+    request's 20 us in `ClientRequest`). Names asked to be skipped in a call are still skipped."""
+
+    def update_auto_headers(self, skip_auto_headers: Iterable[str] | None) -> None:
+        if skip_auto_headers is not None:
+            super().update_auto_headers((*skip_auto_headers, hdrs.ACCEPT_ENCODING))
+            return
+        headers = self.headers
+        for name, value in self.DEFAULT_HEADERS.items():
+            if name != hdrs.ACCEPT_ENCODING and name not in headers:
+                headers[name] = value
+        if hdrs.USER_AGENT not in headers:
+            headers[hdrs.USER_AGENT] = SERVER_SOFTWARE
 
 
 # A pooled connection the server has closed fails in one of these ways before any response byte.
