@@ -18,6 +18,7 @@ None of it changes a count: with no cache, `request()` gives the same `RequestCo
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -40,6 +41,23 @@ from proxy.core.openings import (
 from proxy.core.tokenizer import Tokenizer
 from proxy.core.tool_calls import ResultContext, flag_groups, result_contexts, scan_calls
 from proxy.core.tools import ToolsCount, first_system_text, tool_definitions_tokens
+
+_last_definitions: tuple[tuple[Any, ...], int] = ((), 0)  # the fields `definitions_hash` saw last, and theirs
+
+
+def definitions_hash(fields: tuple[Any, ...]) -> int:
+    """The hash of the tool definition fields' compact JSON. The very objects it was asked about
+    last reuse their hash without dumping them again: the prefix reader hands the unchanged
+    fields of a conversation re-sent as the objects it read before (values it reads are never
+    changed in place), and an agent sends the same tools with every request. Raises TypeError
+    for what orjson cannot render."""
+    global _last_definitions
+    last, digest = _last_definitions  # one read: a thread replacing the pair meanwhile is harmless
+    if len(last) == len(fields) and all(map(operator.is_, last, fields)):
+        return digest
+    digest = hash(orjson.dumps(fields))
+    _last_definitions = (fields, digest)
+    return digest
 
 
 class RequestCounter(CountRules):
@@ -78,11 +96,11 @@ class RequestCounter(CountRules):
         system message is the very string read before, `proxy.wire.prefix_reader`)."""
         if self.cache is None or not (body.get("tools") or body.get("functions")):
             return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
-        fields = [body.get(k) for k in ("tools", "functions", "tool_choice", "function_call")]
+        fields = (body.get("tools"), body.get("functions"), body.get("tool_choice"), body.get("function_call"))
         messages = body.get("messages")
         system = first_system_text(messages) if isinstance(messages, list) else None
         try:
-            key = (self._scope, "tools", hash(orjson.dumps(fields)), hash(system))
+            key = (self._scope, "tools", definitions_hash(fields), hash(system))
         except TypeError:
             return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
         count: ToolsCount | None = self.cache.get(key)

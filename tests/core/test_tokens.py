@@ -11,7 +11,7 @@ import pytest
 from proxy.core import media
 from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import COMPONENTS
-from proxy.core.request_count import RequestCounter
+from proxy.core.request_count import RequestCounter, definitions_hash
 from tests.conftest import png_data_url
 from tests.support.cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
 
@@ -199,6 +199,31 @@ class TestToolDefinitions:
         cache = CountCache()
         assert fresh[0] != fresh[1]
         assert [tools_tokens(body, cache) for body in (joined, alone, joined)] == [fresh[1], fresh[0], fresh[1]]
+
+    def test_the_cached_count_follows_the_definitions_whether_sent_as_the_same_objects_or_not(
+        self, registry, tokenizers
+    ):
+        """A conversation re-sent hands its unchanged tools over as the objects read before; their
+        hash is then not worked out again, but equal definitions in new objects and changed ones
+        are keyed by what they say."""
+        profile = registry.profile("gpt-4o")
+        cache = CountCache()
+
+        def tools_tokens(tools, cache=None):
+            counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), cache)
+            body = {"messages": [{"role": "user", "content": "x"}], "tools": tools}
+            return counter.request(body).components["tool_definitions"]
+
+        def tools(description):
+            return [{"type": "function", "function": {"name": "f", "description": description, "parameters": {}}}]
+
+        short, long = tools("Does f."), tools("Does f, then g, then h, and says what each of them gave back.")
+        uncached_short, uncached_long = tools_tokens(short), tools_tokens(long)
+        assert uncached_short < uncached_long
+        sent = [short, short, tools("Does f."), long, long, short]
+        assert [tools_tokens(t, cache) for t in sent] == [uncached_short] * 3 + [uncached_long] * 2 + [uncached_short]
+        assert definitions_hash((short, None)) == definitions_hash((tools("Does f."), None))
+        assert definitions_hash((short, None)) != definitions_hash((long, None))
 
     def test_nested_objects_arrays_and_enums_all_add_tokens(self, counter_for):
         counter = counter_for("gpt-4o")
