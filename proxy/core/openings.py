@@ -119,9 +119,15 @@ def opening_key(scope: int, hashes: Sequence[int], size: int) -> Hashable:
     return (scope, "opening", size, hash(tuple(hashes[:size])))
 
 
-def sizes_to_look_up(length: int) -> range:
-    """The opening sizes a request of `length` messages looks for, longest first."""
-    return range(length, max(0, length - LOOKED_UP), -1)
+def sizes_to_look_up(length: int, shared: int = 0) -> tuple[int, ...]:
+    """The opening sizes a request of `length` messages looks for: `shared` first, the messages
+    it holds of the earlier body the prefix reader matched, when that is one of them (the
+    request before kept its opening there: a new turn finds it with its first look, not its
+    third); then the others, longest first."""
+    sizes = range(length, max(0, length - LOOKED_UP), -1)
+    if shared in sizes and shared != length:
+        return (shared, *(size for size in sizes if size != shared))
+    return tuple(sizes)
 
 
 def sizes_to_keep(length: int, shared: int = 0, carried: int = 0) -> tuple[int, ...]:

@@ -168,7 +168,7 @@ class RequestCounter(CountRules):
             return counts, NO_TALLY.plus(counts)
         keys: dict[int, Hashable] = {}  # each hashes a prefix of `hashes`: made only as far as looked
         opening: Opening | None = None
-        for size in sizes_to_look_up(n):
+        for size in sizes_to_look_up(n, shared):
             key = keys[size] = opening_key(self._scope, hashes, size)
             opening = cache.get(key)
             if opening is not None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import RequestCount
-from proxy.core.openings import LOOKED_UP, sizes_to_keep
+from proxy.core.openings import LOOKED_UP, sizes_to_keep, sizes_to_look_up
 from proxy.core.request_count import RequestCounter
 from tests.support.counting_tokenizer import CountingTokenizer
 
@@ -172,6 +172,19 @@ class TestWhatIsCountedAgain:
             assert count == RequestCounter(profile, CountingTokenizer()).request({"messages": sibling})
             if client:  # the openings looked up and the two new messages: not each of the 43 (44 looks)
                 assert cache.hits + cache.misses - looked_up <= LOOKED_UP + 2
+
+
+class TestOpeningsLookedUp:
+    def test_longest_first(self):
+        assert sizes_to_look_up(40) == (40, 39, 38, 37, 36)
+        assert sizes_to_look_up(3) == (3, 2, 1)
+
+    def test_a_new_turn_looks_first_where_the_request_before_it_kept_its_own(self):
+        """The prefix reader says how many messages the request shares with the earlier body: the
+        opening that body's request kept, found with the first look instead of the third."""
+        assert sizes_to_look_up(42, shared=40) == (40, 42, 41, 39, 38)
+        assert sizes_to_look_up(42, shared=42) == (42, 41, 40, 39, 38)  # sent again
+        assert sizes_to_look_up(42, shared=10) == (42, 41, 40, 39, 38)  # no opening of the request's to find there
 
 
 class TestOpeningsKept:
