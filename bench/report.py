@@ -190,16 +190,34 @@ def readme_section(results: dict[str, Any]) -> str:
     )
 
 
+# Sections of docs/benchmarks.md that other generators write after this one (bench/adversarial.py,
+# bench/families.py, each between its markers): kept as they are when the page is rewritten.
+OTHER_SECTIONS = ("adversarial", "families")
+
+
 def write_docs(results: dict[str, Any], root: Path) -> None:
     if not passed(results):
         raise SystemExit("not writing docs from a run whose quiet-machine check did not pass (bench/machine.py)")
-    (root / "docs/benchmarks.md").write_text(benchmarks_md(results, root), encoding="utf-8")
+    page = root / "docs/benchmarks.md"
+    kept = other_sections(page.read_text(encoding="utf-8") if page.is_file() else "")
+    text = benchmarks_md(results, root)
+    page.write_text(text.rstrip("\n") + "".join(f"\n\n{section}" for section in kept) + "\n", encoding="utf-8")
     readme = root / "README.md"
     text = readme.read_text(encoding="utf-8")
     pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.DOTALL)
     if not pattern.search(text):
         raise SystemExit(f"README.md has no {README_START!r} ... {README_END!r} section to fill")
     readme.write_text(pattern.sub(lambda _: readme_section(results), text), encoding="utf-8")
+
+
+def other_sections(page: str) -> list[str]:
+    """The sections of `OTHER_SECTIONS` found in `page`, each from its start marker to its end marker."""
+    found = []
+    for name in OTHER_SECTIONS:
+        section = re.search(rf"<!-- {name}:start .*?<!-- {name}:end -->", page, re.DOTALL)
+        if section is not None:
+            found.append(section.group(0))
+    return found
 
 
 def main() -> None:

@@ -110,6 +110,19 @@ class TestReport:
         assert "`python bench/run.py --quick`" in readme and "2 cores" in docs
         assert "## Changes" in docs and "quality: 200 generated agent conversations" in docs
 
+    def test_the_sections_other_generators_wrote_are_kept_when_the_page_is_written_again(self, tmp_path: Path):
+        (tmp_path / "docs").mkdir()
+        (tmp_path / "bench").mkdir()
+        (tmp_path / "README.md").write_text(f"{report.README_START}\n{report.README_END}\n")
+        families = "<!-- families:start (bench/families.py) -->\n## Families\n| f |\n<!-- families:end -->"
+        adversarial = "<!-- adversarial:start (bench/adversarial.py) -->\n## Attacks\n<!-- adversarial:end -->"
+        (tmp_path / "docs/benchmarks.md").write_text(f"old figures\n\n{families}\n\n{adversarial}\n")
+        report.write_docs(_results(), tmp_path)
+        report.write_docs(_results(), tmp_path)  # as `python bench/report.py` does after `make bench`
+        docs = (tmp_path / "docs/benchmarks.md").read_text()
+        assert "old figures" not in docs and "1-minute load average 0.20" in docs
+        assert docs.endswith(f"\n\n{adversarial}\n\n{families}\n") and docs.count("families:start") == 1
+
     def test_no_docs_are_written_from_a_run_whose_machine_check_did_not_pass(self, tmp_path: Path):
         (tmp_path / "docs").mkdir()
         with pytest.raises(SystemExit, match="quiet-machine check"):
