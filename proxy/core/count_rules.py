@@ -116,7 +116,7 @@ class CountRules:
         self._role_extra = dict(self.fmt.role_extra)
         self._small: dict[str, int] = cache.short_counts(tokenizer) if cache is not None else {}
         # What each `tool` message of the request being counted answers, by index.
-        self._results: dict[int, ResultContext] = {}
+        self._results: Mapping[int, ResultContext] = {}
 
     def text(self, text: str) -> int:
         return count_text(self.tokenizer, text, self.cache)

@@ -60,6 +60,19 @@ def definitions_hash(fields: tuple[Any, ...]) -> int:
     return digest
 
 
+def no_tool_traffic(messages: Sequence[Any], start: int, end: int) -> bool:
+    """Whether none of `messages[start:end]` is a tool call or a tool result (`scan_calls` would
+    read nothing from them)."""
+    for index in range(start, end):
+        message = messages[index]
+        if type(message) is dict and message.get("role") != "tool" and not message.get("tool_calls"):
+            continue
+        if not isinstance(message, Mapping):  # scan_calls passes over what is not an object
+            continue
+        return False
+    return True
+
+
 class RequestCounter(CountRules):
     """Counts bodies for one model profile with one tokenizer, reusing what a count cache holds;
     cheap to build per request."""
@@ -173,6 +186,8 @@ class RequestCounter(CountRules):
             opening = cache.get(key)
             if opening is not None:
                 break
+        if opening is not None and opening.flagged is not None and no_tool_traffic(messages, opening.size, n):
+            return self._extended(opening, messages, hashes, shared, keys)
         if opening is not None and opening.size == n:  # the very messages of a request before: a retry
             results = flag_groups(opening.contexts)
             if still_marked_alike(opening, results):  # its counts were made with these marks
@@ -199,7 +214,26 @@ class RequestCounter(CountRules):
             marked = {i: c for i, c in self._results.items() if i < size and c.group is not None}
             tally = tally.plus(counts[tally.size : size])
             key = keys.get(size) or opening_key(self._scope, hashes, size)
-            cache.put(key, Opening(size, counts[:size], made, seen, marked, tally))
+            flagged = self._results if size == n else None  # a shorter one's marks may move with what follows
+            cache.put(key, Opening(size, counts[:size], made, seen, marked, tally, flagged))
+        return counts, tally.plus(counts[tally.size :])
+
+    def _extended(
+        self, opening: Opening, messages: list[Any], hashes: Sequence[int], shared: int, keys: dict[int, Hashable]
+    ) -> tuple[tuple[MessageCount, ...], Tally]:
+        """The request is `opening`'s messages and messages that neither make a tool call nor
+        answer one (or nothing more: a retry). Its calls, results and marks are then the
+        opening's, as they stand: only the messages after it are read and counted, and the
+        openings it keeps share the opening's tables."""
+        start, n = opening.size, len(messages)
+        self._results = results = opening.flagged or {}
+        counts = opening.counts + self._count_messages(messages, hashes, start) if start < n else opening.counts
+        tally = opening.tally
+        for size in sorted(s for s in sizes_to_keep(n, shared, start) if s > start):
+            tally = tally.plus(counts[tally.size : size])
+            key = keys.get(size) or opening_key(self._scope, hashes, size)
+            kept = Opening(size, counts[:size], opening.calls, opening.contexts, opening.marked, tally, results)
+            self.cache.put(key, kept)  # type: ignore[union-attr]  # a cache is there: the opening came from it
         return counts, tally.plus(counts[tally.size :])
 
     def _count_messages(

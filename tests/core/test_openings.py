@@ -174,6 +174,48 @@ class TestWhatIsCountedAgain:
                 assert cache.hits + cache.misses - looked_up <= LOOKED_UP + 2
 
 
+class TestWorkFollowsWhatIsNew:
+    def test_a_turn_without_tool_traffic_reads_none_of_the_conversation_s_calls(self, registry, monkeypatch):
+        """An agent's conversation holds hundreds of calls and results; a turn that neither makes
+        nor answers a call is counted without walking them again or re-marking their groups."""
+        import proxy.core.request_count as request_count
+
+        walked: list[tuple[int, int]] = []
+        marked: list[int] = []
+        scan, flag = request_count.scan_calls, request_count.flag_groups
+        monkeypatch.setattr(
+            request_count, "scan_calls", lambda m, a, b, *rest: walked.append((a, b)) or scan(m, a, b, *rest)
+        )
+        monkeypatch.setattr(
+            request_count, "flag_groups", lambda contexts: marked.append(len(contexts)) or flag(contexts)
+        )
+        profile, cache = registry.profile("gpt-4o"), CountCache()
+        conversation = [SYSTEM]
+        for i in range(100):
+            conversation += [calls(f"a{i}", f"b{i}"), result(f"a{i}"), result(f"b{i}")]
+        turns = [conversation, [*conversation, assistant("done"), user("and now?")]]
+        turns.append([*turns[1], assistant("this"), user("thanks")])
+        counts = []
+        for earlier, messages in zip([[], *turns], turns, strict=False):
+            walked.clear(), marked.clear()
+            counter = RequestCounter(profile, CountingTokenizer(), cache)
+            counts.append(counter.request({"messages": messages}, hashes(messages), shared(earlier, messages)))
+        assert walked == [] and marked == []  # the last turn: no table read
+        assert counts == [RequestCounter(profile, CountingTokenizer()).request({"messages": m}) for m in turns]
+
+    def test_a_turn_that_answers_a_call_still_reads_where_its_group_stands(self, registry, tokenizers):
+        """A result that joins a parallel call of the opening moves its group's marks: counted as
+        if from nothing, as before."""
+        conversation = [SYSTEM, user("look up two things"), calls("c1", "c2"), result("c1")]
+        later = [*conversation, result("c2"), assistant("both found")]
+        retried = [*later, user("again?")]
+        model = "gpt-4-0613"  # the measured parallel-call framing: the marks change the count
+        assert in_turn(registry, tokenizers, model, conversation, later) == fresh(registry, tokenizers, model, later)
+        assert in_turn(registry, tokenizers, model, conversation, later, retried, retried) == fresh(
+            registry, tokenizers, model, retried
+        )
+
+
 class TestOpeningsLookedUp:
     def test_longest_first(self):
         assert sizes_to_look_up(40) == (40, 39, 38, 37, 36)
