@@ -52,7 +52,9 @@ from bench.processes import (  # noqa: E402, F401  # free_port, guard_config, st
     wait_ready,
 )
 from bench.publish import publish  # noqa: E402
-from bench.scenarios import SCENARIOS, SSE_QUERY, Plan, Row, bare_cpu_spread, servers_scenarios, start_rows  # noqa: E402, F401
+from bench.rows import Plan, Row  # noqa: E402
+from bench.scenarios import SCENARIOS, SSE_QUERY, servers_scenarios, start_rows  # noqa: E402, F401
+from bench.throughput import bare_cpu_spread  # noqa: E402
 
 
 def measure(plan: Plan, workers: bool, only: frozenset[str], watch: Watch) -> list[Row]:

@@ -3,75 +3,27 @@
 Every scenario sends to the targets interleaved (request by request, or in alternating slices:
 bench/rounds.py) and reports context-guard as a ratio to the bare proxy measured in the same
 slices of time, with the spread of that ratio over the scenario's rounds where it has rounds.
-bench/run.py starts the servers and runs these; bench/publish.py decides what is written.
+bench/run.py starts the servers and runs these; bench/publish.py decides what is written. The
+throughput scenario's measures are bench/throughput.py's; a line of the table is bench/rows.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from bench import load
-from bench.load import SMALL, Bodies, HttpxClient, SdkClient, Target, summary_ms
+from bench.load import SMALL, Bodies, Target, summary_ms
 from bench.machine import Watch
 from bench.processes import free_port, guard_command, server_command, started, wait_ready
-from bench.rounds import Client, Spread, Throughput, chunks, closed_loop, ratios
+from bench.rounds import Spread, chunks, ratios
+from bench.rows import Plan, Row, row
+from bench.throughput import throughput_rows
 
 SSE_QUERY = "deltas=64&gap_ms=20"
 SCENARIOS = ("start", "memory", "latency", "throughput", "streaming", "isolation", "core")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How many repetitions each scenario gets."""
-
-    latency_small: int
-    latency_large: int
-    throughput_seconds: float
-    throughput_rounds: int
-    streams_alone: int
-    streams_concurrent: int
-    isolation: tuple[int, int]  # rounds, and large bodies answered in each round's loaded phase
-    memory_requests: tuple[int, int]
-    cold_starts: int
-
-    @classmethod
-    def of(cls, quick: bool) -> Plan:
-        if quick:
-            return cls(30, 4, 1.5, 2, 3, 100, (2, 2), (1_000, 3_000), 1)
-        return cls(300, 40, 5.0, 4, 20, 500, (3, 4), (1_000, 20_000), 3)
-
-
-Row = dict[str, Any]
-
-
-def row(
-    scenario: str,
-    metric: str,
-    bare: float | None,
-    guard: float,
-    unit: str,
-    spread: Spread | None = None,
-    **extra: Any,
-) -> Row:
-    """One line of the table: context-guard's figure, the bare proxy's, their ratio, and the
-    least / median / greatest of the ratio over the scenario's rounds (`spread`)."""
-    ratio = guard / bare if bare else None
-    return {
-        "scenario": scenario,
-        "metric": metric,
-        "bare": bare,
-        "guard": guard,
-        "unit": unit,
-        "ratio": ratio,
-        "spread": spread.as_list() if spread else None,
-        **extra,
-    }
 
 
 def added_spread(times: dict[str, list[float]], q: str, rounds: int) -> Spread | None:
@@ -147,136 +99,6 @@ async def latency_rows(plan: Plan, targets: list[Target]) -> list[Row]:
                     )
                 )
     return rows
-
-
-async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool) -> list[Row]:
-    """Requests per second at 32 clients, and the CPU each server's processes spent per request,
-    in alternating slices (bench/rounds.py): cold bodies, the warm conversation re-sent as it was
-    (`same body`) and re-sent with a new turn. With `workers`, two workers against one: on a
-    machine whose cores the client and the upstream share, the rate says what the machine gave,
-    the CPU per request whether a second worker costs more."""
-    bodies = Bodies.of_size(88_000)
-    minimal = [targets["minimal"]] if "minimal" in targets else []
-    measured = [targets["bare"], targets["guard"], *minimal, *([targets["guard_workers"]] if workers else [])]
-    for t in measured:
-        await t.post(bodies.base)
-    rows = []
-    modes = (("cold", bodies.cold), ("warm, new turn", bodies.warm), ("warm, same body", lambda: bodies.base))
-    for mode, make in modes:
-        got = await closed_loop(measured, make, 32, plan.throughput_seconds, plan.throughput_rounds)
-        scenario = f"throughput, 32 clients, 88 KB {mode}"
-        aims = (">= 0.7x", "<= 1.5x") if mode != "cold" else (None, None)
-        bare_spread = _as_list(Spread.of(got["bare"].cpu_per_request()))  # the floor, for bench/machine.py
-        rows += rate_and_cpu_rows(scenario, got, "bare", "guard", aims, bare_cpu_ms_spread=bare_spread)
-        if minimal:
-            rows += minimal_rows(scenario, got)
-        if workers:
-            one, two = got["guard"], got["guard_workers"]
-            rows.append(
-                row(
-                    scenario,
-                    "req/s, 2 workers vs 1",
-                    one.rate,
-                    two.rate,
-                    "req/s",
-                    Spread.of(ratios(two.rates(), one.rates())),
-                    target=">= 1.6x",
-                )
-            )
-            if one.server_cpu_ms is not None and two.server_cpu_ms is not None:
-                cpu = (one.server_cpu_ms, two.server_cpu_ms)
-                spread = Spread.of(ratios(two.cpu_per_request(), one.cpu_per_request()))
-                rows.append(row(scenario, "CPU per request, 2 workers vs 1", *cpu, "ms", spread))
-    return rows + await sdk_throughput_rows(plan, targets["bare"], targets["guard"], bodies)
-
-
-def minimal_rows(scenario: str, got: dict[str, Throughput]) -> list[Row]:
-    """What any guard of this design costs before its own work (bench/servers.py `minimal`: the
-    bare proxy that also parses the body, writes a log line and observes a histogram): its CPU
-    per request against the bare proxy's, and context-guard's against it, all three measured in
-    the same alternating slices."""
-    bare, minimal, guard = got["bare"], got["minimal"], got["guard"]
-    if bare.server_cpu_ms is None or minimal.server_cpu_ms is None or guard.server_cpu_ms is None:
-        return []
-    return [
-        row(
-            scenario,
-            "CPU per request: the minimal proxy (parse, log line, histogram), not context-guard",
-            bare.server_cpu_ms,
-            minimal.server_cpu_ms,
-            "ms",
-            Spread.of(ratios(minimal.cpu_per_request(), bare.cpu_per_request())),
-        ),
-        row(
-            scenario,
-            "CPU per request: context-guard against the minimal proxy (baseline column)",
-            minimal.server_cpu_ms,
-            guard.server_cpu_ms,
-            "ms",
-            Spread.of(ratios(guard.cpu_per_request(), minimal.cpu_per_request())),
-        ),
-    ]
-
-
-# The SDK-like clients (bench/load.py): the official openai SDK, and an SDK's transport alone.
-SDK_CLIENTS: tuple[tuple[str, Callable[[str], Awaitable[Client]]], ...] = (
-    ("openai SDK", SdkClient.open),
-    ("httpx JSON", HttpxClient.open),
-)
-
-
-async def sdk_throughput_rows(plan: Plan, bare: Target, guard: Target, bodies: Bodies) -> list[Row]:
-    """Requests per second at 32 SDK-like clients, the warm conversation with a new turn and as
-    it was, in alternating slices. The clients' own work per request (building the JSON from
-    objects, httpx, parsing the answer) runs on the cores the servers use: the rate an
-    application sees, where the raw client's says what the proxy can do."""
-    rows = []
-    modes = (("warm, new turn", bodies.warm_request), ("warm, same body", lambda: bodies.conversation))
-    for (kind, opener), (mode, make) in itertools.product(SDK_CLIENTS, modes):
-        got = await closed_loop([bare, guard], make, 32, plan.throughput_seconds, plan.throughput_rounds, opener=opener)
-        scenario = f"throughput, 32 {kind} clients, 88 KB {mode}"
-        rows += rate_and_cpu_rows(scenario, got, bare.name, guard.name, (">= 0.9x", None))
-    return rows
-
-
-def rate_and_cpu_rows(
-    scenario: str,
-    got: dict[str, Throughput],
-    bare: str,
-    guard: str,
-    targets: tuple[str | None, str | None],
-    **cpu_extra: Any,
-) -> list[Row]:
-    """A throughput measure's two rows, the guard against the bare proxy (`got`'s, by name):
-    requests per second, and the CPU the servers' processes spent per request (when known;
-    `cpu_extra` goes with it). `targets`: the rate's and the CPU's."""
-    plain, guarded = got[bare], got[guard]
-    clients = {name: round(t.client_cpu_ms, 3) for name, t in got.items()}
-    rate_spread = Spread.of(ratios(guarded.rates(), plain.rates()))
-    rate = row(scenario, "req/s, one worker", plain.rate, guarded.rate, "req/s", rate_spread, target=targets[0])
-    rows = [{**rate, "client_cpu_ms_per_request": clients, "rounds": len(guarded.slices)}]
-    if plain.server_cpu_ms is not None and guarded.server_cpu_ms is not None:
-        cpu_spread = Spread.of(ratios(guarded.cpu_per_request(), plain.cpu_per_request()))
-        figures = (plain.server_cpu_ms, guarded.server_cpu_ms, "ms", cpu_spread)
-        rows.append(
-            row(
-                scenario, "CPU per request (server processes' own accounting)", *figures, target=targets[1], **cpu_extra
-            )
-        )
-    return rows
-
-
-def _as_list(spread: Spread | None) -> list[float] | None:
-    return spread.as_list() if spread else None
-
-
-def bare_cpu_spread(rows: Sequence[Row]) -> float | None:
-    """The widest relative range of the bare proxy's own CPU per request over the throughput
-    rounds of any mode (bench/machine.py's check of the floor); None without those rows."""
-    spreads = [r["bare_cpu_ms_spread"] for r in rows if r.get("bare_cpu_ms_spread")]
-    if not spreads:
-        return None
-    return max((high - low) / median for low, median, high in spreads if median)
 
 
 async def streaming_rows(plan: Plan, targets: list[Target]) -> list[Row]:
