@@ -103,8 +103,9 @@ class Opening:
     marked: Mapping[int, ResultContext]  # the group-marked contexts its counts were made with
     tally: Tally = NO_TALLY  # the sums over `counts`
     # Every context with its group marks as they stand at `size`, which are the marks its counts
-    # were made with: kept where the request ended (shared with it), so that a request that goes
-    # on without a tool call or result reads no table; None for one kept where a request went on.
+    # were made with: kept where the request ended (shared with it; `contexts` itself when no
+    # call was parallel), so that a request that goes on without a tool call or result reads no
+    # table; None for one kept where a request went on.
     flagged: Mapping[int, ResultContext] | None = None
 
     @property
@@ -113,7 +114,8 @@ class Opening:
         (the counts are the cache's message entries) and its three dicts (their contexts are
         shared between the openings of one request). tracemalloc: 2.2 KB of dicts and a 0.8 KB
         tuple for 96 messages with 23 calls; this says 3.7 KB."""
-        entries = len(self.calls) + len(self.contexts) + len(self.marked) + len(self.flagged or ())
+        flagged = self.flagged if self.flagged is not None and self.flagged is not self.contexts else ()
+        entries = len(self.calls) + len(self.contexts) + len(self.marked) + len(flagged)
         return 200 + 8 * len(self.counts) + 60 * entries + self.tally.footprint
 
 

@@ -214,7 +214,9 @@ class RequestCounter(CountRules):
             marked = {i: c for i, c in self._results.items() if i < size and c.group is not None}
             tally = tally.plus(counts[tally.size : size])
             key = keys.get(size) or opening_key(self._scope, hashes, size)
-            flagged = self._results if size == n else None  # a shorter one's marks may move with what follows
+            # Where the request ended, the marks it was counted with (the walk's own table when no
+            # call was parallel: the same contexts); a shorter one's marks may move with what follows.
+            flagged = (seen if not marked else self._results) if size == n else None
             cache.put(key, Opening(size, counts[:size], made, seen, marked, tally, flagged))
         return counts, tally.plus(counts[tally.size :])
 

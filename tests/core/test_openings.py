@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.core.count_cache import CountCache
 from proxy.core.count_rules import RequestCount
-from proxy.core.openings import LOOKED_UP, sizes_to_keep, sizes_to_look_up
+from proxy.core.openings import LOOKED_UP, Opening, sizes_to_keep, sizes_to_look_up
 from proxy.core.request_count import RequestCounter
 from tests.support.counting_tokenizer import CountingTokenizer
 
@@ -202,6 +202,26 @@ class TestWorkFollowsWhatIsNew:
             counts.append(counter.request({"messages": messages}, hashes(messages), shared(earlier, messages)))
         assert walked == [] and marked == []  # the last turn: no table read
         assert counts == [RequestCounter(profile, CountingTokenizer()).request({"messages": m}) for m in turns]
+
+    def test_the_marks_kept_with_an_opening_cost_the_cache_only_where_a_call_was_parallel(self, registry):
+        """Where the request ended, its opening keeps the marks its counts were made with; with
+        no parallel call those are its contexts as they are, held and weighed once."""
+        profile = registry.profile("gpt-4o")
+
+        def kept(messages):
+            cache = CountCache()
+            RequestCounter(profile, CountingTokenizer(), cache).request({"messages": messages}, hashes(messages))
+            (opening,) = (v for v in cache._entries.values() if isinstance(v, Opening))
+            return opening
+
+        single = kept([SYSTEM, user("a"), calls("c1"), result("c1"), assistant("b")])
+        assert single.flagged is single.contexts
+        parallel = kept([SYSTEM, user("a"), calls("c1", "c2"), result("c1"), result("c2"), assistant("b")])
+        assert parallel.flagged is not None and parallel.flagged[3].first and parallel.flagged[4].last
+        assert not parallel.contexts[3].first  # the walk's own table stays unmarked
+        tables = len(parallel.calls) + len(parallel.contexts) + len(parallel.marked) + len(parallel.flagged)
+        assert parallel.footprint == 200 + 8 * 6 + 60 * tables + parallel.tally.footprint
+        assert single.footprint == 200 + 8 * 5 + 60 * (1 + 1 + 0) + single.tally.footprint
 
     def test_a_turn_that_answers_a_call_still_reads_where_its_group_stands(self, registry, tokenizers):
         """A result that joins a parallel call of the opening moves its group's marks: counted as
