@@ -39,7 +39,7 @@ from proxy.core.openings import (
     still_marked_alike,
 )
 from proxy.core.tokenizer import Tokenizer
-from proxy.core.tool_calls import ResultContext, flag_groups, result_contexts, scan_calls
+from proxy.core.tool_calls import ResultContext, flag_groups, no_tool_traffic, result_contexts, scan_calls
 from proxy.core.tools import ToolsCount, first_system_text, tool_definitions_tokens
 
 _last_definitions: tuple[tuple[Any, ...], int] = ((), 0)  # the fields `definitions_hash` saw last, and theirs
@@ -58,19 +58,6 @@ def definitions_hash(fields: tuple[Any, ...]) -> int:
     digest = hash(orjson.dumps(fields))
     _last_definitions = (fields, digest)
     return digest
-
-
-def no_tool_traffic(messages: Sequence[Any], start: int, end: int) -> bool:
-    """Whether none of `messages[start:end]` is a tool call or a tool result (`scan_calls` would
-    read nothing from them)."""
-    for index in range(start, end):
-        message = messages[index]
-        if type(message) is dict and message.get("role") != "tool" and not message.get("tool_calls"):
-            continue
-        if not isinstance(message, Mapping):  # scan_calls passes over what is not an object
-            continue
-        return False
-    return True
 
 
 class RequestCounter(CountRules):
@@ -187,7 +174,7 @@ class RequestCounter(CountRules):
             if opening is not None:
                 break
         if opening is not None and opening.flagged is not None and no_tool_traffic(messages, opening.size, n):
-            return self._extended(opening, messages, hashes, shared, keys)
+            return self._extended(opening, opening.flagged, messages, hashes, shared, keys)
         if opening is not None and opening.size == n:  # the very messages of a request before: a retry
             results = flag_groups(opening.contexts)
             if still_marked_alike(opening, results):  # its counts were made with these marks
@@ -221,20 +208,26 @@ class RequestCounter(CountRules):
         return counts, tally.plus(counts[tally.size :])
 
     def _extended(
-        self, opening: Opening, messages: list[Any], hashes: Sequence[int], shared: int, keys: dict[int, Hashable]
+        self,
+        opening: Opening,
+        flagged: Mapping[int, ResultContext],
+        messages: list[Any],
+        hashes: Sequence[int],
+        shared: int,
+        keys: dict[int, Hashable],
     ) -> tuple[tuple[MessageCount, ...], Tally]:
         """The request is `opening`'s messages and messages that neither make a tool call nor
         answer one (or nothing more: a retry). Its calls, results and marks are then the
-        opening's, as they stand: only the messages after it are read and counted, and the
-        openings it keeps share the opening's tables."""
+        opening's, as they stand (`flagged`, the opening's own): only the messages after it are
+        read and counted, and the openings it keeps share the opening's tables."""
         start, n = opening.size, len(messages)
-        self._results = results = opening.flagged or {}
+        self._results = flagged
         counts = opening.counts + self._count_messages(messages, hashes, start) if start < n else opening.counts
         tally = opening.tally
         for size in sorted(s for s in sizes_to_keep(n, shared, start) if s > start):
             tally = tally.plus(counts[tally.size : size])
             key = keys.get(size) or opening_key(self._scope, hashes, size)
-            kept = Opening(size, counts[:size], opening.calls, opening.contexts, opening.marked, tally, results)
+            kept = Opening(size, counts[:size], opening.calls, opening.contexts, opening.marked, tally, flagged)
             self.cache.put(key, kept)  # type: ignore[union-attr]  # a cache is there: the opening came from it
         return counts, tally.plus(counts[tally.size :])
 
