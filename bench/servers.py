@@ -22,7 +22,6 @@ Run: python bench/servers.py upstream 8001 | python bench/servers.py bare 8002 h
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import sys
 import time
@@ -126,7 +125,9 @@ def minimal_hook() -> Callable[[Any, int, float], None]:
     """The minimal proxy's work per request, after its answer: one log line and one observation."""
     import prometheus_client
 
-    gc.set_threshold(10_000, *gc.get_threshold()[1:])  # proxy.server.collector's young threshold
+    from proxy.server.collector import collect_young_less_often
+
+    collect_young_less_often()  # as context-guard's serving process does
     registry = prometheus_client.CollectorRegistry()  # one per app: tests build several in one process
     seconds = prometheus_client.Histogram("minimal_request_seconds", "Seconds per request", registry=registry)
     ids = itertools.count()

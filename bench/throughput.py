@@ -48,10 +48,7 @@ async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool)
                     target=">= 1.6x",
                 )
             )
-            if one.server_cpu_ms is not None and two.server_cpu_ms is not None:
-                cpu = (one.server_cpu_ms, two.server_cpu_ms)
-                spread = Spread.of(ratios(two.cpu_per_request(), one.cpu_per_request()))
-                rows.append(row(scenario, "CPU per request, 2 workers vs 1", *cpu, "ms", spread))
+            rows += cpu_row(scenario, "CPU per request, 2 workers vs 1", one, two)
     return rows + await sdk_throughput_rows(plan, targets["bare"], targets["guard"], bodies)
 
 
@@ -61,24 +58,17 @@ def minimal_rows(scenario: str, got: dict[str, Throughput]) -> list[Row]:
     per request against the bare proxy's, and context-guard's against it, all three measured in
     the same alternating slices."""
     bare, minimal, guard = got["bare"], got["minimal"], got["guard"]
-    if bare.server_cpu_ms is None or minimal.server_cpu_ms is None or guard.server_cpu_ms is None:
+    if None in (bare.server_cpu_ms, minimal.server_cpu_ms, guard.server_cpu_ms):
         return []
     return [
-        row(
+        *cpu_row(
             scenario,
             "CPU per request: the minimal proxy (parse, log line, histogram), not context-guard",
-            bare.server_cpu_ms,
-            minimal.server_cpu_ms,
-            "ms",
-            Spread.of(ratios(minimal.cpu_per_request(), bare.cpu_per_request())),
+            bare,
+            minimal,
         ),
-        row(
-            scenario,
-            "CPU per request: context-guard against the minimal proxy (baseline column)",
-            minimal.server_cpu_ms,
-            guard.server_cpu_ms,
-            "ms",
-            Spread.of(ratios(guard.cpu_per_request(), minimal.cpu_per_request())),
+        *cpu_row(
+            scenario, "CPU per request: context-guard against the minimal proxy (baseline column)", minimal, guard
         ),
     ]
 
@@ -120,15 +110,17 @@ def rate_and_cpu_rows(
     rate_spread = Spread.of(ratios(guarded.rates(), plain.rates()))
     rate = row(scenario, "req/s, one worker", plain.rate, guarded.rate, "req/s", rate_spread, target=targets[0])
     rows = [{**rate, "client_cpu_ms_per_request": clients, "rounds": len(guarded.slices)}]
-    if plain.server_cpu_ms is not None and guarded.server_cpu_ms is not None:
-        cpu_spread = Spread.of(ratios(guarded.cpu_per_request(), plain.cpu_per_request()))
-        figures = (plain.server_cpu_ms, guarded.server_cpu_ms, "ms", cpu_spread)
-        rows.append(
-            row(
-                scenario, "CPU per request (server processes' own accounting)", *figures, target=targets[1], **cpu_extra
-            )
-        )
-    return rows
+    metric = "CPU per request (server processes' own accounting)"
+    return rows + cpu_row(scenario, metric, plain, guarded, target=targets[1], **cpu_extra)
+
+
+def cpu_row(scenario: str, metric: str, base: Throughput, other: Throughput, **extra: Any) -> list[Row]:
+    """The CPU `other`'s processes spent per request against `base`'s (in the baseline column),
+    with the spread of the ratio over the rounds; no row when either is not known."""
+    if base.server_cpu_ms is None or other.server_cpu_ms is None:
+        return []
+    spread = Spread.of(ratios(other.cpu_per_request(), base.cpu_per_request()))
+    return [row(scenario, metric, base.server_cpu_ms, other.server_cpu_ms, "ms", spread, **extra)]
 
 
 def _as_list(spread: Spread | None) -> list[float] | None:
