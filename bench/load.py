@@ -58,8 +58,10 @@ class Bodies:
     conversation: dict[str, Any] = field(compare=False, repr=False)  # `base` as objects (`warm_request`)
 
     @classmethod
-    def of_size(cls, size: int, stream: bool = False) -> Bodies:
-        body = agent_conversation(max(1, int(size / BYTES_PER_TOKEN)))
+    def of_size(cls, size: int, stream: bool = False, longer: int = 1) -> Bodies:
+        """About `size` bytes of agent conversation; with `longer`, each turn's tool result and
+        answer that many times longer, so the same bytes hold about that many times fewer messages."""
+        body = agent_conversation(max(1, int(size / BYTES_PER_TOKEN)), 1000 * longer, longer)
         body["model"] = MODEL
         if stream:
             body["stream"] = True
@@ -264,9 +266,7 @@ async def stream_once(target: Target, payload: bytes, query: str) -> StreamTimin
     """Time to the first byte of the answer, then the gap between each SSE event and the next."""
     assert target.session is not None
     started = time.perf_counter()
-    async with target.session.post(
-        f"{target.url}/chat/completions?{query}", data=payload, headers=CLIENT_HEADERS
-    ) as r:
+    async with target.session.post(f"{target.url}/chat/completions?{query}", data=payload, headers=CLIENT_HEADERS) as r:
         if r.status != 200:
             raise RuntimeError(f"{target.name} answered {r.status}")
         timing: StreamTiming | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -361,3 +362,35 @@ class TestCapacityReadsTheRun:
             row("memory", "RSS after 1,000 requests (25 KB, cold)", 150.0),
         ]
         assert capacity.measured({"machine": "2 cores", "rows": rows}).rps_warm == 500.0
+
+
+class TestFootprint:
+    def test_a_request_counts_each_function_it_ran_once_and_every_call(self):
+        from bench.footprint import RequestFootprint
+
+        def start() -> None:  # what a server calls once per request
+            pass
+
+        def helper(n: int) -> int:
+            return n + len("x")
+
+        hook = RequestFootprint(start.__code__)
+        sys.setprofile(hook)
+        try:
+            for calls in (3, 1):  # two requests: the helper three times, then once
+                start()
+                for i in range(calls):
+                    helper(i)
+            start()  # the next request begins: the second one is complete
+        finally:
+            sys.setprofile(None)
+        first, second = hook.requests
+        assert first[0] == second[0] == 2  # `start` and `helper`, however often each ran
+        assert first[1] == second[1] == 1  # `len`
+        assert first[2] - second[2] == 2 * 2  # two more `helper` calls, each with its `len`
+        assert hook.medians()[0] == 2
+
+    def test_a_longer_conversation_of_the_same_size_has_fewer_messages(self):
+        usual, longer = (orjson.loads(Bodies.of_size(88_000, longer=n).base)["messages"] for n in (1, 4))
+        assert len(longer) * 3 < len(usual)
+        assert [m["role"] for m in longer[:5]] == [m["role"] for m in usual[:5]]
