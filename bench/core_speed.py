@@ -9,7 +9,8 @@
 - trim-heavy: 1M tokens in 2,000 messages cut to a 128k window, split into parse (bytes to
   objects), count (cold), decide (the trim pipeline) and serialise (the new body to bytes).
 
-Each figure is the median of its repetitions. Run alone: python bench/core_speed.py [--quick]
+Each figure is the median of its repetitions; the counting ratios are taken round by round, the
+least / median / greatest of them printed beside each. Run alone: python bench/core_speed.py [--quick]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import agent_conversation, all_text
+from bench.rounds import Spread
 from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelRegistry, TokenizerSpec
 from proxy.core.plan import TrimPolicy
@@ -95,9 +97,9 @@ def counting(registry: ModelRegistry, tokenizers: Tokenizers, repeat: int) -> di
         "text_mb": len(text.encode()) / 1e6,
         "raw_encode_s": raw_s,
         "cold_one_thread_s": cold_s,
-        "cold_ratio": statistics.median(r / c for r, c in zip(raw, cold, strict=True)),  # round by round
+        "cold_ratios": [r / c for r, c in zip(raw, cold, strict=True)],  # round by round
         "cold_pool_s": pool_s,
-        "pool_gain": statistics.median(c / p for c, p in zip(cold, pool, strict=True)),
+        "pool_gains": [c / p for c, p in zip(cold, pool, strict=True)],
         "warm_s": warm_s,
         "warm_speedup": cold_s / warm_s,
     }
@@ -161,7 +163,8 @@ def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
             "bare": c["raw_encode_s"],
             "guard": c["cold_one_thread_s"],
             "unit": "s",
-            "ratio": c["cold_ratio"],
+            "ratio": statistics.median(c["cold_ratios"]),
+            "spread": _spread(c["cold_ratios"]),
             "ratio_meaning": "throughput",
             "target": ">= 0.8x",
         },
@@ -171,7 +174,8 @@ def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
             "bare": c["cold_one_thread_s"],
             "guard": c["cold_pool_s"],
             "unit": "s",
-            "ratio": c["pool_gain"],
+            "ratio": statistics.median(c["pool_gains"]),
+            "spread": _spread(c["pool_gains"]),
             "ratio_meaning": "speedup",
         },
         {
@@ -197,6 +201,12 @@ def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _spread(ratios: list[float]) -> list[float] | None:
+    """The least, median and greatest of the rounds' ratios, as every other row prints them."""
+    spread = Spread.of(ratios)
+    return spread.as_list() if spread is not None else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -204,7 +214,10 @@ def main() -> None:
     for section, figures in run(args.quick).items():
         print(section)
         for key, value in figures.items():
-            print(f"  {key:20} {value:,.4g}" if isinstance(value, float) else f"  {key:20} {value:,}")
+            if isinstance(value, list):
+                print(f"  {key:20} {' '.join(f'{v:.3g}' for v in value)}")
+            else:
+                print(f"  {key:20} {value:,.4g}" if isinstance(value, float) else f"  {key:20} {value:,}")
 
 
 if __name__ == "__main__":

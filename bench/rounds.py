@@ -20,10 +20,12 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from bench.load import Connection, Target, rotated
 from bench.processes import process_tree_cpu_seconds
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def ratios(guard: Sequence[float], bare: Sequence[float]) -> list[float]:
     return [g / b if b else float("nan") for g, b in zip(guard, bare, strict=True)]
 
 
-def chunks(values: Sequence[float], count: int) -> list[list[float]]:
+def chunks(values: Sequence[T], count: int) -> list[list[T]]:
     """`values` (in the order they were measured) cut into `count` consecutive rounds."""
     size = max(1, len(values) // count)
     return [list(values[i : i + size]) for i in range(0, size * count, size) if values[i : i + size]]

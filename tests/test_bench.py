@@ -234,9 +234,7 @@ class TestSdkClient:
         assert len(set(peers)) == 1
 
     @pytest.mark.parametrize("kind", [SdkClient, HttpxClient], ids=["openai SDK", "httpx JSON"])
-    async def test_closed_loop_drives_sdk_like_clients_as_it_drives_connections(
-        self, aiohttp_server: Any, kind: Any
-    ):
+    async def test_closed_loop_drives_sdk_like_clients_as_it_drives_connections(self, aiohttp_server: Any, kind: Any):
         sizes: list[int] = []
         server = await aiohttp_server(counted_upstream(sizes))
         target = Target("t", str(server.make_url("/v1")))
@@ -394,3 +392,43 @@ class TestFootprint:
         usual, longer = (orjson.loads(Bodies.of_size(88_000, longer=n).base)["messages"] for n in (1, 4))
         assert len(longer) * 3 < len(usual)
         assert [m["role"] for m in longer[:5]] == [m["role"] for m in usual[:5]]
+
+
+class TestSpreadsOfTheSingleRunRows:
+    def test_the_sse_gap_s_spread_is_the_guard_s_added_p99_over_the_bare_proxy_s_round_by_round(self):
+        from bench.scenarios import gap_spread
+
+        def streams(extra_ms: float) -> list[load.StreamTiming]:  # eight streams, a round of two each
+            return [load.StreamTiming(0.001, [0.020 + extra_ms / 1000] * 63) for _ in range(8)]
+
+        timings = {"upstream": streams(0), "bare": streams(0.25), "guard": streams(0.30)}
+        spread = gap_spread(timings, 4)
+        assert spread is not None and spread.low == pytest.approx(1.2) and spread.high == pytest.approx(1.2)
+
+    def test_the_counting_ratios_are_the_median_of_their_rounds_with_their_spread(self):
+        from bench import core_speed
+
+        figures = {
+            "counting": {
+                "tokens": 1000,
+                "messages": 4,
+                "text_mb": 0.1,
+                "raw_encode_s": 0.4,
+                "cold_one_thread_s": 0.5,
+                "cold_ratios": [0.79, 0.84, 0.81],
+                "cold_pool_s": 0.4,
+                "pool_gains": [1.3, 1.4, 1.2],
+                "warm_s": 0.02,
+                "warm_speedup": 25.0,
+            },
+            "trim_heavy": {
+                "tokens_before": 10,
+                "tokens_after": 5,
+                "messages": 2,
+                "window": 8,
+                **{f"{phase}_ms": 1.0 for phase in ("parse", "count", "decide", "serialise")},
+            },
+        }
+        cold, pool = core_speed.rows(figures)[:2]
+        assert cold["ratio"] == 0.81 and cold["spread"] == [0.79, 0.81, 0.84]
+        assert pool["ratio"] == 1.3 and pool["spread"] == [1.2, 1.3, 1.4]
