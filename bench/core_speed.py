@@ -214,10 +214,11 @@ def main() -> None:
     for section, figures in run(args.quick).items():
         print(section)
         for key, value in figures.items():
-            if isinstance(value, list):
-                print(f"  {key:20} {' '.join(f'{v:.3g}' for v in value)}")
+            if isinstance(value, list):  # a ratio per round
+                shown = " ".join(f"{v:.3g}" for v in value)
             else:
-                print(f"  {key:20} {value:,.4g}" if isinstance(value, float) else f"  {key:20} {value:,}")
+                shown = f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
+            print(f"  {key:20} {shown}")
 
 
 if __name__ == "__main__":

@@ -98,9 +98,13 @@ def serve_counted(argv: list[str]) -> None:
         server(argv)
 
 
-async def _send(url: str, pid: int, out: Path, make: Any, requests: int) -> tuple[int, float, float, float]:
+async def _send(
+    url: str, pid: int, out: Path, base: bytes, make: Any, requests: int
+) -> tuple[int, float, float, float]:
+    """`base`, then 50 bodies from `make` to warm up, then `requests` more counted; their medians."""
     connection = await Connection.open(url)
     try:
+        await connection.post(base)
         for _ in range(50):  # warm: caches, the prefix reader, the plans of a body sent again
             await connection.post(make())
         os.kill(pid, signal.SIGUSR1)
@@ -135,37 +139,28 @@ def functions_per_request(requests: int) -> None:
                 command = [*python(), str(Path(__file__)), "--serve-counted", *args]
                 with started(command, port, "/readyz" if kind == "guard" else "/healthz") as (process, _):
                     url = f"http://127.0.0.1:{port}/v1"
-                    asyncio.run(_warm_base(url, bodies.base))
                     for scenario, make in (("sent again", lambda: same), ("new turn", bodies.warm)):
-                        n, functions, builtins, calls = asyncio.run(_send(url, process.pid, out, make, requests))
+                        counted = _send(url, process.pid, out, bodies.base, make, requests)
+                        n, functions, builtins, calls = asyncio.run(counted)
                         figures = f"{functions:17.0f} {builtins:10.0f} {calls:7.0f}"
                         print(f"  {kind:8s} {scenario:10s} {figures}   ({n} requests)")
-
-
-async def _warm_base(url: str, base: bytes) -> None:
-    connection = await Connection.open(url)
-    try:
-        await connection.post(base)
-    finally:
-        await connection.close()
 
 
 def _job_runner(bodies: Bodies) -> Any:
     """The job of one request of `bodies`' conversation (as the server runs it for a warm body on
     the event loop), as a function of the body's bytes."""
     from proxy.apis.registry import AdapterRegistry
-    from proxy.config.settings import load_settings
+    from proxy.config.settings import settings_from_dict
     from proxy.server.model_counting import Models
     from proxy.wire.readers import BodyReaders
 
-    folder = Path(tempfile.mkdtemp())
-    config = folder / "context-guard.yaml"
-    config.write_text(
-        "upstreams:\n  fake:\n    base_url: http://127.0.0.1:9/v1\nroutes:\n  - match: gpt-4.1\n    upstream: fake\n"
+    upstreams = {"fake": {"base_url": "http://127.0.0.1:9/v1"}}
+    settings = settings_from_dict(
+        {"upstreams": upstreams, "routes": [{"match": "gpt-4.1", "upstream": "fake"}]}, "bench", {}
     )
-    models = Models(load_settings(config))
+    models = Models(settings)
     registry = AdapterRegistry()
-    readers = BodyReaders(registry.adapters, prefix_memory_bytes=64 * 1024 * 1024)
+    readers = BodyReaders(registry.adapters, prefix_memory_bytes=settings.server.prefix_memory_bytes)
     endpoint = registry.endpoint_for("/v1/chat/completions")
     assert endpoint is not None
     profile = models.profile("gpt-4.1")
