@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import agent_conversation, all_text
-from bench.rounds import Spread
+from bench.rounds import Spread, listed
 from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelRegistry, TokenizerSpec
 from proxy.core.plan import TrimPolicy
@@ -164,7 +164,7 @@ def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
             "guard": c["cold_one_thread_s"],
             "unit": "s",
             "ratio": statistics.median(c["cold_ratios"]),
-            "spread": _spread(c["cold_ratios"]),
+            "spread": listed(Spread.of(c["cold_ratios"])),
             "ratio_meaning": "throughput",
             "target": ">= 0.8x",
         },
@@ -175,7 +175,7 @@ def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
             "guard": c["cold_pool_s"],
             "unit": "s",
             "ratio": statistics.median(c["pool_gains"]),
-            "spread": _spread(c["pool_gains"]),
+            "spread": listed(Spread.of(c["pool_gains"])),
             "ratio_meaning": "speedup",
         },
         {
@@ -199,12 +199,6 @@ def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
             for phase in ("parse", "count", "decide", "serialise")
         ),
     ]
-
-
-def _spread(ratios: list[float]) -> list[float] | None:
-    """The least, median and greatest of the rounds' ratios, as every other row prints them."""
-    spread = Spread.of(ratios)
-    return spread.as_list() if spread is not None else None
 
 
 def main() -> None:

@@ -52,6 +52,11 @@ class Spread:
         return [round(self.low, 4), round(self.median, 4), round(self.high, 4)]
 
 
+def listed(spread: Spread | None) -> list[float] | None:
+    """`spread` as a row of results.json holds it: [least, median, greatest], or None."""
+    return spread.as_list() if spread is not None else None
+
+
 def ratios(guard: Sequence[float], bare: Sequence[float]) -> list[float]:
     """Round by round, guard / bare (NaN where bare is 0)."""
     return [g / b if b else float("nan") for g, b in zip(guard, bare, strict=True)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bench.rounds import Spread
+from bench.rounds import Spread, listed
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,6 @@ def row(
         "guard": guard,
         "unit": unit,
         "ratio": ratio,
-        "spread": spread.as_list() if spread else None,
+        "spread": listed(spread),
         **extra,
     }

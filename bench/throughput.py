@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from bench.load import Bodies, HttpxClient, SdkClient, Target
-from bench.rounds import Client, Spread, Throughput, closed_loop, ratios
+from bench.rounds import Client, Spread, Throughput, closed_loop, listed, ratios
 from bench.rows import Plan, Row, row
 
 
@@ -31,7 +31,7 @@ async def throughput_rows(plan: Plan, targets: dict[str, Target], workers: bool)
         got = await closed_loop(measured, make, 32, plan.throughput_seconds, plan.throughput_rounds)
         scenario = f"throughput, 32 clients, 88 KB {mode}"
         aims = (">= 0.7x", "<= 1.5x") if mode != "cold" else (None, None)
-        bare_spread = _as_list(Spread.of(got["bare"].cpu_per_request()))  # the floor, for bench/machine.py
+        bare_spread = listed(Spread.of(got["bare"].cpu_per_request()))  # the floor, for bench/machine.py
         rows += rate_and_cpu_rows(scenario, got, "bare", "guard", aims, bare_cpu_ms_spread=bare_spread)
         if minimal:
             rows += minimal_rows(scenario, got)
@@ -121,10 +121,6 @@ def cpu_row(scenario: str, metric: str, base: Throughput, other: Throughput, **e
         return []
     spread = Spread.of(ratios(other.cpu_per_request(), base.cpu_per_request()))
     return [row(scenario, metric, base.server_cpu_ms, other.server_cpu_ms, "ms", spread, **extra)]
-
-
-def _as_list(spread: Spread | None) -> list[float] | None:
-    return spread.as_list() if spread else None
 
 
 def bare_cpu_spread(rows: Sequence[Row]) -> float | None:
