@@ -26,6 +26,6 @@ for service in redis-server haproxy; do
   fi
 done
 redis-server --version
-haproxy -v | head -n 1
+haproxy -v | sed -n 1p  # sed reads to the end: head would close the pipe early and, under pipefail, fail the script with SIGPIPE (141)
 chromium --version
 jq --version
