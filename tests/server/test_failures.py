@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import openai
 import pytest
 
+from proxy.server.slots import FairSlots
 from tests.server.conftest import gateway_settings, long_conversation
 
 
@@ -153,24 +157,37 @@ class TestStreamingFailures:
 
 
 class TestLargeBodies:
-    async def test_counting_a_10mb_body_does_not_stall_other_requests(self, proxy, upstream):
+    async def test_counting_a_10mb_body_does_not_stall_other_requests(self, proxy, upstream, monkeypatch):
+        """While a 10 MB body's work is held in its thread, /healthz is answered; then the body is."""
         messages = long_conversation(turns=1200, words=1200)  # ~10 MB of JSON
         body = json.dumps({"model": "gpt-4.1", "messages": messages}).encode()
         assert len(body) > 10_000_000
-        finished: list[str] = []
+        loop = asyncio.get_running_loop()
+        in_thread, release = asyncio.Event(), threading.Event()
+        run = FairSlots.run
+
+        async def held_run(slots: FairSlots, client: str, work: Callable[..., Any], *args: Any) -> Any:
+            def held(*call_args: Any) -> Any:
+                loop.call_soon_threadsafe(in_thread.set)
+                release.wait(60)
+                return work(*call_args)
+
+            return await run(slots, client, held, *args)
+
+        monkeypatch.setattr(FairSlots, "run", held_run)
         async with aiohttp.ClientSession() as session:
 
-            async def big() -> None:
+            async def big() -> int:
                 async with session.post(proxy.make_url("/v1/chat/completions"), data=body) as r:
-                    assert r.status == 200
-                finished.append("big")
+                    return r.status
 
-            async def small() -> None:
-                await asyncio.sleep(0.15)  # the big body is being counted by now
+            counting = asyncio.create_task(big())
+            try:
+                await asyncio.wait_for(in_thread.wait(), 60)
                 for _ in range(3):
                     async with session.get(proxy.make_url("/healthz")) as r:
                         assert r.status == 200
-                finished.append("small")
-
-            await asyncio.gather(big(), small())
-        assert finished == ["small", "big"]
+                assert not counting.done()
+            finally:
+                release.set()
+            assert await counting == 200
