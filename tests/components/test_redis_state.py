@@ -174,10 +174,8 @@ class TestTheProxysStore:
         from tests.server.conftest import gateway_settings
 
         (tmp_path / "other").mkdir()
-        other = RedisServer(tmp_path / "other")
-        other.start()
+        other = RedisServer.started(tmp_path / "other")
         try:
-            other.until_ready()
             upstream = "http://127.0.0.1:9/v1"  # never called: no request is sent
             proxy = await aiohttp_server(create_app(gateway_settings(upstream, state={"url": redis_server.url})))
             assert redis_server.clients() == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +12,7 @@ import aiohttp
 import openai
 import pytest
 
+from bench.processes import free_port
 from proxy.server.slots import FairSlots
 from tests.server.conftest import gateway_settings, long_conversation
 
@@ -94,9 +94,7 @@ class TestBadInput:
 
 class TestFailingUpstreams:
     async def test_a_refused_connection_gets_502(self, start_proxy):
-        with socket.socket() as s:  # a port that was free a moment ago and has no listener
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()  # nothing listens on it
         proxy = await start_proxy(gateway_settings(f"http://127.0.0.1:{port}/v1"))
         status, payload, _ = await post(proxy, b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}')
         assert status == 502
