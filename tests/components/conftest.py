@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import redis
 
-from tests.processes import Guard, PortTaken, Process, free_port, on_free_port
+from tests.support.processes import Guard, PortTaken, Process, free_port, on_free_port
 from tests.support.upstream import FakeUpstream
 
 pytestmark = pytest.mark.components

@@ -10,7 +10,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.processes import Guard
+from tests.support.processes import Guard
 
 pytestmark = pytest.mark.components
 

@@ -9,7 +9,7 @@ import socket
 import aiohttp
 import pytest
 
-from tests.processes import Guard
+from tests.support.processes import Guard
 
 STREAM = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 

@@ -116,7 +116,7 @@ class TestReport:
 
     def test_the_readmes_figures_are_the_generators_own_rendering_of_the_published_results(self):
         """Never typed by hand: the README's section is what `write_docs` makes of bench/results.json."""
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         results = orjson.loads((root / "bench/results.json").read_bytes())
         readme = (root / "README.md").read_text(encoding="utf-8")
         start, end = readme.index(report.README_START), readme.index(report.README_END) + len(report.README_END)
@@ -124,7 +124,7 @@ class TestReport:
 
     def test_every_row_the_readme_names_is_in_the_published_results(self):
         """A renamed scenario or measure would drop out of the README silently: it is caught here."""
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         rows = orjson.loads((root / "bench/results.json").read_bytes())["rows"]
         assert len(report.readme_rows(rows)) == len(report.README_ROWS)
 

@@ -21,7 +21,7 @@ from bench.processes import PortTaken, free_port, on_free_port, stop
 
 __all__ = ["Guard", "PortTaken", "Process", "free_port", "on_free_port"]
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 class Process:

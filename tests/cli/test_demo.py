@@ -21,7 +21,7 @@ from openai import OpenAI
 
 from proxy.demo import Seen, Step, _verdict
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def clean_env(marker: str) -> dict[str, str]:
