@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import redis
 
-from tests.support.processes import Guard, PortTaken, Process, free_port, on_free_port
+from tests.support.processes import Guard, PortTaken, Process, free_port, listens, on_free_port
 from tests.support.upstream import FakeUpstream
 
 pytestmark = pytest.mark.components
@@ -74,10 +74,15 @@ class RedisServer(Process):
                     if "Address already in use" in self.output:  # another process took the port first
                         raise PortTaken(f"redis-server: port {self.port} was taken")
                     raise RuntimeError(f"redis-server exited with {self.popen.returncode}:\n{self.output[-2000:]}")
+                if self.popen is not None and not listens(self.pid, self.port):  # not up yet
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"redis-server not listening within {timeout} s:\n{self.output[-2000:]}")
+                    time.sleep(0.05)
+                    continue
                 try:
                     if client.ping():
                         return
-                except (redis.ConnectionError, redis.TimeoutError):  # not up yet, or not redis on that port
+                except (redis.ConnectionError, redis.TimeoutError):  # listening, not answering yet
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.05)
@@ -140,8 +145,11 @@ backend guards
 
 
 class HAProxy(Process):
-    def __init__(self, log_dir: Path, guards: list[Guard]) -> None:
-        self.port = free_port()
+    """HAProxy on `port` in front of `guards` (it cannot bind port 0 and say which it got: `started`
+    starts it on a free port, and on another if that one was taken before HAProxy could bind it)."""
+
+    def __init__(self, log_dir: Path, guards: list[Guard], port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
         servers = "\n".join(f"    server {g.name} 127.0.0.1:{g.port}" for g in guards)
         config = log_dir / "haproxy.cfg"
         config.write_text(HAPROXY_CONFIG.format(port=self.port, servers=servers))
@@ -149,6 +157,26 @@ class HAProxy(Process):
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    @classmethod
+    def started(cls, log_dir: Path, guards: list[Guard], processes: list[Process], timeout: float = 30) -> HAProxy:
+        def start(port: int) -> HAProxy:
+            haproxy = cls(log_dir, guards, port)
+            processes.append(haproxy)
+            haproxy.start()
+            deadline = time.monotonic() + timeout
+            while not listens(haproxy.pid, port):
+                assert haproxy.popen is not None
+                if haproxy.popen.poll() is not None:
+                    if "cannot bind socket" in haproxy.output:  # another process took the port first
+                        raise PortTaken(f"haproxy: port {port} was taken")
+                    raise RuntimeError(f"haproxy exited with {haproxy.popen.returncode}:\n{haproxy.output[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"haproxy not listening within {timeout} s:\n{haproxy.output[-2000:]}")
+                time.sleep(0.05)
+            return haproxy
+
+        return on_free_port(start)
 
 
 @pytest.fixture
@@ -276,9 +304,7 @@ async def start_fleet(log_dir: Path, upstream: FakeUpstream, processes: list[Pro
     guards = [start_guard(name, 0, log_dir, upstream, processes, *serve_args) for name in ("a", "b", "c")]
     await all_ready(guards)
     await warmed(guards)
-    haproxy = HAProxy(log_dir, guards)
-    processes.append(haproxy)
-    haproxy.start()
+    haproxy = HAProxy.started(log_dir, guards, processes)
     fleet = Fleet(guards, haproxy, upstream)
     await fleet.served_by_all()
     return fleet

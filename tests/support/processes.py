@@ -7,6 +7,7 @@ it), every wait is bounded, and `stop()`/`kill()` always leave no process behind
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -19,9 +20,27 @@ import aiohttp
 
 from bench.processes import PortTaken, free_port, on_free_port, stop
 
-__all__ = ["Guard", "PortTaken", "Process", "free_port", "on_free_port"]
+__all__ = ["Guard", "PortTaken", "Process", "free_port", "listens", "on_free_port"]
 
 ROOT = Path(__file__).parents[2]
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself listens on TCP `port` of 127.0.0.1 (Linux's /proc): not
+    another process that took the port first."""
+    sockets = set()
+    with contextlib.suppress(FileNotFoundError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    sockets.add(target[len("socket:[") : -1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode in sockets:  # 0A: LISTEN
+            return True
+    return False
 
 
 class Process:
