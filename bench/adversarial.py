@@ -42,8 +42,8 @@ import aiohttp
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.processes import stop  # noqa: E402
-from bench.proxy_overhead import free_port, rss_mb, wait_ready  # noqa: E402
+from bench.processes import free_port, stop  # noqa: E402
+from bench.proxy_overhead import rss_mb, wait_ready  # noqa: E402
 from tests.adversarial.hostile import (  # noqa: E402
     chat_with_file,
     chat_with_tool,

@@ -32,8 +32,8 @@ import aiohttp
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.processes import stop  # noqa: E402
-from bench.proxy_overhead import free_port, rss_mb, serve_proxy, wait_ready  # noqa: E402
+from bench.processes import free_port, stop  # noqa: E402
+from bench.proxy_overhead import rss_mb, serve_proxy, wait_ready  # noqa: E402
 
 SLOW_UPSTREAM = (
     "import sys; from aiohttp import web; from tests.support.upstream import FakeUpstream; "

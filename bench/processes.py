@@ -14,11 +14,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).parent.parent
+T = TypeVar("T")
 BENCH_MODEL = "gpt-4.1"  # bench/load.py's MODEL: named in a route, so its vocabulary loads at start
 
 
@@ -35,9 +37,30 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
 
 
 def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now (bound to port 0, then closed): the one copy
+    of this helper, for the benchmarks and the tests. Only for a server that must be told its port
+    before it starts (redis-server, haproxy, llama-server, a benchmark's servers): another process
+    may take the port between the close and the server's bind, so start such a server with
+    `on_free_port`, which tries again. A server that can bind port 0 itself should (aiohttp's test
+    server, `context-guard serve --port 0`, which logs the port it got)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class PortTaken(RuntimeError):
+    """The port a server was given was taken before it could bind it."""
+
+
+def on_free_port(start: Callable[[int], T], attempts: int = 3) -> T:
+    """`start(port)` on a free port; again on another when it raises `PortTaken`."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start(free_port())
+        except PortTaken:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
 
 
 def python() -> list[str]:

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,18 +28,12 @@ ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.conversations import agent_conversation  # noqa: E402
-from bench.processes import stop  # noqa: E402
+from bench.processes import free_port, stop  # noqa: E402
 
 UPSTREAM = (
     "import sys; from aiohttp import web; from tests.support.upstream import FakeUpstream; "
     "web.run_app(FakeUpstream().app(), host='127.0.0.1', port=int(sys.argv[1]), print=None, access_log=None)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_mb(pid: int) -> float:

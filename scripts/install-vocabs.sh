@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs llama.cpp's vocabulary GGUFs and their tokenizer test vectors (models/ggml-vocab-*.gguf,
-# .gguf.inp, .gguf.out) for tests/test_gguf_vocabs.py, from llama-cpp-python's source distribution on
+# .gguf.inp, .gguf.out) for tests/tokenizers/test_gguf_vocabs.py, from llama-cpp-python's source distribution on
 # the package index (it vendors llama.cpp). Only those files are kept, in
 # ~/.cache/context-guard/llama-vocabs-<version>/ (about 30 MB). Idempotent: a directory already holding
 # them is left alone and the script returns at once. Prints the directory on its last line.

@@ -9,7 +9,7 @@ with a small reader of the GGUF key-value format written here: the `gguf` packag
 metadata through numpy and takes tens of seconds on a 49k-token vocabulary.
 
 Supported, each checked against the test vectors llama.cpp ships with its vocabularies
-(tests/test_gguf_vocabs.py):
+(tests/tokenizers/test_gguf_vocabs.py):
 - byte-level BPE (`tokenizer.ggml.model = gpt2`: GPT-2, Llama 3, Qwen 2 and 3.5, DeepSeek LLM and
   Coder, Falcon, SmolLM, StarCoder, Command-R and most current models) with the pre-tokenizers
   listed in `PRE_TOKENIZERS`, which copy llama.cpp's own (src/llama-vocab.cpp), including which of

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import redis
 
-from tests.processes import Guard, Process, free_port
+from tests.support.processes import Guard, PortTaken, Process, free_port, listens, on_free_port
 from tests.support.upstream import FakeUpstream
 
 pytestmark = pytest.mark.components
@@ -33,8 +33,11 @@ def need(binary: str) -> str:
 
 
 class RedisServer(Process):
-    def __init__(self, log_dir: Path) -> None:
-        self.port = free_port()
+    """redis-server on `port` (redis cannot bind port 0 and say which it got: `started` starts it on
+    a free port, and on another if that one was taken before redis could bind it)."""
+
+    def __init__(self, log_dir: Path, port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
         args = [
             need("redis-server"),
             "--port",
@@ -52,15 +55,34 @@ class RedisServer(Process):
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @classmethod
+    def started(cls, log_dir: Path) -> RedisServer:
+        def start(port: int) -> RedisServer:
+            server = cls(log_dir, port)
+            server.start()
+            server.until_ready()
+            return server
+
+        return on_free_port(start)
+
     def until_ready(self, timeout: float = 20) -> None:
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5)
         deadline = time.monotonic() + timeout
         try:
             while True:
+                if self.popen is not None and self.popen.poll() is not None:
+                    if "Address already in use" in self.output:  # another process took the port first
+                        raise PortTaken(f"redis-server: port {self.port} was taken")
+                    raise RuntimeError(f"redis-server exited with {self.popen.returncode}:\n{self.output[-2000:]}")
+                if self.popen is not None and not listens(self.pid, self.port):  # not up yet
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"redis-server not listening within {timeout} s:\n{self.output[-2000:]}")
+                    time.sleep(0.05)
+                    continue
                 try:
                     if client.ping():
                         return
-                except redis.ConnectionError:
+                except (redis.ConnectionError, redis.TimeoutError):  # listening, not answering yet
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.05)
@@ -89,10 +111,8 @@ class RedisServer(Process):
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
+    server = RedisServer.started(tmp_path)
     try:
-        server.until_ready()
         yield server
     finally:
         server.resume()  # a paused server ignores SIGTERM until it runs again
@@ -125,8 +145,11 @@ backend guards
 
 
 class HAProxy(Process):
-    def __init__(self, log_dir: Path, guards: list[Guard]) -> None:
-        self.port = free_port()
+    """HAProxy on `port` in front of `guards` (it cannot bind port 0 and say which it got: `started`
+    starts it on a free port, and on another if that one was taken before HAProxy could bind it)."""
+
+    def __init__(self, log_dir: Path, guards: list[Guard], port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
         servers = "\n".join(f"    server {g.name} 127.0.0.1:{g.port}" for g in guards)
         config = log_dir / "haproxy.cfg"
         config.write_text(HAPROXY_CONFIG.format(port=self.port, servers=servers))
@@ -134,6 +157,26 @@ class HAProxy(Process):
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    @classmethod
+    def started(cls, log_dir: Path, guards: list[Guard], processes: list[Process], timeout: float = 30) -> HAProxy:
+        def start(port: int) -> HAProxy:
+            haproxy = cls(log_dir, guards, port)
+            processes.append(haproxy)
+            haproxy.start()
+            deadline = time.monotonic() + timeout
+            while not listens(haproxy.pid, port):
+                assert haproxy.popen is not None
+                if haproxy.popen.poll() is not None:
+                    if "cannot bind socket" in haproxy.output:  # another process took the port first
+                        raise PortTaken(f"haproxy: port {port} was taken")
+                    raise RuntimeError(f"haproxy exited with {haproxy.popen.returncode}:\n{haproxy.output[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"haproxy not listening within {timeout} s:\n{haproxy.output[-2000:]}")
+                time.sleep(0.05)
+            return haproxy
+
+        return on_free_port(start)
 
 
 @pytest.fixture
@@ -147,8 +190,8 @@ async def start_upstream() -> AsyncIterator[Any]:
         fake = FakeUpstream()
         runner = web.AppRunner(fake.app(), handler_cancellation=True)
         await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()  # port 0: bound, never raced
+        port = runner.addresses[0][1]
         runners.append(runner)
         fake.url = f"http://127.0.0.1:{port}/v1"  # type: ignore[attr-defined]
         return fake
@@ -257,12 +300,11 @@ def start_guard(
 
 
 async def start_fleet(log_dir: Path, upstream: FakeUpstream, processes: list[Process], *serve_args: str) -> Fleet:
-    guards = [start_guard(name, free_port(), log_dir, upstream, processes, *serve_args) for name in ("a", "b", "c")]
+    # Port 0: each binds its own and says which (HAProxy's configuration is written after that).
+    guards = [start_guard(name, 0, log_dir, upstream, processes, *serve_args) for name in ("a", "b", "c")]
     await all_ready(guards)
     await warmed(guards)
-    haproxy = HAProxy(log_dir, guards)
-    processes.append(haproxy)
-    haproxy.start()
+    haproxy = HAProxy.started(log_dir, guards, processes)
     fleet = Fleet(guards, haproxy, upstream)
     await fleet.served_by_all()
     return fleet

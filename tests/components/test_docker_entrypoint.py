@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.processes import Process, free_port
+from tests.support.processes import Process, free_port
 
 pytestmark = pytest.mark.components
 

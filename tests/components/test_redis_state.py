@@ -1,15 +1,20 @@
-"""Learned state shared through a real redis-server: two stores stand for two replicas."""
+"""Learned state shared through a real redis-server: two stores stand for two replicas.
+
+The stores' own intervals (local cache, retry) run on a `ManualClock` the test moves; only Redis's
+own expiry runs on real time. Nothing is asserted about how long a call took: a call that waited
+for Redis past its deadline shows as an error or a Redis read in the store's counters.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from proxy.state import StateKey, StateOptions
 from proxy.state.redis import RedisStore
 from tests.components.conftest import RedisServer
+from tests.support.clock import ManualClock
 
 pytestmark = pytest.mark.components
 
@@ -17,15 +22,17 @@ KEY = StateKey("correction", "openai", "gpt-4o")
 DEADLINE_MS = 50
 
 
-def store(server: RedisServer, **options: float) -> RedisStore:
-    settings = {"deadline_ms": DEADLINE_MS, "local_cache_seconds": 0.2, "retry_seconds": 0.3, **options}
-    return RedisStore(StateOptions(url=server.url, **settings))  # type: ignore[arg-type]
+LOCAL_CACHE_SECONDS, RETRY_SECONDS = 0.2, 0.3
 
 
-async def timed(call: object) -> tuple[object, float]:
-    started = time.perf_counter()
-    result = await call  # type: ignore[misc]
-    return result, time.perf_counter() - started
+def store(server: RedisServer, clock: ManualClock | None = None, **options: float) -> RedisStore:
+    settings = {
+        "deadline_ms": DEADLINE_MS,
+        "local_cache_seconds": LOCAL_CACHE_SECONDS,
+        "retry_seconds": RETRY_SECONDS,
+        **options,
+    }
+    return RedisStore(StateOptions(url=server.url, **settings), clock=clock or ManualClock())  # type: ignore[arg-type]
 
 
 class TestSharing:
@@ -61,18 +68,21 @@ class TestSharing:
 
 class TestOpening:
     async def test_opening_connects_before_the_first_read_which_then_answers_within_the_deadline(self, redis_server):
+        """Within the deadline: a read past it would be an error and a fallback."""
         a = store(redis_server)
         await a.open()
         assert redis_server.clients() == 1
-        _, took = await timed(a.get(KEY))
-        assert a.redis_reads == 1 and a.status().errors == 0 and took < DEADLINE_MS / 1000
+        await a.get(KEY)
+        assert a.redis_reads == 1 and a.status().errors == 0 and a.fallbacks == 0
         await a.close()
 
     async def test_opening_while_redis_is_down_returns_at_once_and_falls_back_to_local_state(self, redis_server):
+        """At once: the refused connection ends it, not the opening's deadline running out."""
         redis_server.stop(5)
         a = store(redis_server)
-        _, took = await timed(a.open())
-        assert took < 1 and not a.status().shared and a.status().errors == 1
+        await a.open()
+        assert not a.status().shared and a.status().errors == 1
+        assert "ConnectionError" in (a.status().last_error or "") and "TimeoutError" not in (a.status().last_error or "")
         await a.put(KEY, 3, ttl_seconds=60)
         assert await a.get(KEY) == 3
         await a.close()
@@ -80,37 +90,41 @@ class TestOpening:
 
 class TestRedisAway:
     async def test_a_stopped_redis_never_fails_a_call_and_sharing_resumes_when_it_is_back(self, redis_server):
-        a, b = store(redis_server), store(redis_server)
+        clock = ManualClock()
+        a, b = store(redis_server, clock), store(redis_server, clock)
         await a.put(KEY, 1, ttl_seconds=60)
         redis_server.stop(5)
+        clock.advance(LOCAL_CACHE_SECONDS + 0.1)  # past b's local cache: its next read asks Redis
         results = []
         for value in range(2, 12):
-            _, put_took = await timed(a.put(KEY, value, ttl_seconds=60))
-            got, get_took = await timed(b.get(KEY))
-            results.append((got, put_took, get_took))
-            await asyncio.sleep(0.05)
-        assert all(put < DEADLINE_MS / 1000 * 2 and get < DEADLINE_MS / 1000 * 2 for _, put, get in results)
+            await a.put(KEY, value, ttl_seconds=60)
+            results.append(await b.get(KEY))
+        assert results == [None] * 10  # b never learned the value: nothing failed, nothing was shared
+        # Each store asked the stopped Redis once, then not again within retry_seconds.
+        assert a.status().errors == b.status().errors == 1 and a.fallbacks == b.fallbacks == 10
         assert await a.get(KEY) == 11  # its own learning still applies locally
-        assert not a.status().shared and a.status().fallbacks > 0 and a.status().last_error
+        assert not a.status().shared and a.status().last_error
         redis_server.start()
         redis_server.until_ready()
-        await asyncio.sleep(0.4)  # past retry_seconds
+        clock.advance(RETRY_SECONDS + 0.01)  # past retry_seconds
         await a.put(KEY, 12, ttl_seconds=60)
-        await asyncio.sleep(0.25)  # past b's local cache
+        clock.advance(LOCAL_CACHE_SECONDS)  # past b's local cache
         assert await b.get(KEY) == 12 and a.status().shared and b.status().shared
         await asyncio.gather(a.close(), b.close())
 
     async def test_a_redis_that_stops_answering_costs_a_request_at_most_the_deadline(self, redis_server):
-        a = store(redis_server)
+        clock = ManualClock()
+        a = store(redis_server, clock)
         await a.put(KEY, 5, ttl_seconds=60)
-        await asyncio.sleep(0.25)  # past the local cache: the next read asks Redis
+        clock.advance(LOCAL_CACHE_SECONDS + 0.1)  # past the local cache: the next read asks Redis
         redis_server.pause()
         try:
-            value, took = await timed(a.get(KEY))
-            assert value == 5 and took < DEADLINE_MS / 1000 + 0.05
-            assert a.status().errors == 1 and "TimeoutError" in (a.status().last_error or "")
-            _, took_again = await timed(a.get(KEY))  # within retry_seconds: Redis is not asked at all
-            assert took_again < 0.005
+            assert await a.get(KEY) == 5
+            # The deadline's timer ended the call (an empty TimeoutError), not the socket's longer
+            # timeout (redis-py's TimeoutError, which says so), nor Redis answering.
+            assert a.status().errors == 1 and a.status().last_error == "TimeoutError" and a.redis_reads == 0
+            assert await a.get(KEY) == 5  # within retry_seconds: Redis is not asked at all
+            assert a.status().errors == 1 and a.fallbacks == 2 and a.redis_reads == 0
         finally:
             redis_server.resume()
         await a.close()
@@ -118,14 +132,16 @@ class TestRedisAway:
     async def test_the_first_failure_and_the_recovery_are_each_logged_once(self, redis_server, logs):
         from proxy.logging import get_logger
 
-        a = RedisStore(StateOptions(url=redis_server.url, deadline_ms=DEADLINE_MS, retry_seconds=0.1), log=get_logger())
+        clock = ManualClock()
+        options = StateOptions(url=redis_server.url, deadline_ms=DEADLINE_MS, retry_seconds=0.1)
+        a = RedisStore(options, log=get_logger(), clock=clock)
         redis_server.stop(5)
-        for _ in range(3):
+        for _ in range(3):  # each past retry_seconds: Redis is asked and fails three times
             await a.put(KEY, 1, ttl_seconds=60)
-            await asyncio.sleep(0.15)
+            clock.advance(0.15)
+        assert a.status().errors == 3
         redis_server.start()
         redis_server.until_ready()
-        await asyncio.sleep(0.15)
         await a.put(KEY, 2, ttl_seconds=60)
         assert [e["event"] for e in logs.events() if e["event"].startswith("state_store")] == [
             "state_store_unavailable",
@@ -158,10 +174,8 @@ class TestTheProxysStore:
         from tests.server.conftest import gateway_settings
 
         (tmp_path / "other").mkdir()
-        other = RedisServer(tmp_path / "other")
-        other.start()
+        other = RedisServer.started(tmp_path / "other")
         try:
-            other.until_ready()
             upstream = "http://127.0.0.1:9/v1"  # never called: no request is sent
             proxy = await aiohttp_server(create_app(gateway_settings(upstream, state={"url": redis_server.url})))
             assert redis_server.clients() == 1

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from tests.components.conftest import Fleet, Outcome, RedisServer, all_ready, call, start_fleet
-from tests.processes import Guard
 from tests.server.conftest import long_conversation
+from tests.support.processes import Guard
 
 pytestmark = pytest.mark.components
 

@@ -10,7 +10,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.processes import Guard, free_port
+from tests.support.processes import Guard
 
 pytestmark = pytest.mark.components
 
@@ -42,7 +42,7 @@ async def test_sighup_reloads_every_worker_and_a_bad_config_is_refused_by_each(t
     first, second = await start_upstream(), await start_upstream()
     path = tmp_path / "guard.yaml"
     path.write_text(config(first.url))
-    guard = Guard("workers", free_port(), tmp_path, "--config", str(path), "--workers", "2", "--drain-delay", "0.2")
+    guard = Guard("workers", 0, tmp_path, "--config", str(path), "--workers", "2", "--drain-delay", "0.2")
     processes.append(guard)
     guard.start()
     await guard.until_ready()
@@ -74,7 +74,7 @@ async def test_sighup_reloads_every_worker_and_a_bad_config_is_refused_by_each(t
 
 async def test_a_worker_that_dies_is_replaced(tmp_path, start_upstream, processes):
     upstream = await start_upstream()
-    guard = Guard("respawn", free_port(), tmp_path, "--upstream", upstream.url, "--workers", "2", "--drain-delay", "0")
+    guard = Guard("respawn", 0, tmp_path, "--upstream", upstream.url, "--workers", "2", "--drain-delay", "0")
     processes.append(guard)
     guard.start()
     await guard.until_ready()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from tests.processes import free_port
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.image
 

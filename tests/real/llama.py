@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -18,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.processes import stop
+from bench.processes import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = ROOT / "scripts" / "install-llama.sh"
@@ -59,12 +58,6 @@ def gguf_path(python: str) -> Path:
     if not files:
         raise RuntimeError(f"no .gguf file in {folder}")
     return files[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _ready(url: str) -> bool:

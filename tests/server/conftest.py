@@ -6,6 +6,7 @@ official `openai` SDK (async, or sync in a worker thread) and plain aiohttp.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from collections.abc import Awaitable, Callable
@@ -29,9 +30,23 @@ async def upstream(aiohttp_server: Any) -> FakeUpstream:
     return fake
 
 
+class _Written(io.StringIO):
+    """The log's text, waking whoever waits for a line (written on the loop or in a thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        for loop, event in list(self.waiting):
+            loop.call_soon_threadsafe(event.set)
+        return written
+
+
 class Logs:
     def __init__(self) -> None:
-        self.stream = io.StringIO()
+        self.stream = _Written()
         configure_logging("json", "debug", stream=self.stream)
 
     @property
@@ -41,6 +56,18 @@ class Logs:
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         events = [json.loads(line) for line in self.text.splitlines() if line.strip()]
         return [e for e in events if name is None or e.get("event") == name]
+
+    async def written(self, name: str, count: int = 1) -> list[dict[str, Any]]:
+        """The `name` events, once at least `count` of them are written (no polling: each write wakes it)."""
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        self.stream.waiting.add(waiter)
+        try:
+            while len(found := self.events(name)) < count:
+                await waiter[1].wait()
+                waiter[1].clear()
+            return found
+        finally:
+            self.stream.waiting.discard(waiter)
 
 
 @pytest.fixture

@@ -147,11 +147,7 @@ class TestHonestReports:
                 async for line in response.content:
                     if line.strip() == b"data: [DONE]":
                         break
-        for _ in range(50):
-            if logs.events("request"):
-                break
-            await asyncio.sleep(0.05)
-        [event] = logs.events("request")
+        [event] = await asyncio.wait_for(logs.written("request"), 30)
         assert event["status"] == 200 and "client_disconnected" not in event and event["outcome"] == "unchanged"
 
     async def test_a_rejection_states_the_numbers_plainly(self, start_proxy, llama):

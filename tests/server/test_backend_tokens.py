@@ -20,6 +20,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import CharEstimateTokenizer
 from proxy.server.backends.profiles import BackendDown
 from proxy.server.backends.tokenize import BackendCounter, measure_framing
+from tests.support.clock import ManualClock
 
 DEFAULT_SYSTEM = "You are a helpful assistant named Chatty"
 
@@ -59,14 +60,6 @@ class ChatMlServer:
                     function = call["function"]
                     framed += self.call_frame + self.words(function["name"]) + self.words(function["arguments"])
         return 1 + framed + 2  # BOS, the messages, <|im_start|> assistant
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -185,7 +178,7 @@ class TestBackendCounter:
 
     async def test_a_failing_backend_is_left_alone_for_a_while(self, profile):
         server = ChatMlServer(fail=True)
-        clock = FakeClock()
+        clock = ManualClock(0.0)
         counter = BackendCounter("local/model", server, CountCache(), clock=clock)
         first = await counter.prepare(conversation(1), profile, FALLBACK)
         calls = len(server.text_calls)
@@ -196,7 +189,7 @@ class TestBackendCounter:
         assert (await counter.prepare(conversation(1), profile, FALLBACK)).remote
 
     async def test_a_backend_that_goes_down_is_left_alone_for_a_while(self, profile):
-        server, clock = ChatMlServer(), FakeClock()
+        server, clock = ChatMlServer(), ManualClock(0.0)
         counter = BackendCounter("local/model", server, CountCache(), clock=clock)
         await counter.framing()
         server.down = True

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -224,11 +223,10 @@ class TestDiscover:
         assert found.kind == "vllm" and found.flavor is None
 
     async def test_a_slow_server_does_not_hold_discovery_past_its_deadline(self, serve):
-        url, _ = await serve(VLLM, delay=5.0)
-        started = time.monotonic()
+        """The server would answer as vLLM after 60 s: what was found is what the deadline left."""
+        url, _ = await serve(VLLM, delay=60.0)
         async with aiohttp.ClientSession() as session:
             found = await discover(session, url, BackendOptions(discovery_timeout=0.2))
-        assert time.monotonic() - started < 2.0
         assert found.kind == "generic" and "nothing learned" in found.notes[0]
 
     async def test_hosted_apis_are_never_probed(self, serve):

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.server.collector import CollectorPause
+from tests.support.clock import ManualClock
 
 
 class Node:
@@ -21,14 +22,6 @@ class Node:
 
     def __init__(self) -> None:
         self.other: Node | None = None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +94,7 @@ class TestCollectorPause:
         assert gc.isenabled() and pause.active == 0
 
     def test_the_next_work_once_thaw_seconds_have_passed_hands_the_frozen_objects_back_and_reclaims_a_cycle(self):
-        clock = Clock()
+        clock = ManualClock(0.0)
         pause = CollectorPause(thaw_seconds=30, clock=clock)
         made = pause.around(cycle)
         gone = threading.Event()
@@ -114,7 +107,7 @@ class TestCollectorPause:
         assert gone.is_set() and pause.thaws == 1
 
     def test_garbage_is_reclaimed_even_when_works_overlap_for_longer_than_thaw_seconds(self):
-        clock = Clock()
+        clock = ManualClock(0.0)
         pause = CollectorPause(thaw_seconds=30, clock=clock)
         with work_in_another_thread(pause):
             gone = threading.Event()

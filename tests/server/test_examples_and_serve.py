@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -38,14 +37,16 @@ async def test_example_runs_against_the_proxy(proxy, upstream, script):
     assert upstream.received
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+async def listening_port(stderr: asyncio.StreamReader, lines: list[str]) -> int:
+    """The port `serve --port 0` bound, from its `listening` log line (the lines read go to `lines`)."""
+    while line := (await stderr.readline()).decode():
+        lines.append(line)
+        if line.startswith("{") and json.loads(line)["event"] == "listening":
+            return int(json.loads(line)["port"])
+    raise AssertionError("serve ended without listening:\n" + "".join(lines))
 
 
 async def test_the_serve_command_starts_forwards_and_stops(upstream):
-    port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -53,22 +54,18 @@ async def test_the_serve_command_starts_forwards_and_stops(upstream):
         "proxy",
         "serve",
         "--port",
-        str(port),
+        "0",  # the process binds a port of its own choosing and logs it: none to race for
         "--upstream",
         upstream.url,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+    lines: list[str] = []
     try:
+        assert process.stderr is not None
+        port = await asyncio.wait_for(listening_port(process.stderr, lines), 60)
         async with aiohttp.ClientSession() as session:
-            for _ in range(200):  # up to 20 s for the process to start
-                try:
-                    async with session.get(f"http://127.0.0.1:{port}/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.1)
             body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
             async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
                 assert r.status == 200 and r.headers["x-context-guard-tokens-before"] == "8"
@@ -76,7 +73,7 @@ async def test_the_serve_command_starts_forwards_and_stops(upstream):
         process.send_signal(signal.SIGINT)
         _, err = await asyncio.wait_for(process.communicate(), 20)
     assert process.returncode == 0, err.decode()
-    events = [json.loads(line)["event"] for line in err.decode().splitlines() if line.startswith("{")]
+    events = [json.loads(line)["event"] for line in [*lines, *err.decode().splitlines()] if line.startswith("{")]
     assert "listening" in events and "request" in events
 
 

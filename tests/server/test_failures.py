@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import openai
 import pytest
 
+from bench.processes import free_port
+from proxy.server.slots import FairSlots
 from tests.server.conftest import gateway_settings, long_conversation
 
 
@@ -90,9 +94,7 @@ class TestBadInput:
 
 class TestFailingUpstreams:
     async def test_a_refused_connection_gets_502(self, start_proxy):
-        with socket.socket() as s:  # a port that was free a moment ago and has no listener
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()  # nothing listens on it
         proxy = await start_proxy(gateway_settings(f"http://127.0.0.1:{port}/v1"))
         status, payload, _ = await post(proxy, b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}')
         assert status == 502
@@ -153,24 +155,37 @@ class TestStreamingFailures:
 
 
 class TestLargeBodies:
-    async def test_counting_a_10mb_body_does_not_stall_other_requests(self, proxy, upstream):
+    async def test_counting_a_10mb_body_does_not_stall_other_requests(self, proxy, upstream, monkeypatch):
+        """While a 10 MB body's work is held in its thread, /healthz is answered; then the body is."""
         messages = long_conversation(turns=1200, words=1200)  # ~10 MB of JSON
         body = json.dumps({"model": "gpt-4.1", "messages": messages}).encode()
         assert len(body) > 10_000_000
-        finished: list[str] = []
+        loop = asyncio.get_running_loop()
+        in_thread, release = asyncio.Event(), threading.Event()
+        run = FairSlots.run
+
+        async def held_run(slots: FairSlots, client: str, work: Callable[..., Any], *args: Any) -> Any:
+            def held(*call_args: Any) -> Any:
+                loop.call_soon_threadsafe(in_thread.set)
+                release.wait(60)
+                return work(*call_args)
+
+            return await run(slots, client, held, *args)
+
+        monkeypatch.setattr(FairSlots, "run", held_run)
         async with aiohttp.ClientSession() as session:
 
-            async def big() -> None:
+            async def big() -> int:
                 async with session.post(proxy.make_url("/v1/chat/completions"), data=body) as r:
-                    assert r.status == 200
-                finished.append("big")
+                    return r.status
 
-            async def small() -> None:
-                await asyncio.sleep(0.15)  # the big body is being counted by now
+            counting = asyncio.create_task(big())
+            try:
+                await asyncio.wait_for(in_thread.wait(), 60)
                 for _ in range(3):
                     async with session.get(proxy.make_url("/healthz")) as r:
                         assert r.status == 200
-                finished.append("small")
-
-            await asyncio.gather(big(), small())
-        assert finished == ["small", "big"]
+                assert not counting.done()
+            finally:
+                release.set()
+            assert await counting == 200

@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import gzip
 import json
-import time
 import tracemalloc
 import zlib
 
@@ -142,13 +141,21 @@ class TestCompressedBodiesOverSockets:
         response = await raw_request(proxy.port, "POST", "/v1/chat/completions", bomb(256 * MiB), headers)
         assert response.status == 401 and inflated == [] and upstream.received == []
 
-    async def test_a_bomb_gets_413_fast_and_the_server_keeps_serving(self, start_proxy, upstream):
+    async def test_a_bomb_gets_413_fast_and_the_server_keeps_serving(self, start_proxy, upstream, monkeypatch):
+        """Fast: it is inflated only up to the body limit (`decoding.inflate` stops there, see test_decoding)."""
+        limits: list[int] = []
+        inflate = body_module.inflate
+
+        def asked(data: bytes, encoding: str, limit: int) -> bytes:
+            limits.append(limit)
+            return inflate(data, encoding, limit)
+
+        monkeypatch.setattr(body_module, "inflate", asked)
         proxy = await start_proxy(gateway_settings(upstream.url, server={"max_body_bytes": MiB}))
         data = bomb(256 * MiB)
-        started = time.perf_counter()
         response = await raw_request(proxy.port, "POST", "/v1/chat/completions", data, {"Content-Encoding": "gzip"})
         assert response.status == 413 and response.json()["error"]["code"] == "request_too_large"
-        assert time.perf_counter() - started < 5 and upstream.received == []
+        assert limits == [MiB] and upstream.received == []
         assert (await raw_request(proxy.port, "GET", "/healthz")).status == 200
 
     async def test_corrupt_gzip_is_a_400(self, proxy, upstream):
@@ -166,7 +173,7 @@ class TestSlowBodies:
         return await aiohttp_server(create_app(settings, Models(settings, model_map)))
 
     async def test_a_half_sent_body_gets_408_and_the_connection_is_closed(self, impatient_proxy, upstream):
-        started = time.perf_counter()
+        """The rest of the body never comes: only the proxy's deadline can answer (raw_request waits 10 s)."""
         response = await raw_request(
             impatient_proxy.port,
             "POST",
@@ -176,7 +183,7 @@ class TestSlowBodies:
             content_length=len(CHAT),
         )
         assert response.status == 408 and response.json()["error"]["code"] == "request_timeout"
-        assert response.headers["Connection"] == "close" and time.perf_counter() - started < 5
+        assert response.headers["Connection"] == "close"
         assert upstream.received == []
 
     async def test_a_body_trickled_past_the_deadline_gets_408(self, impatient_proxy, upstream):

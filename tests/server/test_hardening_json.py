@@ -55,9 +55,9 @@ class TestDuplicateKeys:
         def best_of(parse: object, rounds: int = 5) -> float:
             times = []
             for _ in range(rounds):
-                started = time.perf_counter()
+                started = time.thread_time()  # this thread's CPU: what other processes do is not counted
                 parse(raw)  # type: ignore[operator]
-                times.append(time.perf_counter() - started)
+                times.append(time.thread_time() - started)
             return min(times)
 
         # Measured on 2 shared cores: about 13 ms, against 4 ms for the standard library's parse alone.

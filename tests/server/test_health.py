@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from typing import Any
 
 import aiohttp
 import pytest
 
+from bench.processes import free_port  # a port nothing listens on
 from proxy.config.settings import settings_from_dict
 from proxy.errors import ConfigError
 from proxy.server.health import HEALTH, Reachability, ReadinessOptions
@@ -20,20 +19,10 @@ async def get(server: Any, path: str, **headers: str) -> tuple[int, dict[str, An
         return r.status, await r.json()
 
 
-async def ready(server: Any, timeout: float = 5.0) -> tuple[int, dict[str, Any]]:
-    """/readyz once the first upstream probe has had time to run."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        status, body = await get(server, "/readyz")
-        if status == 200 or asyncio.get_running_loop().time() > deadline:
-            return status, body
-        await asyncio.sleep(0.05)
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+async def ready(server: Any) -> tuple[int, dict[str, Any]]:
+    """/readyz after a round of upstream probes of our own (the background one may not have run yet)."""
+    await server.app[HEALTH].reachability.probe_all()
+    return await get(server, "/readyz")
 
 
 class TestLiveness:
@@ -51,8 +40,8 @@ class TestReadiness:
         assert status == 200 and body == {"status": "ready", "config": "test.yaml"}
 
     async def test_an_unreachable_upstream_is_503_naming_it(self, start_proxy):
-        server = await start_proxy(gateway_settings(f"http://127.0.0.1:{closed_port()}/v1"))
-        status, body = await ready(server, timeout=0.5)
+        server = await start_proxy(gateway_settings(f"http://127.0.0.1:{free_port()}/v1"))
+        status, body = await ready(server)
         assert status == 503 and body["status"] == "not ready"
         assert "upstream 'fake' not reached" in body["reasons"][0] and "refused" in body["reasons"][0].lower()
 
@@ -62,7 +51,7 @@ class TestReadiness:
         from proxy.server.app import create_app
         from proxy.server.model_counting import Models
 
-        settings = gateway_settings(f"http://127.0.0.1:{closed_port()}/v1", readiness={"require_upstreams": False})
+        settings = gateway_settings(f"http://127.0.0.1:{free_port()}/v1", readiness={"require_upstreams": False})
         app = create_app(settings, Models(settings, model_map))
         async with TestServer(app) as server:
             assert (await get(server, "/readyz"))[0] == 200
@@ -96,7 +85,7 @@ class TestReachability:
         assert reach.problems() == ["upstream 'a' not reached in the last 30 s"]
 
     async def test_a_probe_skips_upstreams_seen_within_the_interval(self):
-        reach = Reachability({"a": f"http://127.0.0.1:{closed_port()}"}, ReadinessOptions())
+        reach = Reachability({"a": f"http://127.0.0.1:{free_port()}"}, ReadinessOptions())
         reach.saw("a")
         await reach.probe_all()  # would record "refused" had it connected
         assert reach.problems() == []

@@ -8,6 +8,7 @@ import random
 
 import aiohttp
 
+from proxy.server.drain import DRAIN
 from proxy.server.gateway import GATEWAY
 from tests.server.conftest import gateway_settings, long_conversation
 
@@ -63,7 +64,7 @@ async def test_a_soak_with_clients_leaving_mid_stream_leaks_no_connections_or_me
 
     async with aiohttp.ClientSession() as session:
         await asyncio.wait_for(asyncio.gather(*(worker(session) for _ in range(8))), timeout=60)
-    await asyncio.sleep(0.2)  # let cancelled upstream calls unwind
+    assert await proxy.app[DRAIN].wait_idle(30)  # every request's handler, cancelled ones too, has finished
     assert done > 50
     connector = gateway.session.connector
     assert connector is not None and len(connector._acquired) == 0  # every upstream connection went back

@@ -9,7 +9,7 @@ import socket
 import aiohttp
 import pytest
 
-from tests.processes import Guard, free_port
+from tests.support.processes import Guard
 
 STREAM = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
@@ -33,7 +33,7 @@ async def test_a_busy_port_is_one_log_line_and_exit_status_2(tmp_path, upstream,
 async def test_sigterm_finishes_the_stream_in_flight_then_exits_0_saying_what_it_drained(tmp_path, upstream):
     upstream.chunk_delay, upstream.stream_chunks = 0.1, 30  # a 3 s stream
     guard = Guard(
-        "drain", free_port(), tmp_path, "--upstream", upstream.url, "--workers", "1", "--drain-delay", "0.5"
+        "drain", 0, tmp_path, "--upstream", upstream.url, "--workers", "1", "--drain-delay", "1"
     ).start()
     try:
         await guard.until_ready()
@@ -41,7 +41,7 @@ async def test_sigterm_finishes_the_stream_in_flight_then_exits_0_saying_what_it
             async with session.post(guard.url("/v1/chat/completions"), json=STREAM) as stream:
                 await asyncio.wait_for(upstream.stream_started.wait(), 10)
                 guard.signal(signal.SIGTERM)
-                await asyncio.sleep(0.2)
+                await guard.logged("draining")  # it still listens for the drain delay, no longer ready
                 async with session.get(guard.url("/readyz")) as ready:  # still listening, no longer ready
                     assert ready.status == 503 and (await ready.json())["reasons"] == ["draining: shutting down"]
                 body = (await stream.read()).decode()
@@ -68,7 +68,7 @@ async def test_a_configured_vocabulary_that_does_not_load_stops_the_start_with_e
         f"tokenizers:\n  encodings_dir: {encodings}\n"
         f"upstreams:\n  up:\n    base_url: {upstream.url}\nroutes:\n  - match: gpt-4o\n    upstream: up\n"
     )
-    guard = Guard("corrupt", free_port(), tmp_path, "--config", str(config), "--workers", workers).start()
+    guard = Guard("corrupt", 0, tmp_path, "--config", str(config), "--workers", workers).start()
     try:
         assert await guard.exited(60) == 2
     finally:

@@ -10,7 +10,6 @@ import asyncio
 import gzip
 import itertools
 import json
-import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.processes import free_port
 from proxy.server.upstream.session import is_stale_connection, send_retrying_stale
 from proxy.server.upstream.sse import peek_first_event
 from proxy.server.upstream.streams import ask_for_usage, overflow_probe
@@ -347,9 +347,7 @@ class TestStaleRetry:
         assert behaviour.requests == 2
 
     async def test_a_refused_connection_is_not_retried(self):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()  # nothing listens on it
         async with aiohttp.ClientSession() as session:
             with pytest.raises(aiohttp.ClientConnectorError):
                 await send_retrying_stale(session, "POST", f"http://127.0.0.1:{port}/", data=b"{}")

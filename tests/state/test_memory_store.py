@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.state import MemoryStore, StateKey, StateOptions, open_store
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 class TestStateKey:
@@ -62,7 +55,7 @@ class TestMemoryStore:
         assert await store.get(key) == {"ratio": 1.07}
 
     async def test_a_value_expires_after_its_ttl(self):
-        clock = Clock()
+        clock = ManualClock()
         store, key = MemoryStore(clock=clock), StateKey("correction", "openai", "gpt-4o")
         await store.put(key, 1, ttl_seconds=10)
         clock.now += 9.9

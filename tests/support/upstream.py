@@ -95,6 +95,8 @@ class FakeUpstream:
     received: list[Received] = field(default_factory=list)
     reply_text: str = "Hello from upstream."
     delay: float = 0.0  # before answering
+    hold: asyncio.Event | None = None  # when given, chat answers wait until it is set
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)  # set once a request is received
     chunk_delay: float = 0.0  # between stream chunks
     stream_chunks: int = 5
     break_stream_after: int | None = None  # close the connection after this many chunks
@@ -138,6 +140,7 @@ class FakeUpstream:
             request.rel_url.raw_query_string,
         )
         self.received.append(received)
+        self.arrived.set()
         return received
 
     def provider_count(self, body: dict[str, Any]) -> int:
@@ -161,6 +164,8 @@ class FakeUpstream:
         model = body.get("model") or request.match_info.get("deployment")
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.hold is not None:
+            await self.hold.wait()
         if self.fail_with is not None:
             return web.json_response(self.fail_with[1], status=self.fail_with[0], headers={"retry-after": "7"})
         if self.echo_field is not None:

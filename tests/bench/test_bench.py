@@ -79,7 +79,9 @@ class TestServers:
 
 
 def _results(passed: bool = True) -> dict[str, Any]:
-    row = {"scenario": "s", "metric": "m", "bare": 2.0, "guard": 3.0, "unit": "ms", "ratio": 1.5, "target": "<= 2x"}
+    scenario, metric = report.README_ROWS[0]
+    row = {"scenario": scenario, "metric": metric, "bare": 2.0, "guard": 3.0, "unit": "ms", "ratio": 1.5}
+    row["target"] = "<= 2x"
     row["spread"] = [1.25, 1.5, 1.75]
     untargeted = {**row, "metric": "other", "target": None, "spread": None}
     return {
@@ -104,12 +106,27 @@ class TestReport:
         report.write_docs(_results(), tmp_path)
         readme = (tmp_path / "README.md").read_text()
         docs = (tmp_path / "docs/benchmarks.md").read_text()
-        assert "old" not in readme and readme.startswith("intro\n") and readme.endswith("rest\n")
-        assert "| s | m | 2.00 ms | 3.00 ms | 1.50x | 1.25 / 1.50 / 1.75 | <= 2x |" in readme
-        assert "1-minute load average 0.20 before the run" in docs
-        assert "other" not in readme and "other" in docs
-        assert "`python bench/run.py --quick`" in readme and "2 cores" in docs
+        assert "\nold\n" not in readme and readme.startswith("intro\n") and readme.endswith("rest\n")
+        line = f"| {report.README_ROWS[0][0]} | {report.README_ROWS[0][1]} | 2.00 ms | 3.00 ms | 1.50x | 1.25 / 1.50 / 1.75 | <= 2x |"
+        assert line in readme and line in docs
+        assert "1-minute load average 0.20 before the run" in docs and "load average" not in readme
+        assert "| other |" not in readme and "| other |" in docs  # the README has the few rows README_ROWS names
+        assert "`python bench/run.py --quick`: 1 of its 2 rows" in readme and "2 cores" in docs
         assert "## Changes" in docs and "quality: 200 generated agent conversations" in docs
+
+    def test_the_readmes_figures_are_the_generators_own_rendering_of_the_published_results(self):
+        """Never typed by hand: the README's section is what `write_docs` makes of bench/results.json."""
+        root = Path(__file__).resolve().parents[2]
+        results = orjson.loads((root / "bench/results.json").read_bytes())
+        readme = (root / "README.md").read_text(encoding="utf-8")
+        start, end = readme.index(report.README_START), readme.index(report.README_END) + len(report.README_END)
+        assert readme[start:end] == report.readme_section(results)
+
+    def test_every_row_the_readme_names_is_in_the_published_results(self):
+        """A renamed scenario or measure would drop out of the README silently: it is caught here."""
+        root = Path(__file__).resolve().parents[2]
+        rows = orjson.loads((root / "bench/results.json").read_bytes())["rows"]
+        assert len(report.readme_rows(rows)) == len(report.README_ROWS)
 
     def test_the_sections_other_generators_wrote_are_kept_when_the_page_is_written_again(self, tmp_path: Path):
         (tmp_path / "docs").mkdir()
@@ -134,7 +151,7 @@ class TestReport:
 
     def test_the_printed_table_has_a_line_per_row(self):
         lines = report.table(_results()).splitlines()
-        assert lines[0].startswith("scenario") and len([ln for ln in lines if ln.startswith("s ")]) == 2
+        assert lines[0].startswith("scenario") and len([ln for ln in lines if ln.startswith("start ")]) == 2
 
 
 def counted_upstream(

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REJECTED, main
-from tests.fuzz_bodies import fuzzed_bodies
+from tests.support.fuzz_bodies import fuzzed_bodies
 
 COMMANDS = [["count", "-"], ["trim", "-"], ["trim", "--context-window", "600", "-"]]
 

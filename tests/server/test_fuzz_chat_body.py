@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
 from proxy.server.model_counting import Models
-from tests.fuzz_bodies import fuzzed_bodies
 from tests.server.conftest import gateway_settings
+from tests.support.fuzz_bodies import fuzzed_bodies
 from tests.support.upstream import FakeUpstream
 
 

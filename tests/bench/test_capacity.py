@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 # bench/ holds scripts, not a package: load the script as a module (registered, for its dataclasses).
 spec = importlib.util.spec_from_file_location("bench_capacity", ROOT / "bench/capacity.py")
 assert spec is not None and spec.loader is not None

@@ -7,9 +7,9 @@ it), every wait is bounded, and `stop()`/`kill()` always leave no process behind
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +18,29 @@ from typing import Any
 
 import aiohttp
 
-from bench.processes import stop
+from bench.processes import PortTaken, free_port, on_free_port, stop
 
-ROOT = Path(__file__).parent.parent
+__all__ = ["Guard", "PortTaken", "Process", "free_port", "listens", "on_free_port"]
+
+ROOT = Path(__file__).parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself listens on TCP `port` of 127.0.0.1 (Linux's /proc): not
+    another process that took the port first."""
+    sockets = set()
+    with contextlib.suppress(FileNotFoundError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    sockets.add(target[len("socket:[") : -1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode in sockets:  # 0A: LISTEN
+            return True
+    return False
 
 
 class Process:
@@ -80,7 +94,11 @@ class Process:
 
 
 class Guard(Process):
-    """`python -m proxy serve` on `port`; `events()` reads its JSON log lines."""
+    """`python -m proxy serve` on `port`; `events()` reads its JSON log lines.
+
+    With `port` 0 the process binds a port of its own choosing, so no other process
+    can take it first; `until_ready` learns it from the `listening` line (`started` with workers),
+    and a restart of the same `Guard` asks for that port again."""
 
     def __init__(self, name: str, port: int, log_dir: Path, *serve_args: str, env: dict[str, str] | None = None):
         args = [sys.executable, "-m", "proxy", "serve", "--port", str(port), *serve_args]
@@ -88,7 +106,15 @@ class Guard(Process):
         self.port = port
 
     def url(self, path: str) -> str:
+        assert self.port, f"{self.name}'s port is known once it is ready"
         return f"http://127.0.0.1:{self.port}{path}"
+
+    def _learn_port(self) -> None:
+        for event in self.events():
+            if event.get("event") in ("listening", "started") and event.get("port"):
+                self.port = int(event["port"])
+                self.args[self.args.index("--port") + 1] = str(self.port)
+                return
 
     async def until_ready(self, timeout: float = 90, path: str = "/readyz") -> None:
         deadline = time.monotonic() + timeout
@@ -97,6 +123,11 @@ class Guard(Process):
                 assert self.popen is not None
                 if self.popen.poll() is not None:
                     raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.output[-3000:]}")
+                if not self.port:
+                    self._learn_port()
+                    if not self.port:
+                        await asyncio.sleep(0.1)
+                        continue
                 try:
                     async with session.get(self.url(path), timeout=aiohttp.ClientTimeout(total=2)) as r:
                         if r.status == 200:
@@ -105,6 +136,15 @@ class Guard(Process):
                     pass
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"{self.name} not ready within {timeout} s:\n{self.output[-3000:]}")
+
+    async def logged(self, name: str, timeout: float = 60) -> dict[str, Any]:
+        """The first `name` event of its log, once the process has written it."""
+        deadline = time.monotonic() + timeout
+        while not (found := self.events(name)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} logged no {name!r} within {timeout} s:\n{self.output[-3000:]}")
+            await asyncio.sleep(0.05)
+        return found[0]
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         out = []

@@ -12,7 +12,7 @@ from proxy.config.settings import Settings, load_settings, settings_from_dict
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import ConfigError
 
-DOCUMENTED = Path(__file__).parent.parent / "config" / "context-guard.yaml"
+DOCUMENTED = Path(__file__).parents[2] / "config" / "context-guard.yaml"
 
 
 def load(data: dict, env: dict | None = None) -> Settings:
@@ -25,7 +25,7 @@ class TestDocumentedConfig:
         assert documented == Settings() and plain(documented) == plain(Settings())
 
     @pytest.mark.parametrize(
-        "path", sorted((Path(__file__).parent.parent / "examples").glob("*.yaml")), ids=lambda p: p.name
+        "path", sorted((Path(__file__).parents[2] / "examples").glob("*.yaml")), ids=lambda p: p.name
     )
     def test_every_example_config_loads(self, path):
         env = {"OPENAI_API_KEY": "x", "VERTEX_PROJECT": "p", "VERTEX_LOCATION": "us-central1", "CONTEXT_GUARD_KEY": "k"}
@@ -140,7 +140,7 @@ class TestSafeWhenExposed:
         assert settings.exposure_problem(env) is None and settings.unauthenticated_warning(env)
 
     def test_the_docker_image_config_needs_a_client_key(self):
-        docker = Path(__file__).parent.parent / "config" / "docker.yaml"
+        docker = Path(__file__).parents[2] / "config" / "docker.yaml"
         with pytest.raises(ConfigError, match="client_keys\\[0\\]: environment variable CONTEXT_GUARD_KEY is not set"):
             load_settings(docker, env={})
         settings = load_settings(docker, env={"CONTEXT_GUARD_KEY": "cg"})

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from openai import OpenAI
 
 from proxy.demo import Seen, Step, _verdict
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def clean_env(marker: str) -> dict[str, str]:
@@ -47,12 +46,6 @@ def processes_tagged(marker: str) -> list[int]:
 def refuses_connections(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -172,19 +165,24 @@ class TestDemo:
 
 class TestServeWithEchoUpstream:
     def test_it_serves_the_echo_behind_the_guard_and_stops_both_on_interrupt(self):
-        marker, port = uuid.uuid4().hex, free_port()
+        marker = uuid.uuid4().hex
         process = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--upstream", "echo", "--port", str(port)],
+            [sys.executable, "-m", "proxy", "serve", "--upstream", "echo", "--port", "0"],
             env=clean_env(marker),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
+        read: list[str] = []
         try:
+            assert process.stderr is not None
+            # Port 0: the process binds a port of its own choosing and says which in its `listening` line.
+            while (line := process.stderr.readline()) and '"listening"' not in line:
+                read.append(line)
+            assert line, "".join(read)
+            read.append(line)
+            port = json.loads(line)["port"]
             client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=30)
-            deadline = time.monotonic() + 60
-            while refuses_connections(port) and time.monotonic() < deadline and process.poll() is None:
-                time.sleep(0.1)
             raw = client.chat.completions.with_raw_response.create(
                 model="gpt-4o", messages=[{"role": "user", "content": "hello"}]
             )
@@ -192,7 +190,8 @@ class TestServeWithEchoUpstream:
             models = [m.id for m in client.models.list()]
         finally:
             process.send_signal(signal.SIGINT)
-            _, err = process.communicate(timeout=30)
+            _, rest = process.communicate(timeout=30)
+        err = "".join(read) + rest
         assert process.returncode == 0, err
         assert raw.headers["x-context-guard-tokens-after"] == str(completion.usage.prompt_tokens)
         assert completion.model_extra["echo"]["messages"] == 1 and models == ["echo"]

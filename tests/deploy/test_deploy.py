@@ -19,7 +19,7 @@ from proxy.server.lifecycle import ServerOptions
 from proxy.server.local_paths import HEALTH_PATHS
 from tests.support.memory_bounds import PEAK_FIXED_MB, PEAK_PER_BODY_MB
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 MANIFESTS = sorted(p for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml")

@@ -15,7 +15,7 @@ run, a `sys.setprofile` hook counts, per request:
   bytes and dict methods, `len`;
 - `encodes`: calls of the tokenizer's encoders among those (the counting layer's real work).
 
-The figures are measured in a fresh interpreter (`python tests/test_work_per_request.py --json`),
+The figures are measured in a fresh interpreter (`python tests/server/test_work_per_request.py --json`),
 so that nothing earlier tests left behind moves them. The hook only sees this thread; a warm body is small in new bytes, so nothing goes to the
 large-body threads. The collector is off while requests are counted (its callbacks would count
 too), and each scenario is warmed before it is counted, so the same code path runs every time:
@@ -23,7 +23,7 @@ the function starts and encodes are the same from run to run (three runs gave id
 when they were pinned), the C calls within a fifth of a call per request.
 
 Re-pinning: when a change lowers the work, or must add some, run
-`PYTHONPATH=. python tests/test_work_per_request.py` (it prints each figure and, with `--by-function`,
+`PYTHONPATH=. python tests/server/test_work_per_request.py` (it prints each figure and, with `--by-function`,
 the functions with the most starts per request), and set `PINNED` to the new figures in the same
 commit, saying why in its message. A figure may rise to `MARGIN` above its pin before the test fails.
 """
@@ -57,7 +57,7 @@ from proxy.server.app import create_app
 from proxy.server.model_counting import Models
 from tests.server.conftest import gateway_settings
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 PROXY = str(ROOT / "proxy") + os.sep
 REQUESTS = 12
 MARGIN = 0.10

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.cli import main
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def _run(capsys, monkeypatch, argv, stdin: str | None = None):

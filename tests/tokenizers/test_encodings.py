@@ -147,7 +147,7 @@ class TestSingleCopyOfRanks:
         from proxy.tokenizers.vocabularies import bundled_encodings_dir
 
         monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(bundled_encodings_dir()))  # tiktoken's own, offline
-        text = (Path(__file__).parent / "data/samples/code.py.txt").read_text(encoding="utf-8")
+        text = (Path(__file__).parents[1] / "data/samples/code.py.txt").read_text(encoding="utf-8")
         ours = Tokenizers().get(TokenizerSpec("tiktoken", "cl100k_base"))
         assert ours.count(text) == len(tiktoken.get_encoding("cl100k_base").encode_ordinary(text))
 

@@ -28,7 +28,7 @@ from proxy.server.model_counting import Models
 from tests.server.conftest import long_conversation
 from tests.support.upstream import FakeUpstream
 
-OPERATIONS = Path(__file__).parent.parent / "docs" / "operations.md"
+OPERATIONS = Path(__file__).parents[2] / "docs" / "operations.md"
 SECTION = "## Reading a trim log line"
 LOG_FILE = "context-guard.log"  # the file name the documented one-liners read
 
