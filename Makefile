@@ -14,6 +14,8 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# Gemini's and Gemma's vocabularies (the `gemma` extra, which pip skips below Python 3.12): data files only.
+	$(BIN)/pip install --quiet --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3'
 	touch $@
 
 run: $(BIN)/.installed
