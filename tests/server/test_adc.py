@@ -53,12 +53,15 @@ class TokenServer:
 
     async def token(self, request: web.Request) -> web.Response:
         form = await request.post()
-        assert form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
-        header, claims, signature = str(form["assertion"]).split(".")
-        self.public_key.verify(_unb64(signature), f"{header}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256())
-        payload = json.loads(_unb64(claims))
-        assert (payload["iss"], payload["aud"]) == (EMAIL, "https://oauth2.googleapis.com/token")  # google-auth's audience
-        assert adc.CLOUD_PLATFORM in payload["scope"].split()
+        if form["grant_type"] == "refresh_token":  # gcloud's user credentials
+            assert (form["client_id"], form["client_secret"], form["refresh_token"]) == ("cid", "csecret", "1//refresh")
+        else:
+            assert form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+            header, claims, signature = str(form["assertion"]).split(".")
+            self.public_key.verify(_unb64(signature), f"{header}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256())
+            payload = json.loads(_unb64(claims))
+            assert (payload["iss"], payload["aud"]) == (EMAIL, "https://oauth2.googleapis.com/token")  # google-auth's
+            assert adc.CLOUD_PLATFORM in payload["scope"].split()
         self.asked.set()
         await self.hold.wait()
         token = f"ya29.local-{len(self.issued) + 1}"
@@ -156,6 +159,29 @@ class TestServiceAccountThroughTheGuard:
             async with session.post(proxy.make_url("/v1/chat/completions"), json=CHAT, headers=headers) as r:
                 assert r.status == 200
         assert upstream.received[-1].headers["Authorization"] == "Bearer ya29.local-1"
+
+
+class TestGcloudUserCredentials:
+    async def test_without_a_credentials_file_gclouds_application_default_login_is_used(
+        self, token_server, tmp_path, monkeypatch
+    ):
+        """`gcloud auth application-default login` writes an authorized-user file in gcloud's folder;
+        google-auth sends its refresh to Google's token endpoint whatever the file says, so that
+        address is pointed at the local one."""
+        monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+        monkeypatch.setattr("google.oauth2.credentials._GOOGLE_OAUTH2_TOKEN_ENDPOINT", token_server.url)
+        gcloud = tmp_path / "gcloud"
+        gcloud.mkdir()
+        user = {
+            "type": "authorized_user",
+            "client_id": "cid",
+            "client_secret": "csecret",
+            "refresh_token": "1//refresh",
+        }
+        (gcloud / "application_default_credentials.json").write_text(json.dumps(user))
+        monkeypatch.setenv("CLOUDSDK_CONFIG", str(gcloud))
+        auth = UpstreamAuth(UpstreamSettings(name="vertex", base_url="https://x/v1", kind="vertex", auth="adc"))
+        assert await auth.header(None, False) == "Bearer ya29.local-1"
 
 
 class TestMetadataServer:
