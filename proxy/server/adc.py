@@ -24,6 +24,7 @@ from typing import Any
 
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 REFRESH_MARGIN = timedelta(minutes=5)
+REFRESH_TIMEOUT_SECONDS = 30.0  # as long as a caller waits for a token (a token command gets as long)
 
 
 class AdcError(Exception):
@@ -49,14 +50,21 @@ class AdcTokens:
         credentials = self._credentials
         if credentials is not None and self._fresh(credentials):
             return str(credentials.token)
-        if self._refreshing is None:
-            self._refreshing = asyncio.create_task(self._refresh())
         task = self._refreshing
+        if task is None:
+            task = self._refreshing = asyncio.create_task(self._refresh())
+            task.add_done_callback(self._refreshed)
         try:
-            return await asyncio.shield(task)  # a client that goes away does not cancel the others' refresh
-        finally:
-            if task.done() and self._refreshing is task:
-                self._refreshing = None
+            # Shielded: a client that goes away, or waits too long, leaves the refresh to the others.
+            return await asyncio.wait_for(asyncio.shield(task), REFRESH_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise AdcError(f"no token within {REFRESH_TIMEOUT_SECONDS:g} s (the refresh goes on)") from None
+
+    def _refreshed(self, task: asyncio.Task[str]) -> None:
+        if self._refreshing is task:
+            self._refreshing = None  # the next caller that finds the token stale starts another
+        if not task.cancelled():
+            task.exception()  # each caller that awaited it has it; none left is not an error to report
 
     def _fresh(self, credentials: Any) -> bool:
         expiry = credentials.expiry  # None: a token that states no expiry (google-auth's own rule: valid)

@@ -44,6 +44,7 @@ class TokenServer:
         self.asked = asyncio.Event()
         self.hold = asyncio.Event()
         self.hold.set()
+        self.failures = 0  # answers to refuse (400 invalid_grant) before the next token
         self.url = ""
 
     def app(self) -> web.Application:
@@ -64,6 +65,9 @@ class TokenServer:
             assert adc.CLOUD_PLATFORM in payload["scope"].split()
         self.asked.set()
         await self.hold.wait()
+        if self.failures:
+            self.failures -= 1
+            return web.json_response({"error": "invalid_grant", "error_description": "refused"}, status=400)
         token = f"ya29.local-{len(self.issued) + 1}"
         self.issued.append(token)
         return web.json_response({"access_token": token, "expires_in": 3600, "token_type": "Bearer"})
@@ -226,6 +230,15 @@ class TestFailures:
             await auth.header(None, False)
         [event] = logs.events("token_refresh_failed")
         assert "missing.json" in event["reason"] and event["upstream"] == "vertex"
+
+    async def test_a_refresh_that_fails_is_tried_again_by_the_next_request(self, token_server, logs):
+        token_server.failures = 1
+        auth = UpstreamAuth(UpstreamSettings(name="vertex", base_url="https://x/v1", kind="vertex", auth="adc"))
+        with pytest.raises(UpstreamUnavailable):
+            await auth.header(None, False)
+        assert await auth.header(None, False) == "Bearer ya29.local-1"
+        [event] = logs.events("token_refresh_failed")
+        assert "RefreshError" in event["reason"] and "ya29" not in logs.text
 
     def test_adc_with_another_credential_is_a_config_error(self):
         with pytest.raises(SchemaError, match="auth: adc"):
