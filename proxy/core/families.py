@@ -112,8 +112,9 @@ def _each(patterns: tuple[str, ...], family: Family) -> tuple[tuple[str, Family]
 OPEN_FAMILIES: tuple[tuple[str, Family], ...] = (
     *_each(("*claude*",), Family(TokenizerSpec("bound", "claude"), CLAUDE_FORMAT, AreaCost(), False)),
     # Gemini and Gemma: the Gemma vocabulary Google's SDKs count each with (proxy.tokenizers.gemma).
-    # Gemini's count is not marked exact: its framing inside countTokens is not published, so the
-    # provider's own count still decides at the budget's edge (docs/counting.md).
+    # Gemini's count is not marked exact: its framing inside countTokens is not published and is
+    # counted as Gemma's template (an upper bound); an upstream's `provider_count_ratio` has the
+    # provider's own count decide at the budget's edge (docs/counting.md).
     *_each(("*gemini-3.[1-9]*", "*gemini-3p[1-9]*"), _gemini("gemma4")),
     *_each(("*gemini-2.*", "*gemini-live-2.*", "*gemini-3-*", "*gemini-3"), _gemini("gemma3")),
     *_each(("*gemini-1.*", "*gemini-pro", "*gemini-pro-vision", "*gemini-1-*"), _gemini("gemma")),
