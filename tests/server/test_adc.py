@@ -240,6 +240,12 @@ class TestFailures:
         [event] = logs.events("token_refresh_failed")
         assert "RefreshError" in event["reason"] and "ya29" not in logs.text
 
+    def test_listening_beyond_loopback_without_client_keys_is_refused_as_for_any_injected_credential(self):
+        vertex = {"base_url": "https://x/v1", "kind": "vertex", "auth": "adc"}
+        settings = gateway_settings("https://x/v1", upstreams={"vertex": vertex}, server={"host": "0.0.0.0"})
+        problem = settings.exposure_problem({})
+        assert problem is not None and "vertex" in problem
+
     def test_adc_with_another_credential_is_a_config_error(self):
         with pytest.raises(SchemaError, match="auth: adc"):
             UpstreamSettings(name="vertex", base_url="https://x/v1", auth="adc", token_command="gcloud auth print-access-token")
