@@ -139,6 +139,12 @@ class TestGeminiCountsWhatGoogleGenaiCounts:
             assert count(model, "The quick brown fox jumps over the lazy dog.") == 10
             assert count(model, "What is your name?") == 5
 
+    def test_the_count_names_the_vocabulary_and_says_it_is_an_estimate(self, counter_for):
+        request = {"model": "gemini-2.5-pro", "messages": [{"role": "user", "content": "Hi"}]}
+        count = counter_for("vertex_ai/gemini-2.5-pro").request(request)
+        assert count.tokenizer == "gemma3" and not count.exact
+        assert "counted with gemma3, an estimate for this model that errs high" in count.notes
+
     def test_a_one_turn_request_is_never_under_the_billed_prompt(self, counter_for):
         """The same reference bills that prompt, sent to generateContent, as 11 prompt tokens:
         the turn's framing (one token there) is counted with room to spare."""
