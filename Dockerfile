@@ -13,6 +13,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
+# Gemini's and Gemma's vocabularies ship in maxtext (proxy.tokenizers.gemma): its wheel asks for
+# Python 3.12 and the guard never imports its code, only reads three files, so it is installed
+# without its (optional) dependencies on any Python. The vocabulary load below checks their hashes.
+RUN pip install --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3'
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY config ./config

@@ -10,10 +10,13 @@ BIN := $(VENV)/bin
 
 .PHONY: run test test-compat test-components test-real test-image demo lint bench bench-real capacity clean
 
+# maxtext carries Gemini's and Gemma's vocabularies (the `gemma` extra, which pip skips below Python
+# 3.12); the guard reads its data files only, so it is installed without the version check.
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3'
 	touch $@
 
 run: $(BIN)/.installed

@@ -312,7 +312,7 @@ class Settings:
         injecting = [
             u.name
             for u in self.upstreams.values()
-            if u.token_command or u.token_file or (u.api_key_env and env.get(u.api_key_env))
+            if u.token_command or u.token_file or u.auth or (u.api_key_env and env.get(u.api_key_env))
         ]
         if not injecting:
             return None

@@ -49,6 +49,9 @@ class UpstreamSettings:
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
     token_file: str | None = None
     token_refresh_seconds: Annotated[float, Bounds(ge=1)] = 3000.0
+    # `adc`: a token from Google's Application Default Credentials (a service-account file, the
+    # metadata server on GKE and Cloud Run, gcloud's user credentials), refreshed before it expires.
+    auth: Literal["adc"] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     connect_timeout: PositiveFloat = 10.0
     read_timeout: PositiveFloat = 600.0
@@ -58,6 +61,9 @@ class UpstreamSettings:
             check_url(self.base_url)
         except ValueError as exc:
             raise SchemaError(str(exc), ("base_url",)) from None
+        if self.auth == "adc" and (self.token_command or self.token_file or self.api_key_env):
+            message = "auth: adc fetches the token itself; drop token_command, token_file and api_key_env"
+            raise SchemaError(message, ("auth",))
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
 
     @property

@@ -92,6 +92,17 @@ _OPEN_BOUND = TokenizerSpec("bound", "open")
 _BOUNDED = Family(_OPEN_BOUND, TEMPLATE_FORMAT, AreaCost(), False)
 
 
+_GEMINI_BOUNDED = Family(_OPEN_BOUND, GEMMA_FORMAT, FixedTileCost(), False)
+
+
+def _gemini(vocabulary: str) -> Family:
+    return Family(_vocab(vocabulary), GEMMA_FORMAT, FixedTileCost(), False)
+
+
+def _gemma(vocabulary: str) -> Family:
+    return Family(_vocab(vocabulary), GEMMA_FORMAT, FixedTileCost(), True)
+
+
 def _each(patterns: tuple[str, ...], family: Family) -> tuple[tuple[str, Family], ...]:
     return tuple((pattern, family) for pattern in patterns)
 
@@ -100,7 +111,18 @@ def _each(patterns: tuple[str, ...], family: Family) -> tuple[tuple[str, Family]
 # `meta.llama3-1-70b-instruct-v1:0` on Bedrock, `llama-v3p1-8b-instruct` on Fireworks), first match wins.
 OPEN_FAMILIES: tuple[tuple[str, Family], ...] = (
     *_each(("*claude*",), Family(TokenizerSpec("bound", "claude"), CLAUDE_FORMAT, AreaCost(), False)),
-    *_each(("*gemini*", "*gemma*"), Family(_OPEN_BOUND, GEMMA_FORMAT, FixedTileCost(), False)),
+    # Gemini and Gemma: the Gemma vocabulary Google's SDKs count each with (proxy.tokenizers.gemma).
+    # Gemini's count is not marked exact: its framing inside countTokens is not published and is
+    # counted as Gemma's template (an upper bound); an upstream's `provider_count_ratio` has the
+    # provider's own count decide at the budget's edge (docs/counting.md).
+    *_each(("*gemini-3.[1-9]*", "*gemini-3p[1-9]*"), _gemini("gemma4")),
+    *_each(("*gemini-2.*", "*gemini-live-2.*", "*gemini-3-*", "*gemini-3"), _gemini("gemma3")),
+    *_each(("*gemini-1.*", "*gemini-pro", "*gemini-pro-vision", "*gemini-1-*"), _gemini("gemma")),
+    *_each(("*gemma-4*", "*gemma4*"), _gemma("gemma4")),
+    *_each(("*gemma-3n*", "*gemma3n*"), _GEMINI_BOUNDED),  # Gemma 3n's vocabulary differs and is not shipped
+    *_each(("*gemma-3*", "*gemma3*"), _gemma("gemma3")),
+    *_each(("*gemma-[27]b*", "*gemma-1.1*", "*gemma-2-*", "*gemma2*", "*codegemma*"), _gemma("gemma")),
+    *_each(("*gemini*", "*gemma*"), _GEMINI_BOUNDED),  # a version no SDK maps yet
     # DeepSeek's R1 distills: their base model's vocabulary, DeepSeek's template.
     *_each(("*deepseek*distill*llama*",), _family("llama3", DEEPSEEK_FORMAT)),
     *_each(("*deepseek*distill*qwen*",), _family("qwen", DEEPSEEK_FORMAT)),

@@ -1,8 +1,10 @@
 """The `Authorization` header each upstream gets.
 
 In order of preference:
-1. a short-lived token from a command (`gcloud auth print-access-token` for Vertex AI) or a file,
-   fetched on first use and again every `token_refresh_seconds` (before Google's one-hour expiry);
+1. a short-lived token: from Google's Application Default Credentials (`auth: adc`, refreshed
+   before each expiry: `proxy.server.adc`), or from a command (`gcloud auth print-access-token`
+   for Vertex AI) or a file, fetched on first use and again every `token_refresh_seconds` (before
+   Google's one-hour expiry);
 2. an API key from the environment variable named by `api_key_env`, so clients never hold it;
 3. the client's own `Authorization`, passed through, unless the proxy checks client keys of its
    own (then the client's header is the proxy's key and is never forwarded).
@@ -30,6 +32,7 @@ from urllib.parse import unquote_plus
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import UpstreamUnavailable
 from proxy.logging import get_logger
+from proxy.server.adc import AdcError, AdcTokens
 
 COMMAND_TIMEOUT_SECONDS = 30.0
 CLIENT_KEY_HEADERS = ("x-api-key", "api-key")  # besides `Authorization: Bearer <key>`
@@ -89,12 +92,15 @@ class UpstreamAuth:
         self._fetched_at = 0.0
         self._lock = asyncio.Lock()
         self._log = log if log is not None else get_logger()
+        self._adc = AdcTokens() if upstream.auth == "adc" else None
 
     @property
     def uses_token(self) -> bool:
-        return bool(self.upstream.token_command or self.upstream.token_file)
+        return bool(self.upstream.token_command or self.upstream.token_file or self._adc)
 
     async def header(self, client_authorization: str | None, client_keys_in_use: bool) -> str | None:
+        if self._adc is not None:  # it keeps its own token until shortly before the token expires
+            return f"Bearer {await self._fetch()}"
         if self.uses_token:
             return f"Bearer {await self.token()}"
         name = self.upstream.api_key_env
@@ -122,6 +128,11 @@ class UpstreamAuth:
             ) from None
 
     async def _read_source(self) -> str:
+        if self._adc is not None:
+            try:
+                return await self._adc.token()
+            except AdcError as exc:
+                raise TokenError(str(exc)) from None
         if self.upstream.token_command:
             return await self._run(self.upstream.token_command)
         source = self.upstream.token_file or ""

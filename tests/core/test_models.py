@@ -62,14 +62,20 @@ class TestTokenizerChoice:
         profile = registry.profile(name)
         assert profile.tokenizer == TokenizerSpec("tiktoken", encoding) and profile.tokenizer_exact
 
-    @pytest.mark.parametrize("name", ["claude-sonnet-4-5", "gemini-2.5-pro", "gemma-3-27b-it", "llama-2-7b-chat"])
+    @pytest.mark.parametrize("name", ["claude-sonnet-4-5", "gemini-exp-1206", "gemma-3n-e4b-it", "llama-2-7b-chat"])
     def test_families_whose_tokenizer_does_not_ship_get_a_bound(self, registry, name):
         profile = registry.profile(name)
         assert not profile.tokenizer_exact and profile.tokenizer.kind == "bound"
 
     @pytest.mark.parametrize(
         ("name", "vocabulary"),
-        [("llama-3.1-70b", "llama3"), ("mistral-large", "tekken"), ("qwen2.5-72b", "qwen"), ("deepseek-chat", "deepseek-v3")],
+        [
+            ("llama-3.1-70b", "llama3"),
+            ("mistral-large", "tekken"),
+            ("qwen2.5-72b", "qwen"),
+            ("deepseek-chat", "deepseek-v3"),
+            ("gemma-3-27b-it", "gemma3"),
+        ],
     )
     def test_open_families_get_their_own_vocabulary(self, registry, name, vocabulary):
         profile = registry.profile(name)

@@ -256,12 +256,12 @@ class TestVllmTokenize:
     async def test_counted_locally_in_front_of_vllm_the_edge_asks_its_tokenize_for_the_conversation(
         self, aiohttp_server: Any, start_proxy: Proxy, logs: Logs
     ) -> None:
-        """With `tokenize: local` the guard bounds a model whose vocabulary ships in no package (Gemma);
+        """With `tokenize: local` the guard bounds a model whose vocabulary ships in no package (Gemma 3n);
         at the edge, vLLM's `/tokenize` renders and counts."""
         fake = CountingUpstream(answer=1650)
         proxy, _ = await start(aiohttp_server, start_proxy, fake, "vllm", tokenize="local")
         messages = conversation(1800)
-        body = {"model": "google/gemma-3-27b-it", "max_tokens": 100, "messages": messages}
+        body = {"model": "google/gemma-3n-E4B-it", "max_tokens": 100, "messages": messages}
         status, _ = await post(proxy, "/v1/chat/completions", body)
         assert status == 200
         path, counted, _ = fake.count_bodies[0]

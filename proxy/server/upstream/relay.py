@@ -138,7 +138,7 @@ def request_headers(
     for name, value in upstream.headers.items():
         headers[name] = value
     key_header = _KEY_HEADERS.get(upstream.kind)
-    injected_key = upstream.api_key_env and not (upstream.token_command or upstream.token_file)
+    injected_key = upstream.api_key_env and not (upstream.token_command or upstream.token_file or upstream.auth)
     if authorization and key_header and injected_key and authorization.startswith("Bearer "):
         # Anthropic and Azure take an API key in a header of their own, not as a bearer token.
         headers.popall(key_header, None)
