@@ -85,6 +85,18 @@ def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
     return 0, tokens, note
 
 
+def video_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
+    """A video part as an adapter states it (`input_video`: its length in seconds and the rate a
+    second of it costs, both the adapter's, from the provider's published rule)."""
+    spec = part.get("input_video")
+    seconds = spec.get("seconds") if isinstance(spec, Mapping) else None
+    rate = spec.get("tokens_per_second") if isinstance(spec, Mapping) else None
+    if not isinstance(seconds, int | float) or not isinstance(rate, int) or seconds < 0:
+        return 0, 0, ["video part without a length; not counted"]
+    tokens = math.ceil(seconds * rate)
+    return 0, tokens, [f"video of {seconds:.0f} s priced at {rate} tokens/s"]
+
+
 def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, int, list[str]]:
     spec = part.get("file")
     if not isinstance(spec, Mapping):
