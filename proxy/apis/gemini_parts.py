@@ -161,6 +161,7 @@ def _parts_of(content: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]
 # second, video 263 (its sound on top). A video's length is not read from its container: it is
 # bounded by assuming 64 kbit/s, below any codec's usual rate, so its length is overestimated.
 VIDEO_TOKENS_PER_SECOND = 263 + 32
+_URL_SAFE = str.maketrans("-_", "+/")
 VIDEO_ASSUMED_BYTES_PER_SECOND = 8000
 
 
@@ -190,6 +191,8 @@ def _inline(inline: object, view: ViewBuilder, where: str) -> dict[str, Any]:
     mime = field(inline, "mimeType")
     mime = mime.lower() if isinstance(mime, str) else "application/octet-stream"
     data: str = inline["data"]
+    if "-" in data or "_" in data:  # URL-safe base64 (what google-genai sends): read as the standard alphabet
+        data = data.translate(_URL_SAFE)
     if mime.startswith("image/"):
         return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}", "detail": "high"}}
     if mime.startswith("audio/"):
