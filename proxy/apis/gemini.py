@@ -227,9 +227,8 @@ def _reserve(generation: Mapping[str, Any]) -> int | None:
     value = field(generation, "maxOutputTokens")
     if value is not None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidRequest(
-                "generationConfig.maxOutputTokens: must be a positive integer", param="generationConfig"
-            )
+            where = "generationConfig.maxOutputTokens"
+            raise InvalidRequest(f"{where}: must be a positive integer", param=where)
         return value
     thinking = field(generation, "thinkingConfig")
     budget = field(thinking, "thinkingBudget") if isinstance(thinking, Mapping) else None
