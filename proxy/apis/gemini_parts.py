@@ -119,7 +119,12 @@ class Turns:
             where = f"contents[{i}].parts[{j}].functionResponse"
             if not isinstance(answer, Mapping) or not isinstance(answer.get("name"), str):
                 raise InvalidRequest(f"{where}.name: must be a string", param=where)
-            result = json.dumps(answer.get("response", {}), ensure_ascii=False, default=str)
+            response = answer.get("response", {})
+            # `{"output": text}` (what a shortened response is written back as) is its text; the rest its JSON.
+            simple = (
+                isinstance(response, Mapping) and list(response) == ["output"] and isinstance(response["output"], str)
+            )
+            result = response["output"] if simple else json.dumps(response, ensure_ascii=False, default=str)
             message = {"role": "tool", "tool_call_id": self._answered(answer), "content": result}
             self.view.add(message, (Origin("contents", i, j),))
         self._open = []
