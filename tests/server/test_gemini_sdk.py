@@ -355,3 +355,47 @@ class TestOriginStory:
         assert sent_tokens > 2_700_000
         assert independent_count(forwarded) <= 1_048_576 - 8192
         assert forwarded["contents"][-1]["parts"][0]["text"] == "Summarise the history above."
+
+
+class TestProviderCountAtTheEdge:
+    async def test_a_request_the_bound_cannot_place_is_counted_by_the_provider_and_goes_untouched(
+        self, fake: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Gemini counted by a bound over cl100k: a prompt the bound puts over the budget but the
+        provider's own count puts within it is asked of the provider's countTokens (the whole
+        request, with the configured key) and forwarded as sent."""
+        provider, root = fake
+        monkeypatch.setenv("GEMINI_KEY", "server-key")
+        upstream = {"base_url": root, "kind": "gemini", "api_key_env": "GEMINI_KEY", "provider_count_ratio": 10}
+        url = await guard(aiohttp_server, model_map, upstream, {})
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": lorem(2400, "rivers")}]}],
+            "generationConfig": {"maxOutputTokens": RESERVE},
+        }
+        raw = json.dumps(body).encode()
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1beta/models/{FLASH}:countTokens", json=body) as counted:
+                bound = (await counted.json())["totalTokens"]  # the guard's own count, answered locally
+            async with session.post(f"{url}/v1beta/models/{FLASH}:generateContent", data=raw) as response:
+                assert response.status == 200
+                before, budget = (int(response.headers[f"x-context-guard-{h}"]) for h in ("tokens-before", "budget"))
+        asked, sent = provider.received
+        assert bound > budget >= independent_count(body) == before  # the bound says no, the provider's count yes
+        assert asked.path == f"/v1beta/models/{FLASH}:countTokens" and asked.headers["x-goog-api-key"] == "server-key"
+        assert asked.json() == {"generateContentRequest": {"contents": body["contents"], "model": f"models/{FLASH}"}}
+        assert sent.body == raw
+
+
+class TestLogs:
+    async def test_a_client_s_key_in_the_query_is_never_logged(
+        self, fake: Any, aiohttp_server: Any, model_map: Any, logs: Any
+    ) -> None:
+        _, root = fake
+        url = await guard(aiohttp_server, model_map, {"base_url": root, "kind": "gemini"}, {})
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1beta/models/{FLASH}:generateContent?key=AIza-secret", json=body) as r:
+                assert r.status == 200
+        (line,) = logs.events("request")
+        assert line["kind"] == "generate_content" and line["path"] == f"/v1beta/models/{FLASH}:generateContent"
+        assert "AIza-secret" not in logs.text
