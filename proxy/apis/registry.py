@@ -27,7 +27,7 @@ refused past `proxy.apis.names.MAX_NAME_CHARS`.
     /v1beta/models/{model}:generateContent (and /v1/..., :streamGenerateContent)
                                                                              generate_content (Gemini API)
     /v1/projects/{p}/locations/{l}/publishers/google/models/{model}:generateContent (and /v1beta1/...,
-    :streamGenerateContent)                                                  generate_content (Vertex AI)
+    :streamGenerateContent; express mode: /v1/publishers/google/models/...)  generate_content (Vertex AI)
     .../models/{model}:countTokens (either)                                  generate_content, answered locally
 
 A Gemini path's model is checked (`proxy.apis.gemini.model_name`) before anything uses it, and
@@ -87,7 +87,6 @@ class Endpoint:
         # every part seen need no second look.
         unseen = unseen_parts(parsed.messages, known.seen_whole if parsed.message_hashes else 0)
         return replace(parsed, unseen=parsed.unseen + unseen) if unseen else parsed
-
 
     def upstream_segments(self, segments: tuple[str, ...], served: str | None) -> tuple[str, ...]:
         """A Google path's segments as sent upstream: the last one names the model that serves
@@ -209,12 +208,13 @@ _VERTEX_CLAUDE = re.compile(
     rf"/v1/projects/{_SEGMENT}/locations/{_SEGMENT}/publishers/anthropic/models/"
     r"(?P<model>[^/:]+):(?P<method>rawPredict|streamRawPredict)"
 )
-# Gemini: the Developer API (`v1`, `v1beta`) and Vertex AI's publisher models (`v1`, `v1beta1`).
+# Gemini: the Developer API (`v1`, `v1beta`) and Vertex AI's publisher models (`v1`, `v1beta1`; regional
+# and global locations, and express mode's paths without a project).
 # The model is any segment here, checked when the request is parsed: a loose match, so that no
 # spelling of these paths falls through to pass-through uncounted.
 _GEMINI = re.compile(
     rf"/(?:v1|v1beta|v1alpha)/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent|countTokens)"
-    rf"|/(?:v1|v1beta1)/projects/{_SEGMENT}/locations/{_SEGMENT}/publishers/google/models/(?P<vmodel>[^/:]+)"
+    rf"|/(?:v1|v1beta1)/(?:projects/{_SEGMENT}/locations/{_SEGMENT}/)?publishers/google/models/(?P<vmodel>[^/:]+)"
     r":(?P<vmethod>generateContent|streamGenerateContent|countTokens)"
 )
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})

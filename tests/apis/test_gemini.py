@@ -226,6 +226,12 @@ class TestPaths:
                 False,
             ),
             (
+                "/v1/publishers/google/models/gemini-2.5-flash:generateContent",
+                "generate_content",
+                "gemini-2.5-flash",
+                False,
+            ),
+            (
                 "/v1beta1/projects/p/locations/global/publishers/google/models/m:streamGenerateContent",
                 "generate_content",
                 "m",

@@ -15,6 +15,7 @@ import zlib
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 from aiohttp.test_utils import TestServer
 from google import genai
@@ -214,6 +215,21 @@ class TestFittingRequests:
         (sent,) = provider.received
         path = f"/v1beta1/projects/my-project/locations/us-central1/publishers/google/models/{FLASH}:generateContent"
         assert sent.path == path and sent.headers["Authorization"] == "Bearer vertex-token"
+
+    async def test_the_openai_compatible_endpoint_keeps_its_base_url(
+        self, fake: Any, aiohttp_server: Any, model_map: Any
+    ) -> None:
+        provider, root = fake
+        upstream = {"base_url": VERTEX_BASE.format(root=root), "kind": "vertex", "token_command": "printf vertex-token"}
+        url = await guard(aiohttp_server, model_map, upstream, {})
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="client-key", max_retries=0)
+        completion = await client.chat.completions.create(
+            model="google/gemini-2.5-flash", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert completion.choices[0].message.content == REPLY
+        (sent,) = provider.received
+        assert sent.path == "/v1/projects/my-project/locations/us-central1/endpoints/openapi/chat/completions"
+        assert json.loads(sent.body)["model"] == "google/gemini-2.5-flash"
 
     async def test_gemini_s_json_array_stream_is_relayed_whole(
         self, fake: Any, aiohttp_server: Any, model_map: Any

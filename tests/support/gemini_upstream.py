@@ -6,6 +6,7 @@ the Developer API's (`/v1beta/models/{m}:method`) and Vertex AI's native ones
     :generateContent         a GenerateContentResponse
     :streamGenerateContent   the same in pieces: server-sent events with `?alt=sse`, else a JSON array
     :countTokens             {"totalTokens": N}
+    .../endpoints/openapi/chat/completions   a chat completion (Vertex AI's OpenAI-compatible endpoint)
     anything else            404 in Google's shape
 
 Its count is its own: tiktoken's cl100k_base over every text of the request, and each other part
@@ -85,6 +86,10 @@ class FakeGemini:
     async def answer(self, request: web.Request) -> web.StreamResponse:
         received = Received(request.path, request.rel_url.raw_query_string, dict(request.headers), await request.read())
         self.received.append(received)
+        if request.path.endswith("/endpoints/openapi/chat/completions"):  # Vertex AI's OpenAI-compatible endpoint
+            message = {"role": "assistant", "content": REPLY}
+            return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})  # fmt: skip
         match = _PATH.fullmatch(request.path)
         if match is None or request.method != "POST":
             return _error(404, f"no such path {request.path}", "NOT_FOUND")
