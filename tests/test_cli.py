@@ -93,10 +93,7 @@ class TestCount:
 
 class TestEveryApiShape:
     def test_a_responses_body_is_detected_and_counted_like_its_chat_twin(self, capsys, monkeypatch):
-        chat = {
-            "model": "gpt-4o",
-            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
-        }
+        chat = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
         responses = {"model": "gpt-4o", "instructions": "Be brief.", "input": "hi"}
         _, chat_out, _ = _run(capsys, monkeypatch, ["count", "-"], json.dumps(chat))
         code, out, _ = _run(capsys, monkeypatch, ["count", "-"], json.dumps(responses))
@@ -105,29 +102,16 @@ class TestEveryApiShape:
         assert report["prompt_tokens"] == json.loads(chat_out)["prompt_tokens"]
 
     def test_an_anthropic_messages_body_over_budget_is_trimmed_in_its_own_shape(self, capsys, monkeypatch):
-        turns = [
-            {"role": r, "content": f"{r} turn {i}: " + "the river runs to the sea " * 40}
-            for i in range(40)
-            for r in ("user", "assistant")
-        ]
-        body = {
-            "model": "claude-sonnet-4-5",
-            "max_tokens": 512,
-            "system": "Be brief.",
-            "messages": [*turns, {"role": "user", "content": "latest"}],
-        }
-        code, out, _ = _run(
-            capsys, monkeypatch, ["trim", "--api", "messages", "--context-window", "4000", "-"], json.dumps(body)
-        )
+        turns = [{"role": r, "content": f"{r} turn {i}: " + "the river runs to the sea " * 40} for i in range(40) for r in ("user", "assistant")]
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "system": "Be brief.", "messages": [*turns, {"role": "user", "content": "latest"}]}
+        code, out, _ = _run(capsys, monkeypatch, ["trim", "--api", "messages", "--context-window", "4000", "-"], json.dumps(body))
         result = json.loads(out)
         assert code == 0 and result["report"]["api"] == "messages" and result["report"]["outcome"] == "trimmed"
         assert result["body"]["system"] == "Be brief." and result["body"]["messages"][0]["role"] == "user"
         assert result["body"]["messages"][-1]["content"] == "latest" and "max_tokens" in result["body"]
 
     def test_a_body_that_is_not_of_the_named_shape_is_one_line_and_exit_2(self, capsys, monkeypatch):
-        code, out, err = _run(
-            capsys, monkeypatch, ["count", "--api", "responses", "-"], json.dumps({"model": "gpt-4o", "input": 5})
-        )
+        code, out, err = _run(capsys, monkeypatch, ["count", "--api", "responses", "-"], json.dumps({"model": "gpt-4o", "input": 5}))
         assert code == 2 and out == "" and "not a valid responses request" in err and err.count("\n") == 1
 
 
@@ -147,12 +131,7 @@ class TestCommandLine:
 class TestCheckConfig:
     @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
     def test_every_example_config_is_valid_and_printed_with_secrets_masked(self, capsys, monkeypatch, path):
-        for name, value in {
-            "OPENAI_API_KEY": "sk-secret",
-            "VERTEX_PROJECT": "p",
-            "VERTEX_LOCATION": "l",
-            "CONTEXT_GUARD_KEY": "cg-secret",
-        }.items():
+        for name, value in {"OPENAI_API_KEY": "sk-secret", "VERTEX_PROJECT": "p", "VERTEX_LOCATION": "l", "CONTEXT_GUARD_KEY": "cg-secret"}.items():
             monkeypatch.setenv(name, value)
         code, out, _ = _run(capsys, monkeypatch, ["check-config", str(path)])
         assert code == 0 and json.loads(out)["valid"] is True

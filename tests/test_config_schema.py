@@ -91,10 +91,7 @@ class TestErrorsNamePlaceAndReason:
             ({"required": "x", "inner": {"ratio": 0}}, "inner.ratio: must be greater than 0, not 0"),
             ({"required": "x", "inner": {"ratio": "nan"}}, "inner.ratio: must be a number, not 'nan'"),
             ({"required": "x", "inner": {"ratio": 10**400}}, "inner.ratio: must be a number, not 1" + "0" * 76 + "..."),
-            (
-                {"required": "x", "inner": {"port": "9" * 5000}},
-                "inner.port: must be a whole number, not '" + "9" * 76 + "...",
-            ),
+            ({"required": "x", "inner": {"port": "9" * 5000}}, "inner.port: must be a whole number, not '" + "9" * 76 + "..."),
             ({"required": "x", "inner": {"prot": 1}}, "inner.prot: unknown setting; known here: port, ratio"),
             ({"required": "x", "items": [{}, {"port": -1}]}, "items[1].port: must be at least 0, not -1"),
             ({"required": "x", "items": []}, "items: must hold at least 1 item(s)"),
@@ -131,9 +128,7 @@ class TestPlainData:
 
 
 def test_starting_the_server_imports_no_validation_library():
-    code = (
-        "import sys, proxy.cli, proxy.server.run; print(sorted(m for m in ('pydantic', 'msgspec') if m in sys.modules))"
-    )
+    code = "import sys, proxy.cli, proxy.server.run; print(sorted(m for m in ('pydantic', 'msgspec') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -196,9 +191,7 @@ def _names(hint: Any) -> set[str]:
     """Every field name of the settings' sections, however deep (the keys worth drawing)."""
     if dataclasses.is_dataclass(hint):
         hints = typing.get_type_hints(hint, include_extras=True)
-        return {f.name for f in dataclasses.fields(hint)}.union(
-            *(_names(hints[f.name]) for f in dataclasses.fields(hint))
-        )
+        return {f.name for f in dataclasses.fields(hint)}.union(*(_names(hints[f.name]) for f in dataclasses.fields(hint)))
     return set().union(*(_names(arg) for arg in typing.get_args(hint)))
 
 

@@ -125,10 +125,7 @@ class TestCompose:
         data = yaml.safe_load((DEPLOY / "guard.yaml").read_text())
         env = {"CONTEXT_GUARD_CLIENT_KEY": "cg", "CONTEXT_GUARD_REDIS_URL": "redis://redis:6379/0"}
         settings = settings_from_dict(data, "guard.yaml", env)
-        assert (
-            settings.upstreams["openai"].api_key_env == "OPENAI_API_KEY"
-            and settings.state.url == env["CONTEXT_GUARD_REDIS_URL"]
-        )
+        assert settings.upstreams["openai"].api_key_env == "OPENAI_API_KEY" and settings.state.url == env["CONTEXT_GUARD_REDIS_URL"]
         assert settings.server.client_keys == ("cg",)
 
     @pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")

@@ -170,7 +170,6 @@ class TestSingleCopyOfRanks:
         # tiktoken keeps the dict it was built from only to pickle itself; the Rust copy encodes.
         assert encodings and all(len(e._mergeable_ranks) == 0 for e in encodings)
 
-
 def write_gguf(path: Path, metadata: dict[str, object]) -> Path:
     """A GGUF v3 file holding `metadata` (strings, ints, bools, lists of those) and no tensors."""
     import struct

@@ -38,3 +38,4 @@ def test_with_one_arena_a_thread_allocates_from_the_main_one():
 @glibc
 def test_without_it_glibc_gives_the_thread_an_arena_of_its_own():
     assert arenas("default") == (2, "None")
+

@@ -159,7 +159,9 @@ class TestReadingAConversationReSent:
             assert match.same and match.earlier is earlier.body
             prefix.keep(prefix.read(bytes(raw), match))
 
-    def test_a_turn_after_the_most_recent_body_s_opening_is_read_from_it_with_no_other_looked_for(self, monkeypatch):
+    def test_a_turn_after_the_most_recent_body_s_opening_is_read_from_it_with_no_other_looked_for(
+        self, monkeypatch
+    ):
         """Clients asking their own follow-up of one conversation: each body shares all but its
         last turn with the body kept just before it, which is the one built on."""
         prefix = reader()

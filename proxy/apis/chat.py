@@ -74,3 +74,4 @@ class ChatAdapter(Adapter):
         """The core trimmed the body itself, every other field kept, and may have added messages
         (the budget note): the trimmed body is the answer."""
         return dict(trimmed)
+

@@ -30,9 +30,7 @@ def letters(size: int) -> str:
 async def send_until(url: str, body: bytes, headers: dict[str, str], leave: asyncio.Event) -> None:
     """Send `body` and hang up, without reading an answer, once `leave` is set (as an attacker does)."""
     async with aiohttp.ClientSession() as session:
-        sending = asyncio.ensure_future(
-            session.post(url, data=body, headers={"Content-Type": "application/json", **headers})
-        )
+        sending = asyncio.ensure_future(session.post(url, data=body, headers={"Content-Type": "application/json", **headers}))
         await leave.wait()
         sending.cancel()
         with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):

@@ -62,12 +62,7 @@ class TestFamilyByName:
 
     @pytest.mark.parametrize(
         ("name", "default_system"),
-        [
-            ("meta-llama/Llama-3.1-8B-Instruct", 25),
-            ("meta-llama/Meta-Llama-3-8B-Instruct", 0),
-            ("Qwen/Qwen2.5-7B-Instruct", 21),
-            ("Qwen/Qwen3-8B", 0),
-        ],
+        [("meta-llama/Llama-3.1-8B-Instruct", 25), ("meta-llama/Meta-Llama-3-8B-Instruct", 0), ("Qwen/Qwen2.5-7B-Instruct", 21), ("Qwen/Qwen3-8B", 0)],
     )
     def test_templates_that_write_a_default_system_turn_carry_it(self, name, default_system):
         assert family_for(name).chat_format.default_system == default_system

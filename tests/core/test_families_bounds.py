@@ -84,11 +84,7 @@ class TestBounds:
         tokenizer = bound(name)
         assert tokenizer.bound_ratio == BOUNDS[name].worst_ratio
         lowest = {k: least(name, k) for k in CORPUS}
-        over = {
-            k: tokenizer.count(t) / lowest[k]
-            for k, t in CORPUS.items()
-            if tokenizer.count(t) > lowest[k] * tokenizer.bound_ratio
-        }
+        over = {k: tokenizer.count(t) / lowest[k] for k, t in CORPUS.items() if tokenizer.count(t) > lowest[k] * tokenizer.bound_ratio}
         assert not over
 
     @pytest.mark.parametrize("name", sorted(BOUNDS))
@@ -148,9 +144,7 @@ class TestVocabulariesThatShipInNoPackage:
         counts = {k: (tokenizer.count(t), self.PINNED[vocabulary][k]) for k, t in CORPUS.items()}
         assert not {k: v for k, v in counts.items() if v[0] < v[1]}
 
-    @pytest.mark.parametrize(
-        ("model", "vocabulary"), [("gemini-2.5-pro", "gemma-4"), ("llama-2-13b-chat", "llama-spm")]
-    )
+    @pytest.mark.parametrize(("model", "vocabulary"), [("gemini-2.5-pro", "gemma-4"), ("llama-2-13b-chat", "llama-spm")])
     def test_english_prose_loses_at_most_a_fifth_of_the_window(self, registry, model, vocabulary):
         tokenizer = Tokenizers().get(registry.profile(model).tokenizer)
         assert self.PINNED[vocabulary]["prose_english"] / tokenizer.count(CORPUS["prose_english"]) >= 0.8

@@ -81,9 +81,7 @@ REAL: dict[str, Callable[[Messages], int]] = {
     "openrouter/qwen/qwen3-8b": _templated(
         "Qwen-Qwen3-0.6B", "", lambda: _qwen("qwen2.5-72b-instruct"), enable_thinking=False
     ),
-    "deepseek-ai/DeepSeek-V3.1": _templated(
-        "deepseek-ai-DeepSeek-V3.1", "<\uff5cbegin\u2581of\u2581sentence\uff5c>", _deepseek
-    ),
+    "deepseek-ai/DeepSeek-V3.1": _templated("deepseek-ai-DeepSeek-V3.1", "<\uff5cbegin\u2581of\u2581sentence\uff5c>", _deepseek),
     "mistralai/Mistral-Nemo-Instruct-2407": _mistral("v3", is_tekken=True),
     "mistralai/Mistral-7B-Instruct-v0.3": _mistral("v3"),
     "mistral-large-2411": _mistral("v7"),

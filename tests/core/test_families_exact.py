@@ -81,11 +81,7 @@ class TestShippedVocabularies:
     @pytest.mark.parametrize("name", sorted(VOCABULARIES))
     def test_counts_every_corpus_text_exactly(self, name):
         texts = {k: t for k, t in CORPUS.items() if k not in PORT_DIVERGES.get(name, ())}
-        wrong = {
-            k: (len(ours(name)(t)), reference(name)(t))
-            for k, t in texts.items()
-            if len(ours(name)(t)) != reference(name)(t)
-        }
+        wrong = {k: (len(ours(name)(t)), reference(name)(t)) for k, t in texts.items() if len(ours(name)(t)) != reference(name)(t)}
         assert not wrong, f"{name}: (ours, real) differ on {wrong}"
 
     def test_deepseek_where_its_python_port_diverges_counts_as_the_rust_tokenizers_do(self):
@@ -94,13 +90,9 @@ class TestShippedVocabularies:
 
         rust = Tokenizer.from_file(str(deepseek.BASE_FOLDER / "tokenizer.json"))
         assert rust.encode("  replicas: 6", add_special_tokens=False).ids == ours("deepseek-v3")("  replicas: 6")
-        assert (
-            reference("deepseek-v3")("  replicas: 6") == 7
-        )  # the port's split, pinned so that a fixed port is noticed
+        assert reference("deepseek-v3")("  replicas: 6") == 7  # the port's split, pinned so that a fixed port is noticed
         for kind in PORT_DIVERGES["deepseek-v3"]:
-            assert len(ours("deepseek-v3")(CORPUS[kind])) == len(
-                rust.encode(CORPUS[kind], add_special_tokens=False).ids
-            )
+            assert len(ours("deepseek-v3")(CORPUS[kind])) == len(rust.encode(CORPUS[kind], add_special_tokens=False).ids)
 
     @pytest.mark.parametrize("name", ["qwen", "qwen3.5"])
     def test_qwen_normalises_to_nfc_as_its_tokenizer_does(self, name):

@@ -69,12 +69,7 @@ class TestTokenizerChoice:
 
     @pytest.mark.parametrize(
         ("name", "vocabulary"),
-        [
-            ("llama-3.1-70b", "llama3"),
-            ("mistral-large", "tekken"),
-            ("qwen2.5-72b", "qwen"),
-            ("deepseek-chat", "deepseek-v3"),
-        ],
+        [("llama-3.1-70b", "llama3"), ("mistral-large", "tekken"), ("qwen2.5-72b", "qwen"), ("deepseek-chat", "deepseek-v3")],
     )
     def test_open_families_get_their_own_vocabulary(self, registry, name, vocabulary):
         profile = registry.profile(name)

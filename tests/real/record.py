@@ -19,13 +19,9 @@ from tests.real.llama import MODEL, running_server
 OUT = Path(__file__).resolve().parents[1] / "data" / "backends"
 
 
-def call(
-    method: str, url: str, payload: object = None, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], bytes]:
+def call(method: str, url: str, payload: object = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     data = json.dumps(payload).encode() if payload is not None else None
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
-    )
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, dict(response.headers), response.read()
@@ -40,14 +36,8 @@ def save(name: str, raw: bytes) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder, running_server(Path(folder) / "server.log") as llama:
         save("llama-cpp-python-models.json", call("GET", f"{llama.url}/models")[2])
-        save(
-            "llama-cpp-python-tokenize-count.json",
-            call("POST", f"{llama.root}/extras/tokenize/count", {"input": "Hello, world!"})[2],
-        )
-        save(
-            "llama-cpp-python-tokenize.json",
-            call("POST", f"{llama.root}/extras/tokenize", {"input": "Hello, world!"})[2],
-        )
+        save("llama-cpp-python-tokenize-count.json", call("POST", f"{llama.root}/extras/tokenize/count", {"input": "Hello, world!"})[2])
+        save("llama-cpp-python-tokenize.json", call("POST", f"{llama.root}/extras/tokenize", {"input": "Hello, world!"})[2])
         small = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "temperature": 0}
         save("llama-cpp-python-completion.json", call("POST", f"{llama.url}/chat/completions", small)[2])
         over = body("english", 14, MODEL)
@@ -56,11 +46,7 @@ def main() -> None:
         save("llama-cpp-python-overflow.json", raw)
         facts: dict[str, Any] = {}
         status, headers, raw = call("POST", f"{llama.url}/chat/completions", {**over, "stream": True})
-        facts["over_window_stream"] = {
-            "status": status,
-            "content_type": headers.get("content-type"),
-            "body_bytes": len(raw),
-        }
+        facts["over_window_stream"] = {"status": status, "content_type": headers.get("content-type"), "body_bytes": len(raw)}
         status, _, raw = call("GET", f"{llama.root}/props")
         facts["props"] = {"status": status}
         status, _, raw = call("POST", f"{llama.url}/chat/completions", small, {"x-request-id": "not-a-uuid"})

@@ -75,9 +75,7 @@ class TestBackendTokenizer:
                     request = body(kind, size, MODEL)
                     prepared = await counter.prepare(request, profile, local)
                     assert prepared.remote, prepared.note
-                    plan = plan_with(
-                        guard, request, MODEL, llama.n_ctx, counting=(prepared.profile, prepared.tokenizer)
-                    )
+                    plan = plan_with(guard, request, MODEL, llama.n_ctx, counting=(prepared.profile, prepared.tokenizer))
                     if plan.result.outcome == "rejected":  # a system prompt larger than the window: refused, rightly
                         assert plan.result.budget.pinned_tokens > plan.result.budget.input_budget
                         continue
@@ -112,7 +110,9 @@ class TestCalibration:
     high; the CJK conversation low (measured: -13%: SmolLM2's 49k vocabulary spends more on CJK than
     any vocabulary the open bound was fitted to, docs/limitations.md), and calibration brings it in."""
 
-    @pytest.mark.parametrize(("kind", "starts_far"), [("english", True), ("code", True), ("cjk", True), ("json", True)])
+    @pytest.mark.parametrize(
+        ("kind", "starts_far"), [("english", True), ("code", True), ("cjk", True), ("json", True)]
+    )
     async def test_brings_an_unknown_model_within_ten_percent_after_a_few_requests(
         self, llama, guard, kind, starts_far
     ):

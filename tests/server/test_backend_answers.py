@@ -29,7 +29,9 @@ class TestAnEmptyStreamAfterTheStatusLine:
         event = logs.events("request")[-1]
         assert "empty_stream" in event["notes"] and event["self_correction"]["provider"] == "llamacpp"
 
-    async def test_a_generic_upstream_s_empty_stream_is_a_proper_error_not_an_empty_200(self, start_proxy, llama, logs):
+    async def test_a_generic_upstream_s_empty_stream_is_a_proper_error_not_an_empty_200(
+        self, start_proxy, llama, logs
+    ):
         _, url = llama
         proxy = await start_proxy(gateway_settings(url))
         status, body, _ = await post(proxy, {"model": "local-model", "messages": long_conversation(), "stream": True})

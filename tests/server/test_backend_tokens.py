@@ -168,10 +168,7 @@ class TestBackendCounter:
         body = conversation(3)
         await count(counter, body, profile)
         server.text_calls.clear()
-        body["messages"] += [
-            {"role": "assistant", "content": "you are welcome"},
-            {"role": "user", "content": "bye now"},
-        ]
+        body["messages"] += [{"role": "assistant", "content": "you are welcome"}, {"role": "user", "content": "bye now"}]
         total, prepared = await count(counter, body, profile)
         assert sorted(server.text_calls) == ["bye now", "you are welcome"]
         assert total == server.render(body["messages"]) and prepared.calls == 2

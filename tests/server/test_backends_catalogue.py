@@ -124,17 +124,13 @@ class TestChoose:
     async def test_an_exact_model_tokenizer_is_used_when_the_upstream_cannot_tokenize(self):
         counting = Backends()
         async with aiohttp.ClientSession() as session:
-            choice = await counting.choose(
-                session, "openai", "http://unused/v1", "gpt-4o", chat(1), REGISTRY.profile("gpt-4o"), EXACT
-            )
+            choice = await counting.choose(session, "openai", "http://unused/v1", "gpt-4o", chat(1), REGISTRY.profile("gpt-4o"), EXACT)
         assert choice.source == "model" and choice.tokenizer is EXACT
 
     async def test_asking_for_the_backend_tokenizer_where_there_is_none_says_so(self):
         counting = Backends({"hosted": BackendOptions(tokenize="backend")})
         async with aiohttp.ClientSession() as session:
-            choice = await counting.choose(
-                session, "hosted", "http://unused/v1", "smol", chat(1), REGISTRY.profile("smol"), ESTIMATE
-            )
+            choice = await counting.choose(session, "hosted", "http://unused/v1", "smol", chat(1), REGISTRY.profile("smol"), ESTIMATE)
         assert choice.source == "estimate" and "no tokenize endpoint" in (choice.note or "")
 
     async def test_without_the_backend_s_tokenizer_the_choice_is_known_without_awaiting_and_is_chooses(self, llama):

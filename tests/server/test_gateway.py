@@ -227,11 +227,7 @@ class TestSummariesOfDroppedHistory:
         assert int(raw.headers["x-context-guard-tokens-after"]) <= int(raw.headers["x-context-guard-budget"])
         assert logs.events("request")[-1]["summary"]["status"] == "produced"
 
-        more = [
-            *messages,
-            {"role": "assistant", "content": "It scatters blue light."},
-            {"role": "user", "content": "And at sunset?"},
-        ]
+        more = [*messages, {"role": "assistant", "content": "It scatters blue light."}, {"role": "user", "content": "And at sunset?"}]
         await sdk(proxy).chat.completions.create(model="gpt-4", messages=more)
         assert [r.json()["model"] for r in upstream.received][2:] == ["gpt-4"]  # no second summariser call
         assert logs.events("request")[-1]["summary"]["status"] == "reused"
@@ -249,11 +245,7 @@ class TestSummariesOfDroppedHistory:
         assert logs.events("request")[-1]["summary"]["status"] == "failed"
 
     async def test_in_dry_run_no_summary_is_asked_for(self, start_proxy, upstream, logs):
-        trim = {
-            "mode": "dry_run",
-            "summarize_dropped": True,
-            "summariser": {"upstream": "fake", "model": "summary-writer"},
-        }
+        trim = {"mode": "dry_run", "summarize_dropped": True, "summariser": {"upstream": "fake", "model": "summary-writer"}}
         proxy = await start_proxy(gateway_settings(upstream.url, trim=trim))
         await sdk(proxy).chat.completions.create(model="gpt-4", messages=long_conversation())
         assert [r.json()["model"] for r in upstream.received] == ["gpt-4"]

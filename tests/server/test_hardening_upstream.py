@@ -88,9 +88,7 @@ class TestTruncatedUpstreamBodies:
             b"a\r\ndata: {}\n\n\r\n8\r\ndata: {}\r\n",
         )
         response = await through_raw_upstream(start_proxy, reply, STREAM)
-        assert (
-            response.complete and response.body.startswith(b"data: {}") and b"upstream_stream_broken" in response.body
-        )
+        assert response.complete and response.body.startswith(b"data: {}") and b"upstream_stream_broken" in response.body
 
     async def test_an_event_stream_broken_before_its_first_event_is_a_proper_error(self, start_proxy):
         reply = upstream_reply(
@@ -203,12 +201,7 @@ class TestAcceptEncoding:
         url, given = URL("http://127.0.0.1:9/v1/chat/completions"), {"Content-Type": "application/json"}
         ours = UpstreamRequest("POST", url, headers=given, data=b"{}", loop=asyncio.get_running_loop())
         theirs = aiohttp.ClientRequest(
-            "POST",
-            url,
-            headers=given,
-            data=b"{}",
-            loop=asyncio.get_running_loop(),
-            skip_auto_headers=["Accept-Encoding"],
+            "POST", url, headers=given, data=b"{}", loop=asyncio.get_running_loop(), skip_auto_headers=["Accept-Encoding"]
         )
         assert list(ours.headers.items()) == list(theirs.headers.items())
         assert "Accept" in ours.headers and "User-Agent" in ours.headers and "Accept-Encoding" not in ours.headers

@@ -114,10 +114,7 @@ class TestReadinessOptions:
         [
             ({"probe_interval_seconds": 0}, "cg.yaml: readiness.probe_interval_seconds: must be greater than 0"),
             ({"probe_timeout_seconds": 61}, "cg.yaml: readiness.probe_timeout_seconds: must be at most 60"),
-            (
-                {"reachable_within_seconds": 1},
-                r"cg.yaml: readiness.reachable_within_seconds: must be at least readiness.probe_interval_seconds \(5.0\)",
-            ),
+            ({"reachable_within_seconds": 1}, r"cg.yaml: readiness.reachable_within_seconds: must be at least readiness.probe_interval_seconds \(5.0\)"),
         ],
     )
     def test_a_bad_value_is_refused_naming_the_key(self, options, message):

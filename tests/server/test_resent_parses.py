@@ -90,8 +90,7 @@ class TestResentParses:
 
     def test_a_kept_request_goes_when_the_reader_lets_its_body_go(self):
         gateway = SimpleNamespace(
-            readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=4 * len(conversation())),
-            parses=KeptPerBody(PARSES_PER_BODY),
+            readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=4 * len(conversation())), parses=KeptPerBody(PARSES_PER_BODY)
         )
         for _ in range(2):
             sent(gateway, CHAT, conversation())

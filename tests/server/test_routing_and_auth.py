@@ -107,10 +107,7 @@ class TestUpstreamCredentials:
         now = [0.0]
         auth = UpstreamAuth(
             UpstreamSettings(
-                name="vertex",
-                base_url="https://x/v1",
-                token_command=f"{sys.executable} {script}",
-                token_refresh_seconds=3000,
+                name="vertex", base_url="https://x/v1", token_command=f"{sys.executable} {script}", token_refresh_seconds=3000
             ),
             clock=lambda: now[0],
         )
@@ -121,9 +118,7 @@ class TestUpstreamCredentials:
 
     async def test_a_token_file_is_read(self, tmp_path):
         (tmp_path / "token").write_text("ya29.from-file\n")
-        auth = UpstreamAuth(
-            UpstreamSettings(name="vertex", base_url="https://x/v1", token_file=str(tmp_path / "token"))
-        )
+        auth = UpstreamAuth(UpstreamSettings(name="vertex", base_url="https://x/v1", token_file=str(tmp_path / "token")))
         assert await auth.header(None, False) == "Bearer ya29.from-file"
 
     async def test_a_failing_token_command_is_a_generic_502_and_its_reason_goes_to_the_log(self, tmp_path, logs):

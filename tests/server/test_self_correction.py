@@ -145,9 +145,7 @@ class TestNoClientCanPoisonTheWindow:
 
     async def test_overflow_wording_the_upstream_echoes_from_the_request_teaches_nothing(self, proxy, upstream, logs):
         upstream.echo_field = "user"
-        status, payload, _ = await chat(
-            proxy, {"model": "gpt-4", "messages": long_conversation(2), "user": self.POISON}
-        )
+        status, payload, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation(2), "user": self.POISON})
         assert status == 400 and self.POISON in payload["error"]["message"] and len(upstream.received) == 1
         upstream.echo_field = None
         status, _, headers = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})

@@ -49,9 +49,7 @@ def sse_app(pieces: list[bytes], headers: dict[str, str] | None = None) -> web.A
     return app
 
 
-def body_app(
-    body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
-) -> web.Application:
+def body_app(body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None) -> web.Application:
     async def handler(request: web.Request) -> web.Response:
         return web.Response(body=body, headers={"Content-Type": content_type, **(headers or {})})
 
@@ -240,14 +238,8 @@ class TestAskForUsage:
 
 class TestOverflowProbe:
     def test_asks_for_the_same_prompt_unstreamed_and_one_token(self):
-        body = {
-            "model": "m",
-            "messages": [{"role": "user", "content": "hi"}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_completion_tokens": 900,
-            "seed": 7,
-        }
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                "stream_options": {"include_usage": True}, "max_completion_tokens": 900, "seed": 7}
         assert overflow_probe(body) == {"model": "m", "messages": body["messages"], "seed": 7, "max_tokens": 1}
 
 
@@ -291,11 +283,7 @@ class KeepAliveThenClose:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
+                    (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
                     0,
                 )
                 await reader.readexactly(length)

@@ -26,47 +26,40 @@ PROSE = {
         "die Betriebskosten jedoch deutlich stärker. Mehrere Mitglieder äußerten Bedenken über das Tempo der "
         "Einstellungen in der Entwicklungsabteilung und schlugen vor, die Budgetplanung für das kommende "
         "Geschäftsjahr gründlich zu überarbeiten, bevor neue Verpflichtungen eingegangen werden. "
-    )
-    * 3,
+    ) * 3,
     "prose_french": (
         "Le comité s'est réuni mardi pour examiner les résultats trimestriels, qui ont montré une légère "
         "hausse du chiffre d'affaires mais une augmentation plus nette des coûts d'exploitation. Plusieurs "
         "membres se sont inquiétés du rythme des embauches et ont proposé de revoir le budget de l'année "
         "prochaine avant de prendre de nouveaux engagements. "
-    )
-    * 3,
+    ) * 3,
     "prose_spanish": (
         "El comité se reunió el martes para revisar los resultados trimestrales, que mostraron un aumento "
         "moderado de los ingresos pero un alza más pronunciada de los costes operativos. Varios miembros "
         "expresaron su preocupación por el ritmo de contratación y propusieron revisar el presupuesto del "
         "próximo año antes de asumir nuevos compromisos. "
-    )
-    * 3,
+    ) * 3,
     "prose_russian": (
         "Комитет собрался во вторник, чтобы рассмотреть квартальные результаты, которые показали умеренный "
         "рост выручки, но более резкое увеличение операционных расходов. Несколько членов комитета выразили "
         "обеспокоенность темпами найма и предложили пересмотреть бюджет на следующий год, прежде чем брать "
         "на себя новые обязательства. "
-    )
-    * 3,
+    ) * 3,
     "prose_arabic": (
         "اجتمعت اللجنة يوم الثلاثاء لمراجعة النتائج الفصلية التي أظهرت زيادة طفيفة في الإيرادات وارتفاعا "
         "أكبر في تكاليف التشغيل. وأبدى عدد من الأعضاء قلقهم من وتيرة التوظيف في قسم الهندسة، واقترحوا "
         "مراجعة ميزانية العام المقبل قبل الدخول في التزامات جديدة. "
-    )
-    * 3,
+    ) * 3,
     "prose_hindi": (
         "समिति ने मंगलवार को तिमाही परिणामों की समीक्षा के लिए बैठक की, जिनमें राजस्व में मामूली वृद्धि "
         "लेकिन परिचालन लागत में तेज़ बढ़ोतरी दिखाई दी। कई सदस्यों ने इंजीनियरिंग विभाग में भर्ती की गति पर "
         "चिंता जताई और नई प्रतिबद्धताओं से पहले अगले वर्ष के बजट की समीक्षा का सुझाव दिया। "
-    )
-    * 3,
+    ) * 3,
     "prose_thai": (
         "คณะกรรมการประชุมกันเมื่อวันอังคารเพื่อทบทวนผลประกอบการรายไตรมาส ซึ่งแสดงให้เห็นว่ารายได้เพิ่มขึ้นเล็กน้อย "
         "แต่ต้นทุนการดำเนินงานเพิ่มขึ้นมากกว่า สมาชิกหลายคนแสดงความกังวลเกี่ยวกับอัตราการจ้างงานในฝ่ายวิศวกรรม "
         "และเสนอให้ทบทวนงบประมาณของปีหน้าก่อนที่จะรับภาระผูกพันใหม่ "
-    )
-    * 3,
+    ) * 3,
 }
 
 
@@ -119,9 +112,7 @@ def corpus() -> dict[str, str]:
         " " * rng.randint(0, 40) + rng.choice(["x", "value", "}", "end"]) + "\t" * rng.randint(0, 6) for _ in range(150)
     )
     texts["blank_lines"] = "para\n" + "\n" * 50 + "next\n\n\n\n   \n\t\t\n" * 20
-    texts["emoji"] = " ".join(
-        rng.choice("😀🚀🔥✅❌👍🎉🤖📦🧪🇺🇸🇯🇵👨‍👩‍👧‍👦") + rng.choice(["ok", "", "done"]) for _ in range(300)
-    )
+    texts["emoji"] = " ".join(rng.choice("😀🚀🔥✅❌👍🎉🤖📦🧪🇺🇸🇯🇵👨‍👩‍👧‍👦") + rng.choice(["ok", "", "done"]) for _ in range(300))
     texts["markdown"] = "\n".join(
         f"## Section {i}\n\n| key | value |\n|---|---|\n| alpha | {rng.randint(0, 999)} |\n| beta | **{rng.random():.3f}** |\n\n- [ ] item `{i}`\n"
         for i in range(25)
