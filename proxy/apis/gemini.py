@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from proxy.apis import fields
 from proxy.apis.base import (
     Adapter,
     Changes,
@@ -49,13 +50,6 @@ from proxy.core.trim import Removal
 
 API = "generate_content"
 COUNT_API = "generate_content.count_tokens"
-FIELDS = frozenset(
-    {
-        "contents", "systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config",
-        "generationConfig", "generation_config", "safetySettings", "safety_settings", "cachedContent",
-        "cached_content", "labels", "model", "serviceTier", "service_tier", "store",
-    }
-)  # fmt: skip
 # Tools whose results the provider puts in the prompt without the request showing them.
 HOSTED_TOOLS = frozenset(
     {
@@ -149,7 +143,7 @@ class GenerateContentAdapter(Adapter):
             body,
             chat,
             None,
-            accounted=FIELDS,
+            accounted=fields.GEMINI,
             reserve_field="generationConfig.maxOutputTokens",
             reserve_view_field="max_tokens",
             server_state=cached,

@@ -6,6 +6,8 @@ bounded from above, and say so.
   sample rate, channels and sample size give: decoders use the latter), and audio of another
   format is assumed to be 16 kbit/s, a lower rate than any common codec, so that its length is
   overestimated.
+- **Video** (`input_video`): an adapter states its length and the rate a second costs (Gemini's
+  published 263 tokens a second, with its sound's 32), and says when the length is an estimate.
 - **Files** (`file` with `file_data`): providers show each page as extracted text and as an
   image, so a page costs the model's largest image and the text at most a token per 3 bytes.
   A PDF's pages and text are read from its compressed streams too (object streams hold the page
