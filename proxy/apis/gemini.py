@@ -187,7 +187,7 @@ class GenerateContentAdapter(Adapter):
         for k, content in enumerate([*contents, None]):
             if k in notes:
                 note = {"role": "user", "parts": [{"text": text} for text in notes[k]]}
-                kept.append((-1, note))
+                kept.append((-2, note))  # no turn's neighbour: joined with the user turn after it
             if content is None or k in whole:
                 continue
             if k in parts:

@@ -19,6 +19,7 @@ from proxy.apis.gemini import (
 from proxy.apis.registry import AdapterRegistry, endpoint_api
 from proxy.apis.stream_errors import broken_stream_event
 from proxy.core.corrections import parse_overflow
+from proxy.core.trim import Removal
 from proxy.core.turns import split_conversation
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
@@ -253,3 +254,22 @@ class TestPaths:
         assert endpoint.upstream_segments(segments, "google/gemini-2.5-pro")[-1] == "gemini-2.5-pro:generateContent"
         with pytest.raises(InvalidRequest):
             endpoint.upstream_segments(segments, "bad name")
+
+
+class TestInsertedNote:
+    def test_the_budget_note_opens_the_user_turn_after_the_dropped_ones(self) -> None:
+        body = {
+            "systemInstruction": {"parts": [{"text": "Be brief."}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": "old question"}]},
+                {"role": "model", "parts": [{"text": "old answer"}]},
+                {"role": "user", "parts": [{"text": "latest"}]},
+            ],
+        }
+        parsed = ADAPTER.parse(body)
+        system, _, _, latest = parsed.messages
+        note = {"role": "system", "content": "[2 earlier messages were removed to fit the context window]"}
+        removals = [Removal(i, None, "dropped", 3, "h", "drop_oldest_turns") for i in (1, 2)]
+        sent = ADAPTER.render(parsed, {"messages": [system, note, latest]}, removals, inserted=[1])
+        assert sent["systemInstruction"] is body["systemInstruction"]
+        assert sent["contents"] == [{"role": "user", "parts": [{"text": note["content"]}, {"text": "latest"}]}]
