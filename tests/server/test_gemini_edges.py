@@ -122,3 +122,20 @@ class TestLogs:
         (line,) = logs.events("request")
         assert line["kind"] == "generate_content" and line["path"] == f"/v1beta/models/{FLASH}:generateContent"
         assert "AIza-secret" not in logs.text
+
+
+class TestExpressMode:
+    async def test_vertex_s_express_mode_path_is_counted_and_its_key_sent_as_google_s_header(
+        self, fake: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        provider, root = fake
+        monkeypatch.setenv("VERTEX_KEY", "express-key")
+        url = await guard(aiohttp_server, model_map, {"base_url": root, "kind": "vertex", "api_key_env": "VERTEX_KEY"})
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        path = f"/v1/publishers/google/models/{FLASH}:generateContent"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}{path}?key=client-key", json=body) as response:
+                assert response.status == 200 and "x-context-guard-tokens-before" in response.headers
+        (sent,) = provider.received
+        assert sent.path == path and sent.query == "" and sent.headers["x-goog-api-key"] == "express-key"
+        assert "Authorization" not in sent.headers

@@ -29,7 +29,7 @@ from tests.support.cookbook import encoding
 ENCODING = encoding("gpt-4")  # cl100k_base, from the files litellm ships
 REPLY = "Hello from Gemini."
 _PATH = re.compile(
-    r"/[^/]+/(?:projects/[^/]+/locations/[^/]+/publishers/google/)?models/(?P<model>[^/:]+):(?P<method>\w+)"
+    r"/[^/]+/(?:(?:projects/[^/]+/locations/[^/]+/)?publishers/google/)?models/(?P<model>[^/:]+):(?P<method>\w+)"
 )
 
 

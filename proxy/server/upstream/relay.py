@@ -150,7 +150,8 @@ def request_headers(
     return headers
 
 
-_KEY_HEADERS = {"anthropic": "x-api-key", "azure": "api-key", "gemini": "x-goog-api-key"}
+# Google's APIs take an API key (Vertex AI's express mode, the Gemini API) as `x-goog-api-key`, never as a bearer token.
+_KEY_HEADERS = {"anthropic": "x-api-key", "azure": "api-key", "gemini": "x-goog-api-key", "vertex": "x-goog-api-key"}
 ANTHROPIC_VERSION = "2023-06-01"  # sent only when the client named none
 
 
