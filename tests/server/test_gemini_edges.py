@@ -139,3 +139,20 @@ class TestExpressMode:
         (sent,) = provider.received
         assert sent.path == path and sent.query == "" and sent.headers["x-goog-api-key"] == "express-key"
         assert "Authorization" not in sent.headers
+
+
+class TestBrokenJsonArrayStream:
+    async def test_a_json_array_stream_the_provider_breaks_is_cut_off_never_closed_as_whole(
+        self, fake: Any, aiohttp_server: Any, model_map: Any
+    ) -> None:
+        """Without `alt=sse` Gemini streams one JSON array: a break is said by ending the
+        connection before its `]`, so no client can read a truncated array as a whole one."""
+        provider, root = fake
+        provider.break_stream_after = 1
+        url = await guard(aiohttp_server, model_map, {"base_url": root, "kind": "gemini"})
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1beta/models/{FLASH}:streamGenerateContent", json=body) as response:
+                assert response.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await response.read()
