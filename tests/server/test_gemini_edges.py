@@ -156,3 +156,26 @@ class TestBrokenJsonArrayStream:
                 assert response.status == 200
                 with pytest.raises(aiohttp.ClientPayloadError):
                     await response.read()
+
+
+class TestObservability:
+    async def test_the_page_and_the_metrics_show_gemini_requests_as_their_own_kind(
+        self, fake: Any, aiohttp_server: Any, model_map: Any
+    ) -> None:
+        _, root = fake
+        url = await guard(aiohttp_server, model_map, {"base_url": root, "kind": "gemini"})
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1beta/models/{FLASH}:generateContent", json=body) as response:
+                assert (
+                    response.headers["x-context-guard-tokens-before"]
+                    == response.headers["x-context-guard-tokens-after"]
+                )
+            async with session.post(f"{url}/v1beta/models/{FLASH}:countTokens", json=body):
+                pass
+            async with session.get(f"{url}/context-guard/recent.json") as page:
+                rows = (await page.json())["rows"]
+            async with session.get(f"{url}/metrics") as metrics:
+                text = await metrics.text()
+        assert {row["kind"] for row in rows} == {"generate_content", "generate_content.count_tokens"}
+        assert 'context_guard_requests_total{kind="generate_content",outcome="unchanged",status="2xx"}' in text
