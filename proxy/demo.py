@@ -5,7 +5,8 @@ It starts, in this one process and on free loopback ports, the built-in echo ups
 front of it, with two models given a small window. It then sends five requests through the guard:
 with the official `openai` SDK, a short chat that fits; an agent conversation whose large tool
 result cannot fit; the same conversation one turn later; and that one again, streamed; then, with
-the official `anthropic` SDK, that conversation as Anthropic Messages to a Claude model. For each
+the official `anthropic` SDK, that conversation as Anthropic Messages to a Claude model; and as
+Gemini's generateContent to a Gemini model, on the Developer API's path. For each
 it prints a short before/after table, built from the guard's `x-context-guard-*` headers, its log
 event and the echo's account of what arrived, followed by the guard's real log line.
 
@@ -27,6 +28,7 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from proxy.config.settings import Settings, settings_from_dict
+from proxy.demo_shapes import GEMINI, as_anthropic, send_gemini
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
 from proxy.server.echo import running_echo, with_echo_upstream
@@ -45,7 +47,7 @@ def demo_settings(echo_url: str) -> Settings:
     data = {
         "server": {"host": "127.0.0.1", "port": 0},
         "log": {"format": "json", "level": "info"},
-        "models": {"overrides": [{"match": m, "context_window": WINDOW} for m in (MODEL, CLAUDE)]},
+        "models": {"overrides": [{"match": m, "context_window": WINDOW} for m in (MODEL, CLAUDE, GEMINI)]},
     }
     return with_echo_upstream(settings_from_dict(data, "<demo>", {}), echo_url)
 
@@ -56,6 +58,7 @@ class Step:
     messages: list[dict[str, Any]]
     stream: bool = False
     anthropic: bool = False  # sent with the anthropic SDK, as Messages to `CLAUDE`
+    gemini: bool = False  # sent as Gemini's generateContent to `GEMINI` (`proxy.demo_shapes`)
 
 
 @dataclass
@@ -117,7 +120,10 @@ async def _run(out: TextIO) -> int:
             async with client:
                 for number, step in enumerate(steps(), start=1):
                     request_id = f"demo-{number}"
-                    if step.anthropic:
+                    if step.gemini:
+                        sent = await send_gemini(guard_url.removesuffix("/v1"), step.messages, TOOLS, request_id)
+                        one = Seen(step, request_id, *sent)
+                    elif step.anthropic:
                         one = await _send_anthropic(guard_url.removesuffix("/v1"), step, request_id)
                     else:
                         one = await _send(client, step, request_id)
@@ -196,34 +202,6 @@ async def _send_anthropic(guard_root: str, step: Step, request_id: str) -> Seen:
         return Seen(step, request_id, exc.status_code, dict(exc.response.headers), exc.message, None, None)
     except APIConnectionError as exc:
         return Seen(step, request_id, 0, {}, str(exc), None, None)
-
-
-def as_anthropic(chat: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """A chat conversation as Anthropic's `system` and `messages`: tool calls as `tool_use` blocks,
-    their results as `tool_result` blocks in the user message that follows."""
-    system = "\n".join(str(m["content"]) for m in chat if m["role"] == "system")
-    messages: list[dict[str, Any]] = []
-    for m in chat:
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            blocks = [
-                {
-                    "type": "tool_use",
-                    "id": c["id"],
-                    "name": c["function"]["name"],
-                    "input": json.loads(c["function"]["arguments"]),
-                }
-                for c in m["tool_calls"]
-            ]
-            messages.append({"role": "assistant", "content": blocks})
-        elif m["role"] == "tool":
-            result = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
-            if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
-                messages[-1]["content"].append(result)
-            else:
-                messages.append({"role": "user", "content": [result]})
-        elif m["role"] in ("user", "assistant"):
-            messages.append({"role": m["role"], "content": m["content"]})
-    return system, messages
 
 
 async def _attach_log(seen: Seen, log_stream: io.StringIO) -> None:
@@ -394,4 +372,5 @@ def steps() -> list[Step]:
         Step("The same conversation, one turn later", one_turn_later),
         Step("The same, streamed", one_turn_later, stream=True),
         Step(f"The same as Anthropic Messages to {CLAUDE}, with the anthropic SDK", one_turn_later, anthropic=True),
+        Step(f"The same as Gemini's generateContent to {GEMINI}, on its own path", one_turn_later, gemini=True),
     ]

@@ -80,6 +80,7 @@ class ContextLengthExceeded(GuardError):
         """The guard's refusal of `result`, worded as the provider of `api` words its own overflow
         (so client libraries classify it as one), with the guard's budget in the headers too."""
         anthropic = api in ("messages", "count_tokens")
+        gemini = api.startswith("generate_content")
         budget = result.budget
         report = {
             **headers,
@@ -87,9 +88,13 @@ class ContextLengthExceeded(GuardError):
             "x-context-guard-output-reserve": str(budget.output_reserve),
             "x-context-guard-safety-margin": str(budget.safety_margin),
         }
-        message = result.rejection_message("anthropic" if anthropic else "openai")
-        # Anthropic's errors name no parameter (its adapter would put one before the message).
-        return cls(message, param=None if anthropic else "messages", headers=report)
+        if gemini:  # Gemini's own sentence (its limit: the input budget), then the guard's explanation
+            sentence = f"The input token count ({result.tokens_after}) exceeds the maximum number of tokens allowed "
+            message = f"{sentence}({budget.input_budget}). {result.rejection_message()}"
+        else:
+            message = result.rejection_message("anthropic" if anthropic else "openai")
+        # Anthropic's and Google's errors name no parameter (their adapters would put one before the message).
+        return cls(message, param=None if anthropic or gemini else "messages", headers=report)
 
 
 class Unauthorized(GuardError):

@@ -67,6 +67,15 @@ MESSAGES = frozenset(
     }
 )  # fmt: skip
 
+# Gemini's generateContent (camelCase and the snake_case proto JSON also takes).
+GEMINI = frozenset(
+    {
+        "contents", "systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config",
+        "generationConfig", "generation_config", "safetySettings", "safety_settings", "cachedContent",
+        "cached_content", "labels", "model", "serviceTier", "service_tier", "store",
+    }
+)  # fmt: skip
+
 
 # Where a body hands the server a prompt template of the client's own: vLLM renders a request's
 # `chat_template` (or `chat_template_kwargs.chat_template`, which it takes the same way) in place

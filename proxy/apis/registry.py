@@ -24,24 +24,36 @@ refused past `proxy.apis.names.MAX_NAME_CHARS`.
                                                                              messages (Vertex AI; model from the path)
     /v1/projects/{p}/locations/{l}/publishers/anthropic/models/count-tokens:rawPredict
                                                                              messages, answered locally
+    /v1beta/models/{model}:generateContent (and /v1/..., :streamGenerateContent)
+                                                                             generate_content (Gemini API)
+    /v1/projects/{p}/locations/{l}/publishers/google/models/{model}:generateContent (and /v1beta1/...,
+    :streamGenerateContent; express mode: /v1/publishers/google/models/...)  generate_content (Vertex AI)
+    .../models/{model}:countTokens (either)                                  generate_content, answered locally
+
+A Gemini path's model is checked (`proxy.apis.gemini.model_name`) before anything uses it, and
+such a request goes to the upstream's host, under the path as the client wrote it
+(`Endpoint.at_host_root`): Google's paths carry their own version and project.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter
+from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter, count_tokens_body
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
 from proxy.apis.chat import ChatAdapter
 from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
+from proxy.apis.gemini import CountTokensAdapter as GeminiCountAdapter
+from proxy.apis.gemini import GenerateContentAdapter, count_tokens_answer, model_name
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.names import bounded_name
 from proxy.apis.responses import ResponsesAdapter
 from proxy.apis.unseen import unseen_parts
 
-API_NAMES = ("chat", "responses", "completions", "messages")
+API_NAMES = ("chat", "responses", "completions", "messages", "generate_content")
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,8 @@ class Endpoint:
     path_model: str | None = None  # the model the path names: the one the provider serves
     local: bool = False  # answered by the proxy itself, never forwarded
     stream: bool = False  # the path itself asks for a stream (Vertex AI's streamRawPredict)
+    answer: Callable[[int], Mapping[str, Any]] | None = None  # a local endpoint's answer for a count
+    at_host_root: bool = False  # sent to the upstream's host under the path as written (Google's paths)
 
     @property
     def api(self) -> str:
@@ -59,6 +73,8 @@ class Endpoint:
         """The adapter's parse, with the path's model in place of the body's; a request with no
         model at all, or one too long to key on, is refused. Parts the guard cannot see mark the
         request as not read whole (`known`: what the body shares with an earlier one)."""
+        if self.at_host_root and self.path_model is not None:
+            model_name(self.path_model)
         parsed = self.adapter.parse(body, known)
         if self.path_model is not None:
             bounded_name(self.path_model, "deployment")
@@ -70,13 +86,23 @@ class Endpoint:
         # The view's messages are the body's own (chat): those an earlier body's view held with
         # every part seen need no second look.
         unseen = unseen_parts(parsed.messages, known.seen_whole if parsed.message_hashes else 0)
-        return replace(parsed, unseen=unseen) if unseen else parsed
+        return replace(parsed, unseen=parsed.unseen + unseen) if unseen else parsed
+
+    def upstream_segments(self, segments: tuple[str, ...], served: str | None) -> tuple[str, ...]:
+        """A Google path's segments as sent upstream: the last one names the model that serves
+        the request (after a route's rename, its last component), checked again."""
+        if not self.at_host_root or not segments or served is None or served == self.path_model:
+            return segments
+        method = segments[-1].rpartition(":")[2]
+        return (*segments[:-1], f"{model_name(served.rpartition('/')[2])}:{method}")
 
 
 def endpoint_api(endpoint: Endpoint) -> str:
-    """The API shape an endpoint speaks, as routes and logs name it (`count_tokens` for the one
-    answered locally)."""
-    return "count_tokens" if endpoint.local else endpoint.api
+    """The API shape an endpoint speaks, as routes and logs name it (`count_tokens` for Anthropic's
+    answered locally, `generate_content.count_tokens` for Gemini's)."""
+    if endpoint.local and endpoint.api.startswith("messages"):
+        return "count_tokens"
+    return endpoint.api
 
 
 class AdapterRegistry:
@@ -89,9 +115,11 @@ class AdapterRegistry:
         self.completions = CompletionsAdapter(completions)
         self.messages = MessagesAdapter()
         self.count_tokens = CountTokensAdapter()
+        self.gemini = GenerateContentAdapter()
+        self.gemini_count = GeminiCountAdapter()
         chat, responses, completions_ = Endpoint(self.chat), Endpoint(self.responses), Endpoint(self.completions)
         messages = Endpoint(self.messages)
-        counting = Endpoint(self.count_tokens, local=True)
+        counting = Endpoint(self.count_tokens, local=True, answer=count_tokens_body)
         self.exact: Mapping[str, Endpoint] = {
             "/v1/chat/completions": chat,
             "/chat/completions": chat,
@@ -112,7 +140,8 @@ class AdapterRegistry:
     @property
     def adapters(self) -> tuple[Adapter, ...]:
         """Every adapter, once (the body readers of `proxy.wire.readers` keep one reader each)."""
-        return (self.chat, self.responses, self.completions, self.messages, self.count_tokens)
+        return (self.chat, self.responses, self.completions, self.messages, self.count_tokens, self.gemini,
+                self.gemini_count)  # fmt: skip
 
     def endpoint_for(self, path: str) -> Endpoint | None:
         """The endpoint for a canonical path, or None for a path no adapter counts."""
@@ -123,12 +152,20 @@ class AdapterRegistry:
         if match:
             adapter: Adapter = self.chat if match["kind"] == "chat/completions" else self.completions
             return Endpoint(adapter, path_model=match["deployment"])
+        match = _GEMINI.fullmatch(path)
+        if match:
+            return self._gemini(match["model"] or match["vmodel"], match["method"] or match["vmethod"])
         match = _VERTEX_CLAUDE.fullmatch(path)
         if match and match["model"] == "count-tokens":
-            return Endpoint(self.count_tokens, local=True)
+            return Endpoint(self.count_tokens, local=True, answer=count_tokens_body)
         if match:
             return Endpoint(self.messages, path_model=match["model"], stream=match["method"] == "streamRawPredict")
         return None
+
+    def _gemini(self, model: str, method: str) -> Endpoint:
+        if method == "countTokens":
+            return Endpoint(self.gemini_count, model, local=True, answer=count_tokens_answer, at_host_root=True)
+        return Endpoint(self.gemini, model, stream=method == "streamGenerateContent", at_host_root=True)
 
     def api_for(self, path: str) -> str | None:
         """The API shape a canonical path speaks (`count_tokens` for the one answered locally), or None."""
@@ -142,6 +179,7 @@ class AdapterRegistry:
             "responses": self.responses,
             "completions": self.completions,
             "messages": self.messages,
+            "generate_content": self.gemini,
         }
         if api not in adapters:
             raise ValueError(f"unknown API {api!r}; known: {', '.join(API_NAMES)}")
@@ -153,6 +191,8 @@ class AdapterRegistry:
         `system` or `max_tokens` with Anthropic blocks -> messages, else chat."""
         if not isinstance(body, Mapping):
             return self.chat
+        if "contents" in body:
+            return self.gemini
         if "input" in body or "instructions" in body:
             return self.responses
         if "prompt" in body and "messages" not in body:
@@ -167,6 +207,15 @@ _AZURE = re.compile(rf"/openai/deployments/(?P<deployment>{_SEGMENT})/(?P<kind>c
 _VERTEX_CLAUDE = re.compile(
     rf"/v1/projects/{_SEGMENT}/locations/{_SEGMENT}/publishers/anthropic/models/"
     r"(?P<model>[^/:]+):(?P<method>rawPredict|streamRawPredict)"
+)
+# Gemini: the Developer API (`v1`, `v1beta`) and Vertex AI's publisher models (`v1`, `v1beta1`; regional
+# and global locations, and express mode's paths without a project).
+# The model is any segment here, checked when the request is parsed: a loose match, so that no
+# spelling of these paths falls through to pass-through uncounted.
+_GEMINI = re.compile(
+    rf"/(?:v1|v1beta|v1alpha)/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent|countTokens)"
+    rf"|/(?:v1|v1beta1)/(?:projects/{_SEGMENT}/locations/{_SEGMENT}/)?publishers/google/models/(?P<vmodel>[^/:]+)"
+    r":(?P<vmethod>generateContent|streamGenerateContent|countTokens)"
 )
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 

@@ -11,6 +11,8 @@ partial answer passes for a whole one:
                         (and so the Agents SDK) raises
     messages            `event: error` with `{"type": "error", "error": {"type", "message"}}`:
                         the anthropic SDK skips unnamed events and raises on this one
+    generate_content    `data: {"error": {"code", "message", "status"}}`: google-genai raises
+                        `APIError` (by its code) on any chunk that is Google's error object
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def broken_stream_event(api: str, message: str) -> bytes:
     if api in ANTHROPIC_APIS:
         data: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": message}}
         return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
+    if api.startswith("generate_content"):
+        google = {"error": {"code": 502, "message": message, "status": "UNAVAILABLE"}}
+        return b"data: " + json.dumps(google).encode() + b"\n\n"
     if api == "responses":
         data = {"type": "error", "code": BROKEN_CODE, "message": message, "param": None, "error": error}
         return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"

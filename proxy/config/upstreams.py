@@ -13,13 +13,14 @@ from proxy.config.backends import BackendOptions
 from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, carried
 
 UpstreamKind = Literal[
-    "auto", "openai", "azure", "vertex", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
+    "auto", "openai", "azure", "vertex", "gemini", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
 ]
 # Kinds whose server is asked at start what it is (its window, whether it can tokenize).
 DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
 # How each kind behaves as a backend (proxy.server.backends.profiles); hosted APIs are never probed.
-_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai"}
-ApiName = Literal["chat", "responses", "completions", "messages"]
+# Gemini's Developer API words its limits as Vertex AI does.
+_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai", "gemini": "vertex"}
+ApiName = Literal["chat", "responses", "completions", "messages", "generate_content"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,13 +80,16 @@ class UpstreamSettings:
 KIND_APIS: Mapping[str, tuple[str, ...]] = {
     "openai": ("chat", "responses", "completions"),
     "azure": ("chat", "responses", "completions"),
-    "vertex": ("chat",),
+    # Vertex AI: its OpenAI-compatible endpoint and its native `publishers/google` paths (served
+    # from the host's root whatever the base URL's path: `proxy.server.paths.host_root_url`).
+    "vertex": ("chat", "generate_content"),
+    "gemini": ("generate_content",),  # the Gemini Developer API, base URL at the host's root
     "vllm": ("chat", "responses", "completions"),
     "llamacpp": ("chat", "completions"),
     "ollama": ("chat", "completions"),
     "anthropic": ("messages",),
-    "generic": ("chat", "responses", "completions", "messages"),
-    "echo": ("chat", "responses", "completions", "messages"),
+    "generic": ("chat", "responses", "completions", "messages", "generate_content"),
+    "echo": ("chat", "responses", "completions", "messages", "generate_content"),
     "auto": ("chat", "responses", "completions", "messages"),
 }
 

@@ -36,7 +36,7 @@ from typing import Any
 from proxy.core.bounded_text import BoundedText, bounded_text
 from proxy.core.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, count_text
 from proxy.core.images import image_cost
-from proxy.core.media import audio_cost, file_cost
+from proxy.core.media import audio_cost, file_cost, video_cost
 from proxy.core.models import ModelProfile
 from proxy.core.openings import Tally
 from proxy.core.roles import latest_user_index
@@ -316,6 +316,8 @@ class CountRules:
             return audio_cost(part)
         if kind == "file":
             return file_cost(part, self.profile.images)
+        if kind == "input_video":
+            return video_cost(part)
         return (
             self.text(json.dumps(part, ensure_ascii=False, default=str)),
             0,

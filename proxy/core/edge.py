@@ -13,7 +13,10 @@ The endpoints (their documented shapes):
 - OpenAI: `POST /v1/responses/input_tokens`, a Responses body (a chat body is rewritten as one);
   answers `{"object": "response.input_tokens", "input_tokens": N}`.
 - Vertex AI: `POST .../publishers/google/models/{model}:countTokens` with `contents`,
-  `systemInstruction` and `tools`; answers `{"totalTokens": N}`.
+  `systemInstruction` and `tools`; answers `{"totalTokens": N}`. A native Gemini request
+  (`generate_content`) goes as it is, less its generation settings.
+- Gemini Developer API: `POST /v1beta/models/{model}:countTokens` with the whole request as its
+  `generateContentRequest`; answers `{"totalTokens": N}`.
 - vLLM and llama.cpp count through their tokenize endpoints (`proxy.server.backends.tokenize`).
 
 Pure: the shell (`proxy.server.backends.provider_count`) performs the call and caches the answer.
@@ -28,8 +31,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import quote
 
-EndpointKind = Literal["anthropic", "openai", "vertex"]
+EndpointKind = Literal["anthropic", "openai", "vertex", "gemini"]
 
 
 @runtime_checkable
@@ -124,6 +128,8 @@ def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str
             return None
         picked = {k: request[k] for k in _RESPONSES_FIELDS if k in request}
         return CountCall("openai", f"{base}/responses/input_tokens", {**picked, "model": model}, "input_tokens")
+    if api == "generate_content" and kind in ("vertex", "gemini"):
+        return _gemini_call(kind, base, model, body)
     if kind == "vertex" and api == "chat":
         found = _VERTEX_BASE.match(base)
         contents = vertex_body(body)
@@ -133,6 +139,29 @@ def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str
         url = f"{found.group(1)}/publishers/google/models/{name}:countTokens"
         return CountCall("vertex", url, contents, "totalTokens")
     return None
+
+
+# What Gemini's countTokens reads of a generateContent request (Vertex AI takes them at the top level).
+_GEMINI_FIELDS = ("contents", "systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config")
+_GEMINI_MODEL = re.compile(r"[A-Za-z0-9._@-]{1,200}")
+
+
+def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> CountCall | None:
+    """The countTokens call for a native Gemini request: the model, a plain name (quoted all the
+    same), put in a URL at the upstream's host; for Vertex AI under the base URL's project."""
+    name = model.rpartition("/")[2]
+    if not _GEMINI_MODEL.fullmatch(name) or ".." in name:
+        return None
+    quoted = quote(name, safe="")
+    picked = {k: body[k] for k in _GEMINI_FIELDS if k in body}
+    if kind == "gemini":
+        root = re.sub(r"^(https?://[^/]+).*$", r"\1", base)
+        request = {"generateContentRequest": {**picked, "model": f"models/{name}"}}
+        return CountCall("gemini", f"{root}/v1beta/models/{quoted}:countTokens", request, "totalTokens")
+    found = _VERTEX_BASE.match(base)
+    if found is None:
+        return None
+    return CountCall("vertex", f"{found.group(1)}/publishers/google/models/{quoted}:countTokens", picked, "totalTokens")
 
 
 def _text(content: object) -> str | None:

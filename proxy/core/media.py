@@ -6,6 +6,8 @@ bounded from above, and say so.
   sample rate, channels and sample size give: decoders use the latter), and audio of another
   format is assumed to be 16 kbit/s, a lower rate than any common codec, so that its length is
   overestimated.
+- **Video** (`input_video`): an adapter states its length and the rate a second costs (Gemini's
+  published 263 tokens a second, with its sound's 32), and says when the length is an estimate.
 - **Files** (`file` with `file_data`): providers show each page as extracted text and as an
   image, so a page costs the model's largest image and the text at most a token per 3 bytes.
   A PDF's pages and text are read from its compressed streams too (object streams hold the page
@@ -83,6 +85,18 @@ def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
     note = [f"audio length estimated from its size ({seconds:.1f} s)"] if estimated else []
     note.append(f"audio priced at {AUDIO_TOKENS_PER_SECOND} tokens/s, the highest published rate")
     return 0, tokens, note
+
+
+def video_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
+    """A video part as an adapter states it (`input_video`: its length in seconds and the rate a
+    second of it costs, both the adapter's, from the provider's published rule)."""
+    spec = part.get("input_video")
+    seconds = spec.get("seconds") if isinstance(spec, Mapping) else None
+    rate = spec.get("tokens_per_second") if isinstance(spec, Mapping) else None
+    if not isinstance(seconds, int | float) or not isinstance(rate, int) or seconds < 0:
+        return 0, 0, ["video part without a length; not counted"]
+    tokens = math.ceil(seconds * rate)
+    return 0, tokens, [f"video of {seconds:.0f} s priced at {rate} tokens/s"]
 
 
 def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, int, list[str]]:

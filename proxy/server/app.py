@@ -55,6 +55,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer
 ANTHROPIC_SHAPED = frozenset({"messages", "count_tokens"})
+GEMINI_SHAPED = frozenset({"generate_content", "generate_content.count_tokens"})
 
 
 def build_gateway(settings: Settings, guard: Models | None = None, previous: Gateway | None = None) -> Gateway:
@@ -271,6 +272,8 @@ def error_response(error: GuardError, record: RequestRecord, apis: AdapterRegist
         error.message = f"{error.message} (request id {record.request_id})"
     if record.kind in ANTHROPIC_SHAPED:
         body = apis.messages.error_body(error.status, error.error_type, error.message, error.param)
+    elif record.kind in GEMINI_SHAPED:
+        body = apis.gemini.error_body(error.status, error.error_type, error.message, error.param)
     else:
         body = error.to_openai()
     response = web.json_response(body, status=error.status)
@@ -306,5 +309,6 @@ def client_keys(request: web.Request) -> None:
     open_path = open_without_client_key(request[PATH_ROUTE].path.value, settings.server.metrics_public)
     if keys and not open_path and not holds_client_key(request.headers, keys):
         raise Unauthorized(
-            "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key or api-key)"
+            "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key, api-key or "
+            "x-goog-api-key)"
         )

@@ -13,7 +13,8 @@ A token command or file that fails is the operator's business: the reason (which
 account or a credential path) goes to the log, and the client gets a generic 502. A token must be
 one non-empty line of printable ASCII, or the refresh fails the same way.
 
-The proxy's own client keys are accepted from `Authorization: Bearer`, `x-api-key` and `api-key`,
+The proxy's own client keys are accepted from `Authorization: Bearer`, `x-api-key`, `api-key` and
+`x-goog-api-key` (where Google's SDKs put theirs),
 and are stripped from every header and query parameter before anything is forwarded.
 """
 
@@ -35,7 +36,7 @@ from proxy.logging import get_logger
 from proxy.server.adc import AdcError, AdcTokens
 
 COMMAND_TIMEOUT_SECONDS = 30.0
-CLIENT_KEY_HEADERS = ("x-api-key", "api-key")  # besides `Authorization: Bearer <key>`
+CLIENT_KEY_HEADERS = ("x-api-key", "api-key", "x-goog-api-key")  # besides `Authorization: Bearer <key>`
 
 
 class TokenError(Exception):
@@ -70,6 +71,17 @@ def without_client_keys(query_string: str, keys: Iterable[str]) -> str:
         return query_string
     kept = [p for p in query_string.split("&") if unquote_plus(p.partition("=")[2]).strip() not in secret]
     return "&".join(kept)
+
+
+def without_parameter(query_string: str, name: str) -> str:
+    """`query_string`, as given, less every `name=` parameter (a client's `?key=` where the guard
+    injects the upstream's own credential)."""
+    return "&".join(p for p in query_string.split("&") if unquote_plus(p.partition("=")[0]) != name)
+
+
+def injects_credential(upstream: UpstreamSettings) -> bool:
+    """Whether the guard sends `upstream` a credential of its own (a token, or a key it holds)."""
+    return bool(upstream.token_command or upstream.token_file or upstream.api_key_env)
 
 
 def names_a_client_key(value: str, keys: Iterable[str]) -> bool:

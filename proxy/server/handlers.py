@@ -17,7 +17,6 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.apis.anthropic import count_tokens_body
 from proxy.apis.base import Parsed
 from proxy.apis.registry import Endpoint
 from proxy.config.trim import MODES, Mode
@@ -53,7 +52,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     record.model, record.stream = model, parsed.stream or endpoint.stream
     record.unread_fields, record.unseen_parts = parsed.unread, parsed.unseen
     scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
-    if endpoint.local:  # Anthropic's count_tokens: answered from the same count, never forwarded
+    if endpoint.local:  # Anthropic's count_tokens, Gemini's countTokens: answered from the same count, never forwarded
         return await _count_tokens(gw, record, endpoint, parsed, model, large, len(raw), client, scope)
     mode = select_mode(request, gw, model)
     performer, exchange = await prepared(request, gw, record, endpoint, parsed, raw, large, client, scope, mode)
@@ -93,12 +92,14 @@ async def _count_tokens(
     client: str,
     scope: Hashable,
 ) -> web.Response:
-    """Anthropic's count_tokens, counted where a request is planned (sized by the whole body,
-    within `client`'s share of the threads; `scope`: its part of the count cache)."""
+    """A count endpoint (Anthropic's count_tokens, Gemini's countTokens), counted where a request
+    is planned (sized by the whole body, within `client`'s share of the threads; `scope`: its part
+    of the count cache)."""
     fit = functools.partial(gw.models.fit, endpoint.adapter, parsed, model, None, client=scope)
     fitted = await planned(large, fit, size=size, client=client)
     record.plan, record.outcome = fitted.plan, "counted"
-    response = web.json_response(count_tokens_body(fitted.plan.count.total))
+    assert endpoint.answer is not None, "a local endpoint says how it answers"
+    response = web.json_response(endpoint.answer(fitted.plan.count.total))
     response.headers["x-request-id"] = record.request_id
     return response
 

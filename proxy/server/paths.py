@@ -223,6 +223,23 @@ def upstream_url(base_url: str, path: CanonicalPath, query_string: str = "") -> 
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def host_root_url(base_url: str, segments: tuple[str, ...], query_string: str = "") -> URL:
+    """The upstream URL of a path that carries its own version and project (Gemini's, Vertex AI's
+    native ones): the base URL's scheme, host and port, then `segments` whole, each percent-encoded.
+    The base's own path (`/v1/projects/p/locations/l/endpoints/openapi`, Vertex AI's OpenAI-compatible
+    endpoint) is not kept: Google serves these paths from the host's root."""
+    base = URL(base_url)
+    return URL.build(
+        scheme=base.scheme,
+        host=base.raw_host or "",
+        port=base.explicit_port,
+        path="".join("/" + quote(segment, safe=_SEGMENT_SAFE) for segment in segments),
+        query_string=query_string,
+        encoded=True,
+    )
+
+
 def counted_when_sent(base_url: str, path: CanonicalPath, guarded: Callable[[str], str | None]) -> str | None:
     """The path a forwarded request reaches under `base_url`, when the guard counts that path
     (`guarded` names its API shape); None otherwise. The client-facing `/v1` is swapped for the

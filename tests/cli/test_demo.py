@@ -112,8 +112,8 @@ class TestDemo:
         assert demo.code == 0, demo.out + demo.err
         assert demo.err == ""
 
-    def test_it_sends_five_requests_and_every_one_was_answered_by_the_echo_upstream(self, demo):
-        assert [r.number for r in demo.requests] == [1, 2, 3, 4, 5]
+    def test_it_sends_six_requests_and_every_one_was_answered_by_the_echo_upstream(self, demo):
+        assert [r.number for r in demo.requests] == [1, 2, 3, 4, 5, 6]
         for request in demo.requests:
             assert request.log["status"] == 200 and request.log["upstream_status"] == 200, request.title
             assert "NOT ANSWERED" not in "\n".join(request.lines)
@@ -151,6 +151,12 @@ class TestDemo:
         messages = demo.requests[4]
         assert messages.log["kind"] == "messages" and messages.log["outcome"] == "trimmed"
         assert messages.echo_prompt_tokens <= messages.log["budget"] and ", valid; tool calls: " in messages.echo_line
+
+    def test_the_gemini_request_on_its_own_path_is_cut_to_fit_and_arrives_valid(self, demo):
+        gemini = demo.requests[5]
+        assert gemini.log["kind"] == "generate_content" and gemini.log["outcome"] == "trimmed"
+        assert gemini.log["path"] == "/v1beta/models/gemini-2.5-flash:generateContent"
+        assert gemini.echo_prompt_tokens <= gemini.log["budget"] and ", valid; tool calls: " in gemini.echo_line
 
     def test_the_log_lines_carry_no_message_content(self, demo):
         for request in demo.requests:

@@ -25,6 +25,7 @@ from tests.compat.recording_upstream import RecordingUpstream
 WINDOW = 4096  # the window the suite's models are given: a long conversation cannot fit
 CHAT_MODEL = "gpt-4o-mini"
 CLAUDE_MODEL = "claude-sonnet-4-6"
+GEMINI_MODEL = "gemini-2.5-flash"
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -80,7 +81,7 @@ def servers() -> Iterator[Servers]:
         await up.setup()
         await web.TCPSite(up, "127.0.0.1", 0).start()
         up_url = f"http://127.0.0.1:{up.addresses[0][1]}/v1"
-        overrides = [{"match": m, "context_window": WINDOW} for m in (CHAT_MODEL, CLAUDE_MODEL)]
+        overrides = [{"match": m, "context_window": WINDOW} for m in (CHAT_MODEL, CLAUDE_MODEL, GEMINI_MODEL)]
         data = {
             "upstreams": {"rec": {"base_url": up_url, "kind": "generic", "read_timeout": 20}},
             "models": {"overrides": overrides},

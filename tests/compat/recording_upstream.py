@@ -1,5 +1,5 @@
 """A recording upstream for the client-compatibility suite: it keeps what reached it and answers in
-each API's shape (chat, Responses, legacy completions, embeddings, Anthropic Messages), whole or
+each API's shape (chat, Responses, legacy completions, embeddings, Anthropic Messages, Gemini), whole or
 streamed word by word with every event a strict client expects, with text or with a scripted tool
 call, and can break a stream part-way. The answers are built by `tests.support.answers`, shared
 with the suite's fake upstream; what is this upstream's own is the recording, the script and the
@@ -85,6 +85,13 @@ class RecordingUpstream:
                 return web.json_response(answers.text_completion(model, text, usage=USAGE, **common))
             chunks = answers.text_completion_chunks(model, answers.words(text), **common)
             return await self._stream(request, answers.frames(chunks, done=True))
+        if ":generateContent" in path or ":streamGenerateContent" in path:  # Gemini's, at the host's root
+            text = answer if isinstance(answer, str) else answer.arguments
+            pieces = [gemini_piece(word, last=False) for word in answers.words(text)[:-1]]
+            pieces.append(gemini_piece(answers.words(text)[-1], last=True))
+            if ":generateContent" in path:
+                return web.json_response(gemini_piece(text, last=True))
+            return await self._stream(request, [b"data: " + json.dumps(p).encode() + b"\r\n\r\n" for p in pieces])
         if path.endswith("/messages"):
             message = answers.anthropic_message(model, answer, ids=common["ids"], usage=USAGE)
             if not stream:
@@ -104,6 +111,15 @@ class RecordingUpstream:
 
     async def _stream(self, request: web.Request, chunks: list[bytes]) -> web.StreamResponse:
         return await send_stream(request, chunks, break_after=self.break_after)
+
+
+def gemini_piece(text: str, last: bool) -> dict[str, Any]:
+    """A GenerateContentResponse (or a piece of a stream of them) holding `text`."""
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
+    if last:
+        candidate["finishReason"] = "STOP"
+    usage = {"promptTokenCount": USAGE.input, "candidatesTokenCount": USAGE.output, "totalTokenCount": 12}
+    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}
 
 
 def _words(answer: Answer) -> list[str] | None:

@@ -99,6 +99,30 @@ class TestCountCalls:
             "/publishers/google/models/gemini-2.5-pro:countTokens"
         )
 
+    def test_a_native_gemini_request_is_counted_whole_at_the_developer_api_s_count_tokens(self) -> None:
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"temperature": 1}}
+        call = count_call(
+            "gemini", "https://generativelanguage.googleapis.com", "gemini-2.5-flash", "generate_content", body
+        )
+        assert call is not None
+        assert call.url == "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:countTokens"
+        assert call.body == {
+            "generateContentRequest": {"contents": body["contents"], "model": "models/gemini-2.5-flash"}
+        }
+
+    def test_a_native_vertex_request_is_counted_under_the_base_s_project_never_the_openai_endpoint(self) -> None:
+        base = "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1/endpoints/openapi"
+        body = {"contents": [], "systemInstruction": {"parts": [{"text": "x"}]}, "safetySettings": []}
+        call = count_call("vertex", base, "gemini-2.5-pro", "generate_content", body)
+        assert call is not None and call.body == {"contents": [], "systemInstruction": {"parts": [{"text": "x"}]}}
+        assert call.url.endswith(
+            "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:countTokens"
+        )
+
+    @pytest.mark.parametrize("model", ["x/..", "m?alt=1", "m#f", "..", "m x", "m%2F"])
+    def test_a_model_name_that_is_not_plain_is_never_put_in_a_count_url(self, model: str) -> None:
+        assert count_call("gemini", "https://g", model, "generate_content", {"contents": []}) is None
+
     def test_an_upstream_without_a_count_endpoint_is_not_asked(self) -> None:
         assert count_call("generic", "http://h/v1", "m", "chat", CHAT) is None
         assert count_call("anthropic", "http://h/v1", "m", "chat", CHAT) is None

@@ -325,3 +325,50 @@ class TestBehindTheGuard:
         async with client.messages.stream(**args) as stream:
             final = await stream.get_final_message()
         assert final.content[0].text.startswith("Echo from context-guard") and final.stop_reason == "end_turn"
+
+
+class TestGeminiPaths:
+    """The echo answers Gemini's paths as Gemini does, and google-genai reads it through the guard."""
+
+    BODY: dict[str, Any] = {  # noqa: RUF012
+        "systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "contents": [{"role": "user", "parts": [{"text": "Hello"}]}],
+    }
+
+    async def test_a_whole_answer_reports_what_arrived(self, client):
+        response = await client.post("/v1beta/models/gemini-2.5-flash:generateContent", json=self.BODY)
+        answer = await response.json()
+        assert answer["candidates"][0]["content"]["parts"][0]["text"].startswith("Echo from context-guard")
+        assert answer["echo"]["roles"] == ["system", "user"] and answer["usageMetadata"]["promptTokenCount"] > 0
+
+    async def test_a_stream_is_server_sent_events_with_alt_sse_and_a_json_array_without(self, client):
+        path = "/v1beta1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:streamGenerateContent"
+        sse = await (await client.post(path + "?alt=sse", json=self.BODY)).text()
+        pieces = [json.loads(line[6:]) for line in sse.splitlines() if line.startswith("data: ")]
+        array = json.loads(await (await client.post(path, json=self.BODY)).text())
+        assert len(pieces) == len(array) > 1 and pieces[-1]["candidates"][0]["finishReason"] == "STOP"
+
+    async def test_count_tokens_and_errors_take_google_s_shape(self, client):
+        counted = await (await client.post("/v1/models/gemini-2.5-flash:countTokens", json=self.BODY)).json()
+        refused = await client.post("/v1/models/gemini-2.5-flash:generateContent", json={"contents": "hi"})
+        assert counted["totalTokens"] > 0
+        assert refused.status == 400 and (await refused.json())["error"]["status"] == "INVALID_ARGUMENT"
+
+    async def test_google_genai_reads_it_through_the_guard(self, start_proxy):
+        from google import genai
+        from google.genai import types
+
+        from proxy.config.settings import settings_from_dict
+        from proxy.server.echo import with_echo_upstream
+
+        async with running_echo() as echo_url:
+            proxy = await start_proxy(with_echo_upstream(settings_from_dict({}, "<test>", {}), echo_url))
+            options = types.HttpOptions(base_url=str(proxy.make_url("")).rstrip("/"))
+            google = genai.Client(api_key="no-key-needed", http_options=options)
+            reply = await google.aio.models.generate_content(model="gemini-2.5-flash", contents="Hello")
+            stream = await google.aio.models.generate_content_stream(model="gemini-2.5-flash", contents="Hello")
+            streamed = "".join([chunk.text or "" async for chunk in stream])
+        assert (
+            reply.text is not None and reply.text.startswith("Echo from context-guard") and "1 messages" in reply.text
+        )
+        assert streamed.startswith("Echo from context-guard")

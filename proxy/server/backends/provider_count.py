@@ -45,9 +45,10 @@ _CREDENTIALS = frozenset(
         "openai-organization",
         "openai-project",
         "x-goog-user-project",
+        "x-goog-api-key",
     )
 )
-_KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex"}
+_KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex", "gemini": "gemini"}
 _ANTHROPIC_VERSION = "2023-06-01"
 
 

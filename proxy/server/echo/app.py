@@ -21,7 +21,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.core.turns import call_ids, validity_problems
 from proxy.errors import BadRequest, GuardError
 from proxy.server.body_errors import bad_body_errors
-from proxy.server.echo import messages, openai_shapes, responses
+from proxy.server.echo import gemini, messages, openai_shapes, responses
 from proxy.server.echo.report import EchoReport, EchoSettings, ToolCallSeen, call_names, text_of
 from proxy.server.echo.sse import Reply
 from proxy.server.handlers import parse_chat
@@ -31,7 +31,10 @@ from proxy.wire.codec import loads
 OWNER = "context-guard-echo"
 UPSTREAM_NAME = "echo"  # how the guard's log lines and metrics name it
 START_TIMEOUT_SECONDS = 30.0
-SERVED = "POST /v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings, /v1/messages; GET /v1/models"
+SERVED = (
+    "POST /v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings, /v1/messages, "
+    "Gemini's models/{model}:generateContent (streamGenerateContent, countTokens); GET /v1/models"
+)
 
 _Render = Callable[[web.Request, Mapping[str, Any], Reply], Awaitable[web.StreamResponse]]
 
@@ -97,6 +100,7 @@ class EchoUpstream:
             app.router.add_post(f"{prefix}/embeddings", self.embeddings)
             app.router.add_get(f"{prefix}/models", self.models)
             app.router.add_get(f"{prefix}/models/{{model}}", self.model)
+        app.router.add_post("/{google:.+}", self.gemini)  # Gemini's paths, at the host's root
         return app
 
     def _reply(self, report: EchoReport) -> Reply:
@@ -119,6 +123,17 @@ class EchoUpstream:
             return await render(request, body, self._reply(report))
 
         return handle
+
+    async def gemini(self, request: web.Request) -> web.StreamResponse:
+        """Gemini's paths (the model and the method from the path, as the guard reads them)."""
+        endpoint = self.apis.endpoint_for(request.path)
+        if endpoint is None or not endpoint.at_host_root or endpoint.path_model is None:
+            raise web.HTTPNotFound()
+        body = _json_object(await request.read())
+        with bad_body_errors():
+            parsed = endpoint.parse(body)
+        report = self.inspect({**parsed.chat, "model": endpoint.path_model}, endpoint.adapter, parsed)
+        return await gemini.generate_content(request, request.path.rpartition(":")[2], self._reply(report))
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         body = _json_object(await request.read())
@@ -153,6 +168,8 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
     """Every failure answered in the shape of the API the path serves (Anthropic's on /messages)."""
     error = _error if not request.path.rstrip("/").endswith("/messages") else _anthropic_error
+    if ":" in request.path.rpartition("/")[2]:  # Gemini's `models/{model}:method`
+        error = _google_error
     try:
         return await handler(request)
     except GuardError as exc:
@@ -180,6 +197,10 @@ def _error(
 
 def _anthropic_error(status: int, message: str, *_: str | None) -> web.Response:
     return messages.anthropic_error(status, message)
+
+
+def _google_error(status: int, message: str, *_: str | None) -> web.Response:
+    return gemini.google_error(status, message)
 
 
 def with_echo_upstream(settings: Settings, url: str) -> Settings:

@@ -16,10 +16,10 @@ from proxy.apis.stream_errors import broken_stream_event
 from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
 from proxy.server import body as request_body
 from proxy.server.backends.profiles import forwardable_request_id
-from proxy.server.credentials import without_client_keys
+from proxy.server.credentials import injects_credential, without_client_keys, without_parameter
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
 from proxy.server.health import HEALTH
-from proxy.server.paths import PATH_ROUTE, counted_when_sent, upstream_url
+from proxy.server.paths import PATH_ROUTE, counted_when_sent, host_root_url, upstream_url
 from proxy.server.record import RequestRecord
 from proxy.server.upstream.relay import (
     UPSTREAM_POOL,
@@ -62,20 +62,27 @@ class UpstreamCall:
     of the body of the `with` too) and counted, and its time recorded. Written out as one class
     rather than nested generator-based context managers: this runs for every request."""
 
-    __slots__ = ("_gw", "_payload", "_pool", "_record", "_request", "_sent", "_started", "_upstream")
+    __slots__ = ("_gw", "_payload", "_pool", "_record", "_request", "_sent", "_served", "_started", "_upstream")
 
     def __init__(
         self, request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
     ) -> None:
         self._request, self._gw, self._record = request, gw, record
-        self._upstream, self._payload = target.upstream, payload
+        self._upstream, self._payload, self._served = target.upstream, payload, target.model
 
     async def __aenter__(self) -> aiohttp.ClientResponse:
         request, gw, upstream = self._request, self._gw, self._upstream
         keys = gw.settings.server.client_keys
         auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
         query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
-        url = upstream_url(upstream.base_url, request[PATH_ROUTE].path, query)
+        route = request[PATH_ROUTE]
+        if route.endpoint is not None and route.endpoint.at_host_root:  # Google's paths: at the host's root
+            if query and injects_credential(upstream):  # the client's `?key=` is not the one that goes
+                query = without_parameter(query, "key")
+            segments = route.endpoint.upstream_segments(route.path.segments, self._served)
+            url = host_root_url(upstream.base_url, segments, query)
+        else:
+            url = upstream_url(upstream.base_url, route.path, query)
         headers = request_headers(request.headers, upstream, auth, keys)
         if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
             headers["x-request-id"] = self._record.request_id

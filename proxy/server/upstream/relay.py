@@ -140,7 +140,7 @@ def request_headers(
     key_header = _KEY_HEADERS.get(upstream.kind)
     injected_key = upstream.api_key_env and not (upstream.token_command or upstream.token_file or upstream.auth)
     if authorization and key_header and injected_key and authorization.startswith("Bearer "):
-        # Anthropic and Azure take an API key in a header of their own, not as a bearer token.
+        # Anthropic, Azure and Gemini take an API key in a header of their own, not as a bearer token.
         headers.popall(key_header, None)
         headers[key_header] = authorization.removeprefix("Bearer ")
     elif authorization:
@@ -150,7 +150,8 @@ def request_headers(
     return headers
 
 
-_KEY_HEADERS = {"anthropic": "x-api-key", "azure": "api-key"}
+# Google's APIs take an API key (Vertex AI's express mode, the Gemini API) as `x-goog-api-key`, never as a bearer token.
+_KEY_HEADERS = {"anthropic": "x-api-key", "azure": "api-key", "gemini": "x-goog-api-key", "vertex": "x-goog-api-key"}
 ANTHROPIC_VERSION = "2023-06-01"  # sent only when the client named none
 
 

@@ -1,0 +1,213 @@
+"""Gemini `contents` read into the core's chat view: the system instruction and each turn, part by
+part (`read_system`, `Turns.read`).
+
+    user turn      its functionResponse parts first, one tool message each (answering the
+                   functionCall of the model turn before it), then a user message with its other
+                   parts (text, inlineData, fileData, ...)
+    model turn     one assistant message: text parts as text, functionCall parts as tool_calls,
+                   thought parts as `reasoning_content` (counted, never cut); a part carrying a
+                   `thoughtSignature`, executable code and its result are counted as their JSON
+                   (the signature itself left out: the model reads none of it) and never shortened
+    inlineData     by its MIME type: an image priced by Gemini's tiles, audio at 32 tokens a
+                   second, video at 263 + 32, a PDF by its pages; anything else as a file
+    fileData       a file by URI: the guard cannot see it (`proxy.apis.unseen`)
+
+Function calls carry an `id` on newer models; where they do not, each call gets one of the view's
+own and the user turn after it answers its calls by id, then by name, then in order, as Gemini
+pairs them. A model turn's calls and the tool messages answering them are then one atomic unit for
+the core, kept or dropped whole. Every view message and part records the turn and part it came
+from (`Origin`, `Source.parts`), which is all the adapter needs to write a cut back without
+rebuilding any part it did not cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
+
+ROLES = frozenset({"user", "model", "function"})  # `function`: the v1beta name of a user turn answering calls
+
+
+def field(obj: Mapping[str, Any], camel: str) -> Any:
+    """`obj[camel]`, or its snake_case spelling (the REST API takes both, as proto JSON does)."""
+    if camel in obj:
+        return obj[camel]
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+    return obj.get(snake)
+
+
+def read_system(system: object, view: ViewBuilder) -> None:
+    """`systemInstruction` (a Content, or a bare string) as a pinned system message."""
+    if system is None:
+        return
+    if isinstance(system, str):
+        view.add({"role": "system", "content": system}, (Origin("systemInstruction"),))
+        return
+    if not isinstance(system, Mapping):
+        raise InvalidRequest("systemInstruction: must be a Content object", param="systemInstruction")
+    parts = _parts_of(system, "systemInstruction")
+    shown = [_part(part, view, f"systemInstruction.parts[{j}]") for j, part in enumerate(parts)]
+    view.add({"role": "system", "content": shown}, (Origin("systemInstruction"),), tuple(range(len(parts))))
+
+
+class Turns:
+    """The turns of `contents` read in order, pairing each functionResponse with the call it answers."""
+
+    def __init__(self, view: ViewBuilder) -> None:
+        self.view = view
+        self._open: list[tuple[str, str]] = []  # the last model turn's calls not yet answered: (id, name)
+
+    def read(self, content: object, i: int) -> None:
+        where = f"contents[{i}]"
+        if not isinstance(content, Mapping):
+            raise InvalidRequest(f"{where}: must be an object", param=where)
+        role = content.get("role", "user")
+        if not isinstance(role, str):
+            raise InvalidRequest(f"{where}.role: must be a string", param=f"{where}.role")
+        if role not in ROLES:
+            raise InvalidRequest(f"{where}.role: must be 'user' or 'model', not {role[:40]!r}", param=f"{where}.role")
+        parts = _parts_of(content, where)
+        if role == "model":
+            self._model(parts, i)
+        else:
+            self._user(parts, i)
+
+    def _model(self, parts: Sequence[Mapping[str, Any]], i: int) -> None:
+        shown: list[dict[str, Any]] = []
+        mapping: list[int | None] = []
+        calls: list[dict[str, Any]] = []
+        thinking: list[str] = []
+        for j, part in enumerate(parts):
+            where = f"contents[{i}].parts[{j}]"
+            call = field(part, "functionCall")
+            if call is not None:
+                if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+                    raise InvalidRequest(f"{where}.functionCall.name: must be a string", param=f"{where}.functionCall")
+                given = call.get("id")
+                call_id = given if isinstance(given, str) and given else f"call_{i}_{j}"
+                arguments = json.dumps(call.get("args", {}), ensure_ascii=False, default=str)
+                calls.append(
+                    {"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": arguments}}
+                )
+                self._open.append((call_id, call["name"]))
+            elif part.get("thought") is True and isinstance(part.get("text"), str):
+                thinking.append(part["text"])
+            elif field(part, "thoughtSignature") is not None and isinstance(part.get("text"), str):
+                # Signed: counted as its text, never shortened (Gemini checks the signature against it).
+                shown.append(opaque_part({"text": part["text"]}))
+                mapping.append(j)
+            else:
+                shown.append(_part(part, self.view, where))
+                mapping.append(j)
+        message: dict[str, Any] = {"role": "assistant", "content": shown or None}
+        if calls:
+            message["tool_calls"] = calls
+        if thinking:
+            message["reasoning_content"] = "\n".join(thinking)
+        self.view.add(message, (Origin("contents", i),), tuple(mapping))
+
+    def _user(self, parts: Sequence[Mapping[str, Any]], i: int) -> None:
+        others: list[int] = []
+        for j, part in enumerate(parts):
+            answer = field(part, "functionResponse")
+            if answer is None:
+                others.append(j)
+                continue
+            where = f"contents[{i}].parts[{j}].functionResponse"
+            if not isinstance(answer, Mapping) or not isinstance(answer.get("name"), str):
+                raise InvalidRequest(f"{where}.name: must be a string", param=where)
+            response = answer.get("response", {})
+            # `{"output": text}` (what a shortened response is written back as) is its text; the rest its JSON.
+            simple = (
+                isinstance(response, Mapping) and list(response) == ["output"] and isinstance(response["output"], str)
+            )
+            result = response["output"] if simple else json.dumps(response, ensure_ascii=False, default=str)
+            message = {"role": "tool", "tool_call_id": self._answered(answer), "content": result}
+            self.view.add(message, (Origin("contents", i, j),))
+        self._open = []
+        if not others:
+            return
+        shown = [_part(parts[j], self.view, f"contents[{i}].parts[{j}]") for j in others]
+        if len(others) == len(parts):
+            self.view.add({"role": "user", "content": shown}, (Origin("contents", i),), tuple(others))
+        else:
+            origins = tuple(Origin("contents", i, j) for j in others)
+            self.view.add({"role": "user", "content": shown}, origins, tuple(others))
+
+    def _answered(self, answer: Mapping[str, Any]) -> str:
+        """The id of the open call `answer` answers: by its id, else its name, else the first open."""
+        given = answer.get("id")
+        for pick in (
+            lambda c: isinstance(given, str) and c[0] == given,
+            lambda c: c[1] == answer.get("name"),
+            lambda c: True,
+        ):
+            found = next((c for c in self._open if pick(c)), None)
+            if found is not None:
+                self._open.remove(found)
+                return found[0]
+        return given if isinstance(given, str) and given else f"unanswered_{answer.get('name')}"
+
+
+def _parts_of(content: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]:
+    parts = content.get("parts", [])
+    if not isinstance(parts, list):
+        raise InvalidRequest(f"{where}.parts: must be a list", param=f"{where}.parts")
+    for j, part in enumerate(parts):
+        if not isinstance(part, Mapping):
+            raise InvalidRequest(f"{where}.parts[{j}]: must be an object", param=f"{where}.parts[{j}]")
+    return parts
+
+
+# Gemini's published rates (ai.google.dev, "Understand and count tokens"): audio 32 tokens a
+# second, video 263 (its sound on top). A video's length is not read from its container: it is
+# bounded by assuming 64 kbit/s, below any codec's usual rate, so its length is overestimated.
+VIDEO_TOKENS_PER_SECOND = 263 + 32
+_URL_SAFE = str.maketrans("-_", "+/")
+VIDEO_ASSUMED_BYTES_PER_SECOND = 8000
+
+
+def _part(part: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str, Any]:
+    """The view part of one Gemini part (not a function call or response)."""
+    if "text" in part:
+        text = part["text"]
+        if not isinstance(text, str):
+            raise InvalidRequest(f"{where}.text: must be a string", param=f"{where}.text")
+        return text_part(text)
+    inline = field(part, "inlineData")
+    if inline is not None:
+        return _inline(inline, view, where)
+    data = field(part, "fileData")
+    if data is not None:
+        uri = data.get("fileUri", data.get("file_uri")) if isinstance(data, Mapping) else None
+        return {"type": "file", "file": {"file_id": uri if isinstance(uri, str) else ""}}
+    if field(part, "executableCode") is None and field(part, "codeExecutionResult") is None:
+        view.estimate(f"{where}: a part of a kind the guard does not know, counted as its JSON")
+    shown = {k: v for k, v in part.items() if k not in ("thoughtSignature", "thought_signature")}
+    return opaque_part(shown)
+
+
+def _inline(inline: object, view: ViewBuilder, where: str) -> dict[str, Any]:
+    if not isinstance(inline, Mapping) or not isinstance(inline.get("data"), str):
+        raise InvalidRequest(f"{where}.inlineData.data: must be a base64 string", param=f"{where}.inlineData")
+    mime = field(inline, "mimeType")
+    mime = mime.lower() if isinstance(mime, str) else "application/octet-stream"
+    data: str = inline["data"]
+    if "-" in data or "_" in data:  # URL-safe base64 (what google-genai sends): read as the standard alphabet
+        data = data.translate(_URL_SAFE)
+    if mime.startswith("image/"):
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}", "detail": "high"}}
+    if mime.startswith("audio/"):
+        kind = mime.split("/", 1)[1]
+        return {"type": "input_audio", "input_audio": {"data": data, "format": "wav" if "wav" in kind else kind}}
+    if mime.startswith("video/"):
+        seconds = len(data) * 3 / 4 / VIDEO_ASSUMED_BYTES_PER_SECOND
+        view.estimate(f"{where}: video length estimated from its size ({seconds:.0f} s)")
+        return {
+            "type": "input_video",
+            "input_video": {"seconds": seconds, "tokens_per_second": VIDEO_TOKENS_PER_SECOND},
+        }
+    return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}"}}

@@ -1,0 +1,135 @@
+"""A fake Gemini provider for the suite: a real aiohttp app on 127.0.0.1 that records what it
+receives (path, query, headers, body bytes) and answers Gemini's paths at its root as Google does,
+the Developer API's (`/v1beta/models/{m}:method`) and Vertex AI's native ones
+(`/v1beta1/projects/{p}/locations/{l}/publishers/google/models/{m}:method`) alike:
+
+    :generateContent         a GenerateContentResponse
+    :streamGenerateContent   the same in pieces: server-sent events with `?alt=sse`, else a JSON array
+    :countTokens             {"totalTokens": N}
+    .../endpoints/openapi/chat/completions   a chat completion (Vertex AI's OpenAI-compatible endpoint)
+    anything else            404 in Google's shape
+
+Its count is its own: tiktoken's cl100k_base over every text of the request, and each other part
+(a function call, its response, inline data) as its JSON, never the guard's counter. With `limit`
+set, a request over it is refused with Gemini's own overflow sentence. It can break a stream after
+`break_stream_after` pieces, as a dropped connection would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.support.cookbook import encoding
+
+ENCODING = encoding("gpt-4")  # cl100k_base, from the files litellm ships
+REPLY = "Hello from Gemini."
+_PATH = re.compile(
+    r"/[^/]+/(?:(?:projects/[^/]+/locations/[^/]+/)?publishers/google/)?models/(?P<model>[^/:]+):(?P<method>\w+)"
+)
+
+
+def texts(body: dict[str, Any]) -> list[str]:
+    """Every text of a generateContent body, and each other part as its JSON."""
+    found: list[str] = []
+    system = body.get("systemInstruction")
+    turns = list(body.get("contents") or [])
+    if isinstance(system, dict):
+        turns.append(system)
+    for turn in turns:
+        for part in turn.get("parts") or []:
+            if isinstance(part.get("text"), str):
+                found.append(part["text"])
+            else:
+                found.append(json.dumps({k: v for k, v in part.items() if k != "thoughtSignature"}))
+    found += [json.dumps(tool) for tool in body.get("tools") or []]
+    return found
+
+
+def independent_count(body: dict[str, Any]) -> int:
+    """The fake's count of a generateContent body (no code shared with the guard)."""
+    return sum(len(ENCODING.encode(text, disallowed_special=())) for text in texts(body))
+
+
+@dataclass
+class Received:
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class FakeGemini:
+    received: list[Received] = field(default_factory=list)
+    limit: int | None = None  # refuse a prompt over this many tokens (its own count), as Gemini words it
+    break_stream_after: int | None = None  # close the connection after this many stream pieces
+    call_tool: str | None = None  # answer with a call of this function (with a thought signature)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.answer)
+        return app
+
+    @property
+    def generated(self) -> list[Received]:
+        """What reached it on the generate paths (not the count endpoint)."""
+        return [r for r in self.received if "Generate" in r.path or ":generate" in r.path]
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        received = Received(request.path, request.rel_url.raw_query_string, dict(request.headers), await request.read())
+        self.received.append(received)
+        if request.path.endswith("/endpoints/openapi/chat/completions"):  # Vertex AI's OpenAI-compatible endpoint
+            message = {"role": "assistant", "content": REPLY}
+            return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})  # fmt: skip
+        match = _PATH.fullmatch(request.path)
+        if match is None or request.method != "POST":
+            return _error(404, f"no such path {request.path}", "NOT_FOUND")
+        body = received.json()
+        if match["method"] == "countTokens":
+            inner = body.get("generateContentRequest", body)
+            return web.json_response({"totalTokens": independent_count(inner)})
+        prompt = independent_count(body)
+        if self.limit is not None and prompt > self.limit:
+            message = f"The input token count ({prompt}) exceeds the maximum number of tokens allowed ({self.limit})."
+            return _error(400, message, "INVALID_ARGUMENT")
+        pieces = [self._piece(match["model"], prompt, text) for text in ("Hello ", "from ", "Gemini.")]
+        if self.call_tool is not None:
+            call = {"functionCall": {"name": self.call_tool, "args": {"q": "Paris"}}, "thoughtSignature": "c2lnbmVk"}
+            pieces = [self._piece(match["model"], prompt, None, [call])]
+        if match["method"] == "generateContent":
+            whole = self._piece(match["model"], prompt, REPLY) if self.call_tool is None else pieces[0]
+            return web.json_response(whole)
+        sse = request.query.get("alt") == "sse"
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream" if sse else "application/json"})
+        await response.prepare(request)
+        for k, piece in enumerate(pieces):
+            if self.break_stream_after is not None and k >= self.break_stream_after:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            data = json.dumps(piece).encode()
+            await response.write(b"data: " + data + b"\r\n\r\n" if sse else (b"[" if k == 0 else b",\r\n") + data)
+        if not sse:
+            await response.write(b"]")
+        await response.write_eof()
+        return response
+
+    @staticmethod
+    def _piece(model: str, prompt: int, text: str | None, parts: list[Any] | None = None) -> dict[str, Any]:
+        content = {"role": "model", "parts": parts if parts is not None else [{"text": text}]}
+        usage = {"promptTokenCount": prompt, "candidatesTokenCount": 3, "totalTokenCount": prompt + 3}
+        candidate = {"content": content, "finishReason": "STOP", "index": 0}
+        return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": model}
+
+
+def _error(status: int, message: str, code: str) -> web.Response:
+    return web.json_response({"error": {"code": status, "message": message, "status": code}}, status=status)
