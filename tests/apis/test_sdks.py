@@ -295,6 +295,19 @@ class TestThroughTheGuard:
         counted = await client.messages.count_tokens(model=CLAUDE, messages=[{"role": "user", "content": "hi"}])
         assert counted.input_tokens > 0 and not [r for r in fake.received if r.path.endswith("/count_tokens")]
 
+    @pytest.mark.parametrize(("model", "said"), [(CLAUDE, "upper-bound"), ("gpt-4o", "exact")])
+    async def test_count_tokens_says_in_a_header_whether_its_count_is_exact_or_an_upper_bound(
+        self, providers: Any, aiohttp_server: Any, model_map: Any, model: str, said: str
+    ) -> None:
+        """No tokenizer of Claude ships, so its count is a bound; gpt-4o's o200k vocabulary does."""
+        _, url = providers
+        guard = await _guard(aiohttp_server, model_map, url + "/v1")
+        client = anthropic.AsyncAnthropic(base_url=guard, api_key="sk-ant-test", max_retries=0)
+        raw = await client.messages.with_raw_response.count_tokens(
+            model=model, messages=[{"role": "user", "content": "hi"}]
+        )
+        assert raw.headers["x-context-guard-count"] == said and (await raw.parse()).input_tokens > 0
+
     async def test_anthropics_overflow_error_tightens_the_window_and_the_request_is_retried(
         self, providers: Any, aiohttp_server: Any, model_map: Any
     ) -> None:
