@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from proxy.config.settings import Settings, settings_from_dict
-from proxy.demo_messages import as_anthropic, sdk_installed, send_messages
+from proxy.demo_messages import sdk_installed, send_messages
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
 from proxy.server.echo import running_echo, with_echo_upstream
@@ -182,6 +182,34 @@ async def _send_anthropic(guard_root: str, step: Step, request_id: str) -> Seen:
     body = {"model": CLAUDE, "max_tokens": 512, "system": system, "messages": messages, "tools": tools}
     a = await send_messages(guard_root, body, request_id, REQUEST_TIMEOUT_SECONDS)
     return Seen(step, request_id, a.status, a.headers, a.reply, a.echo, a.usage)
+
+
+def as_anthropic(chat: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """A chat conversation as Anthropic's `system` and `messages`: tool calls as `tool_use` blocks,
+    their results as `tool_result` blocks in the user message that follows."""
+    system = "\n".join(str(m["content"]) for m in chat if m["role"] == "system")
+    messages: list[dict[str, Any]] = []
+    for m in chat:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            blocks = [
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "input": json.loads(c["function"]["arguments"]),
+                }
+                for c in m["tool_calls"]
+            ]
+            messages.append({"role": "assistant", "content": blocks})
+        elif m["role"] == "tool":
+            result = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+            if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
+                messages[-1]["content"].append(result)
+            else:
+                messages.append({"role": "user", "content": [result]})
+        elif m["role"] in ("user", "assistant"):
+            messages.append({"role": m["role"], "content": m["content"]})
+    return system, messages
 
 
 async def _attach_log(seen: Seen, log_stream: io.StringIO) -> None:

@@ -1,4 +1,4 @@
-"""The demo's Anthropic Messages request: a chat conversation rewritten as Messages, sent to the
+"""The demo's Anthropic Messages request (`proxy.demo` writes the conversation as Messages), sent to the
 guard with the official `anthropic` SDK when it is installed, else as the same JSON over plain
 HTTP. The SDK is not a runtime dependency (37 MB for one step of the demo), so `context-guard demo`
 runs in full on the README's install and says which client sent the request."""
@@ -6,7 +6,6 @@ runs in full on the README's install and says which client sent the request."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,31 +73,3 @@ async def _over_http(guard_root: str, body: dict[str, Any], request_id: str, tim
         return Answer(status, got, json.dumps(answer)[:500], None, None)
     reply = "".join(str(b.get("text", "")) for b in answer.get("content", ()) if b.get("type") == "text")
     return Answer(status, got, reply, answer.get("echo"), answer.get("usage"))
-
-
-def as_anthropic(chat: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """A chat conversation as Anthropic's `system` and `messages`: tool calls as `tool_use` blocks,
-    their results as `tool_result` blocks in the user message that follows."""
-    system = "\n".join(str(m["content"]) for m in chat if m["role"] == "system")
-    messages: list[dict[str, Any]] = []
-    for m in chat:
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            blocks = [
-                {
-                    "type": "tool_use",
-                    "id": c["id"],
-                    "name": c["function"]["name"],
-                    "input": json.loads(c["function"]["arguments"]),
-                }
-                for c in m["tool_calls"]
-            ]
-            messages.append({"role": "assistant", "content": blocks})
-        elif m["role"] == "tool":
-            result = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
-            if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
-                messages[-1]["content"].append(result)
-            else:
-                messages.append({"role": "user", "content": [result]})
-        elif m["role"] in ("user", "assistant"):
-            messages.append({"role": m["role"], "content": m["content"]})
-    return system, messages
