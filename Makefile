@@ -19,6 +19,13 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3'
 	touch $@
 
+# The runtime install alone (the README's `pip install -e .`): what `make demo` needs. The dev
+# install above includes it, so a venv made for the tests serves the demo without a second install.
+$(BIN)/.runtime: pyproject.toml
+	@if [ -f $(BIN)/.installed ] && [ $(BIN)/.installed -nt pyproject.toml ]; then touch $@; else \
+	  $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet --upgrade pip && \
+	  $(BIN)/pip install --quiet -e . && touch $@; fi
+
 run: $(BIN)/.installed
 	$(BIN)/context-guard serve $(ARGS)
 
@@ -34,7 +41,7 @@ test-compat: $(BIN)/.installed
 	$(BIN)/pip install --quiet --no-deps 'instructor>=1.17'
 	$(BIN)/pytest -q -m compat tests/compat
 
-demo: $(BIN)/.installed
+demo: $(BIN)/.runtime
 	$(BIN)/context-guard demo
 
 # Real redis-server, haproxy and proxy processes on loopback (installed from apt if missing).

@@ -232,7 +232,11 @@ def _trim(args: argparse.Namespace) -> int:
     if result.outcome == "rejected":
         report["error"] = result.rejection_message()
     _print({"body": fitted.body, "report": report})
-    return EXIT_REJECTED if result.outcome == "rejected" else EXIT_OK
+    if result.outcome != "rejected":
+        return EXIT_OK
+    # The report on stdout is for a program; a person at a terminal is told why here.
+    print(f"context-guard: rejected: {report['error']}", file=sys.stderr)
+    return EXIT_REJECTED
 
 
 def _read_json(name: str, stdin: TextIO) -> object:

@@ -2,13 +2,14 @@
 
 It starts, in this one process and on free loopback ports, the built-in echo upstream
 (`proxy.server.echo`, which calls no model and answers with what reached it) and the guard in
-front of it, with two models given a small window. It then sends five requests through the guard:
+front of it, with three models given a small window. It then sends six requests through the guard:
 with the official `openai` SDK, a short chat that fits; an agent conversation whose large tool
 result cannot fit; the same conversation one turn later; and that one again, streamed; then, with
-the official `anthropic` SDK, that conversation as Anthropic Messages to a Claude model; and as
-Gemini's generateContent to a Gemini model, on the Developer API's path. For each
-it prints a short before/after table, built from the guard's `x-context-guard-*` headers, its log
-event and the echo's account of what arrived, followed by the guard's real log line.
+the official `anthropic` SDK (plain HTTP where it is not installed), that conversation as
+Anthropic Messages to a Claude model; and as Gemini's generateContent to a Gemini model, on the
+Developer API's path. For each it prints a short before/after table, built from the guard's
+`x-context-guard-*` headers, its log event and the echo's account of what arrived, followed by the
+guard's real log line.
 
 It exits 0 when every request was answered and every forwarded conversation fitted its budget
 and arrived valid; 1, saying what went wrong, otherwise. Both servers are stopped before it returns.
@@ -28,6 +29,7 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from proxy.config.settings import Settings, settings_from_dict
+from proxy.demo_messages import sdk_installed, send_messages
 from proxy.demo_shapes import GEMINI, as_anthropic, send_gemini
 from proxy.logging import configure_logging
 from proxy.server.app import create_app
@@ -173,9 +175,7 @@ async def _send(client: Any, step: Step, request_id: str) -> Seen:
 
 
 async def _send_anthropic(guard_root: str, step: Step, request_id: str) -> Seen:
-    """`step` as Anthropic Messages, with the anthropic SDK pointed at the guard's root."""
-    from anthropic import APIConnectionError, APIStatusError, AsyncAnthropic
-
+    """`step` as Anthropic Messages to the guard's root (proxy.demo_messages says with which client)."""
     system, messages = as_anthropic(step.messages)
     tools = [
         {
@@ -185,23 +185,9 @@ async def _send_anthropic(guard_root: str, step: Step, request_id: str) -> Seen:
         }
         for t in TOOLS
     ]
-    client = AsyncAnthropic(
-        base_url=guard_root, api_key="no-key-needed", max_retries=0, timeout=REQUEST_TIMEOUT_SECONDS
-    )
-    try:
-        async with client:
-            args: dict[str, Any] = {"system": system, "messages": messages, "tools": tools}  # typed by the SDK
-            raw = await client.messages.with_raw_response.create(
-                model=CLAUDE, max_tokens=512, extra_headers={"x-request-id": request_id}, **args
-            )
-            message = await raw.parse()
-        reply = "".join(block.text for block in message.content if block.type == "text")
-        echo = (message.model_extra or {}).get("echo")
-        return Seen(step, request_id, raw.status_code, dict(raw.headers), reply, echo, message.usage.model_dump())
-    except APIStatusError as exc:
-        return Seen(step, request_id, exc.status_code, dict(exc.response.headers), exc.message, None, None)
-    except APIConnectionError as exc:
-        return Seen(step, request_id, 0, {}, str(exc), None, None)
+    body = {"model": CLAUDE, "max_tokens": 512, "system": system, "messages": messages, "tools": tools}
+    a = await send_messages(guard_root, body, request_id, REQUEST_TIMEOUT_SECONDS)
+    return Seen(step, request_id, a.status, a.headers, a.reply, a.echo, a.usage)
 
 
 async def _attach_log(seen: Seen, log_stream: io.StringIO) -> None:
@@ -338,6 +324,7 @@ def pytest_log(tests: int = 240) -> str:
 
 
 def steps() -> list[Step]:
+    client = "with the anthropic SDK" if sdk_installed() else "over plain HTTP (pip install anthropic for its SDK)"
     earlier: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "What does proxy/core/budget.py do?"},
@@ -371,6 +358,6 @@ def steps() -> list[Step]:
         Step("An agent conversation whose test log cannot fit", earlier),
         Step("The same conversation, one turn later", one_turn_later),
         Step("The same, streamed", one_turn_later, stream=True),
-        Step(f"The same as Anthropic Messages to {CLAUDE}, with the anthropic SDK", one_turn_later, anthropic=True),
+        Step(f"The same as Anthropic Messages to {CLAUDE}, {client}", one_turn_later, anthropic=True),
         Step(f"The same as Gemini's generateContent to {GEMINI}, on its own path", one_turn_later, gemini=True),
     ]

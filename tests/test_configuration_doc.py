@@ -1,5 +1,6 @@
-"""docs/configuration.md names every section and key the settings accept, so the page cannot fall
-behind the schema (proxy/config/settings.py and its sections)."""
+"""docs/configuration.md names every section and key the settings accept, and gives each the
+default the settings' own dataclasses give it, so the page cannot fall behind the schema
+(proxy/config/settings.py and its sections)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import re
 import types
 import typing
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from proxy.config.settings import Settings
 
@@ -41,6 +45,70 @@ def _dataclasses_in(hint: object) -> list[type]:
     return [found for arg in args for found in _dataclasses_in(arg)]
 
 
+def table_rows(text: str) -> list[tuple[str, str, str]]:
+    """(section, key cell, default cell) of every row of a `| key | default | ... |` table under a
+    section's heading."""
+    rows, section = [], ""
+    for line in text.splitlines():
+        if heading := re.fullmatch(r"## `(\w+)`", line):
+            section = heading[1]
+        elif section and line.startswith("| `"):
+            key, default = [cell.strip() for cell in line.strip("|").split("|")[:2]]
+            rows.append((section, key, default))
+    return rows
+
+
+def section_class(section: str) -> type:
+    """The dataclass of a section, or of one item of it (an upstream, a route)."""
+    hint = typing.get_type_hints(Settings, include_extras=True)[section]
+    (found,) = _dataclasses_in(hint)
+    return found
+
+
+def default_of(cls: type, dotted: str) -> Any:
+    """The default the dataclass gives `dotted` (a key, or a path into a nested section);
+    `dataclasses.MISSING` for a required key."""
+    name, _, rest = dotted.partition(".")
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return dataclasses.MISSING
+    for part in rest.split(".") if rest else ():
+        value = getattr(value, part)
+    return value
+
+
+def as_yaml(value: Any) -> Any:
+    """A default as YAML reads it back: tuples as lists, nested sections as mappings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_yaml(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [as_yaml(item) for item in value]
+    return value
+
+
+def documented_defaults() -> list[tuple[str, str, Any, Any]]:
+    """(section, key, the page's default, the dataclass default) for every key in the tables."""
+    found = []
+    for section, key_cell, default_cell in table_rows(PAGE.read_text(encoding="utf-8")):
+        names = re.findall(r"`([^`]+)`", key_cell)
+        written = re.findall(r"`([^`]*)`", default_cell)
+        if not written:  # no default: the key is required
+            written = [None] * len(names) if default_cell == "required" else [default_cell]
+        if len(written) == 1:  # one default for keys written together
+            written *= len(names)
+        assert len(written) == len(names), f"{section}: {key_cell} has {default_cell}"
+        cls = section_class(section)
+        for name, text in zip(names, written, strict=True):
+            page = dataclasses.MISSING if text is None else yaml.safe_load(text)
+            default = default_of(cls, name)
+            found.append((section, name, page, as_yaml(default) if default is not dataclasses.MISSING else default))
+    return found
+
+
 def named_on_the_page() -> set[str]:
     """Every identifier written in code spans or headings of the page."""
     text = PAGE.read_text(encoding="utf-8")
@@ -64,3 +132,15 @@ class TestTheConfigurationPage:
         found = keys(Settings)
         assert {"upstreams.api_key_env", "routes.rename", "models.overrides.alias_of"} <= found
         assert {"trim.summariser.deadline_seconds", "apis.completions.min_prompt_tokens"} <= found
+
+    def test_every_default_in_its_tables_is_the_dataclass_default(self):
+        """Each `| key | default |` row, read as YAML, equals what a key left out of the file takes;
+        a required key says `required`."""
+        wrong = [(f"{s}.{k}", page, code) for s, k, page, code in documented_defaults() if page != code]
+        assert wrong == []
+
+    def test_the_tables_give_a_default_for_most_keys(self):
+        """The check above reads the tables it means to: the sections' rows, upstreams' included."""
+        read = {f"{section}.{key}" for section, key, _, _ in documented_defaults()}
+        assert {"server.port", "upstreams.kind", "upstreams.api_key_env", "apis.completions.overflow"} <= read
+        assert len(read) >= 80

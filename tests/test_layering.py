@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "proxy": 3,  # the package's own __init__ (its version)
     "proxy.server": 4,
     "proxy.demo": 5,
+    "proxy.demo_messages": 5,
     "proxy.cli": 5,
     "proxy.__main__": 5,
 }

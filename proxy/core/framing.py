@@ -42,7 +42,12 @@ class Framing:
     tool_result_adjust: int | None = None
 
     def chat_format(self, base: ChatFormat) -> ChatFormat:
-        fmt = replace(base, per_message=self.per_message, reply_priming=self.reply_priming)
+        # What the family's format says a template adds per role or without a system message
+        # (Llama 3.1's dated preamble, Qwen's default system prompt) is in the measured numbers
+        # already: kept, it would be counted twice.
+        fmt = replace(
+            base, per_message=self.per_message, reply_priming=self.reply_priming, role_extra=(), default_system=0
+        )
         if self.tool_result_adjust is not None:
             fmt = replace(fmt, function_message_adjust=self.tool_result_adjust - base.per_name)
         if not self.renders_tool_calls:

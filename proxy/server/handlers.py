@@ -28,7 +28,7 @@ from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
 from proxy.server.paths import PATH_ROUTE
 from proxy.server.perform import prepared
 from proxy.server.placement import performed, planned
-from proxy.server.record import RequestRecord
+from proxy.server.record import COUNT_HEADER, RequestRecord
 from proxy.server.resent import earlier_body
 from proxy.server.slots import client_key
 from proxy.server.upstream.forwarding import read_body
@@ -101,6 +101,8 @@ async def _count_tokens(
     assert endpoint.answer is not None, "a local endpoint says how it answers"
     response = web.json_response(endpoint.answer(fitted.plan.count.total))
     response.headers["x-request-id"] = record.request_id
+    # The body has no field for it: a count that is an upper bound (no tokenizer of the model ships) says so here.
+    response.headers[COUNT_HEADER] = "exact" if fitted.exact else "upper-bound"
     return response
 
 

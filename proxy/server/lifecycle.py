@@ -44,6 +44,8 @@ from proxy.server.drain import DRAIN
 from proxy.server.gateway import GATEWAY
 from proxy.server.health import HEALTH, os_error_reason
 from proxy.server.model_counting import Models
+from proxy.server.peers import Peers, serve_own
+from proxy.server.recent import GATHER, RECENT
 from proxy.tokenizers.malloc import one_arena
 
 EXIT_OK, EXIT_CANNOT_START = 0, 2
@@ -92,6 +94,7 @@ async def serve_process(
     reuse_port: bool = False,
     ready: Callable[[], None] | None = None,
     parent_pid: int | None = None,
+    peers: Peers | None = None,
 ) -> int:
 
     # A thread working on a large body holds the GIL for up to the switch interval each time the
@@ -126,6 +129,8 @@ async def serve_process(
         log.info("stopped", signal=stop_signal[0], in_flight_at_close=0)
         return EXIT_OK
     app = create_app(settings, guard)
+    if peers is not None:  # one of several workers: its page shows every worker's decisions
+        app[GATHER] = peers.gather
     runner = web.AppRunner(
         app, handle_signals=False, handler_cancellation=True, access_log=None, shutdown_timeout=_FINAL_CLOSE_SECONDS
     )
@@ -137,6 +142,7 @@ async def serve_process(
         log.error("cannot_listen", host=settings.server.host, port=settings.server.port, reason=os_error_reason(exc))
         await runner.cleanup()
         return EXIT_CANNOT_START
+    own = await _answer_peers(app, peers) if peers is not None else None
 
     reloading: set[asyncio.Task[None]] = set()
     one_at_a_time = asyncio.Lock()  # two quick SIGHUPs: the second reload starts after the first
@@ -173,6 +179,8 @@ async def serve_process(
         await runner.cleanup()
         return EXIT_CANNOT_START
     drained = await drain(app, runner, site, options)
+    if own is not None:
+        await own.cleanup()
     log.info("stopped", signal=stop_signal[0] if stop_signal else "parent_exited", **drained)
     return EXIT_OK
 
@@ -196,6 +204,15 @@ async def _load_tokenizers(
     if ready is not None:
         ready()
     return None
+
+
+async def _answer_peers(app: web.Application, peers: Peers) -> web.AppRunner | None:
+    """This worker's decisions on its socket, for the others' pages; None (logged) if it cannot listen there."""
+    try:
+        return await serve_own(app[RECENT], peers)
+    except OSError as exc:
+        get_logger().warning("page_socket_failed", path=peers.socket(peers.worker), reason=os_error_reason(exc))
+        return None
 
 
 async def drain(

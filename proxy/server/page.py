@@ -2,7 +2,8 @@
 
 An operator asks "what did the guard just do to my requests?" without reading logs. This module
 serves the answer kept by `proxy.server.recent`: a server-rendered page (no script, a few lines of
-inline CSS) with a filter by request id, model and outcome, and the same rows as JSON.
+inline CSS) with a filter by request id, model and outcome, and the same rows as JSON. With
+several workers, every worker's rows, each saying whose it is (`proxy.server.peers`).
 
 Everything a client chose (model names, request ids) is escaped. Who may read it: with
 `page.admin_key_env` set, whoever presents that key; else, with `server.client_keys`, whoever
@@ -23,6 +24,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -30,22 +32,29 @@ from aiohttp import web
 from proxy.errors import HTTPRefusal, PathNotFound, Unauthorized
 from proxy.server.credentials import presented_keys as client_keys_presented
 from proxy.server.gateway import GATEWAY
-from proxy.server.recent import KNOWN_OUTCOMES, RECENT, Decision, PageQuery, RecentDecisions, iso_time
+from proxy.server.recent import GATHER, KNOWN_OUTCOMES, RECENT, Decision, PageQuery, RecentDecisions, iso_time
 
 PAGE_PATH = "/context-guard/recent"  # routed by proxy.server.local_paths
 JSON_PATH = "/context-guard/recent.json"
 
 
 async def recent_page(request: web.Request) -> web.Response:
-    recent, query = _authorised(request), PageQuery.parse(request.query)
-    body = await render_page_sliced(recent.snapshot(), query)
+    recent, query = await _readable(request), PageQuery.parse(request.query)
+    body = await render_page_sliced(recent, query)
     return web.Response(text=body, content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
 
 
 async def recent_json(request: web.Request) -> web.Response:
-    recent, query = _authorised(request), PageQuery.parse(request.query)
-    text = await json_text_sliced(recent.snapshot(), query)
+    recent, query = await _readable(request), PageQuery.parse(request.query)
+    text = await json_text_sliced(recent, query)
     return web.Response(text=text, content_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+async def _readable(request: web.Request) -> RecentDecisions:
+    """A snapshot of the decisions to show: this process's, or, with several workers, everyone's."""
+    snapshot = _authorised(request).snapshot()
+    gather = request.app.get(GATHER)
+    return snapshot if gather is None else await gather(snapshot)
 
 
 # The page is rendered on the loop in slices of rows, handing the loop back after each
@@ -153,7 +162,7 @@ def render_page(
         _HEAD,
         "<header><h1>context-guard · recent decisions</h1>",
         f"<p class=sub>{_e(shown)} decisions shown, newest first; the last {recent.size:,} are kept. "
-        f'No message content is ever shown. <a href="{JSON_PATH}">JSON</a></p></header>',
+        f'No message content is ever shown. <a href="{JSON_PATH}">JSON</a></p>{_workers(recent.workers)}</header>',
         _filter_form(query, outcomes),
         _decisions_table(rows, rendered),
         _corrections_table(recent),
@@ -161,6 +170,17 @@ def render_page(
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _workers(workers: Mapping[str, Any] | None) -> str:
+    """Whose decisions these are, when several processes serve the port."""
+    if workers is None:
+        return ""
+    count, missing = workers["count"], workers["missing"]
+    said = f"From all {count} workers" if not missing else f"From {count - len(missing)} of {count} workers"
+    if missing:
+        said += f"; worker {', '.join(map(str, missing))} did not answer in time, so its decisions are missing"
+    return f"<p class=sub id=workers>{_e(said)} (this page from worker {workers['served_by']}).</p>"
 
 
 def _filter_form(query: PageQuery, outcomes: Iterable[str]) -> str:
@@ -196,6 +216,8 @@ def _decision_row(d: Decision) -> str:
         model += f"<div class=minor>served as {_e(d.served_model)}</div>"
     if d.upstream:
         model += f"<div class=minor>via {_e(d.upstream)}</div>"
+    if d.worker is not None:
+        model += f"<div class=minor>worker {d.worker}</div>"
     chips = [_e(n) for n in d.notes]
     if d.corrected_window is not None:
         chips.append(f"corrected window {d.corrected_window:,}")

@@ -6,14 +6,15 @@ learned or applied correction per upstream and model (bounded: model names come 
 calibration ratios when something feeds them. `proxy.server.page` renders it as HTML and JSON.
 
 The buffer belongs to the app, not to the gateway, so a SIGHUP reload keeps it; with several
-workers, each worker keeps its own.
+workers, each worker keeps its own, and the page gathers every worker's (`proxy.server.peers`,
+through `GATHER`) when it is opened.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -59,6 +60,7 @@ class Decision:
         "tokens_before",
         "total_ms",
         "upstream",
+        "worker",
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord) -> None:
@@ -79,12 +81,33 @@ class Decision:
             self.tokens_before, self.tokens_after = result.tokens_before, result.tokens_after
             self.budget, self._removals = result.budget.input_budget, result.removals
         self._folded: Folded | None = None
+        self.worker: int | None = None  # the serving process that decided it, once the page gathers several
         if len(self._removals) > EAGER_REMOVALS:
             self._fold()
 
     @classmethod
     def from_record(cls, record: RequestRecord) -> Decision:
         return cls(record)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], worker: int) -> Decision:
+        """A decision another worker kept, from its `to_dict()` (`proxy.server.peers`)."""
+        made = cls.__new__(cls)
+        for name in DECISION_FIELDS:
+            if name not in _FOLDED_FIELDS:
+                setattr(made, name, data.get(name))
+        made.notes, made.worker, made._removals = tuple(data.get("notes") or ()), worker, ()
+        runs = tuple(dict(run) for run in data.get("removed") or ())
+        made._folded = Folded(data["removed_count"], data["removed_tokens"], dict(data["by_strategy"]), runs)
+        return made
+
+    def of_worker(self, worker: int) -> Decision:
+        """This decision, said to be `worker`'s (a copy: the ring's own is never changed)."""
+        twin = Decision.__new__(Decision)
+        for name in Decision.__slots__:
+            setattr(twin, name, getattr(self, name))
+        twin.worker = worker
+        return twin
 
     def _fold(self) -> Folded:
         if self._folded is None:
@@ -148,8 +171,9 @@ class Folded:
 DECISION_FIELDS = (
     "at", "request_id", "kind", "outcome", "status", "model", "served_model", "upstream", "mode", "tokens_before",
     "tokens_after", "budget", "removed_count", "removed_tokens", "by_strategy", "removed", "notes",
-    "corrected_window", "total_ms",
+    "corrected_window", "total_ms", "worker",
 )  # fmt: skip
+_FOLDED_FIELDS = frozenset({"removed_count", "removed_tokens", "by_strategy", "removed", "notes"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +203,8 @@ class RecentDecisions:
         self.decisions: deque[Decision] = deque(maxlen=size)
         self.corrections: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self.calibration: dict[str, float] = {}
+        # Set on a view gathered from several workers: how many there are, which answered.
+        self.workers: dict[str, Any] | None = None
 
     @property
     def size(self) -> int:
@@ -220,10 +246,13 @@ class RecentDecisions:
                 for (upstream, model), values in reversed(self.corrections.items())
             ],
             "calibration": dict(self.calibration),
+            **({"workers": self.workers} if self.workers is not None else {}),
         }
 
 
 RECENT = web.AppKey("recent_decisions", RecentDecisions)
+# With several workers: every worker's decisions, from a snapshot of this one's (proxy.server.peers).
+GATHER: web.AppKey[Callable[[RecentDecisions], Awaitable[RecentDecisions]]] = web.AppKey("gather_decisions")
 
 
 def install_page(app: web.Application, size: int) -> RecentDecisions:

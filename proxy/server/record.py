@@ -108,6 +108,8 @@ def _outcome_for_status(status: int, kind: str) -> str:
     return "forwarded" if kind != "local" else "answered"
 
 
+# On a count the guard answers itself (Anthropic's count_tokens): `exact`, or `upper-bound`.
+COUNT_HEADER = f"{REPORT_PREFIX}count"
 _BEFORE, _AFTER, _BUDGET, _REMOVED, _MODE = (
     f"{REPORT_PREFIX}{name}" for name in ("tokens-before", "tokens-after", "budget", "removed", "mode")
 )

@@ -6,7 +6,9 @@ them. The supervisor serves nothing. It checks the port is free before starting 
 port is one line and exit status 2), starts the workers and waits until each listens; then it
 forwards SIGTERM/SIGINT (every worker drains, see `proxy.server.lifecycle`) and SIGHUP (every
 worker reloads its config), and starts a new worker in place of one that dies. A worker that
-dies before it listens stops the whole start, with its exit status.
+dies before it listens stops the whole start, with its exit status. It also makes the private
+directory where the workers answer each other's page of recent decisions (`proxy.server.peers`),
+and removes it when it stops.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from multiprocessing.connection import wait
@@ -30,6 +34,7 @@ from proxy.config.settings import Settings
 from proxy.config.source import SettingsSource
 from proxy.logging import configure_logging, get_logger
 from proxy.server.lifecycle import EXIT_CANNOT_START, EXIT_OK, ServerOptions, serve_process
+from proxy.server.peers import Peers
 
 START_TIMEOUT_SECONDS = 120.0
 # A worker that keeps dying is not restarted for ever: this many deaths in a minute stop the service.
@@ -64,7 +69,20 @@ def supervise(source: SettingsSource, settings: Settings, options: ServerOptions
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
-    pool = _Pool(source, options, settings)
+    try:
+        sockets: str | None = tempfile.mkdtemp(prefix="context-guard-workers-")  # mode 0700
+    except OSError as exc:  # no writable temporary directory: each worker's page shows its own decisions
+        log.warning("page_per_worker", reason=str(exc))
+        sockets = None
+    try:
+        return _run_pool(_Pool(source, options, settings, sockets, count), options, settings, port, pending)
+    finally:
+        if sockets is not None:
+            shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _run_pool(pool: _Pool, options: ServerOptions, settings: Settings, port: int, pending: list[signal.Signals]) -> int:
+    log, count = get_logger(), pool.count
     for worker in range(1, count + 1):
         pool.start(worker)
     status = pool.wait_started(pending)
@@ -82,8 +100,11 @@ def supervise(source: SettingsSource, settings: Settings, options: ServerOptions
 
 
 class _Pool:
-    def __init__(self, source: SettingsSource, options: ServerOptions, settings: Settings) -> None:
+    def __init__(
+        self, source: SettingsSource, options: ServerOptions, settings: Settings, sockets: str | None, count: int
+    ) -> None:
         self.source, self.options, self.settings = source, options, settings
+        self.sockets, self.count = sockets, count
         self.context = multiprocessing.get_context("spawn")
         self.processes: dict[int, SpawnProcess] = {}
         self.ready: dict[int, Event] = {}
@@ -92,9 +113,10 @@ class _Pool:
 
     def start(self, worker: int) -> None:
         ready = self.context.Event()
+        peers = Peers(self.sockets, worker, self.count) if self.sockets is not None else None
         process = self.context.Process(
             target=_worker_main,
-            args=(self.source, self.options, worker, os.getpid(), ready, self.settings),
+            args=(self.source, self.options, worker, os.getpid(), ready, self.settings, peers),
             name=f"context-guard-worker-{worker}",
         )
         process.start()
@@ -180,10 +202,13 @@ def _worker_main(
     parent_pid: int,
     ready: Event,
     settings: Settings,
+    peers: Peers | None,
 ) -> None:
     import asyncio
 
     configure_logging(settings.log.format, settings.log.level)
     bind_worker(worker)
-    status = asyncio.run(serve_process(source.load, options, reuse_port=True, ready=ready.set, parent_pid=parent_pid))
+    status = asyncio.run(
+        serve_process(source.load, options, reuse_port=True, ready=ready.set, parent_pid=parent_pid, peers=peers)
+    )
     raise SystemExit(status)

@@ -170,8 +170,14 @@ class TestTrim:
             "model": "gpt-4",
             "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}],
         }
-        code, out, _ = _run(capsys, monkeypatch, ["trim", "-"], json.dumps(body))
+        code, out, err = _run(capsys, monkeypatch, ["trim", "-"], json.dumps(body))
         result = json.loads(out)
         assert code == 3 and result["report"]["outcome"] == "rejected"
         assert "input budget is 6,554 tokens" in result["report"]["error"]
         assert result["body"] == body
+        assert err == f"context-guard: rejected: {result['report']['error']}\n"
+
+    def test_a_request_that_fits_says_nothing_on_stderr(self, capsys, monkeypatch):
+        body = {"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}
+        code, _, err = _run(capsys, monkeypatch, ["trim", "-"], json.dumps(body))
+        assert code == 0 and err == ""

@@ -107,6 +107,18 @@ def demo() -> DemoRun:
     return DemoRun(process.returncode, process.stdout, process.stderr, marker)
 
 
+@pytest.fixture(scope="module")
+def demo_without_anthropic() -> DemoRun:
+    """The demo where the anthropic SDK cannot be imported, as on the README's install (it is not a
+    runtime dependency)."""
+    marker = uuid.uuid4().hex
+    hide = "import sys; sys.modules['anthropic'] = None; from proxy.cli import main; sys.exit(main(['demo']))"
+    process = subprocess.run(
+        [sys.executable, "-c", hide], env=clean_env(marker), capture_output=True, text=True, timeout=180, check=False
+    )
+    return DemoRun(process.returncode, process.stdout, process.stderr, marker)
+
+
 class TestDemo:
     def test_it_exits_0_with_nothing_on_standard_error(self, demo):
         assert demo.code == 0, demo.out + demo.err
@@ -157,6 +169,20 @@ class TestDemo:
         assert gemini.log["kind"] == "generate_content" and gemini.log["outcome"] == "trimmed"
         assert gemini.log["path"] == "/v1beta/models/gemini-2.5-flash:generateContent"
         assert gemini.echo_prompt_tokens <= gemini.log["budget"] and ", valid; tool calls: " in gemini.echo_line
+
+    def test_the_messages_request_names_the_sdk_that_sent_it(self, demo):
+        assert demo.requests[4].title.endswith("with the anthropic SDK")
+
+    def test_without_the_anthropic_sdk_the_messages_request_goes_over_plain_http_and_is_cut_the_same(
+        self, demo, demo_without_anthropic
+    ):
+        plain = demo_without_anthropic
+        assert plain.code == 0 and plain.err == "", plain.out + plain.err
+        messages, with_sdk = plain.requests[4], demo.requests[4]
+        assert "over plain HTTP (pip install anthropic for its SDK)" in messages.title
+        assert messages.log["kind"] == "messages" and messages.log["outcome"] == "trimmed"
+        assert messages.echo_prompt_tokens == with_sdk.echo_prompt_tokens <= messages.log["budget"]
+        assert ", valid; tool calls: " in messages.echo_line
 
     def test_the_log_lines_carry_no_message_content(self, demo):
         for request in demo.requests:

@@ -85,3 +85,30 @@ async def test_a_worker_that_dies_is_replaced(tmp_path, start_upstream, processe
     [died] = guard.events("worker_died")
     assert died["died_worker"] == 2 and died["exit_code"] == -signal.SIGKILL
     assert await chat(guard, 4) == [200] * 4
+
+
+async def test_the_page_of_recent_decisions_shows_every_worker_s_decisions_on_every_load(
+    tmp_path, start_upstream, processes
+):
+    """With the default two workers the kernel hands each page load to either: each shows all."""
+    upstream = await start_upstream()
+    guard = Guard("page", free_port(), tmp_path, "--upstream", upstream.url, "--workers", "2", "--drain-delay", "0")
+    processes.append(guard)
+    guard.start()
+    await guard.until_ready()
+    await until(lambda: len(guard.events("listening")) == 2)
+    sent = 0
+    while {e["worker"] for e in guard.events("request")} != {1, 2}:  # until both have served some
+        assert sent < 200, "the kernel gave every connection to one worker"
+        assert await chat(guard, 1) == [200]
+        sent += 1
+        await until(lambda n=sent: len(guard.events("request")) == n)
+    async with aiohttp.ClientSession() as session:
+        for _ in range(8):
+            headers = {"Connection": "close"}
+            async with session.get(guard.url("/context-guard/recent.json"), headers=headers) as r:
+                page = await r.json()
+            assert len(page["rows"]) == sent and {row["worker"] for row in page["rows"]} == {1, 2}
+            assert page["workers"]["answered"] == [1, 2] and page["workers"]["missing"] == []
+    guard.signal(signal.SIGTERM)
+    assert await guard.exited(30) == 0

@@ -148,6 +148,18 @@ class TestBackendCounter:
         assert total == server.render(body["messages"])
         assert prepared.remote and prepared.tokenizer.exact
 
+    @pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B-Instruct", "qwen2.5-7b-instruct"])
+    @pytest.mark.parametrize("system", [True, False])
+    async def test_a_family_s_own_preamble_is_not_added_to_what_the_server_measured(self, model, system):
+        """Llama 3.1's dated system preamble and Qwen's default system prompt are in the framing the
+        server's own renderings gave: counted again, the count would be over the server's."""
+        profile = ModelRegistry({}).profile(model)
+        assert profile.chat_format.role_extra or profile.chat_format.default_system  # the family has one
+        server = ChatMlServer()
+        body = conversation(3, system)
+        total, _ = await count(BackendCounter("local/model", server, CountCache()), body, profile)
+        assert total == server.render(body["messages"])
+
     async def test_measures_the_framing_once(self, profile):
         server = ChatMlServer()
         counter = BackendCounter("local/model", server, CountCache())

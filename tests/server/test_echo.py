@@ -123,6 +123,12 @@ class TestChatCompletions:
         response = await client.post("/chat/completions", json={"model": "gpt-4o", "messages": AGENT})
         assert response.status == 200
 
+    async def test_it_answers_on_azure_s_deployment_path_as_the_guard_forwards_it(self, client):
+        """`serve --upstream echo` behind the AzureOpenAI client (examples/sdk_azure.py)."""
+        path = "/v1/openai/deployments/prod-gpt4o/chat/completions?api-version=2024-10-21"
+        response = await client.post(path, json={"model": "prod-gpt4o", "messages": AGENT})
+        assert response.status == 200 and (await response.json())["echo"]["model"] == "prod-gpt4o"
+
     async def test_a_stream_is_sse_chunks_ending_in_done_that_spell_the_same_reply(self, client, echo):
         body = {"model": "gpt-4o", "messages": AGENT, "stream": True}
         response = await client.post("/v1/chat/completions", json=body)

@@ -1,17 +1,23 @@
-"""The runnable examples and the `serve` command, against a real proxy and a fake upstream."""
+"""The runnable examples (every script in examples/, found by its suffix, through the guard in front
+of the echo upstream) and the `serve` command, against a real proxy and a fake upstream."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
+
+from proxy.config.settings import Settings
+from proxy.server.echo import running_echo, with_echo_upstream
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 
@@ -26,15 +32,57 @@ async def run(*args: str, env: dict[str, str], timeout: float = 240) -> tuple[in
     return process.returncode or 0, out.decode(), err.decode()
 
 
-@pytest.mark.parametrize("script", ["sdk_chat.py", "sdk_stream.py", "sdk_tools.py", "langchain_chat.py"])
-async def test_example_runs_against_the_proxy(proxy, upstream, script):
-    if script == "langchain_chat.py" and importlib.util.find_spec("langchain_openai") is None:
-        pytest.skip("langchain-openai is not installed (the example says so)")
-    env = {**os.environ, "OPENAI_BASE_URL": str(proxy.make_url("/v1")), "OPENAI_API_KEY": "sk-example"}
-    code, out, err = await run(sys.executable, str(EXAMPLES / script), env=env)
-    assert code == 0, err
-    assert "upstream" in out or "part0" in out
-    assert upstream.received
+SCRIPTS = sorted(p for p in EXAMPLES.iterdir() if p.suffix in (".py", ".sh"))
+ECHOED = "Echo from context-guard's testing upstream"
+
+
+def missing_modules(script: Path) -> list[str]:
+    """The top-level modules a Python example imports that are not installed here."""
+    if script.suffix != ".py":
+        return []
+    names = set()
+    for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return sorted(name for name in names if importlib.util.find_spec(name) is None)
+
+
+class TestEveryExampleScript:
+    def test_every_file_in_examples_is_a_config_or_a_script_the_suite_runs(self):
+        """YAML configs are served by tests/server/test_example_configs.py, scripts here."""
+        assert sorted({p.suffix for p in EXAMPLES.iterdir() if p.is_file()} - {".yaml", ".py", ".sh"}) == []
+        assert len(SCRIPTS) >= 9
+
+    @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+    async def test_it_runs_to_its_end_through_the_guard_in_front_of_the_echo_upstream(self, start_proxy, script):
+        """As its docstring says to run it (`context-guard serve --upstream echo`, then the
+        example with its SDK's base URL on the guard): it exits 0, what it prints is the echo's
+        account of a valid conversation, and every guard header it prints was there."""
+        if missing := missing_modules(script):
+            pytest.skip(f"{script.name} needs {', '.join(missing)} (the dev extra installs them)")
+        if script.suffix == ".sh" and shutil.which("curl") is None:
+            pytest.skip("curl is not installed (scripts/install-components.sh installs it)")
+        async with running_echo() as echo:
+            proxy = await start_proxy(with_echo_upstream(Settings(), echo))
+            root = str(proxy.make_url("")).rstrip("/")
+            env = {name: value for name, value in os.environ.items() if not name.endswith(("_API_KEY", "_BASE_URL"))}
+            env |= {
+                "OPENAI_BASE_URL": f"{root}/v1",
+                "OPENAI_API_KEY": "sk-example",
+                "AZURE_OPENAI_ENDPOINT": root,
+                "AZURE_OPENAI_API_KEY": "example",
+                "ANTHROPIC_BASE_URL": root,
+                "GEMINI_BASE_URL": root,
+            }
+            command = [sys.executable, str(script)] if script.suffix == ".py" else ["sh", str(script)]
+            code, out, err = await run(*command, env=env)
+        assert code == 0, err
+        assert ECHOED in out and "The conversation is valid." in out and "INVALID" not in out, out
+        assert "None" not in out  # a header the example prints with .get() was missing
+        if script.suffix == ".sh":
+            assert "x-context-guard-tokens-before:" in out.lower()
 
 
 async def listening_port(stderr: asyncio.StreamReader, lines: list[str]) -> int:

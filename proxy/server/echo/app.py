@@ -93,6 +93,8 @@ class EchoUpstream:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[_errors])
         for prefix in ("/v1", ""):
+            # Azure OpenAI's path, as the guard forwards it (the deployment names the model; the body's too).
+            app.router.add_post(f"{prefix}/openai/deployments/{{deployment}}/chat/completions", self.chat)
             app.router.add_post(f"{prefix}/chat/completions", self.chat)
             app.router.add_post(f"{prefix}/responses", self._api("responses", responses.responses))
             app.router.add_post(f"{prefix}/completions", self._api("completions", openai_shapes.completions))
