@@ -84,7 +84,8 @@ class TestProviderCountAtTheEdge:
     async def test_a_request_the_bound_cannot_place_is_counted_by_the_provider_and_goes_untouched(
         self, fake: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Gemini counted by a bound over cl100k: a prompt the bound puts over the budget but the
+        """Gemini counted locally with Gemma's vocabulary, which splits digits one by one where the
+        fake's cl100k takes three at a time: a prompt the local count puts over the budget but the
         provider's own count puts within it is asked of the provider's countTokens (the whole
         request, with the configured key) and forwarded as sent."""
         provider, root = fake
@@ -92,7 +93,7 @@ class TestProviderCountAtTheEdge:
         upstream = {"base_url": root, "kind": "gemini", "api_key_env": "GEMINI_KEY", "provider_count_ratio": 10}
         url = await guard(aiohttp_server, model_map, upstream)
         body = {
-            "contents": [{"role": "user", "parts": [{"text": " ".join(["rivers"] * 2400)}]}],
+            "contents": [{"role": "user", "parts": [{"text": " ".join(["48213"] * 700)}]}],
             "generationConfig": {"maxOutputTokens": RESERVE},
         }
         raw = json.dumps(body).encode()
