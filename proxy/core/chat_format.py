@@ -66,11 +66,17 @@ class ChatFormat:
     # The template writes a call's arguments with `tojson`: a string of JSON becomes an escaped JSON
     # string (servers that parse the arguments first render fewer tokens; counted as the larger).
     arguments_as_json: bool = False
+    # A raw prompt (legacy completions) is no chat: no roles are written, and the server adds only
+    # what its tokenizer adds to any text, the BOS token of the families whose templates open with
+    # one (Llama, Mistral, DeepSeek, Gemma); OpenAI's and Qwen's add nothing.
+    roles_written: bool = True
+    prompt_bos: int = 0
 
 
 # Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
 # calls are JSON inside tags, results are wrapped in tags. Bounds from those templates' text.
 TEMPLATE_FORMAT = ChatFormat(
+    prompt_bos=1,  # unknown templates: as if they opened with a BOS (one token more at most)
     per_message=6,
     per_name=2,
     reply_priming=6,
@@ -108,7 +114,7 @@ LLAMA4_FORMAT = LLAMA3_FORMAT
 # `<|im_start|>assistant\n` (3). Qwen 2.5 writes "You are Qwen, created by Alibaba Cloud. You are a
 # helpful assistant." as the system message when there is none (21 tokens with its frame); Qwen 2
 # and 1.5 "You are a helpful assistant." (11).
-QWEN25_FORMAT = replace(_OPEN, per_message=4, reply_priming=3, default_system=21)
+QWEN25_FORMAT = replace(_OPEN, per_message=4, reply_priming=3, default_system=21, prompt_bos=0)  # no BOS
 QWEN2_FORMAT = replace(QWEN25_FORMAT, default_system=11)
 # Qwen 3 writes no default system message; with thinking off its reply opens with an empty
 # `<think>\n\n</think>\n\n` (6 tokens in qwen.tiktoken's spelling, 4 where they are special).
@@ -127,7 +133,8 @@ MISTRAL_V1_FORMAT = replace(MISTRAL_FORMAT, role_extra=(("user", 6), ("system", 
 # (1: the role's token), `<|Assistant|><think></think>CONTENT
 # <|end_of_sentence|>` (4: the role's and 3 more), the system prompt as it is (bounded by its role's
 # token), `<|begin_of_sentence|>` and the reply's `<|Assistant|><think></think>` (4).
-DEEPSEEK_FORMAT = replace(_OPEN, per_message=0, reply_priming=4, role_extra=(("assistant", 3),))
+# Its tokenizer_config says `add_bos_token: false`: a raw prompt goes without the BOS the template writes.
+DEEPSEEK_FORMAT = replace(_OPEN, per_message=0, reply_priming=4, role_extra=(("assistant", 3),), prompt_bos=0)
 # Gemma: `<start_of_turn>ROLE\nCONTENT<end_of_turn>\n` (4 + the role), `<bos>` and the reply's
 # `<start_of_turn>model\n` (4); a system message is joined to the first user turn (counted as its own).
 GEMMA_FORMAT = replace(_OPEN, per_message=4, reply_priming=4)

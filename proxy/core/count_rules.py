@@ -222,7 +222,9 @@ class CountRules:
         if context is not None:
             tokens = result_framing(message, context, fmt, self._short, notes)
         else:
-            tokens = fmt.per_message + self._short(role) + (self._role_extra.get(role, 0) if self._role_extra else 0)
+            tokens = fmt.per_message + (self._short(role) if fmt.roles_written else 0)
+            if self._role_extra:
+                tokens += self._role_extra.get(role, 0)
             if role == "function":
                 tokens += fmt.function_message_adjust
             name = message.get("name")
