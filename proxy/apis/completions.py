@@ -119,7 +119,7 @@ class CompletionsAdapter(Adapter):
             per_message=0,
             per_name=0,
             roles_written=False,
-            role_extra=(),
+            role_extra=(("user", 0),),  # the view's one message: the prompt, with no role written
             default_system=0,
             reply_priming=parsed.fixed_tokens + base.prompt_bos,
         )
