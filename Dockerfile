@@ -20,11 +20,10 @@ RUN pip install --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3'
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY config ./config
-# Llama's and Mistral's vocabularies ship in packages whose dependencies the guard never imports
-# (it reads their data files): installed without them (docs/counting.md). Every family vocabulary
-# is loaded once, so that an image missing one fails to build rather than a request later.
+# Every family's vocabulary package is a dependency (pyproject.toml), so the image carries what
+# `pip install context-guard` does. Each vocabulary is loaded once, so that an image missing one
+# fails to build rather than counting that family with its bound later.
 RUN pip install . \
- && pip install --no-deps 'llama-models>=0.3' 'mistral-common>=1.13,<2' \
  && python -c "from proxy.core.models import TokenizerSpec as T; from proxy.tokenizers.vocabularies import Tokenizers; Tokenizers().preload([T('tiktoken', 'o200k_base'), T('tiktoken', 'cl100k_base')])" \
  && python -c "from proxy.tokenizers.families import VOCABULARIES, load_vocabulary; [load_vocabulary(n) for n in VOCABULARIES]" \
  && useradd --create-home --uid 10001 guard

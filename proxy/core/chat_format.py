@@ -66,11 +66,19 @@ class ChatFormat:
     # The template writes a call's arguments with `tojson`: a string of JSON becomes an escaped JSON
     # string (servers that parse the arguments first render fewer tokens; counted as the larger).
     arguments_as_json: bool = False
+    # False: the template writes no role names (Mistral's `[INST]`, DeepSeek's `<|User|>`): a role
+    # listed in `role_extra` costs that framing alone, not its name's tokens (other roles still count
+    # their name). A raw prompt (legacy completions) writes none either.
+    roles_written: bool = True
+    # What a server adds to a raw prompt: the BOS token of the families whose tokenizers add one
+    # (Llama, Mistral, Gemma); OpenAI's, Qwen's and DeepSeek V3's add nothing.
+    prompt_bos: int = 0
 
 
 # Hermes-, Qwen- and Llama-style templates: tools are JSON in the system turn under a preamble,
 # calls are JSON inside tags, results are wrapped in tags. Bounds from those templates' text.
 TEMPLATE_FORMAT = ChatFormat(
+    prompt_bos=1,  # unknown templates: as if they opened with a BOS (one token more at most)
     per_message=6,
     per_name=2,
     reply_priming=6,
@@ -108,26 +116,41 @@ LLAMA4_FORMAT = LLAMA3_FORMAT
 # `<|im_start|>assistant\n` (3). Qwen 2.5 writes "You are Qwen, created by Alibaba Cloud. You are a
 # helpful assistant." as the system message when there is none (21 tokens with its frame); Qwen 2
 # and 1.5 "You are a helpful assistant." (11).
-QWEN25_FORMAT = replace(_OPEN, per_message=4, reply_priming=3, default_system=21)
+QWEN25_FORMAT = replace(_OPEN, per_message=4, reply_priming=3, default_system=21, prompt_bos=0)  # no BOS
 QWEN2_FORMAT = replace(QWEN25_FORMAT, default_system=11)
 # Qwen 3 writes no default system message; with thinking off its reply opens with an empty
 # `<think>\n\n</think>\n\n` (6 tokens in qwen.tiktoken's spelling, 4 where they are special).
 QWEN3_FORMAT = replace(QWEN25_FORMAT, default_system=0, reply_priming=3 + 6)
 QWEN35_FORMAT = replace(QWEN25_FORMAT, default_system=0, reply_priming=3 + 4)
-# Mistral (mistral-common's encoding, v3 and later, Tekken or SentencePiece): `[INST]CONTENT[/INST]`
-# for a user message (2: the role's one token and one more), the answer's text and `</s>` (1: its
-# role's token), the system prompt joined to the last user message with "\n\n" (bounded by 2 more
-# than its role's token), `<s>` once. Role names are not written; their token stands for framing.
-MISTRAL_FORMAT = replace(_OPEN, per_message=0, reply_priming=1, role_extra=(("user", 1), ("system", 2)))
+# Mistral (mistral-common's encoding), which writes no role names: `[INST]CONTENT[/INST]` for a user
+# message (2), the answer's text and `</s>` (1), `<s>` once (the reply's 1). The system prompt: v7
+# and later (Mistral Large 2411, Small 3, on SentencePiece or Tekken) wrap it in
+# `[SYSTEM_PROMPT]...[/SYSTEM_PROMPT]` (2); v2/v3 join it to the last user message with "\n\n"
+# (two byte tokens in SentencePiece, at most one in Tekken), counted as the larger.
+MISTRAL_FORMAT = replace(
+    _OPEN,
+    per_message=0,
+    reply_priming=1,
+    roles_written=False,
+    role_extra=(("user", 2), ("assistant", 1), ("system", 2)),
+)
 MISTRAL_SP_FORMAT = MISTRAL_FORMAT
-# Mistral 7B v0.1 and Mixtral 8x7B (v1): `[INST]` and `[/INST]` are text (" [INST]" and " [/INST]", 7
-# tokens with the role's one).
-MISTRAL_V1_FORMAT = replace(MISTRAL_FORMAT, role_extra=(("user", 6), ("system", 2)))
-# DeepSeek V3.x (its special tokens are written with fullwidth bars, here `|`): `<|User|>CONTENT`
-# (1: the role's token), `<|Assistant|><think></think>CONTENT
-# <|end_of_sentence|>` (4: the role's and 3 more), the system prompt as it is (bounded by its role's
-# token), `<|begin_of_sentence|>` and the reply's `<|Assistant|><think></think>` (4).
-DEEPSEEK_FORMAT = replace(_OPEN, per_message=0, reply_priming=4, role_extra=(("assistant", 3),))
+# Mistral 7B v0.1 and Mixtral 8x7B (v1): `[INST]` and `[/INST]` are text (" [INST]" and " [/INST]": 7
+# around a user message), the system prompt joined with "\n\n" (2 byte tokens).
+MISTRAL_V1_FORMAT = replace(MISTRAL_FORMAT, role_extra=(("user", 7), ("assistant", 1), ("system", 2)))
+# DeepSeek V3.x (its special tokens are written with fullwidth bars, here `|`), no role names:
+# `<|User|>CONTENT` (1), `<|Assistant|><think></think>CONTENT<|end_of_sentence|>` (4), the system
+# prompts first, as they are (a second one joined with "\n\n": bounded by 1 each),
+# `<|begin_of_sentence|>` and the reply's `<|Assistant|><think></think>` (4).
+# Its tokenizer_config says `add_bos_token: false`: a raw prompt goes without the BOS the template writes.
+DEEPSEEK_FORMAT = replace(
+    _OPEN,
+    per_message=0,
+    reply_priming=4,
+    roles_written=False,
+    role_extra=(("user", 1), ("assistant", 4), ("system", 1)),
+    prompt_bos=0,
+)
 # Gemma: `<start_of_turn>ROLE\nCONTENT<end_of_turn>\n` (4 + the role), `<bos>` and the reply's
 # `<start_of_turn>model\n` (4); a system message is joined to the first user turn (counted as its own).
 GEMMA_FORMAT = replace(_OPEN, per_message=4, reply_priming=4)

@@ -222,7 +222,11 @@ class CountRules:
         if context is not None:
             tokens = result_framing(message, context, fmt, self._short, notes)
         else:
-            tokens = fmt.per_message + self._short(role) + (self._role_extra.get(role, 0) if self._role_extra else 0)
+            extra = self._role_extra.get(role) if self._role_extra else None
+            if extra is None:
+                tokens = fmt.per_message + self._short(role)
+            else:  # a template that writes no role text frames the roles it knows with `role_extra` alone
+                tokens = fmt.per_message + (self._short(role) if fmt.roles_written else 0) + extra
             if role == "function":
                 tokens += fmt.function_message_adjust
             name = message.get("name")

@@ -52,13 +52,21 @@ REASONING_UNMEASURED_FORMAT = replace(
     responses_assistant=2,
     messages_bound="this model's message framing is not measured: counted with gpt-4o's reply priming (the larger)",
 )
-# gpt-oss (harmony) is shown a system message its template writes (identity, knowledge cutoff,
-# date, reasoning level, channels: 61 tokens with its frame); bounded at 64, the rest unmeasured.
-# One recording (Bedrock's openai.gpt-oss-120b, one user message) is 4 below this bound.
+# gpt-oss speaks the harmony format (openai-harmony renders it; vLLM, Bedrock and the model's own
+# chat template write the same): every request opens with the renderer's system message (identity,
+# knowledge cutoff, the conversation's date, reasoning level, channels: 61 tokens with its frame for
+# any date of 2024-2035), a client's system or developer message becomes a developer message under
+# "# Instructions\n\n" (3 more), an assistant message of the history carries its channel
+# (`<|channel|>final`, 2 more), and the reply opens `<|start|>assistant` (2). A lone "Hi" is 68
+# (57 without the date line, which the renderer adds when given a date and the servers always give);
+# Bedrock's recorded `openai.gpt-oss-120b` request is 72, as counted. tests/core/test_harmony.py
+# renders conversations with openai-harmony itself.
 GPT_OSS_FORMAT = replace(
     REASONING_UNMEASURED_FORMAT,
-    reply_priming=2 + 64,
-    messages_bound="gpt-oss's template adds a system message: bounded by its text, not measured",
+    reply_priming=2 + 61,
+    role_extra=(("system", 3), ("developer", 3), ("assistant", 2)),
+    responses_assistant=0,  # the channel is in role_extra already
+    messages_bound="",
 )
 # gpt-4.1-mini on the Responses API: a plain user message recorded 1 above chat's framing, an
 # empty one with instructions equal to it; bounded by the larger.

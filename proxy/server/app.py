@@ -64,6 +64,8 @@ def build_gateway(settings: Settings, guard: Models | None = None, previous: Gat
     the rest is built anew."""
     guard = guard or Models(settings)
     log = previous.log if previous is not None else get_logger()
+    for missing in guard.missing_vocabularies:  # counted with the family's bound, never refused
+        log.warning("vocabulary_missing", **missing)
     keep_store = previous is not None and previous.settings.state == settings.state
     store = previous.store if previous is not None and keep_store else open_store(settings.state, log)
     if previous is not None:

@@ -6,6 +6,10 @@ vocabulary is loaded when a model that needs it is first seen, except for the mo
 names (overrides and routes that are not globs): theirs load at construction, so a machine
 without them fails at start with a clear message. Each vocabulary costs 40-70 MB of memory.
 
+A configured model whose family's vocabulary package is not installed does not stop the start:
+it is counted with its family's bound, and `missing_vocabularies` says so (`check-config` prints
+it, `serve` logs it as a warning).
+
 `serve` builds its Models with `preload=False`: the files are checked at construction (a missing
 one still stops the start) and `load_configured()` loads them once the process listens, while
 `/readyz` says the tokenizers are still loading; a request that needs one meanwhile waits for it.
@@ -29,6 +33,7 @@ from proxy.core.notes import CompactionPolicy
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ConfigError
 from proxy.server.resent import ResentPlans
+from proxy.tokenizers.families import FALLBACK_BOUND
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 
@@ -61,6 +66,7 @@ class Models:
         self.configured = configured_tokenizers(settings, self.registry)
         for spec in self.configured:
             self.tokenizers.check(spec)
+        self.missing_vocabularies = missing_vocabularies(settings, self.registry, self.tokenizers)
         if preload:
             self.load_configured()
         self.cache = CountCache(max_entries=tokenizers.cache_entries, max_bytes=tokenizers.cache_bytes)
@@ -150,6 +156,25 @@ class Models:
         return self.resent.fitted(parsed, key, made)
 
 
+def _named_models(settings: Settings) -> list[str]:
+    """The models the config names one by one (overrides and routes that are not globs)."""
+    patterns = [m.override.pattern for m in settings.models.overrides] + [r.match for r in settings.routes]
+    return [pattern for pattern in dict.fromkeys(patterns) if not any(ch in pattern for ch in "*?[")]
+
+
+def missing_vocabularies(settings: Settings, registry: ModelRegistry, tokenizers: Tokenizers) -> list[dict[str, str]]:
+    """For each model the config names whose family's vocabulary package is not installed: the
+    model, the vocabulary, the package, and what counts it instead (the family's bound)."""
+    missing = []
+    for model in _named_models(settings):
+        spec = registry.profile(model).tokenizer
+        package = tokenizers.vocabulary_missing(spec)
+        if package is not None:
+            fallback = f"bound:{FALLBACK_BOUND}"
+            missing.append({"model": model, "vocabulary": spec.source, "package": package, "counted_with": fallback})
+    return missing
+
+
 def configured_tokenizers(settings: Settings, registry: ModelRegistry) -> list[TokenizerSpec]:
     """The tokenizers of the models the config names: an override's own tokenizer, and the
     looked-up one of every override or route that names one model rather than a glob."""
@@ -157,8 +182,6 @@ def configured_tokenizers(settings: Settings, registry: ModelRegistry) -> list[T
     for model in settings.models.overrides:
         if model.override.tokenizer is not None:
             specs[model.override.tokenizer] = None
-    patterns = [m.override.pattern for m in settings.models.overrides] + [r.match for r in settings.routes]
-    for pattern in patterns:
-        if not any(ch in pattern for ch in "*?["):
-            specs[registry.profile(pattern).tokenizer] = None
+    for name in _named_models(settings):
+        specs[registry.profile(name).tokenizer] = None
     return list(specs)

@@ -53,7 +53,8 @@ class ModelRoute:
     window_source: str  # the record's: where the window came from (`backend`: the server stated it)
     override: str | None  # the pattern of the operator's override that applies, for the log
     map_correction: dict[str, Any] | None
-    local: Tokenizer  # the model's own tokenizer
+    local: Tokenizer  # the model's own tokenizer (its family's bound, when its vocabulary is missing)
+    vocabulary_missing: str | None  # the package the model's vocabulary ships in, when it is not installed
     choice: Choice | None  # None: the backend's tokenizer may count, which the request asks (`Backends.choose`)
     backend: BackendProfile
     budget: BudgetPolicy
@@ -125,6 +126,7 @@ async def model_route(
         override=models.override_pattern(served),
         map_correction=map_correction,
         local=local,
+        vocabulary_missing=models.tokenizers.vocabulary_missing(profile.tokenizer),
         choice=counting.local_choice(upstream.name, served, profile, local),
         backend=backend,
         budget=budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens),

@@ -314,6 +314,8 @@ async def prepared(
         record.applied_correction, record.window_source = correction, "correction"
     if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         note(record, "fallback_window")
+    if route.vocabulary_missing is not None:  # counted with the family's bound (proxy.tokenizers.vocabularies)
+        note(record, f"vocabulary_missing:{route.vocabulary_missing}")
     performer = Performer(
         request, gw, record, endpoint, parsed, raw, large, client, scope, target, served, choice, budget, backend, local
     )

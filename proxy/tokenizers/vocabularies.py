@@ -9,6 +9,10 @@ litellm's folder (found on disk, without importing litellm), and run tiktoken's 
 the encoding with our own reader of that file: a missing encoding is an error, a corrupt one too,
 never a download.
 
+A model family's vocabulary (`vocab:`) whose package is not installed is never an error: the
+family is counted with `FALLBACK_BOUND` instead, an upper bound, and `vocabulary_missing(spec)`
+names the package, for the log line's note and the warning at start.
+
 Vocabularies are loaded when first needed and kept once per process. tiktoken's `Encoding` keeps
 the Python dict of ranks it was built from beside the Rust copy it encodes with, and uses that
 dict only to be pickled; we build the `Encoding` from tiktoken's own constructor for the name and
@@ -34,7 +38,7 @@ from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokeni
 from proxy.errors import ConfigError, GuardError
 from proxy.tokenizers.bounded import BOUND_BASE, UnknownBound, bound_terms, bound_tokenizer
 from proxy.tokenizers.bundled import litellm_file
-from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabulary_file
+from proxy.tokenizers.families import FALLBACK_BOUND, VocabularyMissing, load_vocabulary, vocabulary_file
 from proxy.tokenizers.gguf import gguf_encoder
 from proxy.tokenizers.malloc import return_freed_memory
 
@@ -76,6 +80,7 @@ class Tokenizers:
         self.encodings_dirs = tuple(dirs)
         self._loaded: dict[TokenizerSpec, Tokenizer] = {}
         self._lock = threading.Lock()
+        self._missing: dict[TokenizerSpec, str] = {}  # vocabularies counted with the bound: their package
 
     def get(self, spec: TokenizerSpec) -> Tokenizer:
         tokenizer = self._loaded.get(spec)
@@ -101,6 +106,19 @@ class Tokenizers:
         """The specs loaded so far, in the order they were first asked for."""
         return tuple(self._loaded)
 
+    def vocabulary_missing(self, spec: TokenizerSpec) -> str | None:
+        """The package whose vocabulary `spec` names and lacks (it is counted with the bound), or None:
+        as the load found it, or before a load, as the disk says (no import, milliseconds)."""
+        if spec.kind != "vocab":
+            return None
+        if spec in self._loaded:
+            return self._missing.get(spec)
+        try:
+            vocabulary_file(spec.source)
+        except VocabularyMissing as exc:
+            return exc.distribution or None
+        return None
+
     def preload(self, specs: Iterable[TokenizerSpec]) -> None:
         for spec in specs:
             self.get(spec)
@@ -114,8 +132,12 @@ class Tokenizers:
         elif spec.kind in ("bound", "vocab"):
             try:
                 bound_terms(spec.source) if spec.kind == "bound" else vocabulary_file(spec.source)
-            except (UnknownBound, VocabularyMissing) as exc:
+            except UnknownBound as exc:
                 raise TokenizerUnavailable(str(exc)) from None
+            except VocabularyMissing as exc:
+                if not exc.distribution:  # a name no package ships: the config's mistake
+                    raise TokenizerUnavailable(str(exc)) from None
+                self._encoding_folder(BOUND_BASE)  # counted with the bound: its encoding must be there
             if spec.kind == "bound":
                 self._encoding_folder(BOUND_BASE)
         elif spec.kind != "estimate" and spec not in self._loaded:
@@ -138,7 +160,10 @@ class Tokenizers:
             try:
                 encode = load_vocabulary(spec.source)
             except VocabularyMissing as exc:
-                raise TokenizerUnavailable(str(exc)) from None
+                if not exc.distribution:
+                    raise TokenizerUnavailable(str(exc)) from None
+                self._missing[spec] = exc.distribution
+                return self._load(TokenizerSpec("bound", FALLBACK_BOUND, spec.multiplier))
             return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode))
         if spec.kind == "bound":  # an upper bound over cl100k_base (proxy.core.bound)
             base = self._tiktoken_encoding(BOUND_BASE)

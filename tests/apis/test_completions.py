@@ -19,10 +19,11 @@ def body(prompt: Any, **fields: Any) -> dict[str, Any]:
 
 
 class TestCount:
-    def test_a_prompt_counts_its_tokens_and_the_one_token_of_the_views_role(self) -> None:
+    def test_a_prompt_counts_its_tokens_and_nothing_more_on_openais_models(self) -> None:
+        """OpenAI's legacy completions charge the prompt's tokens: no role, no framing, no BOS."""
         prompt = "Once upon a time, in a land far away,"
         count = fit_body(ADAPTER, body(prompt), 4096).plan.count
-        assert count.total == tokenizer().count(prompt) + 1
+        assert count.total == tokenizer().count(prompt) and count.components["reply_priming"] == 0
 
     def test_a_suffix_is_counted(self) -> None:
         plain = fit_body(ADAPTER, body("def f():"), 4096).plan.count.total
@@ -30,21 +31,21 @@ class TestCount:
         assert with_suffix > plain
 
     def test_token_id_prompts_count_by_their_number(self) -> None:
-        assert fit_body(ADAPTER, body([1, 2, 3, 4, 5]), 4096).plan.count.total == 5 + 1
+        assert fit_body(ADAPTER, body([1, 2, 3, 4, 5]), 4096).plan.count.total == 5
 
     def test_the_api_default_of_16_output_tokens_is_the_reserve(self) -> None:
         assert fit_body(ADAPTER, body("hi"), 4096).plan.result.budget.output_reserve == 16
 
     def test_a_batch_is_counted_by_its_longest_prompt(self) -> None:
         long = words(300)
-        assert fit_body(ADAPTER, body(["short", long]), 4096).plan.count.total == tokenizer().count(long) + 1
+        assert fit_body(ADAPTER, body(["short", long]), 4096).plan.count.total == tokenizer().count(long)
 
     def test_a_batch_is_counted_by_the_prompt_of_the_most_tokens_not_of_the_most_characters(self) -> None:
         ascii_prompt = "a" * 1200
         cjk_prompt = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(900))  # fewer characters
         assert tokenizer().count(cjk_prompt) > 2 * tokenizer().count(ascii_prompt)
         total = fit_body(ADAPTER, body([ascii_prompt, cjk_prompt]), 4096).plan.count.total
-        assert total == tokenizer().count(cjk_prompt) + 1
+        assert total == tokenizer().count(cjk_prompt)
 
 
 class TestOverBudget:

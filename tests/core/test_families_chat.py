@@ -3,7 +3,9 @@ against the guard's count: never under, within 1% on conversations of some size,
 the issue measured it (a lone "Hi": 36 tokens for Llama 3.1, 30 for Qwen 2.5).
 
 Templates: tests/data/families/templates (llama.cpp's models/templates, MIT; LICENSE-llama.cpp).
-Mistral's requests are encoded by mistral-common itself, as Mistral's servers do."""
+Mistral's requests are encoded by mistral-common itself, as Mistral's servers do (Mistral Small 3
+and later: its v7 instruct encoding over the Tekken vocabulary). Llama 4's are written as
+llama-models' `ChatFormat.encode_dialog_prompt` writes them (its module needs torch to import)."""
 
 from __future__ import annotations
 
@@ -62,6 +64,37 @@ def _templated(template: str, bos: str, count: Callable[[], Callable[[str], int]
     return lambda messages: count()(_render(template, messages, bos, **kwargs))
 
 
+def _llama4(messages: Messages) -> int:
+    """`<|begin_of_text|>`, each message `<|header_start|>ROLE<|header_end|>\n\nCONTENT<|eot|>`, and the
+    reply's header (llama_models/llama4/chat_format.py)."""
+    tokenizer = pytest.importorskip("llama_models.llama4.tokenizer").Tokenizer.get_instance()
+    turns = "".join(f"<|header_start|>{m['role']}<|header_end|>\n\n{m['content']}<|eot|>" for m in messages)
+    text = f"<|begin_of_text|>{turns}<|header_start|>assistant<|header_end|>\n\n"
+    return len(tokenizer.encode(text, bos=False, eos=False, allowed_special="all"))
+
+
+def _mistral_tekken_v7(messages: Messages) -> int:
+    """Mistral Small 3 and later: mistral-common's v7 instruct encoding ([SYSTEM_PROMPT]) over Tekken."""
+    from mistral_common.protocol.instruct.normalize import InstructRequestNormalizerV7
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.protocol.instruct.validator import MistralRequestValidatorV5, ValidationMode
+    from mistral_common.tokens.tokenizers.instruct import InstructTokenizerV7
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    tekken = Tekkenizer.from_file(Path(mistral_common_folder()) / "data" / "tekken_240911.json")
+    tokenizer = MistralTokenizer(
+        InstructTokenizerV7(tekken),
+        validator=MistralRequestValidatorV5(ValidationMode.test),
+        request_normalizer=InstructRequestNormalizerV7.normalizer(),
+    )
+    return len(tokenizer.encode_chat_completion(ChatCompletionRequest(messages=messages)).tokens)
+
+
+def mistral_common_folder() -> str:
+    return str(Path(pytest.importorskip("mistral_common").__file__).parent)
+
+
 def _mistral(factory: str, **kwargs: bool) -> Callable[[Messages], int]:
     def real(messages: Messages) -> int:
         mistral = pytest.importorskip("mistral_common.tokens.tokenizers.mistral")
@@ -82,7 +115,12 @@ REAL: dict[str, Callable[[Messages], int]] = {
         "Qwen-Qwen3-0.6B", "", lambda: _qwen("qwen2.5-72b-instruct"), enable_thinking=False
     ),
     "deepseek-ai/DeepSeek-V3.1": _templated("deepseek-ai-DeepSeek-V3.1", "<\uff5cbegin\u2581of\u2581sentence\uff5c>", _deepseek),
+    "deepseek-chat": _templated("deepseek-ai-DeepSeek-V3.1", "<\uff5cbegin\u2581of\u2581sentence\uff5c>", _deepseek),
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": _llama4,
     "mistralai/Mistral-Nemo-Instruct-2407": _mistral("v3", is_tekken=True),
+    "open-mistral-nemo": _mistral("v3", is_tekken=True),
+    "mistral-small-latest": _mistral_tekken_v7,
+    "mixtral-8x7b": _mistral("v1"),
     "mistralai/Mistral-7B-Instruct-v0.3": _mistral("v3"),
     "mistral-large-2411": _mistral("v7"),
     "mistralai/Mistral-7B-Instruct-v0.1": _mistral("v1"),
@@ -130,6 +168,43 @@ class TestChatRequestsRenderedByTheRealTemplate:
             {"role": "user", "content": "2+2?"},
         ]
         assert _ours(counter_for, model, messages) >= REAL[model](messages)
+
+
+SHORT: dict[str, Messages] = {
+    "hi": [{"role": "user", "content": "Hi"}],
+    "system and user": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Hi"}],
+    "multi-turn": [
+        {"role": "system", "content": "Be brief."},
+        *(
+            m
+            for i in range(6)
+            for m in (
+                {"role": "user", "content": f"Question {i}: what is {i} + {i}?"},
+                {"role": "assistant", "content": f"It is {2 * i}."},
+            )
+        ),
+        {"role": "user", "content": "Thanks!"},
+    ],
+    "multi-turn without system": [
+        *(
+            m
+            for i in range(4)
+            for m in ({"role": "user", "content": CORPUS["prose_french"][i * 80 : i * 80 + 80]}, {"role": "assistant", "content": "D'accord."})
+        ),
+        {"role": "user", "content": "Et ensuite ?"},
+    ],
+}
+
+
+class TestFramingWithinOnePercentAndTwoTokens:
+    """Short conversations, where framing is most of the count: never under, within 1% + 2."""
+
+    @pytest.mark.parametrize("name", sorted(SHORT))
+    @pytest.mark.parametrize("model", sorted(REAL))
+    def test_the_count_is_the_real_templates_within_one_percent_and_two(self, counter_for, model, name):
+        messages = SHORT[name]
+        real, ours = REAL[model](messages), _ours(counter_for, model, messages)
+        assert real <= ours <= real * 1.01 + 2, f"{model}: counted {ours}, real {real}"
 
 
 TOOLS = [

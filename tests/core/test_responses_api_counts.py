@@ -8,10 +8,10 @@ source is the cassette's URL at the commit that last recorded it, and the intera
 Each case has a `kind`:
 
 - `exact`: plain input, `instructions` (a system message with its own frame), assistant history,
-  a data-URL image, the reasoning models' priming, and gpt-5's assistant history (2 more per
-  assistant message, its `<|channel|>final`);
-- `bound`: Responses function tools (6 to 8 below chat's rendering), `context_management`, gpt-oss's
-  template system message, gpt-4.1-mini's Responses framing (0 and 1 above chat's);
+  a data-URL image, the reasoning models' priming, gpt-5's assistant history (2 more per
+  assistant message, its `<|channel|>final`), and gpt-oss's harmony system message;
+- `bound`: Responses function tools (6 to 8 below chat's rendering), `context_management`,
+  gpt-4.1-mini's Responses framing (0 and 1 above chat's);
 - `unbounded`: what the provider adds and the guard cannot see: hosted tools (web_search,
   code_interpreter, image_generation, mcp, file_search), encrypted reasoning re-sent,
   `previous_response_id`, `conversation`, a file fetched by URL, `reasoning.mode`;
