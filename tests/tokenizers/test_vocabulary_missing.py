@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from llama_models.llama3.tokenizer import Tokenizer as Llama3Tokenizer
 
-from tests.processes import ROOT, Guard, free_port
+from tests.support.processes import ROOT, Guard
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 TEXT = "Summarise the release notes in three bullet points, then list every breaking change. " * 20
@@ -101,7 +101,7 @@ class TestServingWithoutTheVocabulary:
     def test_a_request_is_answered_200_with_the_bound_and_a_note_naming_the_package(
         self, tmp_path, without_llama_models
     ):
-        guard = Guard("guard", free_port(), tmp_path, "--upstream", "echo", "--workers", "1", env=without_llama_models)
+        guard = Guard("guard", 0, tmp_path, "--upstream", "echo", "--workers", "1", env=without_llama_models)
         body = {"model": LLAMA, "messages": [{"role": "user", "content": TEXT}], "max_tokens": 50}
 
         async def send() -> int:
