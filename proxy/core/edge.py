@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from proxy.core.model_names import url_model_name
+
 EndpointKind = Literal["anthropic", "openai", "vertex"]
 
 
@@ -129,7 +131,10 @@ def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str
         contents = vertex_body(body)
         if found is None or contents is None:
             return None
-        name = model.split("/", 1)[1] if model.startswith("google/") else model
+        # The model is written into the URL: a name that is not one plain path segment is never asked about.
+        name = url_model_name(model.split("/", 1)[1] if model.startswith("google/") else model)
+        if name is None:
+            return None
         url = f"{found.group(1)}/publishers/google/models/{name}:countTokens"
         return CountCall("vertex", url, contents, "totalTokens")
     return None
