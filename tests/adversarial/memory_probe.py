@@ -16,6 +16,7 @@ import time
 import zlib
 from pathlib import Path
 
+from proxy.core.body_error import BodyError
 from proxy.core.count_cache import CountCache
 from proxy.core.models import ModelRegistry
 from proxy.core.request_count import RequestCounter
@@ -56,10 +57,15 @@ def main(kind: str, size_mb: float, model: str, gzipped: bool) -> None:
     # With the count cache the server uses: its key hashes each long text's UTF-8 bytes (a copy).
     counter = RequestCounter(profile, Tokenizers().get(profile.tokenizer), CountCache())
     counter.request({"messages": [{"role": "user", "content": "warm up"}]})
-    body = json.dumps(
-        {"model": model, "messages": [{"role": "user", "content": text_of(kind, int(size_mb * 1024 * 1024))}]},
-        ensure_ascii=False,
-    ).encode()
+    size = int(size_mb * 1024 * 1024)
+    if kind.startswith("dense-json"):  # `[],` in a field the guard does not read; `-spaced`: at the density allowed
+        unit = b"[]," + b" " * 45 if kind.endswith("-spaced") else b"[],"
+        head = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()[:-1]
+        body = head + b', "unread": [' + unit * (size // len(unit)) + b"0]}"
+    else:
+        body = json.dumps(
+            {"model": model, "messages": [{"role": "user", "content": text_of(kind, size)}]}, ensure_ascii=False
+        ).encode()
     size = len(body)
     if gzipped:
         compressor = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
@@ -69,11 +75,15 @@ def main(kind: str, size_mb: float, model: str, gzipped: bool) -> None:
         clear.write("5")  # the peak RSS starts again from here
     held = megabytes("VmRSS")
     started = time.process_time()
-    count = counter.request(loads_strict(inflate(body, "gzip", size) if gzipped else body))
+    try:
+        count = counter.request(loads_strict(inflate(body, "gzip", size) if gzipped else body))
+    except BodyError as refused:
+        tokens, notes = None, [f"refused: {refused}"]
+    else:
+        tokens, notes = count.total, list(count.notes)
     cpu = time.process_time() - started
     peak = megabytes("VmHWM") - held
-    print(json.dumps({"body_mb": size / 2**20, "peak_mb": peak, "cpu_s": cpu, "tokens": count.total,
-                      "notes": list(count.notes)}))  # fmt: skip
+    print(json.dumps({"body_mb": size / 2**20, "peak_mb": peak, "cpu_s": cpu, "tokens": tokens, "notes": notes}))
 
 
 if __name__ == "__main__":

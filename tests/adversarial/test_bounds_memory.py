@@ -65,3 +65,22 @@ class TestPeakMemoryOfABound:
         the uncompressed one is, but made from the upload within the measure."""
         result = probe("random-letters", 30, model, "gzip")
         assert result["peak_mb"] <= 6 * result["body_mb"], result
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak RSS is reset through Linux's /proc")
+class TestPeakMemoryOfDenseJson:
+    """Issue 39, item 3: 30 MiB of `[],` in a field the guard does not read made +917 MB of parsed
+    objects (+947 MB from a 30 KB gzip upload). Its values are weighed before parsing now: the
+    body is refused, and one just within the density allowed stays under six times its size."""
+
+    @pytest.mark.parametrize("options", [(), ("gzip",)], ids=["plain", "gzip"])
+    def test_30_mb_of_empty_arrays_is_refused_before_it_is_parsed(self, options: tuple[str, ...]) -> None:
+        result = probe("dense-json", 30, "gpt-4o", *options)
+        assert result["tokens"] is None and "refused" in result["notes"][0], result  # type: ignore[index]
+        assert result["peak_mb"] <= 6 * result["body_mb"], result
+
+    @pytest.mark.parametrize("options", [(), ("gzip",)], ids=["plain", "gzip"])
+    def test_30_mb_at_the_density_allowed_is_parsed_within_six_times_the_body(self, options: tuple[str, ...]) -> None:
+        result = probe("dense-json-spaced", 30, "gpt-4o", *options)
+        assert result["tokens"] is not None, result
+        assert result["peak_mb"] <= 6 * result["body_mb"], result
