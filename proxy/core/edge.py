@@ -88,6 +88,12 @@ def body_key(upstream: str, model: str, url: str, body: Mapping[str, Any]) -> st
     return f"{upstream}\x00{model}\x00{url}\x00{digest}"
 
 
+def bytes_key(upstream: str, model: str, url: str, data: bytes) -> str:
+    """A cache key for a count of the serialised body `data` asked of `url`: its digest, with no
+    re-serialisation (the shell computes it where it serialises the body, off the event loop)."""
+    return f"{upstream}\x00{model}\x00{url}\x00{hashlib.sha256(data).hexdigest()}"
+
+
 def read_count(call: CountCall, answer: object) -> int | None:
     """The count in an endpoint's answer; None for an answer without one."""
     value = answer.get(call.answer_field) if isinstance(answer, Mapping) else None
