@@ -16,11 +16,14 @@ from proxy.apis.stream_errors import broken_stream_event
 from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
 from proxy.server import body as request_body
 from proxy.server.backends.profiles import forwardable_request_id
+from proxy.server.client_scope import credential_digest
 from proxy.server.credentials import without_client_keys
 from proxy.server.gateway import GATEWAY, RECORD, Gateway
 from proxy.server.health import HEALTH
 from proxy.server.paths import PATH_ROUTE, counted_when_sent, upstream_url
+from proxy.server.placement import INLINE_BYTES, performed
 from proxy.server.record import RequestRecord
+from proxy.server.slots import client_key
 from proxy.server.upstream.relay import (
     UPSTREAM_POOL,
     Target,
@@ -36,6 +39,7 @@ from proxy.server.upstream.relay import (
 from proxy.server.upstream.session import send_retrying_stale
 from proxy.server.upstream.streams import overflow_probe
 from proxy.wire.codec import dumps, loads
+from proxy.wire.strict_json import check_density
 
 
 async def read_body(request: web.Request, gw: Gateway) -> bytes:
@@ -183,7 +187,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     gw, record = request.app[GATEWAY], request[RECORD]
     record.kind = "passthrough"
     raw = await read_body(request, gw)
-    model = _sniff_model(request, raw)
+    model = await _sniffed_model(request, gw, raw)
     try:
         target = gw.router.route(model) if model else gw.router.default()
     except ModelNotRouted:
@@ -200,10 +204,26 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         return await relay_answer(request, gw, record, target, response, {"x-request-id": record.request_id})
 
 
-def _sniff_model(request: web.Request, raw: bytes) -> str | None:
-    if not raw or "json" not in request.content_type or len(raw) > 4 * 1024 * 1024:
+async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes) -> str | None:
+    """The body's `model`, read where a body of its size is read (`proxy.server.placement`): on the
+    loop up to `INLINE_BYTES`, else in the client's share of the threads (3.9 MB of `{}` parsed on
+    the loop held it 324-344 ms)."""
+    if not raw or "json" not in request.content_type or len(raw) > _SNIFF_BYTES:
         return None
+    if len(raw) <= INLINE_BYTES:
+        return _sniff_model(raw)
+    client = client_key(credential_digest(request.headers), request.remote)
+    large = len(raw) > gw.settings.server.offload_bytes
+    return await performed(large, _sniff_model, raw, size=len(raw), client=client)
+
+
+# A pass-through body larger than this is forwarded to the default upstream without reading its model.
+_SNIFF_BYTES = 4 * 1024 * 1024
+
+
+def _sniff_model(raw: bytes) -> str | None:
     try:
+        check_density(raw)  # a dense body is not parsed for a name: it goes to the default upstream
         data = loads(raw)
     except ValueError:
         return None
