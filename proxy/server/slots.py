@@ -41,6 +41,10 @@ from proxy.core.cancellation import bound
 T = TypeVar("T")
 
 
+# Where a request keeps its `client_key` once the handler has computed it (the upstream pool's share reads it).
+CLIENT = "context_guard_client"
+
+
 def client_key(digest: bytes | None, peer: str | None) -> str:
     """Who a request is for fair sharing: its credential's digest (`key:` and hex digits:
     `proxy.server.client_scope.credential_digest`), else its peer address (`peer:` and the

@@ -23,7 +23,7 @@ from proxy.server.health import HEALTH
 from proxy.server.paths import PATH_ROUTE, counted_when_sent, upstream_url
 from proxy.server.placement import INLINE_BYTES, performed
 from proxy.server.record import RequestRecord
-from proxy.server.slots import client_key
+from proxy.server.slots import CLIENT, client_key
 from proxy.server.upstream.relay import (
     UPSTREAM_POOL,
     Target,
@@ -66,7 +66,7 @@ class UpstreamCall:
     of the body of the `with` too) and counted, and its time recorded. Written out as one class
     rather than nested generator-based context managers: this runs for every request."""
 
-    __slots__ = ("_gw", "_payload", "_pool", "_record", "_request", "_sent", "_started", "_upstream")
+    __slots__ = ("_client", "_gw", "_payload", "_pool", "_record", "_request", "_sent", "_started", "_upstream")
 
     def __init__(
         self, request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
@@ -88,8 +88,9 @@ class UpstreamCall:
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()
         self._pool = pool = request.app[UPSTREAM_POOL]
+        self._client = client = request.get(CLIENT) or client_key(credential_digest(request.headers), request.remote)
         try:
-            await pool.acquire()
+            await pool.acquire(client)
             try:
                 with upstream_errors(upstream):
                     self._sent = await send_retrying_stale(
@@ -103,7 +104,7 @@ class UpstreamCall:
                         auto_decompress=False,
                     )
             except BaseException:
-                pool.release()
+                pool.release(client)
                 raise
         except BaseException as exc:
             self._ended(exc)
@@ -119,7 +120,7 @@ class UpstreamCall:
                 with upstream_errors(self._upstream):  # closing can fail as reading can
                     await self._sent.close()
             finally:
-                self._pool.release()
+                self._pool.release(self._client)
             error = upstream_failure(self._upstream, exc) if exc is not None else None
         except BaseException as failed:
             self._ended(failed)
