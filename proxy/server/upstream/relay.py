@@ -69,8 +69,9 @@ class Target:
 class Router:
     """The routes of one configuration. A model's target is worked out once (the routes' globs
     tried in order) and kept, for at most `MAX_ROUTED` model names (clients name what they like:
-    past the bound a name is routed afresh, not kept); a reload builds a new gateway and with it
-    a new router, so nothing kept outlives the routes it came from."""
+    past the bound the oldest kept goes, so names nobody sends again do not freeze the table);
+    a reload builds a new gateway and with it a new router, so nothing kept outlives the routes
+    it came from."""
 
     MAX_ROUTED = 4096
 
@@ -87,8 +88,10 @@ class Router:
             target = self._routed[model]
         except KeyError:
             target = self._first_match(model)
-            if len(self._routed) < self.MAX_ROUTED:
-                self._routed[model] = target
+            routed = self._routed
+            if len(routed) >= self.MAX_ROUTED:
+                del routed[next(iter(routed))]
+            routed[model] = target
         if target is None:
             raise ModelNotRouted(f"no upstream is configured for model {model!r}", param="model")
         return target
