@@ -182,6 +182,80 @@ async def attack_memory(run: Run, honest: bool) -> str:
     return f"{len(body) / 1e6:.0f} MB body answered in {seconds:.2f} s"
 
 
+# ---- issue 39: every model and every byte ----
+
+CLAUDE = "claude-3-5-sonnet-20241022"
+
+
+def words(size: int) -> str:
+    """Random letters in words of five: every slice of it is really encoded."""
+    text = letters(size)
+    return " ".join(text[i : i + 5] for i in range(0, size, 6))
+
+
+def gzipped(body: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(body, 6)
+
+
+async def attack_claude_count_tokens(run: Run, honest: bool) -> str:
+    """Four new 200 KB count_tokens bodies for Claude at once (a bound tokenizer), counted within the
+    budget; honest: the same for gpt-4o."""
+    model = "gpt-4o" if honest else CLAUDE
+    bodies = [count_tokens(words(run.size + i)).replace(b'"gpt-4o"', json.dumps(model).encode(), 1) for i in range(4)]
+    times = await asyncio.gather(*(post(run.url("/v1/messages/count_tokens"), body) for body in bodies))
+    return f"4 x {len(bodies[0]) / 1024:.0f} KB, max {max(times):.2f} s"
+
+
+async def attack_claude_hang_up(run: Run, honest: bool) -> str:
+    """16 MiB of words counted for Claude, its client gone after 1 s (the CPU column: what it spent
+    after); honest: gpt-4o's."""
+    model = "gpt-4o" if honest else CLAUDE
+    body = json.dumps({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": words(run.size)}]})
+    headers = {**ATTACKER, "Content-Type": "application/json"}
+    await hang_up_after(run.url("/v1/messages/count_tokens"), body.encode(), 1.0, headers)
+    return "client left after 1 s"
+
+
+def dense(size: int, unit: bytes = b"[],") -> bytes:
+    head = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()[:-1]
+    return head + b', "unread": [' + unit * (size // len(unit)) + b"0]}"
+
+
+async def attack_dense_json(run: Run, honest: bool) -> str:
+    """`run.size` bytes of `[],` in an unread field, as a gzip upload (refused: 400); honest: the
+    same size of prose in that field."""
+    raw = dense(run.size) if not honest else dense(run.size, b'"' + prose(60).encode() + b'",')
+    body = gzipped(raw)
+    headers = {**ATTACKER, "Content-Encoding": "gzip"}
+    seconds = await post(run.url("/v1/chat/completions"), body, headers, expect=(200, 400))
+    return f"{len(body) / 1024:.0f} KB gzip of {len(raw) / 2**20:.0f} MiB, {seconds:.2f} s"
+
+
+async def attack_passthrough_dense(run: Run, honest: bool) -> str:
+    """Two clients send 3.9 MB of `{}` to /v1/embeddings twice each, gzipped; honest: a 3.9 MB
+    string input."""
+    unit = b'"' + prose(60).encode() + b'",' if honest else b"{},"
+    head = b'{"model": "text-embedding-3-small", "input": "hi", "x": ['
+    body = gzipped(head + unit * (run.size // len(unit)) + b"0]}")
+    who = [{**ATTACKER, "Content-Encoding": "gzip"}, {**HONEST, "Content-Encoding": "gzip"}]
+    expect = tuple(range(200, 500))
+    url = run.url("/v1/embeddings")
+    times = await asyncio.gather(*(post(url, body, h, expect=expect) for h in who for _ in range(2)))
+    return f"4 x {len(body) / 1024:.0f} KB gzip, max {max(times):.2f} s"
+
+
+async def attack_responses_items(run: Run, honest: bool) -> str:
+    """A 1 MiB Responses body of one-character items, re-sent 5 times; honest: 1 MiB in 96 items."""
+    count = 96 if honest else run.size // 43
+    text = "a" if not honest else prose(run.size // 96)
+    items = [{"role": ("user", "assistant")[i % 2], "content": text} for i in range(count)]
+    body = json.dumps({"model": "gpt-4o", "input": items}).encode()
+    times = [await post(run.url("/v1/responses"), body, expect=tuple(range(200, 500))) for _ in range(6)]
+    return f"{count} items, re-sent: max {max(times[1:]):.2f} s"
+
+
 @dataclass(frozen=True)
 class Attack:
     name: str
@@ -192,6 +266,7 @@ class Attack:
     upstream: tuple[str, ...] = ()  # argv of tests/adversarial/upstreams.py after the port; () the fake upstream
     honest_upstream: tuple[str, ...] = ()
     local: bool = False  # the upstream is a tokenizing backend routed as model `local`
+    warm: tuple[str, ...] = ("gpt-4o",)  # models whose vocabularies are loaded before the attack
 
 
 ATTACKS = (
@@ -231,6 +306,34 @@ ATTACKS = (
     Attack("pdf_no_count", "PDF /Pages with no /Count, 8 MiB inflated", attack_pdf_no_count, 8 * 2**20, 8 * 2**20),
     Attack("ref_chain", "$ref chain in a tool schema, K=4, 13 deep", attack_ref_chain),
     Attack("memory_30mb", "30 MB of letters without spaces vs prose", attack_memory, 30_000_000, 30_000_000),
+    # Issue 39: before and after in docs/security.md. A re-sent Claude conversation over its window is
+    # reproduced by tests/adversarial/test_bounds_every_model.py (a row here measured nothing: the
+    # re-sends were cheap on main too).
+    Attack(
+        "claude_count_tokens",
+        "count_tokens for Claude (a bound), 4 new bodies",
+        attack_claude_count_tokens,
+        200_000,
+        200_000,
+        warm=("gpt-4o", CLAUDE),
+    ),
+    Attack(
+        "claude_hang_up",
+        "16 MiB Claude count, client leaves after 1 s",
+        attack_claude_hang_up,
+        16 * 2**20,
+        4 * 2**20,
+        warm=("gpt-4o", CLAUDE),
+    ),
+    Attack("dense_json", "30 MiB of [], in an unread field, gzipped", attack_dense_json, 30 * 2**20, 8 * 2**20),
+    Attack(
+        "passthrough_dense", "3.9 MB of {} to /v1/embeddings, 2 clients", attack_passthrough_dense, 3_900_000, 3_900_000
+    ),
+    Attack("responses_items", "1 MiB Responses body of one-character items", attack_responses_items, 2**20, 2**20),
+    Attack("model_name_in_url", "model names with .., ?, # at the Vertex count call", None),
+    Attack("edge_count_call", "Claude at the budget's edge with 9 MB of MCP tools", None),
+    Attack("upstream_share", "one client holds every upstream call it may", None),
+    Attack("route_tables", "keyless 401s filling the route tables", None),
 )
 
 
@@ -335,7 +438,7 @@ async def one_side(attack: Attack, size: int, honest: bool, workdir: Path) -> Me
         await wait_ready(f"http://127.0.0.1:{guard_port}/livez")
         run = Run(f"http://127.0.0.1:{guard_port}", size, guard.pid)
         # Vocabularies load once per process (a second, holding the GIL part of it): not the attack's.
-        for model in ("gpt-4o", "local") if attack.local else ("gpt-4o",):
+        for model in (*attack.warm, "local") if attack.local else attack.warm:
             await post(run.url("/v1/chat/completions"), chat("warm up", model=model), HONEST)
             await post(run.url("/v1/messages/count_tokens"), count_tokens("warm up"), HONEST)
         return await measured(run, attack, honest)

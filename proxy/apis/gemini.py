@@ -26,7 +26,6 @@ dropped ones. Errors take Google's shape, `{"error": {"code", "message", "status
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -46,6 +45,7 @@ from proxy.apis.base import (
 )
 from proxy.apis.gemini_parts import Turns, field, read_system
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.core.model_names import url_model_name
 from proxy.core.trim import Removal
 
 API = "generate_content"
@@ -76,15 +76,14 @@ STATUSES = {
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
-_MODEL_NAME = re.compile(r"[A-Za-z0-9._@-]{1,200}")
-
-
 def model_name(name: str) -> str:
-    """The model a Gemini path names, refused unless it is a plain name: letters, digits, `.`,
-    `_`, `@` and `-`, no `..` (it goes into the upstream's URL and the count endpoint's)."""
-    if not _MODEL_NAME.fullmatch(name) or ".." in name:
+    """The model a Gemini path names, refused unless it is one plain URL segment
+    (proxy.core.model_names: it goes into the upstream's URL and the count endpoint's)."""
+    if url_model_name(name) is None:
         raise InvalidRequest(
-            "the model in the path must be a name of letters, digits, '.', '_', '@' and '-'", param="model"
+            "the model in the path must be a name of letters, digits, '.', '_', '@' and '-',"
+            " starting and ending with a letter or digit",
+            param="model",
         )
     return name
 

@@ -63,6 +63,7 @@ from proxy.apis.responses_items import (
     read_item,
 )
 from proxy.core.models import ModelProfile
+from proxy.core.work_budget import ITEM_UNITS, spend
 
 
 class ResponsesAdapter(Adapter):
@@ -83,6 +84,7 @@ class ResponsesAdapter(Adapter):
         if isinstance(items, str):
             build.add({"role": "user", "content": items}, (Origin("input"),))
         elif isinstance(items, list):
+            spend(ITEM_UNITS * len(items))  # each item is read: moved to a thread when they are many
             for k, item in enumerate(items):
                 read_item(build, item, k)
             build.finish()

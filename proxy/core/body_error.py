@@ -2,7 +2,8 @@
 
     BodyError          proxy.core.body_error   a body the guard refuses; `param`: the field, if one is to blame
     ├── AmbiguousJson     proxy.wire.strict_json  JSON the guard will not guess about (`param`: a key written twice)
-    ├── UnreadableJson    proxy.wire.strict_json  not JSON, or ambiguous, worded for the client
+    ├── DenseJson         proxy.wire.strict_json  JSON whose values would take too much memory for its size
+    ├── UnreadableJson    proxy.wire.strict_json  not JSON, ambiguous or too dense, worded for the client
     └── InvalidBody       proxy.core.plan         not a chat-completions body
         └── InvalidRequest  proxy.apis.base       not a body this API accepts (`param` in its spelling)
 

@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.core.cancellation import checkpoint
+
 _RUNS = re.compile(r"[ \t]{2,}")
 # An ASCII punctuation mark right before a letter or digit (`,true`, `{"id`, `.method`, `\nline`).
 _WORD_STARTS = re.compile(r"[!-/:-@\[-`{-~](?=[A-Za-z0-9])")
@@ -80,8 +82,27 @@ OPEN_BOUND = BoundTerms(
 BOUNDS: dict[str, BoundTerms] = {"claude": CLAUDE_BOUND, "open": OPEN_BOUND}
 
 
+# A text longer than this is measured for its class terms a window at a time: no copy or list of
+# matches longer than a window's is ever held, and a request whose client left stops between two.
+TERMS_WINDOW = 64 * 1024
+
+
 def class_terms(text: str, terms: BoundTerms) -> float:
-    """The per-class tokens `terms` add to a text's scaled base count."""
+    """The per-class tokens `terms` add to a text's scaled base count, measured a window at a time.
+
+    Every term is a sum over characters, so windows add up to the whole, except a run of spaces
+    or tabs cut between two windows: each part loses at most one of its characters' term, so one
+    `terms.run` per cut keeps the sum an upper bound."""
+    if len(text) <= TERMS_WINDOW:
+        return _window_terms(text, terms)
+    total = 0.0
+    for at in range(0, len(text), TERMS_WINDOW):
+        checkpoint()  # a request whose client hung up stops here (proxy.core.cancellation)
+        total += _window_terms(text[at : at + TERMS_WINDOW], terms)
+    return total + terms.run * ((len(text) - 1) // TERMS_WINDOW)
+
+
+def _window_terms(text: str, terms: BoundTerms) -> float:
     extra = 0.0
     if terms.digit:
         extra += terms.digit * sum(map(text.count, "0123456789"))
@@ -111,7 +132,13 @@ def class_terms(text: str, terms: BoundTerms) -> float:
 
 @dataclass(frozen=True, slots=True)
 class BoundTokenizer:
-    """Counts an upper bound: `terms.multiplier` x `base_count` plus the class terms, rounded up."""
+    """Counts an upper bound: `terms.multiplier` x `base_count` plus the class terms, rounded up.
+
+    `base_count` (and `base_count_many`) is the base encoding's counting path, an
+    `EncoderTokenizer`'s (`proxy.tokenizers.bounded.bound_tokenizer` builds it so): the work
+    budget, slicing, the one-token-per-byte rule, the fallback on a native panic and the
+    cancellation checkpoints are the exact tokenizers' own, and the class terms are measured a
+    window at a time (`class_terms`) after the base count has spent the text's characters."""
 
     base_name: str
     base_count: Callable[[str], int]

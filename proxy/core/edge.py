@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import quote
 
+from proxy.core.model_names import url_model_name
+
 EndpointKind = Literal["anthropic", "openai", "vertex", "gemini"]
 
 
@@ -90,6 +92,12 @@ def body_key(upstream: str, model: str, url: str, body: Mapping[str, Any]) -> st
     return f"{upstream}\x00{model}\x00{url}\x00{digest}"
 
 
+def bytes_key(upstream: str, model: str, url: str, data: bytes) -> str:
+    """A cache key for a count of the serialised body `data` asked of `url`: its digest, with no
+    re-serialisation (the shell computes it where it serialises the body, off the event loop)."""
+    return f"{upstream}\x00{model}\x00{url}\x00{hashlib.sha256(data).hexdigest()}"
+
+
 def read_count(call: CountCall, answer: object) -> int | None:
     """The count in an endpoint's answer; None for an answer without one."""
     value = answer.get(call.answer_field) if isinstance(answer, Mapping) else None
@@ -135,7 +143,10 @@ def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str
         contents = vertex_body(body)
         if found is None or contents is None:
             return None
-        name = model.split("/", 1)[1] if model.startswith("google/") else model
+        # The model is written into the URL: a name that is not one plain path segment is never asked about.
+        name = url_model_name(model.split("/", 1)[1] if model.startswith("google/") else model)
+        if name is None:
+            return None
         url = f"{found.group(1)}/publishers/google/models/{name}:countTokens"
         return CountCall("vertex", url, contents, "totalTokens")
     return None
@@ -143,14 +154,13 @@ def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str
 
 # What Gemini's countTokens reads of a generateContent request (Vertex AI takes them at the top level).
 _GEMINI_FIELDS = ("contents", "systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config")
-_GEMINI_MODEL = re.compile(r"[A-Za-z0-9._@-]{1,200}")
 
 
 def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> CountCall | None:
     """The countTokens call for a native Gemini request: the model, a plain name (quoted all the
     same), put in a URL at the upstream's host; for Vertex AI under the base URL's project."""
-    name = model.rpartition("/")[2]
-    if not _GEMINI_MODEL.fullmatch(name) or ".." in name:
+    name = url_model_name(model.rpartition("/")[2])
+    if name is None:
         return None
     quoted = quote(name, safe="")
     picked = {k: body[k] for k in _GEMINI_FIELDS if k in body}

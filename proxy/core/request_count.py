@@ -41,6 +41,7 @@ from proxy.core.openings import (
 from proxy.core.tokenizer import Tokenizer
 from proxy.core.tool_calls import ResultContext, flag_groups, no_tool_traffic, result_contexts, scan_calls
 from proxy.core.tools import ToolsCount, first_system_text, tool_definitions_tokens
+from proxy.core.work_budget import ITEM_UNITS, spend
 
 _last_definitions: tuple[tuple[Any, ...], int] = ((), 0)  # the fields `definitions_hash` saw last, and theirs
 
@@ -86,6 +87,7 @@ class RequestCounter(CountRules):
         recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.slices)
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
+        spend(ITEM_UNITS * len(messages))  # each message is looked up, split into turns and maybe cut
         counts, tally = self._counts_with_openings(messages, message_hashes, shared)
         return self.totals(body, messages, counts, tally, self._tool_definitions(body), recording)
 

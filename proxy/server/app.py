@@ -39,7 +39,15 @@ from proxy.server.health import Health, Reachability, install_health
 from proxy.server.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
 from proxy.server.metrics import Metrics
 from proxy.server.model_counting import Models
-from proxy.server.paths import PASSTHROUGH, PATH_ROUTE, InvalidPath, PassthroughPolicy, canonical_path, route_for
+from proxy.server.paths import (
+    PASSTHROUGH,
+    PATH_ROUTE,
+    InvalidPath,
+    PassthroughPolicy,
+    PathRoute,
+    canonical_path,
+    route_for,
+)
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
 from proxy.server.request_ids import new_request_id
@@ -213,8 +221,10 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[RECORD] = record
     status = 500
     try:
-        canonical_route(request)
+        fresh = canonical_route(request)
         client_keys(request)
+        if fresh is not None:  # a route is kept only for a request that passed the client-key check
+            keep_route(request.app[GATEWAY], *fresh)
         response = await handler(request)
         status = CLIENT_CLOSED if record.client_disconnected and not record.delivered else response.status
         return response
@@ -286,8 +296,9 @@ def error_response(error: GuardError, record: RequestRecord, apis: AdapterRegist
     return response
 
 
-def canonical_route(request: web.Request) -> None:
-    """The request's canonical path and the route it decides, kept on the request and its record."""
+def canonical_route(request: web.Request) -> tuple[tuple[str, str], PathRoute] | None:
+    """The request's canonical path and the route it decides, kept on the request and its record;
+    the key and route for the gateway to keep (`keep_route`) when it had none for them."""
     if "#" in request.raw_path:  # a fragment has no place in a request target; yarl would drop it silently
         raise InvalidPath("the request target holds a '#'")
     path = canonical_path(request.rel_url.raw_path)
@@ -295,13 +306,23 @@ def canonical_route(request: web.Request) -> None:
     record.path = path.value
     gw, key = request.app[GATEWAY], (path.value, request.method)
     route = gw.routes.get(key)
+    fresh = None
     if route is None:  # worked out once per path and method (a refusal is raised, never kept)
         route = route_for(path, request.method, request.app[PASSTHROUGH], gw.apis.endpoint_for, local_name)
-        if len(gw.routes) < ROUTES_KEPT:
-            gw.routes[key] = route
+        fresh = (key, route)
     request[PATH_ROUTE] = route
     if route.kind == "guarded" and route.api is not None:
         record.kind = route.api
+    return fresh
+
+
+def keep_route(gw: Gateway, key: tuple[str, str], route: PathRoute) -> None:
+    """Keep a path's route; when `ROUTES_KEPT` are kept, the oldest goes (worked out again if asked
+    for), so that paths nobody sends again do not freeze the table."""
+    routes = gw.routes
+    if len(routes) >= ROUTES_KEPT:
+        del routes[next(iter(routes))]
+    routes[key] = route
 
 
 def client_keys(request: web.Request) -> None:

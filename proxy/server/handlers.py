@@ -30,7 +30,7 @@ from proxy.server.perform import prepared
 from proxy.server.placement import performed, planned
 from proxy.server.record import COUNT_HEADER, RequestRecord
 from proxy.server.resent import earlier_body
-from proxy.server.slots import client_key
+from proxy.server.slots import CLIENT, client_key
 from proxy.server.upstream.forwarding import read_body
 from proxy.wire.chat_body import read_chat_body
 from proxy.wire.prefix_reader import Match
@@ -46,7 +46,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     match = gw.readers.match(endpoint.adapter, raw)
     large = match.new_bytes > gw.settings.server.offload_bytes
     digest = credential_digest(request.headers)  # who the client is, for its share and its counts
-    client = client_key(digest, request.remote)  # its share of the threads
+    client = request[CLIENT] = client_key(digest, request.remote)  # its share of the threads and upstream calls
     parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
     model = parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream

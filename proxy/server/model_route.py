@@ -39,7 +39,7 @@ from proxy.server.model_counting import Models
 from proxy.server.upstream.relay import Target
 from proxy.tokenizers.map_corrections import correction_for
 
-MAX_ROUTES = 4096  # models remembered per gateway: clients name what they like, past this none is kept
+MAX_ROUTES = 4096  # models remembered per gateway: clients name what they like, past this the oldest goes
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +81,13 @@ class ModelRoutes:
         return route
 
     def put(self, model: str, api: str, route: ModelRoute) -> None:
-        if route.kept_as_is and len(self._routes) < MAX_ROUTES:
-            self._routes[(model, api)] = route
+        """Keep `route`; when `MAX_ROUTES` are kept, the oldest goes (worked out again if asked for):
+        a table filled by names nobody sends again must not freeze out the ones that come next."""
+        if route.kept_as_is:
+            routes = self._routes
+            if len(routes) >= MAX_ROUTES and (model, api) not in routes:
+                del routes[next(iter(routes))]
+            routes[(model, api)] = route
 
     def __len__(self) -> int:
         return len(self._routes)

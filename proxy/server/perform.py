@@ -54,7 +54,7 @@ from proxy.server.backends.profiles import BackendProfile
 from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
 from proxy.server.gateway import Gateway
 from proxy.server.model_route import model_route
-from proxy.server.placement import planned
+from proxy.server.placement import performed, planned
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.upstream import answers
 from proxy.server.upstream.answers import UsageReader, first_event
@@ -133,6 +133,11 @@ class Performer:
         flight) is counted whole: on the loop as long as that stays within the inline budget."""
         return await planned(self.large, work, *args, size=len(self.raw), client=self.client)
 
+    async def _placed(self, work: Callable[[], T]) -> T:
+        """Work that grows with the whole body but spends no budget (the edge count call's body):
+        on the loop for a body of at most `INLINE_BYTES`, else in the client's share of the threads."""
+        return await performed(self.large, work, size=len(self.raw), client=self.client)
+
     def _recorded(self, exchange: Exchange) -> None:
         """The record says where the exchange stands (a retry is planned for the corrected window)."""
         record = self.record
@@ -179,7 +184,7 @@ class Performer:
         )
         headers = functools.partial(_count_call_headers, self.request, gw, upstream)
         counted = await at_edge(
-            gw.provider_counts, session, headers, edge, command.plan, self.choice.tokenizer, record.notes
+            gw.provider_counts, session, headers, edge, command.plan, self.choice.tokenizer, record.notes, self._placed
         )
         if counted is not None:
             record.count_source = "provider"

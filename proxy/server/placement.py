@@ -77,9 +77,15 @@ def medium_body_slots() -> FairSlots:
 
 async def near_loop(work: Callable[..., T], *args: Any, size: int, client: str = "") -> T:
     """`work(*args)` for a body with `size` new bytes (at most `server.offload_bytes`): on the loop
-    when it is at most `INLINE_BYTES`, else in the medium-body threads, within `client`'s share."""
+    within the inline budget when it is at most `INLINE_BYTES` (a re-sent body's parse walks every
+    item: `proxy.core.work_budget.ITEM_UNITS`), else, or when it would overspend, in the
+    medium-body threads, within `client`'s share."""
     if size <= INLINE_BYTES:
-        return work(*args)
+        try:
+            with budgeted(INLINE_BYTES):
+                return work(*args)
+        except OverBudget:
+            pass  # stopped before the step that would overspend: done again in a thread
     return await medium_body_slots().run(client, work, *args)
 
 

@@ -1,4 +1,8 @@
-"""`bound:<name>` tokenizers: an upper bound (proxy.core.bound) over a tiktoken encoding's count."""
+"""`bound:<name>` tokenizers: an upper bound (proxy.core.bound) over a tiktoken encoding's count.
+
+The base count is an `EncoderTokenizer`'s, so a bound tokenizer (Claude, Gemini, Gemma, unknown
+names) counts through the same path as an exact one: work budget, slices, one token per byte
+where no cut is found, fallback on a native panic, cancellation checkpoints (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 from proxy.core.bound import BOUNDS, BoundTerms, BoundTokenizer
+from proxy.core.tokenizer import EncoderTokenizer
 
 if TYPE_CHECKING:
     import tiktoken
@@ -36,11 +41,11 @@ def bound_tokenizer(
     batch: Callable[[list[str]], list[list[int]]],
 ) -> BoundTokenizer:
     """Bound `name` over `encoding` (`batch` encodes many texts at once, as the shell spreads them)."""
-    encode = encoding.encode_ordinary
+    base = EncoderTokenizer(BOUND_BASE, encoding.encode_ordinary, encode_batch=batch)
     return BoundTokenizer(
         BOUND_BASE,
-        lambda text: len(encode(text)),
+        base.count,
         bound_terms(name, multiplier),
         name if multiplier == 1.0 else f"{name}x{multiplier:g}",
-        lambda texts: [len(ids) for ids in batch(texts)],
+        base.count_many,
     )

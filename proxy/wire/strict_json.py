@@ -28,6 +28,16 @@ own that a client must not reach. The body must be UTF-8, and a string holding a
 surrogate (`"\\ud800"`) is not Unicode (it cannot be encoded for the upstream or the log), so both
 are refused too.
 
+**Dense JSON.** A parsed value costs far more memory than its text: 72 bytes for each `[]`, 192
+for each `{"a":0}`, about 60 for each short string or number after a comma. 30 MiB of `[],` in a
+field the guard never reads made 917 MB of objects. Before parsing, the body's values are
+weighed (`dense_units`: three units an object, one an array, one a comma, each unit standing for
+at most 64 bytes of objects) and a body over `MAX_UNITS_FLOOR` units plus one per
+`BYTES_PER_UNIT` bytes is refused: the objects then stay under about 2.7 times the body beyond a
+fixed 16 MB. The first weighing counts brackets and commas anywhere (a C count); only a body it
+puts over the bound is weighed again with its strings taken out, so prose and code in strings,
+however full of brackets, never count.
+
 `read_json(raw)` is the one reader the server and the CLI share: its `UnreadableJson` carries the
 client-facing message ("the request body is ambiguous: ..." or "... is not valid JSON: ...") and
 the duplicated key, if that is why.
@@ -78,6 +88,48 @@ class JsonLimits:
 DEFAULT_LIMITS = JsonLimits()
 
 
+class DenseJson(BodyError):
+    """A body whose values would take too much memory for its size once parsed (see above)."""
+
+
+# A body may hold this many units of values whatever its size (a 6 MB body of tool schemas fits),
+# and one more per `BYTES_PER_UNIT` bytes of it.
+MAX_UNITS_FLOOR = 256 * 1024
+BYTES_PER_UNIT = 24
+# A JSON string, escapes included (unrolled: no backtracking); taken out before the exact weighing.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A stretch of at most 64 Ki bytes outside strings and whole strings, ending outside any: the exact
+# weighing goes a stretch at a time, so that no one call into the regex engine (which holds the GIL,
+# and with it the event loop) runs long.
+_STRETCH = re.compile(rb'(?:[^"]|"[^"\\]*(?:\\.[^"\\]*)*"){1,65536}+')
+
+
+def dense_units(raw: bytes, strings_out: bool = False, stop_past: int | None = None) -> int:
+    """The weight of `raw`'s values: 3 an object, 1 an array, 1 a comma; with `strings_out`,
+    only those outside strings (exact, weighing stops once past `stop_past`), else every
+    bracket and comma (an upper bound)."""
+    if not strings_out:
+        return 3 * raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+    units, pos = 0, 0
+    while (stretch := _STRETCH.match(raw, pos)) is not None:  # None at an unterminated string: the rest is in it
+        units += dense_units(_STRING.sub(b"", stretch.group()))
+        if stop_past is not None and units > stop_past:
+            break
+        pos = stretch.end()
+    return units
+
+
+def check_density(raw: bytes) -> None:
+    """Raise `DenseJson` when `raw`'s values weigh more than its size allows."""
+    allowed = MAX_UNITS_FLOOR + len(raw) // BYTES_PER_UNIT
+    if dense_units(raw) > allowed and dense_units(raw, strings_out=True, stop_past=allowed) > allowed:
+        raise DenseJson(
+            f"its {len(raw):,} bytes hold more JSON objects, arrays and values than the {allowed:,} units a "
+            f"body of its size may (an object 3, an array or a value 1; one per {BYTES_PER_UNIT} bytes beyond "
+            f"{MAX_UNITS_FLOOR:,})"
+        )
+
+
 class UnreadableJson(BodyError):
     """A body that is not JSON, or that the proxy will not guess about; the message is the
     client's, `param` names the duplicated key when that is why."""
@@ -89,13 +141,18 @@ def read_json(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
         return loads_strict(raw, limits)
     except AmbiguousJson as exc:
         raise UnreadableJson(f"the request body is ambiguous: {exc}", param=exc.param) from None
+    except DenseJson as exc:
+        raise UnreadableJson(f"the request body is too dense: {exc}") from None
     except ValueError as exc:
         raise UnreadableJson(f"the request body is not valid JSON: {exc}") from None
 
 
 def loads_strict(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     """Parse `raw`; ValueError when it is not UTF-8 JSON, AmbiguousJson when it writes a key twice
-    in one object, nests too deeply or holds a lone surrogate."""
+    in one object, nests too deeply or holds a lone surrogate; DenseJson when its values would
+    take too much memory for its size."""
+    if 3 * len(raw) > MAX_UNITS_FLOOR:  # three units a byte at most: a smaller body is under the floor
+        check_density(raw)
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:  # not JSON to orjson: the exact pass says why, or accepts NaN

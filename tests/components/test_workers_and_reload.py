@@ -92,7 +92,7 @@ async def test_the_page_of_recent_decisions_shows_every_worker_s_decisions_on_ev
 ):
     """With the default two workers the kernel hands each page load to either: each shows all."""
     upstream = await start_upstream()
-    guard = Guard("page", free_port(), tmp_path, "--upstream", upstream.url, "--workers", "2", "--drain-delay", "0")
+    guard = Guard("page", 0, tmp_path, "--upstream", upstream.url, "--workers", "2", "--drain-delay", "0")
     processes.append(guard)
     guard.start()
     await guard.until_ready()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.bound import BOUNDS, BoundTerms, BoundTokenizer, class_terms
+from proxy.core.bound import BOUNDS, TERMS_WINDOW, BoundTerms, BoundTokenizer, class_terms
 from proxy.core.models import TokenizerSpec
 from proxy.tokenizers.families import VOCABULARIES, load_vocabulary
 from proxy.tokenizers.vocabularies import Tokenizers, TokenizerUnavailable, bundled_encodings_dir
@@ -107,6 +107,15 @@ class TestClassTerms:
         assert class_terms("عر", terms) == 10.0
         assert class_terms("é😀", terms) == 12.0
         assert class_terms("中文", terms) == 0.0  # covered by the multiplier
+
+    def test_a_long_text_is_measured_in_windows_and_stays_an_upper_bound(self):
+        """One `run` term per window cut makes up for a run of spaces a cut splits."""
+        terms = BoundTerms(multiplier=1.0, digit=1.0, run=1.0)
+        text = "a1  " * 100_000  # 100,000 digits and 100,000 runs of two spaces: 200,000 in terms
+        cuts = (len(text) - 1) // TERMS_WINDOW
+        assert 200_000 <= class_terms(text, terms) <= 200_000 + cuts
+        spaces = " " * 300_000  # one run: 299,999, cut into windows
+        assert 299_999 <= class_terms(spaces, terms) <= 299_999 + (len(spaces) - 1) // TERMS_WINDOW
 
     def test_the_bound_is_the_scaled_base_plus_the_terms_rounded_up(self):
         tokenizer = BoundTokenizer("base", lambda text: 10, BoundTerms(multiplier=1.25, digit=0.5), "t")

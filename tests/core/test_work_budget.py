@@ -7,11 +7,14 @@ import threading
 
 import pytest
 
+from proxy.apis.responses import ResponsesAdapter
 from proxy.core.images import TileCost
 from proxy.core.media import file_cost
+from proxy.core.request_count import RequestCounter
 from proxy.core.tokenizer import EncoderTokenizer
 from proxy.core.tool_schema import render_namespace
 from proxy.core.work_budget import OverBudget, budgeted, spend
+from tests.core.trimming import profile
 
 
 class Recording:
@@ -101,3 +104,19 @@ class TestOtherStepsSpend:
             render_namespace([function])
         with budgeted(10_000):
             assert "lookup" in render_namespace([function]).text
+
+
+class TestItems:
+    """Issue 39, item 7: a conversation's items spend from the budget, not only its characters."""
+
+    def test_a_responses_body_of_many_one_character_items_overspends_before_it_is_read(self):
+        body = {"model": "gpt-4o", "input": [{"role": "user", "content": "a"} for _ in range(2_000)]}
+        with budgeted(4096), pytest.raises(OverBudget):
+            ResponsesAdapter().parse(body)
+
+    def test_a_conversation_of_many_messages_overspends_before_it_is_counted(self):
+        encoder = Recording()
+        counter = RequestCounter(profile(100_000), EncoderTokenizer("rec", encoder.encode))
+        with budgeted(4096), pytest.raises(OverBudget):
+            counter.request({"messages": [{"role": "user", "content": "a"} for _ in range(2_000)]})
+        assert encoder.texts == []  # stopped before any encoding

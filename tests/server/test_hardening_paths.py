@@ -155,6 +155,8 @@ class TestRoutingOverSockets:
             assert (await raw_request(proxy.port, "GET", f"/v1/models/m{i}")).status == 200
         routes = proxy.app[GATEWAY].routes
         assert len(routes) == ROUTES_KEPT and ("/v1/chat/completions", "GET") not in routes
+        assert ("/v1/chat/completions", "POST") not in routes  # the oldest went: the table never freezes
+        assert (f"/v1/models/m{ROUTES_KEPT + 19}", "GET") in routes
         assert upstream.received[-1].path == f"/v1/models/m{ROUTES_KEPT + 19}"  # past the bound: routed all the same
 
     async def test_the_openai_api_surface_is_passed_through(self, proxy, upstream, logs):

@@ -122,7 +122,8 @@ class TestKeeping:
         for i in range(MAX_ROUTES + 10):
             routes.put(f"gpt-4o-{i}", "chat", route)
         assert len(routes) == MAX_ROUTES
-        assert routes.get(f"gpt-4o-{MAX_ROUTES + 5}", "chat", backends.discoveries) is None
+        assert routes.get("gpt-4o-5", "chat", backends.discoveries) is None  # the oldest went
+        assert routes.get(f"gpt-4o-{MAX_ROUTES + 5}", "chat", backends.discoveries) is route  # the newest are kept
 
 
 def _fields(route: ModelRoute) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 
@@ -232,9 +232,13 @@ async def answered_json(
     session: aiohttp.ClientSession, method: str, url: str, body: object = None, headers: Mapping[str, str] | None = None
 ) -> object:
     """The JSON of a 2xx answer; None for an answer without one (another status, not JSON, over
-    `MAX_ANSWER_BYTES`); BackendDown when the server could not answer."""
+    `MAX_ANSWER_BYTES`); BackendDown when the server could not answer. A `body` of bytes is JSON
+    serialised already (off the event loop, for a large one)."""
+    sent: dict[str, Any] = {"json": body, "headers": headers}
+    if isinstance(body, bytes):
+        sent = {"data": body, "headers": {**(headers or {}), "Content-Type": "application/json"}}
     try:
-        async with session.request(method, url, json=body, headers=headers, allow_redirects=False) as response:
+        async with session.request(method, url, allow_redirects=False, **sent) as response:
             if response.status >= 500:
                 raise BackendDown(f"{url} answered {response.status}")
             if response.status >= 300:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,11 +24,21 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from proxy.core.edge import CountCall, body_key, bound_ratio_of, count_call, lower_bound, read_count, straddles
+from proxy.core.edge import (
+    CountCall,
+    body_key,
+    bound_ratio_of,
+    bytes_key,
+    count_call,
+    lower_bound,
+    read_count,
+    straddles,
+)
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
 from proxy.server.upstream.relay import request_headers
+from proxy.wire.codec import dumps
 
 if TYPE_CHECKING:
 
@@ -66,8 +77,10 @@ class ProviderCounts:
         key: str,
         headers: Mapping[str, str],
         timeout: float,
+        data: bytes | None = None,
     ) -> int | None:
-        """The count `call` answers (kept or asked for now); None when it fails or is late."""
+        """The count `call` answers (kept or asked for now); None when it fails or is late.
+        `data`: `call.body` serialised already (else it is serialised when sent)."""
         if key in self.kept:
             self.kept.move_to_end(key)
             return self.kept[key]
@@ -77,7 +90,7 @@ class ProviderCounts:
             sent.setdefault("anthropic-version", _ANTHROPIC_VERSION)
         try:
             async with asyncio.timeout(timeout):
-                answer = await answered_json(session, "POST", call.url, call.body, sent)
+                answer = await answered_json(session, "POST", call.url, call.body if data is None else data, sent)
         except (TimeoutError, BackendDown):
             return None
         counted = read_count(call, answer)
@@ -132,6 +145,15 @@ class EdgeRequest:
         )
 
 
+# Runs work that grows with the body where the request's own counting runs (on the loop for a
+# small body, else in the client's share of the threads: `proxy.server.placement.performed`).
+Placed = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+async def _inline(work: Callable[[], Any]) -> Any:
+    return work()
+
+
 async def at_edge(
     counts: ProviderCounts,
     session: aiohttp.ClientSession,
@@ -140,10 +162,12 @@ async def at_edge(
     plan: Plan,
     tokenizer: object,
     notes: list[str],
+    placed: Placed = _inline,
 ) -> Plan | None:
     """`plan` (made from a bound: the exchange offers no exact count) as the provider's count
     re-makes it, when the request's bounds straddle its budget and the provider's count fits it
-    (the exchange's `ProviderCount`); else None: `plan` stands."""
+    (the exchange's `ProviderCount`); else None: `plan` stands. The call's body is built,
+    serialised and digested (its cache key) by `placed`: never on the loop for a large body."""
     if not request.enabled:
         return None
     # The budget of the request as sent: a max_tokens the cut lowered is the client's again.
@@ -152,7 +176,7 @@ async def at_edge(
     lower = lower_bound(upper, False, bound_ratio_of(tokenizer, request.assumed_ratio))
     if not straddles(upper, lower, budget):
         return None
-    counted = await _provider_count(counts, session, await headers(), request)
+    counted = await _provider_count(counts, session, await headers(), request, placed)
     if counted is None:
         notes.append("provider_count_failed")
         return None
@@ -172,21 +196,36 @@ def count_call_headers(
     return {k: v for k, v in headers.items() if k.lower() in _CREDENTIALS or k in upstream.headers}
 
 
+def _prepared(kind: str, request: EdgeRequest) -> tuple[CountCall, str, bytes] | None:
+    """The count call for `request`, its body serialised, and its cache key (the bytes' digest)."""
+    call = count_call(kind, request.base_url, request.model, request.api, request.body)
+    if call is None:
+        return None
+    data = dumps(call.body)
+    return call, bytes_key(request.upstream, request.model, call.url, data), data
+
+
 async def _provider_count(
-    counts: ProviderCounts, session: aiohttp.ClientSession, headers: Mapping[str, str], request: EdgeRequest
+    counts: ProviderCounts,
+    session: aiohttp.ClientSession,
+    headers: Mapping[str, str],
+    request: EdgeRequest,
+    placed: Placed,
 ) -> int | None:
     kind = _KINDS.get(request.kind)
     if kind is not None:
-        call = count_call(kind, request.base_url, request.model, request.api, request.body)
-        if call is None:
+        prepared = await placed(functools.partial(_prepared, kind, request))
+        if prepared is None:
             return None
-        return await counts.count(session, call, call.key(request.upstream, request.model), headers, request.timeout)
+        call, key, data = prepared
+        return await counts.count(session, call, key, headers, request.timeout, data)
     if request.discovery is not None and request.api == "chat":  # vLLM, llama.cpp: their tokenize calls
         calls = calls_for(request.discovery, session, request.base_url, request.model, headers)
         messages = request.chat.get("messages")
         if calls is None or not isinstance(messages, list) or request.chat.get("tools"):
             return None  # the rendered conversation is asked without tools: a request with them is not
-        key = body_key(request.upstream, request.model, f"{request.base_url}#tokenize", {"messages": messages})
+        tokenize, asked = f"{request.base_url}#tokenize", {"messages": messages}
+        key = await placed(functools.partial(body_key, request.upstream, request.model, tokenize, asked))
         if key in counts.kept:
             return counts.kept[key]
         counts.calls += 1

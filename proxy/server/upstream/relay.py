@@ -69,8 +69,9 @@ class Target:
 class Router:
     """The routes of one configuration. A model's target is worked out once (the routes' globs
     tried in order) and kept, for at most `MAX_ROUTED` model names (clients name what they like:
-    past the bound a name is routed afresh, not kept); a reload builds a new gateway and with it
-    a new router, so nothing kept outlives the routes it came from."""
+    past the bound the oldest kept goes, so names nobody sends again do not freeze the table);
+    a reload builds a new gateway and with it a new router, so nothing kept outlives the routes
+    it came from."""
 
     MAX_ROUTED = 4096
 
@@ -87,8 +88,10 @@ class Router:
             target = self._routed[model]
         except KeyError:
             target = self._first_match(model)
-            if len(self._routed) < self.MAX_ROUTED:
-                self._routed[model] = target
+            routed = self._routed
+            if len(routed) >= self.MAX_ROUTED:
+                del routed[next(iter(routed))]
+            routed[model] = target
         if target is None:
             raise ModelNotRouted(f"no upstream is configured for model {model!r}", param="model")
         return target
@@ -185,30 +188,65 @@ class PoolPolicy:
             raise ValueError(f"server.connection_wait_seconds must be 0 or more, not {self.wait!r}")
 
 
+@dataclass
+class _Share:
+    """One client's part of the pool: its own slots, and how many of its calls hold or wait for one."""
+
+    slots: asyncio.Semaphore
+    users: int = 0
+
+
 class UpstreamPool:
-    """The slots of `PoolPolicy`: one per upstream call in flight."""
+    """The slots of `PoolPolicy`: one per upstream call in flight, at most `per_client` of them
+    held by one client (`proxy.server.slots.client_key`: its credential, else its address), so
+    that one client holding slow streams cannot take them all: a quarter stays for the others."""
 
     def __init__(self, policy: PoolPolicy) -> None:
         self.policy = policy
+        self.per_client = max(1, policy.size - policy.size // 4)
         self._slots = asyncio.Semaphore(policy.size)
+        self._shares: dict[str, _Share] = {}  # clients with a call holding or waiting for a slot
 
-    async def acquire(self) -> None:
-        """Take a slot: at once when one is free, else within the deadline (503 `overloaded` after
-        it). Every slot taken is given back with `release()`."""
-        if not self._slots.locked():  # a free slot is taken at once: no deadline timer to schedule and cancel
-            await self._slots.acquire()
-            return
+    async def acquire(self, client: str = "") -> None:
+        """Take a slot for `client`: at once when one is free and the client is within its share,
+        else within the deadline (503 `overloaded` after it). Every slot taken is given back with
+        `release(client)`."""
+        share = self._shares.get(client)
+        if share is None:
+            share = self._shares[client] = _Share(asyncio.Semaphore(self.per_client))
+        share.users += 1
         try:
-            async with asyncio.timeout(self.policy.wait):
+            if not share.slots.locked() and not self._slots.locked():  # at once: no deadline timer
+                await share.slots.acquire()
                 await self._slots.acquire()
-        except TimeoutError:
-            raise Overloaded(
-                f"context-guard is at its limit of {self.policy.size} upstream calls in flight; retry shortly",
-                headers={"Retry-After": str(max(1, math.ceil(self.policy.wait)))},
-            ) from None
+                return
+            async with asyncio.timeout(self.policy.wait):
+                await share.slots.acquire()
+                try:
+                    await self._slots.acquire()
+                except BaseException:
+                    share.slots.release()
+                    raise
+        except BaseException as exc:
+            self._left(client, share)
+            if isinstance(exc, TimeoutError):
+                limit = f"{self.policy.size} upstream calls in flight ({self.per_client} for one client)"
+                raise Overloaded(
+                    f"context-guard is at its limit of {limit}; retry shortly",
+                    headers={"Retry-After": str(max(1, math.ceil(self.policy.wait)))},
+                ) from None
+            raise
 
-    def release(self) -> None:
+    def release(self, client: str = "") -> None:
         self._slots.release()
+        share = self._shares[client]
+        share.slots.release()
+        self._left(client, share)
+
+    def _left(self, client: str, share: _Share) -> None:
+        share.users -= 1
+        if share.users == 0:
+            del self._shares[client]
 
 
 UPSTREAM_POOL = web.AppKey("upstream_pool", UpstreamPool)

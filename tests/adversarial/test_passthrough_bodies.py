@@ -1,0 +1,41 @@
+"""Issue 39, item 5: a pass-through body's `model` is read off the event loop when the body is large.
+
+Before, `_sniff_model` parsed every pass-through body on the loop: 3.9 MB of `{}` sent to
+`/v1/embeddings` (a 3.9 KB gzip upload) held it 324-344 ms, and with two such clients a victim's
+p50 went from 23 to 505 ms. A body over `INLINE_BYTES` is now read in the client's share of the
+threads, and a dense one (proxy.wire.strict_json) is not parsed for a name at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import pytest
+
+from tests.adversarial.conftest import post
+
+ATTACKERS = [{"Authorization": f"Bearer attacker-{i}"} for i in range(2)]
+
+
+def braces(size: int, unit: bytes) -> bytes:
+    head = b'{"input": "hi", "x": ['
+    return head + unit * (size // len(unit)) + b'{}], "model": "text-embedding-3-small"}'
+
+
+@pytest.mark.parametrize("unit", [b"{},", b'{"a": "' + b"b" * 40 + b'"},'], ids=["dense", "within-density"])
+async def test_two_clients_sending_large_pass_through_bodies_do_not_hold_the_loop(serve_guard, prober, unit):
+    guard = await serve_guard()
+    body = gzip.compress(braces(3_900_000, unit), 6)
+    headers = {"Content-Encoding": "gzip"}
+    base = await prober.baseline(guard)
+    async with prober.during(guard) as during:
+        answers = await asyncio.gather(
+            *(post(guard.url("/v1/embeddings"), body, {**headers, **who}) for who in ATTACKERS for _ in range(2))
+        )
+    for status, answer, _ in answers:
+        assert status < 500, answer[:300]
+        if status >= 400:
+            assert "error" in json.loads(answer)  # the upstream's own answer, relayed
+    prober.assert_responsive(base, during)
