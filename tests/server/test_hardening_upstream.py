@@ -216,9 +216,9 @@ class AskedPool(UpstreamPool):
         super().__init__(policy)
         self.asked: asyncio.Queue[None] = asyncio.Queue()
 
-    async def acquire(self) -> None:
+    async def acquire(self, client: str = "") -> None:
         self.asked.put_nowait(None)
-        await super().acquire()
+        await super().acquire(client)
 
 
 class TestPool:
