@@ -108,11 +108,17 @@ class TrimResult:
         )
 
     def _anthropic_sentence(self) -> str:
+        """Anthropic's own sentence for the case. Where the input alone fits the window (less the
+        guard's margin) and only input + `max_tokens` does not, it is the one Anthropic answers such
+        a request with, the limit being that window: Claude Code reads the three numbers from it,
+        lowers `max_tokens` to what the window leaves and sends again at once, where "prompt is too
+        long" would have it give up. So is a window that `max_tokens` alone fills."""
         b = self.budget
-        if b.input_budget <= 0:  # Anthropic's wording when max_tokens alone leaves no room
+        limit = b.context_window - b.safety_margin
+        if b.input_budget <= 0 or (b.reserve_source != "default" and self.tokens_after <= limit):
             return (
                 f"input length and `max_tokens` exceed context limit: {self.tokens_after} + {b.output_reserve} > "
-                f"{b.context_window - b.safety_margin}, decrease input length or `max_tokens` and try again."
+                f"{limit}, decrease input length or `max_tokens` and try again."
             )
         return f"prompt is too long: {self.tokens_after} tokens > {b.input_budget} maximum."
 

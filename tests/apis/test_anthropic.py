@@ -359,6 +359,25 @@ class TestRender:
         )
         assert fitted.body["max_tokens"] < 8000
 
+    def test_the_clamp_keeps_max_tokens_above_the_thinking_budget(self) -> None:
+        """Anthropic refuses a `max_tokens` that is not above `thinking.budget_tokens`."""
+        thinking = {"type": "enabled", "budget_tokens": 16_000}
+        body = {**agent_body(), "max_tokens": 30_000, "thinking": thinking}
+        options = {"clamp_max_tokens": {"floor": 100}}
+        fitted = fit_body(ADAPTER, body, 21_000, model=CLAUDE, pipeline=("clamp_max_tokens",), options=options)
+        assert fitted.plan.result.outcome == "trimmed" and 16_000 < fitted.body["max_tokens"] < 30_000
+        assert fitted.body["thinking"] == thinking
+
+    def test_a_clamp_that_would_reach_the_thinking_budget_refuses_in_anthropics_max_tokens_words(self) -> None:
+        body = {**agent_body(), "max_tokens": 19_000, "thinking": {"type": "enabled", "budget_tokens": 18_000}}
+        options = {"clamp_max_tokens": {"floor": 100}}
+        fitted = fit_body(ADAPTER, body, 20_000, model=CLAUDE, pipeline=("clamp_max_tokens",), options=options)
+        result = fitted.plan.result
+        assert result.outcome == "rejected" and fitted.body["max_tokens"] == 19_000
+        message = result.rejection_message("anthropic")
+        assert message.startswith(f"input length and `max_tokens` exceed context limit: {result.tokens_after} + ")
+        assert "> 19000, decrease input length or `max_tokens` and try again." in message
+
 
 class TestErrors:
     @pytest.mark.parametrize(
