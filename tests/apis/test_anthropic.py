@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -405,6 +406,20 @@ class TestErrors:
         body = b'{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}'
         overflow = parse_overflow(400, body)
         assert overflow is not None and (overflow.prompt_tokens, overflow.limit) == (208310, 200000)
+
+    def test_anthropics_max_tokens_overflow_is_understood_too(self) -> None:
+        message = (
+            "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or "
+            "`max_tokens` and try again"
+        )
+        body = json.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+        overflow = parse_overflow(400, body.encode())
+        assert overflow is not None and (overflow.provider, overflow.prompt_tokens, overflow.limit) == (
+            "anthropic",
+            199759,
+            200000,
+        )
+        assert parse_overflow(400, body.encode(), sent=message.encode()) is None  # an echo of what was sent
 
 
 class TestMessagesProblems:
