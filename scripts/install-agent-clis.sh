@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the agent CLIs that tests/compat/test_agent_clis.py drives through the guard, Claude Code
 # and Codex CLI, from the npm registry, pinned, into ~/.cache/context-guard/npm-<versions>/ (about
-# 400 MB: both ship a native binary). The pins are the newest releases that declare support for
+# 660 MB: both ship a native binary). The pins are the newest releases that declare support for
 # Node 20 (`engines`: Claude Code 2.1.198 and later ask for Node 22). Idempotent: an installed
 # directory is left alone and the script returns at once. Prints the directory's bin folder on its
 # last line. Nothing here runs the CLIs; the tests run them offline against the guard on loopback.
