@@ -71,11 +71,12 @@ class AgentModel(RecordingUpstream):
     steps: int = 30
     files: list[Path] = field(default_factory=list)
     calls: int = 0  # shell calls answered so far
+    compactions: int = 0  # requests asking for a summary of the conversation (Claude Code's /compact)
     loop_bodies: list[dict[str, Any]] = field(default_factory=list)  # the loop's requests as forwarded
 
     def reset(self) -> None:
         super().reset()
-        self.calls = 0
+        self.calls = self.compactions = 0
         self.loop_bodies.clear()
         self.files = step_files(self.steps)
 
@@ -84,6 +85,9 @@ class AgentModel(RecordingUpstream):
         shell = next((n for n in names if n in SHELLS), None)
         if shell is None:
             return "ok"
+        if _asks_for_a_summary(body):  # the client compacting its history: a summary, not a step
+            self.compactions += 1
+            return "Summary: the files were read one by one with the shell; the task goes on."
         self.loop_bodies.append(body)
         if self.calls >= self.steps:
             return FINAL_ANSWER
@@ -153,3 +157,13 @@ def guarded(model: AgentModel, window: int, models: tuple[str, ...], logs: io.St
         assert stop is not None
         loop.call_soon_threadsafe(stop.set)
         thread.join(30)
+
+
+def _asks_for_a_summary(body: dict[str, Any]) -> bool:
+    """Whether the latest user message asks for a summary of the conversation so far."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    content = last.get("content") if isinstance(last, dict) else None
+    blocks = [content] if isinstance(content, str) else content if isinstance(content, list) else []
+    texts = [b if isinstance(b, str) else b.get("text") for b in blocks if isinstance(b, str | dict)]
+    return any(isinstance(t, str) and "summary of the conversation" in t.lower() for t in texts)

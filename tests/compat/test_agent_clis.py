@@ -8,7 +8,9 @@ The window is a parameter (`LOOP_WINDOWS`): at one that holds the whole loop it 
 forwarded body is within the budget by an independent count (o200k_base directly, on the body as
 the model received it). At a small window (`SMALL_WINDOWS`) the guard cannot fit the loop today:
 an agent loop is one protected turn, so once its tool results are cut to their cap the guard
-refuses, and the CLI stops short of the answer.
+refuses; Codex stops short of the answer, Claude Code compacts its own history (a request the
+scripted model answers with a summary) and goes on. Once the guard clears old tool results inside
+the turn, `TestAgentLoop` is meant to run at `SMALL_WINDOWS` too, with no compaction.
 """
 
 from __future__ import annotations
@@ -125,9 +127,30 @@ class TestAgentLoop:
         assert results[-1] - results[0] > STEPS * 3_000  # the files' output really reached the model
         assert all(e["status"] == 200 for e in served.log_events())
 
-    def test_at_a_small_window_the_guard_refuses_the_loop_before_it_completes(self, cli: str, servers: Servers) -> None:
-        """An agent loop is one protected turn today: what it may cut is not enough."""
-        done, served, model = drive(servers, cli, SMALL_WINDOWS[cli])
+
+class TestAtASmallWindowToday:
+    """An agent loop is one protected turn today: once its tool results are cut to their cap the
+    guard refuses, and what a client does then is its own."""
+
+    def test_codex_is_refused_and_stops_short_of_the_answer(self, servers: Servers) -> None:
+        done, served, model = drive(servers, "codex", SMALL_WINDOWS["codex"])
         refused = [e for e in served.log_events() if e.get("outcome") == "rejected"]
         assert refused and refused[-1]["status"] == 400
-        assert model.calls < STEPS and FINAL_ANSWER not in done.stdout
+        assert done.returncode != 0 and model.calls < STEPS and FINAL_ANSWER not in done.stdout
+
+    def test_claude_code_is_refused_mid_loop_and_compacts_its_history(self, servers: Servers) -> None:
+        """It assumes a 200,000-token window for the model, so only the guard's refusal ("prompt is
+        too long") makes it compact; the guard then cuts that compaction request to fit."""
+        _, served, model = drive(servers, "claude", SMALL_WINDOWS["claude"])
+        assert model.compactions >= 1
+        assert any(e.get("outcome") == "rejected" for e in served.log_events())
+
+
+class TestClaudeCodeAtTheWindowsEdge:
+    def test_it_lowers_max_tokens_on_anthropics_sentence_and_the_loop_goes_on(self, servers: Servers) -> None:
+        """Its 32,000 `max_tokens` does not fit a 64k window beside its 23k-token prompt: refused in
+        Anthropic's words, it reads the numbers, lowers `max_tokens` and sends again at once."""
+        _, served, model = drive(servers, "claude", SMALL_WINDOWS["claude"])
+        first, second = served.log_events()[:2]
+        assert (first["outcome"], first["status"], second["status"]) == ("rejected", 400, 200)
+        assert model.received[0].body["max_tokens"] < 32_000 and model.calls > 1
