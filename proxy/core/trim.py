@@ -76,9 +76,9 @@ class TrimResult:
 
     def rejection_message(self, shape: Literal["openai", "anthropic"] | None = None) -> str:
         """Why the request is refused. With a `shape`, it opens with the sentence that provider
-        words its own overflow error with (client libraries recognise an overflow by it:
-        litellm's ContextWindowExceededError, Anthropic-aware clients' "prompt is too long"),
-        and the guard's explanation follows."""
+        words its own overflow error with (clients act on it: litellm's ContextWindowExceededError;
+        Claude Code lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too
+        long"), and the guard's explanation follows."""
         explanation = self._explanation()
         if shape == "anthropic":
             return f"{self._anthropic_sentence()} {explanation}"
@@ -108,13 +108,7 @@ class TrimResult:
         )
 
     def _anthropic_sentence(self) -> str:
-        """Anthropic's own sentence for the case. Where the input alone fits the window (less the
-        guard's margin) and only input + `max_tokens` does not, it is the one Anthropic answers such
-        a request with, the limit being that window: Claude Code reads the three numbers from it,
-        lowers `max_tokens` to what the window leaves and sends again at once, where "prompt is too
-        long" would have it give up. So is a window that `max_tokens` alone fills."""
-        b = self.budget
-        limit = b.context_window - b.safety_margin
+        b, limit = self.budget, self.budget.context_window - self.budget.safety_margin
         if b.input_budget <= 0 or (b.reserve_source != "default" and self.tokens_after <= limit):
             return (
                 f"input length and `max_tokens` exceed context limit: {self.tokens_after} + {b.output_reserve} > "
