@@ -35,11 +35,12 @@ test: $(BIN)/.installed
 	$(BIN)/pytest -q
 
 # The client libraries (the `compat` extra, instructor without its jiter pin) driven through the
-# guard against a recording upstream: docs/clients.md says what each test asserts.
+# guard against a recording upstream: docs/clients.md says what each test asserts. The agent CLIs
+# (Claude Code, Codex CLI) come from npm, pinned (scripts/install-agent-clis.sh: once into ~/.cache).
 test-compat: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,compat]'
 	$(BIN)/pip install --quiet --no-deps 'instructor>=1.17'
-	$(BIN)/pytest -q -m compat tests/compat
+	CONTEXT_GUARD_AGENT_CLIS="$$(bash scripts/install-agent-clis.sh)" $(BIN)/pytest -q -m compat tests/compat
 
 demo: $(BIN)/.runtime
 	$(BIN)/context-guard demo

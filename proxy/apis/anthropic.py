@@ -16,6 +16,8 @@
                                           server tools counted as their JSON; the tool-use system
                                           prompt Anthropic adds is counted from its published sizes
     max_tokens                         -> max_tokens (the output reserve)
+    thinking                           -> thinking (not counted: its budget_tokens is what a
+                                          clamp of max_tokens must stay above)
 
 A tool_use and the tool_result answering it are one atomic unit for the core even though they
 sit in different messages. Rendering drops and shortens blocks in place, then joins any two
@@ -108,6 +110,8 @@ class MessagesAdapter(Adapter):
         reserve = output_reserve(body, "max_tokens", required=self.requires_max_tokens)
         if reserve is not None:
             chat["max_tokens"] = reserve
+        if isinstance(body.get("thinking"), Mapping):  # its budget_tokens bounds a clamp of max_tokens
+            chat["thinking"] = body["thinking"]
         schema = body.get("output_format")
         if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
             chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema.get("schema")}}

@@ -91,6 +91,16 @@ def requested_output(body: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, "default"
 
 
+def thinking_budget(body: Mapping[str, Any]) -> int | None:
+    """The tokens of extended thinking the request allows (Anthropic's `thinking.budget_tokens`,
+    with `type` "enabled"), which Anthropic requires to stay below `max_tokens`; None without."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, Mapping) or thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0 else None
+
+
 def default_reserve(context_window: int, policy: BudgetPolicy) -> int:
     return max(policy.reserve_min, min(policy.reserve_max, int(context_window * policy.reserve_ratio)))
 

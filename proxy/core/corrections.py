@@ -13,7 +13,10 @@ client. Three rules stop that:
   that same sentence;
 - a measured limit or factor outside a plausible range of the known window is not believed;
 - a correction is remembered only after the retry it produced succeeded (the caller commits it,
-  per upstream and model, with an expiry, in `proxy.state.shared_corrections`).
+  per upstream and model, with an expiry, in `proxy.state.shared_corrections`), or, when the
+  window the provider stated is too small for the request to be retried at all (what may not be
+  cut and its output reserve do not fit it), that stated window alone (`Correction.limit_only`),
+  which is smaller than the one known.
 
 A client can also make the provider count more than the guard did without writing any sentence:
 with a field the guard does not count but the server renders into the prompt (vLLM's
@@ -81,6 +84,12 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum"
     ("anthropic", re.compile(r"prompt is too long: (?P<prompt>\d+) tokens > (?P<limit>\d+) maximum")),
+    # Anthropic, when the input fits but input + max_tokens does not: "input length and `max_tokens`
+    # exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again"
+    (
+        "anthropic",
+        re.compile(r"input length and `max_tokens` exceed context limit: (?P<prompt>\d+) \+ \d+ > (?P<limit>\d+)"),
+    ),
 )
 
 

@@ -23,6 +23,8 @@ Each command names its reply:
 | `Note(name, present)`      | adds (removes) a note on the request's log line      | None           |
 | `Send(body, plan)`         | forwards (the bytes as received when `body` is None) | `Delivered` or `Answered` |
 | `Remember(correction)`     | keeps a correction for the upstream and model        | None           |
+|                            | (a retry won, or the provider's smaller window could |                |
+|                            | not hold the request, which is then refused)         |                |
 | `Reject(plan)`, `Relay()`  | answers 400 / relays the upstream's own answer       | (the end)      |
 
 At most one retry, and only when the upstream's own error says the context was exceeded in a
@@ -171,6 +173,7 @@ class Exchange:
         mode: Mode,
         *,
         known_window: int,
+        window: int | None = None,
         correction: Correction | None = None,
         self_correct: CorrectionPolicy | None = DEFAULT_POLICY,
         provider: str | None = None,
@@ -181,6 +184,7 @@ class Exchange:
     ) -> None:
         self.mode = mode
         self.known_window = known_window
+        self.window = window  # the window the request opted into, when not the model's own (None: its own)
         self.applied = correction  # a correction learned earlier, applied to this request's window
         self._policy = self_correct if mode == "enforce" else None  # None: never retry
         self.provider = provider  # the upstream's kind, named in a correction; None: as its error's wording says
@@ -211,7 +215,7 @@ class Exchange:
             if isinstance((yield Send(None, None)), Answered):
                 yield Relay()
             return
-        window = min(self.applied.window, self.known_window) if self.applied else None
+        window = min(self.applied.window, self.known_window) if self.applied else self.window
         plan: Plan = yield PlanFor(window) if window is not None else _FOR_MODEL_WINDOW
         # Once, on the first plan, when it is a bound: the provider's own count at the budget's edge.
         if self.provider_counts and not plan.count.exact:
@@ -223,6 +227,9 @@ class Exchange:
             self.plan = plan
             decision = self._decide(plan)
             if isinstance(decision, Reject):
+                kept = self._refused_retry()
+                if kept is not None:
+                    yield Remember(kept)
                 yield decision
                 return
             reply = yield decision
@@ -321,3 +328,13 @@ class Exchange:
         if self.attempt != 2 or self.learned is None:
             return None
         return self.learned if self.read_whole else self.learned.limit_only(self.known_window)
+
+    def _refused_retry(self) -> Correction | None:
+        """The correction to remember when the guard refused the retry: the smaller window the
+        provider stated could not hold what may not be cut with its output reserve. No retry
+        proved it, so only what the provider stated is kept (the window it names, smaller than
+        the one known), never a count factor: without it every later request of the model would
+        be sent for the window the provider has just refused."""
+        if self.attempt != 2 or self.learned is None:
+            return None
+        return self.learned.limit_only(self.known_window)

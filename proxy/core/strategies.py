@@ -5,7 +5,8 @@ default order they drop the oldest history first, then shorten oversized content
 latest user message only as a last resort:
 
     drop_images          replace the oldest images with a short marker (opt-in: list it first)
-    clamp_max_tokens     lower the request's own max_tokens, never below a floor (opt-in)
+    clamp_max_tokens     lower the request's own max_tokens, never below a floor nor to its
+                         thinking budget (opt-in)
     drop_old_tool_exchanges  drop old tool calls with their results before whole turns (opt-in)
     drop_oldest_turns    keep the opening, then drop whole turns, oldest first, keeping the
                          history guarantee; by default down to a cache-stable cut position
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.budget import requested_output
+from proxy.core.budget import requested_output, thinking_budget
 from proxy.core.history import DropOldestTurns, check_at_least, drop_groups, keep_in_part, unguaranteed
 from proxy.core.shrink import is_image, shorten_message, without_images
 from proxy.core.trim import Strategy, TrimState
@@ -177,16 +178,19 @@ class DropImages:
 @dataclass(frozen=True)
 class ClampMaxTokens:
     """Lower the request's own `max_tokens` / `max_completion_tokens` to make room, never below
-    `floor`. A request that sets neither is left to the other strategies."""
+    `floor`, nor to or below its extended thinking's `budget_tokens` (Anthropic refuses a
+    `max_tokens` that is not above it). A request that sets neither is left to the other strategies."""
 
     floor: int = 1024
     name: str = "clamp_max_tokens"
 
     def __call__(self, state: TrimState) -> None:
         requested, key = requested_output(state.body)
-        if requested is None or requested <= self.floor:
+        thinking = thinking_budget(state.body)
+        floor = self.floor if thinking is None else max(self.floor, thinking + 1)
+        if requested is None or requested <= floor:
             return
-        lowered = max(self.floor, requested - state.over())
+        lowered = max(floor, requested - state.over())
         if lowered < requested:
             state.clamp_output(key, lowered, self.name)
 

@@ -76,9 +76,9 @@ class TrimResult:
 
     def rejection_message(self, shape: Literal["openai", "anthropic"] | None = None) -> str:
         """Why the request is refused. With a `shape`, it opens with the sentence that provider
-        words its own overflow error with (client libraries recognise an overflow by it:
-        litellm's ContextWindowExceededError, Anthropic-aware clients' "prompt is too long"),
-        and the guard's explanation follows."""
+        words its own overflow error with (clients act on it: litellm's ContextWindowExceededError;
+        Claude Code lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too
+        long"), and the guard's explanation follows."""
         explanation = self._explanation()
         if shape == "anthropic":
             return f"{self._anthropic_sentence()} {explanation}"
@@ -108,11 +108,11 @@ class TrimResult:
         )
 
     def _anthropic_sentence(self) -> str:
-        b = self.budget
-        if b.input_budget <= 0:  # Anthropic's wording when max_tokens alone leaves no room
+        b, limit = self.budget, self.budget.context_window - self.budget.safety_margin
+        if b.input_budget <= 0 or (b.reserve_source != "default" and self.tokens_after <= limit):
             return (
                 f"input length and `max_tokens` exceed context limit: {self.tokens_after} + {b.output_reserve} > "
-                f"{b.context_window - b.safety_margin}, decrease input length or `max_tokens` and try again."
+                f"{limit}, decrease input length or `max_tokens` and try again."
             )
         return f"prompt is too long: {self.tokens_after} tokens > {b.input_budget} maximum."
 

@@ -46,6 +46,7 @@ from proxy.core.exchange import (
     Summarise,
     Summary,
 )
+from proxy.core.opt_in_windows import opted_in
 from proxy.core.plan import Plan
 from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
@@ -300,6 +301,11 @@ async def prepared(
             gw.model_routes.put(model, endpoint.api, route)
     served, profile, local, backend, budget = route.served, route.profile, route.local, route.backend, route.budget
     record.window_source, record.override = route.window_source, route.override
+    # A window the request opts into (Anthropic's 1M beta header), where the map gave the model's.
+    opted = opted_in(served, request.headers) if route.window_source == "model_map" else None
+    larger = opted.context_window if opted is not None and opted.context_window > profile.context_window else None
+    if larger is not None:
+        record.window_source = "opt_in"
     record.map_correction = route.map_correction
     choice = route.choice
     if choice is None:  # the backend's own tokenizer counts
@@ -327,10 +333,12 @@ async def prepared(
     summarises = gw.summariser is not None and endpoint.adapter.writes_inserted
     exchange = Exchange(
         mode,
-        known_window=profile.context_window,
+        known_window=larger or profile.context_window,
+        window=larger,
         correction=correction,
         self_correct=gw.correction_policy,
-        provider=backend.kind if backend.kind != "generic" else None,
+        # The provider a correction names: an Anthropic upstream is counted as an OpenAI-like backend.
+        provider="anthropic" if upstream.kind == "anthropic" else backend.kind if backend.kind != "generic" else None,
         read_whole=parsed.read_whole,
         recounts=choice.counter is not None,  # nothing to count again without the backend's tokenizer
         chat=parsed.chat if summarises else None,

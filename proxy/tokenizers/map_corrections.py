@@ -40,6 +40,17 @@ MAP_CORRECTIONS: tuple[MapCorrection, ...] = (
     MapCorrection("gpt-3.5-turbo-instruct", 4096, 4096, _INSTRUCT, "2026-11-25"),
     # The same model's dated snapshot (the page's snapshot list); the map says 8,192 and 4,097.
     MapCorrection("gpt-3.5-turbo-instruct-0914", 4096, 4096, _INSTRUCT, "2026-11-25"),
+    # "Context window: 1M tokens · Max output: 128K tokens"; litellm 1.93 (the floor) says 64,000 output.
+    MapCorrection(
+        "claude-sonnet-4-6",
+        1_000_000,
+        128_000,
+        "https://platform.claude.com/docs/en/models/sonnet-4-6/overview",
+        "2026-11-28",
+    ),
+    # "1,050,000 context window, 128,000 max output tokens": the map agrees (1.93 to 1.108); kept so a map
+    # that falls back to GPT-5's 272,000 (the window Codex CLI assumes for it) is corrected.
+    MapCorrection("gpt-5.5", 1_050_000, 128_000, "https://developers.openai.com/api/docs/models/gpt-5.5", "2026-11-28"),
 )
 BY_KEY = {c.key: c for c in MAP_CORRECTIONS}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -359,6 +360,25 @@ class TestRender:
         )
         assert fitted.body["max_tokens"] < 8000
 
+    def test_the_clamp_keeps_max_tokens_above_the_thinking_budget(self) -> None:
+        """Anthropic refuses a `max_tokens` that is not above `thinking.budget_tokens`."""
+        thinking = {"type": "enabled", "budget_tokens": 16_000}
+        body = {**agent_body(), "max_tokens": 30_000, "thinking": thinking}
+        options = {"clamp_max_tokens": {"floor": 100}}
+        fitted = fit_body(ADAPTER, body, 21_000, model=CLAUDE, pipeline=("clamp_max_tokens",), options=options)
+        assert fitted.plan.result.outcome == "trimmed" and 16_000 < fitted.body["max_tokens"] < 30_000
+        assert fitted.body["thinking"] == thinking
+
+    def test_a_clamp_that_would_reach_the_thinking_budget_refuses_in_anthropics_max_tokens_words(self) -> None:
+        body = {**agent_body(), "max_tokens": 19_000, "thinking": {"type": "enabled", "budget_tokens": 18_000}}
+        options = {"clamp_max_tokens": {"floor": 100}}
+        fitted = fit_body(ADAPTER, body, 20_000, model=CLAUDE, pipeline=("clamp_max_tokens",), options=options)
+        result = fitted.plan.result
+        assert result.outcome == "rejected" and fitted.body["max_tokens"] == 19_000
+        message = result.rejection_message("anthropic")
+        assert message.startswith(f"input length and `max_tokens` exceed context limit: {result.tokens_after} + ")
+        assert "> 19000, decrease input length or `max_tokens` and try again." in message
+
 
 class TestErrors:
     @pytest.mark.parametrize(
@@ -386,6 +406,20 @@ class TestErrors:
         body = b'{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}'
         overflow = parse_overflow(400, body)
         assert overflow is not None and (overflow.prompt_tokens, overflow.limit) == (208310, 200000)
+
+    def test_anthropics_max_tokens_overflow_is_understood_too(self) -> None:
+        message = (
+            "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or "
+            "`max_tokens` and try again"
+        )
+        body = json.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+        overflow = parse_overflow(400, body.encode())
+        assert overflow is not None and (overflow.provider, overflow.prompt_tokens, overflow.limit) == (
+            "anthropic",
+            199759,
+            200000,
+        )
+        assert parse_overflow(400, body.encode(), sent=message.encode()) is None  # an echo of what was sent
 
 
 class TestMessagesProblems:

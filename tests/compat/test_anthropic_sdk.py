@@ -3,6 +3,8 @@ raises, and tool_use / tool_result pairs across trimmed turns."""
 
 from __future__ import annotations
 
+import re
+
 import anthropic
 import pytest
 from anthropic import Anthropic
@@ -26,6 +28,23 @@ class TestAnthropicSdk:
         assert error["type"] == "invalid_request_error" and error["message"].startswith("prompt is too long: ")
         assert " maximum." in error["message"] and "input budget" in error["message"]
         assert not guard.upstream.received
+
+    def test_input_and_max_tokens_over_the_window_are_refused_in_anthropics_words_and_the_retry_goes(self, guard):
+        """Anthropic's sentence for input + `max_tokens` over the window: Claude Code reads the numbers
+        with this very pattern and sends again with `max_tokens` = limit - input - 1000."""
+        system, messages = "word " * 1800, [{"role": "user", "content": "hi"}]
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client(guard).messages.create(model=CLAUDE_MODEL, max_tokens=2000, system=system, messages=messages)
+        error = caught.value.body["error"]
+        assert error["type"] == "invalid_request_error" and not guard.upstream.received
+        found = re.search(r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)", error["message"])
+        assert found is not None and error["message"].startswith(found.group(0))
+        prompt, asked, limit = map(int, found.groups())
+        assert asked == 2000 and prompt < limit < WINDOW and prompt + asked > limit
+        retried = limit - prompt - 1000
+        reply = client(guard).messages.create(model=CLAUDE_MODEL, max_tokens=retried, system=system, messages=messages)
+        assert reply.content[0].text == "ok" and guard.upstream.last.body["max_tokens"] == retried
+        assert guard.upstream.last.body["system"] == system  # forwarded as it came: it fits
 
     def test_a_stream_broken_mid_way_raises_instead_of_passing_for_a_finished_answer(self, guard):
         guard.upstream.script.append("one two three four five six")

@@ -161,6 +161,43 @@ class TestSelfCorrection:
             << (lambda c: isinstance(c, Remember) and c.correction.factor == 1.0 and c.correction.limit == 4096)
         )
 
+    def test_a_smaller_window_the_retry_cannot_fit_is_kept_and_the_request_refused(self):
+        """The provider's stated window is too small for what may not be cut: no retry proves it,
+        but every later request would otherwise be sent for the window just refused."""
+        system = {"role": "system", "content": words(5_000)}  # never cut
+        huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 4_000)
+        machine = exchange()
+        assert (
+            Playbook(machine)
+            << PlanFor(None)
+            >> FITS
+            << Send
+            >> overflow(4096, 6100)
+            << PlanFor
+            >> huge
+            << (lambda c: isinstance(c, Remember) and c.correction.limit == 4096 and c.correction.factor == 1.0)
+            >> None
+            << Reject(huge)
+        )
+        assert machine.attempt == 2
+
+    def test_an_overflow_that_states_no_smaller_window_and_cannot_be_retried_teaches_nothing(self):
+        system = {"role": "system", "content": words(5_000)}
+        huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 4_000)
+        assert Playbook(exchange()) << PlanFor(None) >> FITS << Send >> overflow(WINDOW, 20_000) << PlanFor >> huge << Reject(huge)
+
+
+class TestOptedWindow:
+    def test_a_window_the_request_opted_into_is_the_first_plans(self):
+        assert Playbook(exchange(window=WINDOW)) << PlanFor(WINDOW)
+
+    def test_a_correction_learned_earlier_still_applies_to_it(self):
+        earlier = exchange()
+        assert Playbook(earlier) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor
+        assert earlier.learned is not None
+        later = exchange(window=WINDOW, correction=earlier.learned)
+        assert Playbook(later) << PlanFor(earlier.learned.window)
+
 
 class TestModes:
     def test_mode_off_sends_the_bytes_as_received_and_relays_any_error(self):

@@ -285,6 +285,27 @@ class TestRejectionWording:
             f"{result.tokens_after + 2000} tokens ({result.tokens_after} in the messages, 2000 in the completion)."
         )
 
+    def test_anthropic_wording_for_an_input_that_fits_without_its_max_tokens_is_anthropics_max_tokens_sentence(
+        self, counter_for
+    ):
+        """Claude Code reads `X + Y > W` from it and retries with `max_tokens` W - X - 1000."""
+        from proxy.core.budget import BudgetPolicy
+        from proxy.core.plan import TrimPolicy, plan_request
+
+        counter = counter_for("gpt-4")
+        messages = [{"role": "system", "content": "rule " * 6000}, {"role": "user", "content": "hi"}]
+        body = {"model": "gpt-4", "max_tokens": 2000, "messages": messages}
+        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        limit = 8192 - 410  # the window less the guard's safety margin
+        assert result.outcome == "rejected" and result.tokens_after < limit < result.tokens_after + 2000
+        assert result.rejection_message("anthropic").startswith(
+            f"input length and `max_tokens` exceed context limit: {result.tokens_after} + 2000 > {limit}, "
+            "decrease input length or `max_tokens` and try again."
+        )
+        retried = {**body, "max_tokens": limit - result.tokens_after - 1000}
+        again = plan_request(retried, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        assert again.outcome == "unchanged"
+
     def test_anthropic_wording_says_the_prompt_is_too_long_against_its_budget(self, counter_for):
         result = self._rejected(counter_for)
         message = result.rejection_message("anthropic")

@@ -237,6 +237,13 @@ class FakeUpstream:
                 "message": f"prompt is too long: {tokens} tokens > {self.limit} maximum",
             }
             return web.json_response({"type": "error", "error": error}, status=400)
+        if self.limit is not None and tokens + body.get("max_tokens", 0) > self.limit:  # Anthropic's other check
+            message = (
+                f"input length and `max_tokens` exceed context limit: {tokens} + {body['max_tokens']} > "
+                f"{self.limit}, decrease input length or `max_tokens` and try again"
+            )
+            error = {"type": "invalid_request_error", "message": message}
+            return web.json_response({"type": "error", "error": error}, status=400)
         last = body["messages"][-1]
         answering = isinstance(last.get("content"), list) and any(
             b.get("type") == "tool_result" for b in last["content"]

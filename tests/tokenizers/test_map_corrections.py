@@ -12,8 +12,8 @@ from proxy.tokenizers.model_map import load_model_map
 class TestTheTable:
     def test_every_entry_names_a_provider_page_and_the_date_it_was_read(self):
         for correction in MAP_CORRECTIONS:
-            assert correction.source.startswith("https://developers.openai.com/") or correction.source.startswith(
-                "https://docs.anthropic.com/"
+            assert correction.source.startswith(
+                ("https://developers.openai.com/", "https://docs.anthropic.com/", "https://platform.claude.com/")
             )
             assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", correction.checked)
 
@@ -22,6 +22,17 @@ class TestTheTable:
         for name in ("gpt-3.5-turbo-instruct", "gpt-3.5-turbo-instruct-0914", "openai/gpt-3.5-turbo-instruct"):
             profile = registry.profile(name)
             assert (profile.context_window, profile.max_output_tokens) == (4096, 4096), name
+
+    def test_current_models_have_the_windows_their_providers_document(self):
+        registry = ModelRegistry(load_model_map())
+        assert registry.profile("claude-sonnet-4-6").context_window == 1_000_000
+        assert registry.profile("gpt-5.5").context_window == 1_050_000
+
+    def test_a_map_that_gives_claude_sonnet_4_6_the_64k_output_of_litellm_1_93_is_corrected(self):
+        entry = {"mode": "chat", "max_input_tokens": 1_000_000, "max_tokens": 64_000, "max_output_tokens": 64_000}
+        model_map, applied = corrected({"claude-sonnet-4-6": entry})
+        assert model_map["claude-sonnet-4-6"]["max_output_tokens"] == 128_000
+        assert [c.key for c in applied] == ["claude-sonnet-4-6"]
 
     def test_models_the_table_does_not_name_keep_the_map_s_window(self):
         registry = ModelRegistry(load_model_map())
