@@ -33,7 +33,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES
 from proxy.core.turns import Conversation, protected_start, split_conversation
 
-RemovalKind = Literal["dropped", "truncated", "image_dropped", "max_tokens_clamped"]
+RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
 
 
@@ -65,6 +65,9 @@ class TrimResult:
     insert_at: int = 0  # where in the returned messages a summary goes (where the dropped history was)
     summary: SummaryReport | None = None  # what became of the summary, once the server has tried
     inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
+    # Tokens the returned request starts with that are the received request's own (tools, system,
+    # messages before the first change): what a prompt cache of the conversation still serves.
+    prefix_tokens: int = 0
 
     @property
     def changed(self) -> bool:
@@ -207,6 +210,7 @@ class TrimState:
     shortened: set[int] = field(default_factory=set)  # indices with a removal that is not a drop
     cut: HistoryCut | None = None
     opening_end: int | None = None  # index of the last message of the opening kept before the cut
+    compaction_request: bool = False  # the client asks to summarise its conversation: keep its opening
     _input_budget: int | None = None
 
     @classmethod
@@ -369,6 +373,8 @@ def trim(
         note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
         total = state.total + note_tokens
         kept, at = state.kept_body(inserted)
+        first = min((r.index for r in removals if r.index is not None), default=len(state.messages))
+        prefix = count.fixed_tokens + sum(state.counts[: min(first, at - len(inserted)) if inserted else first])
         return TrimResult(
             kept,
             "trimmed",
@@ -382,6 +388,7 @@ def trim(
             summary_room=summary_room if dropped else 0,
             insert_at=at,
             inserted=tuple(range(at - len(inserted), at)),
+            prefix_tokens=prefix,
         )
     # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
     outcome: Outcome = "rejected" if overflow == "reject" else "forwarded_over_budget"
