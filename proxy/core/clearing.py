@@ -13,16 +13,16 @@ weigh most and matter least once the model has read them. So, before any turn is
 User messages (the turn's opening prompt above all), assistant messages without calls and the
 system prompt are never touched here.
 
-**Cache-stable by construction.** Results are cleared on a grid, not just as far as the request
-needs: each tool result has an *end*, the tokens of the results up to and including it, counted
-from the conversation's start. A request that must clear results up to an end `e` clears every
-result whose end is at most the next multiple of `step` (`step_share` of the input budget, and at
-least `clear_at_least` tokens) at or above `e`. The ends do not change when the client appends a
-step and re-sends, so the next requests clear exactly the same results, with the same placeholder
-bytes (its words follow from the result and its call alone), and append to an unchanged prefix
-until the budget is full again; then the grid position moves on by a step and frees at least
-`step` tokens at once. Like the cut of `proxy.core.cuts`, it follows from the request alone: any
-replica computes the same.
+**Cache-stable by construction.** Results are cleared in blocks, and a cleared result stays
+cleared: the request is replayed as the conversation was sent, one request after each tool
+result, from the start. Each replayed request keeps what the one before it cleared; one that is
+over its budget clears the oldest results (the newest `keep_last` excepted) until it is `step`
+under it (`step_share` of the input budget, and at least `clear_at_least` tokens). So the
+requests that follow a clearing append to an unchanged prefix until the budget is full again,
+and the next clearing frees a block at once; a result is never cleared before a request needs
+its room, and once cleared it is the same placeholder bytes on every later request (its words
+follow from the result and its call alone). It follows from the request alone: any replica
+computes the same, with no state shared.
 
 **A client's compaction request** (its latest user message asks to summarise the conversation,
 `proxy.core.compaction_prompts`) is the one request that needs the whole history: clearing would
@@ -37,7 +37,6 @@ responses), and writes the placeholder back as that unit's content.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -60,13 +59,14 @@ def placeholder(tool: str | None, tokens: int) -> str:
 
 @dataclass(frozen=True)
 class ClearToolResults:
-    """Clear old tool results in cache-stable blocks, then drop old tool exchanges whole, keeping
-    the newest `keep_last` results (see the module docstring); shorten a compaction request's tool
-    results evenly instead. `compaction_patterns` adds the operator's own regular expressions to
+    """Clear old tool results in blocks of at least `step_share` of the input budget (and
+    `clear_at_least` tokens), cache-stable, then drop old tool exchanges whole, keeping the newest
+    `keep_last` results (see the module docstring); shorten a compaction request's tool results
+    evenly instead. `compaction_patterns` adds the operator's own regular expressions to
     the compaction prompts recognised."""
 
     keep_last: int = 3
-    step_share: float = 0.5
+    step_share: float = 0.45
     clear_at_least: int = 1024
     drop_exchanges: bool = True
     compaction_floor: int = 64
@@ -102,30 +102,35 @@ class ClearToolResults:
             _drop_exchanges(state, set(kept), self.name)
 
     def _clear(self, state: TrimState, results: Sequence[int], old: int) -> None:
-        """Clear the first `old` of `results` up to the grid position the request needs."""
-        over = state.over()
-        if over <= 0 or not old:
+        """Clear the oldest of the first `old` `results`, as many as the conversation's replay
+        says (`_replayed`)."""
+        if state.over() <= 0 or not old:
             return
-        ends, total = [], 0
-        for index in results[:old]:
-            total += state.counts[index]
-            ends.append(total)
-        step = max(self.clear_at_least, int(self.step_share * state.input_budget()))
-        cleared: dict[int, tuple[Mapping[str, object], int]] = {}
-        saved, position = 0, math.inf
-        for k, index in enumerate(results[:old]):
-            message, tokens = self._cleared(state, index)
-            cleared[index] = (message, tokens)
-            saved += max(0, state.counts[index] - tokens)
-            if saved >= over:
-                position = math.ceil(ends[k] / step) * step
-                break
-        for k, index in enumerate(results[:old]):
-            if ends[k] > position:
-                return
-            message, tokens = cleared.get(index) or self._cleared(state, index)
+        cleared = _Clearing(self, state, results)
+        count = self._replayed(state, results, old, cleared)
+        for index in results[:count]:
+            message, tokens = cleared.placeholder(index)
             if tokens < state.counts[index]:
                 state.replace(index, message, "cleared", self.name, state.messages[index].get("content"))
+
+    def _replayed(self, state: TrimState, results: Sequence[int], old: int, cleared: _Clearing) -> int:
+        """How many of the oldest results to clear: the requests the conversation was sent as, one
+        after each tool result, replayed from the start. Each request keeps what the one before it
+        cleared; one that is over clears the oldest results the newest `keep_last` leave, until it
+        is `step` under its budget. Every request of a conversation replays the same past, so a
+        result once cleared stays cleared, and none is cleared before a request needs it."""
+        budget = state.input_budget() - state.reserve
+        step = max(self.clear_at_least, int(self.step_share * state.input_budget()))
+        fixed = state.total - sum(state.counts)
+        sent, position, count = fixed, 0, 0
+        for j, index in enumerate(results):
+            sent += sum(state.counts[position : index + 1])
+            position = index + 1
+            over = sent - cleared.saved(count) - budget
+            if over > 0:
+                count = cleared.advance(count, over + step, min(old, j + 1 - self.keep_last))
+        over = state.total - cleared.saved(count) - budget
+        return cleared.advance(count, over + step, old) if over > 0 else count
 
     def _cleared(self, state: TrimState, index: int) -> tuple[Mapping[str, object], int]:
         """Message `index` with its content replaced by the placeholder, and its tokens."""
@@ -154,6 +159,34 @@ class ClearToolResults:
             message, tokens = self._cleared(state, index)
             if tokens < state.counts[index]:
                 state.replace(index, message, "cleared", self.name, state.messages[index].get("content"))
+
+
+class _Clearing:
+    """The placeholders of a request's tool results, and the tokens clearing the oldest ones
+    saves, worked out only as far as they are asked for."""
+
+    def __init__(self, strategy: ClearToolResults, state: TrimState, results: Sequence[int]) -> None:
+        self._strategy, self._state, self._results = strategy, state, results
+        self._placeholders: dict[int, tuple[Mapping[str, object], int]] = {}
+        self._saved = [0]  # tokens saved by clearing the first n results
+
+    def placeholder(self, index: int) -> tuple[Mapping[str, object], int]:
+        if index not in self._placeholders:
+            self._placeholders[index] = self._strategy._cleared(self._state, index)
+        return self._placeholders[index]
+
+    def saved(self, count: int) -> int:
+        while len(self._saved) <= count:
+            index = self._results[len(self._saved) - 1]
+            self._saved.append(self._saved[-1] + max(0, self._state.counts[index] - self.placeholder(index)[1]))
+        return self._saved[count]
+
+    def advance(self, count: int, tokens: int, limit: int) -> int:
+        """`count` raised until clearing saves `tokens` more, or to `limit`."""
+        start = self.saved(count)
+        while count < limit and self.saved(count) - start < tokens:
+            count += 1
+        return count
 
 
 def _water_level(sizes: Sequence[int], over: int) -> int:

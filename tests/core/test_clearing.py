@@ -56,7 +56,7 @@ class TestClearToolResults:
         assert 1_000 <= tokens <= 1_020 and first == placeholder("read_file", tokens)
         assert "read_file" in first and "calling the tool again returns it" in first
 
-    def test_the_next_requests_clear_the_same_results_with_the_same_bytes_until_the_grid_moves(self):
+    def test_the_next_requests_clear_the_same_results_with_the_same_bytes_until_the_budget_is_full_again(self):
         """Appending a step re-sends every cleared result as it was: the prefix holds."""
         runs = [cleared(fit(body(loop(n)), 12_000).result.body["messages"]) for n in range(12, 30)]
         moves = 0

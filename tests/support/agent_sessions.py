@@ -48,10 +48,11 @@ def file_slices(count: int, seed: int, low: int = 400, high: int = 4000) -> list
     rng = random.Random(seed)
     out: list[tuple[str, int, str]] = []
     while len(out) < count:
-        path = rng.choice(_sources())
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         target = int(low * (high / low) ** rng.random())
-        start = rng.randrange(max(1, len(lines) - 40))
+        # A file long enough for the size drawn (about 4 bytes a token), so sizes stay as drawn.
+        path = rng.choice([p for p in _sources() if p.stat().st_size >= 5 * target] or list(_sources()))
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        start = rng.randrange(max(1, len(lines) // 2))
         taken: list[str] = []
         tokens = 0
         for line in lines[start:]:
