@@ -28,8 +28,7 @@ the prefix reuse (the shared prefix over the tokens sent, same requests).
 
 Trimmers: the guard's default pipeline (`clear_tool_results` first: old results cleared, once a
 request is over, until it is 0.45 of its input budget under it, the newest 3 kept), the same
-keeping the newest 10, the same clearing in smaller and larger blocks (0.2 and 0.6), the same
-dropping whole turns before shortening the newest results, the pipeline before
+keeping the newest 10, the same clearing in smaller and larger blocks (0.2 and 0.6), the pipeline before
 `clear_tool_results` (whole turns dropped, results shortened), and naive observation masking
 (every result but the newest 10 replaced by the placeholder on every request, then the default
 pipeline).
@@ -310,8 +309,6 @@ def _keeping(measure: Measure, original: Sequence[Mapping[str, Any]], sent: Sequ
 
 def trimmers(profile: ModelProfile, tokenizer: Tokenizer, cache: CountCache) -> dict[str, Trimmer]:
     before = tuple(n for n in DEFAULT_PIPELINE if n != "clear_tool_results")
-    turns_first = ("clear_tool_results", *(n for n in before if n != "shrink_tool_results"))
-    turns_first = (*turns_first[:2], "shrink_tool_results", *turns_first[2:])  # after drop_oldest_turns
     return {
         "context-guard default (keep_last 3, step_share 0.45)": guard(profile, tokenizer, cache),
         "clear_tool_results keep_last: 10": guard(profile, tokenizer, cache, {"clear_tool_results": {"keep_last": 10}}),
@@ -321,7 +318,6 @@ def trimmers(profile: ModelProfile, tokenizer: Tokenizer, cache: CountCache) -> 
         "clear_tool_results step_share: 0.6": guard(
             profile, tokenizer, cache, {"clear_tool_results": {"step_share": 0.6}}
         ),
-        "drop_oldest_turns before shrink_tool_results": guard(profile, tokenizer, cache, names=turns_first),
         "pipeline before clear_tool_results": guard(profile, tokenizer, cache, names=before),
         "naive masking, newest 10 (every request)": guard(profile, tokenizer, cache, mask=LAST),
     }

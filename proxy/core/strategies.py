@@ -227,8 +227,8 @@ STRATEGIES: Mapping[str, Callable[..., Strategy]] = {
 }
 DEFAULT_PIPELINE = (
     "clear_tool_results",
-    "shrink_tool_results",
     "drop_oldest_turns",
+    "shrink_tool_results",
     "shrink_messages",
     "drop_recent_turns",
     "shrink_latest_user",

@@ -26,10 +26,6 @@ def png_source(width: int, height: int) -> dict[str, Any]:
     return {"type": "base64", "media_type": "image/png", "data": png_data_url(width, height).split(",", 1)[1]}
 
 
-# Whole turns dropped before tool results are shortened (the default shortens the one result first).
-TURNS_FIRST = ("drop_oldest_turns", "shrink_tool_results", "shrink_messages", "drop_recent_turns", "shrink_latest_user")
-
-
 def agent_body() -> dict[str, Any]:
     return {
         "model": CLAUDE,
@@ -277,7 +273,7 @@ class TestRender:
         assert ADAPTER.render(parsed, parsed.chat, ()) == agent_body()
 
     def test_dropping_the_old_turn_keeps_a_valid_conversation_that_opens_with_the_user(self) -> None:
-        fitted = fit_body(ADAPTER, agent_body(), 3000, model=CLAUDE, pipeline=TURNS_FIRST)
+        fitted = fit_body(ADAPTER, agent_body(), 3000, model=CLAUDE)
         assert fitted.plan.result.outcome == "trimmed"
         messages = fitted.body["messages"]
         assert messages[0]["role"] == "user" and messages_problems(fitted.body) == []
@@ -286,7 +282,7 @@ class TestRender:
         )
 
     def test_the_text_beside_a_dropped_tool_result_stays(self) -> None:
-        fitted = fit_body(ADAPTER, agent_body(), 3000, model=CLAUDE, pipeline=TURNS_FIRST)
+        fitted = fit_body(ADAPTER, agent_body(), 3000, model=CLAUDE)
         assert fitted.body["messages"][0] == {"role": "user", "content": [{"type": "text", "text": "Also check b.py"}]}
 
     def test_every_field_outside_messages_is_kept(self) -> None:
