@@ -87,7 +87,10 @@ class ClearToolResults:
         if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns):
             raise ValueError(f"{self.name}: compaction_patterns must be a list of regular expressions")
         object.__setattr__(self, "compaction_patterns", tuple(patterns))
-        compiled_patterns(self.compaction_patterns)  # a bad expression is an error now, naming it
+        try:
+            compiled_patterns(self.compaction_patterns)  # a bad expression is an error now, naming it
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: {exc}") from None
 
     def __call__(self, state: TrimState) -> None:
         results = _tool_results(state)

@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from proxy.config.settings import settings_from_dict
 from proxy.core.clearing import ClearToolResults, placeholder
+from proxy.core.strategies import build_pipeline
 from proxy.core.turns import validity_problems
+from proxy.errors import ConfigError
 from tests.core.trimming import fit, words
 
 
@@ -121,3 +124,16 @@ class TestACompactionRequest:
         options = {"clear_tool_results": {"compaction_patterns": [r"write the checkpoint"]}}
         sent = fit(body(messages), 12_000, options=options).result.body["messages"]
         assert not cleared(sent) and all("tokens removed" in m["content"] for m in sent if m["role"] == "tool")
+
+
+class TestFromTheSettings:
+    def test_the_trim_sections_options_reach_the_strategy(self):
+        options = {"clear_tool_results": {"compaction_patterns": ["write the checkpoint"], "keep_last": 5}}
+        settings = settings_from_dict({"trim": {"options": options}}, "t.yaml", {})
+        strategy = build_pipeline(settings.trim.pipeline, settings.trim.options)[0]
+        assert strategy == ClearToolResults(keep_last=5, compaction_patterns=("write the checkpoint",))
+
+    def test_a_bad_pattern_is_a_config_error_naming_the_strategy_and_the_pattern(self):
+        options = {"clear_tool_results": {"compaction_patterns": ["("]}}
+        with pytest.raises(ConfigError, match=r"clear_tool_results: compaction pattern '\('"):
+            settings_from_dict({"trim": {"options": options}}, "t.yaml", {})
