@@ -186,7 +186,7 @@ class Snapshot:
     messages: tuple[tuple[int, Any, int], ...]
     total: int
     removals: list[Removal]
-    shortened: set[int]
+    shortened: dict[int, int]
 
 
 @dataclass
@@ -207,7 +207,7 @@ class TrimState:
     removals: list[Removal] = field(default_factory=list)
     output_override: tuple[str, int] | None = None
     reserve: int = 0  # tokens to leave free for what goes in after the cut (budget note, summary)
-    shortened: set[int] = field(default_factory=set)  # indices with a removal that is not a drop
+    shortened: dict[int, int] = field(default_factory=dict)  # index -> where in `removals` its (not a drop) is
     cut: HistoryCut | None = None
     opening_end: int | None = None  # index of the last message of the opening kept before the cut
     compaction_request: bool = False  # the client asks to summarise its conversation: keep its opening
@@ -259,13 +259,14 @@ class TrimState:
             return
         original = self.body["messages"][index]
         tokens = self.counts[index]
-        if index in self.shortened:  # scanned only then: dropping 2,000 messages stays linear
-            tokens += sum(r.tokens for r in self.removals if r.index == index)
-            self.removals = [r for r in self.removals if r.index != index]
-            self.shortened.discard(index)
+        dropped = Removal(index, _role(original), "dropped", tokens, content_hash(original), strategy)
+        if index in self.shortened:  # its removal becomes the drop, in place: dropping 2,000 stays linear
+            at = self.shortened.pop(index)
+            self.removals[at] = replace(dropped, tokens=tokens + self.removals[at].tokens)
+        else:
+            self.removals.append(dropped)
         self.dropped.add(index)
         self.total -= self.counts[index]
-        self.removals.append(Removal(index, _role(original), "dropped", tokens, content_hash(original), strategy))
         self.counts[index] = 0
 
     def replace(self, index: int, message: Mapping[str, Any], kind: RemovalKind, strategy: str, removed: object) -> int:
@@ -275,13 +276,11 @@ class TrimState:
         self.messages[index] = message
         self.counts[index] = after
         self.total += after - before
-        earlier = None
-        if index in self.shortened:
-            earlier = next((r for r in self.removals if r.index == index), None)
-        self.shortened.add(index)
-        if earlier is not None:  # changed again: still one removal (the first kind), with both savings
-            self.removals[self.removals.index(earlier)] = replace(earlier, tokens=earlier.tokens + before - after)
+        if index in self.shortened:  # changed again: still one removal (the first kind), with both savings
+            at = self.shortened[index]
+            self.removals[at] = replace(self.removals[at], tokens=self.removals[at].tokens + before - after)
         else:
+            self.shortened[index] = len(self.removals)
             self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
         return before - after
 
@@ -292,7 +291,7 @@ class TrimState:
             tuple((i, self.messages[i], self.counts[i]) for i in indices),
             self.total,
             list(self.removals),
-            set(self.shortened),
+            dict(self.shortened),
         )
 
     def restore(self, snapshot: Snapshot) -> None:
