@@ -39,6 +39,10 @@ from tests.support.validity import messages_problems, responses_problems
 WINDOW = 16_384
 STEPS = 30
 CLAUDE = "claude-sonnet-4-6"
+CODEX_COMPACT = (
+    "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM that will "
+    "resume the task.\n\nInclude:\n- Current progress and key decisions made\n- What remains to be done"
+)
 # An Anthropic-compatible endpoint whose vocabulary the guard has (DeepSeek's /anthropic API): its count
 # is exact, as gpt-4o's is. Claude's own vocabulary does not ship, and its bound counts about a third
 # more, so a 16k window holds about 12k of Claude's content: clearings come closer together there.
@@ -315,3 +319,22 @@ class TestAClientsCompactionRequest:
             text for text, step in zip(kept, steps, strict=True) if step.result[:200] in text or step.result == text
         ]
         assert len(with_material) >= len(steps) / 2
+
+    async def test_a_codex_compaction_in_the_responses_shape_keeps_its_history_too(
+        self, start_proxy: Any, provider: FakeUpstream
+    ) -> None:
+        window = 32_768
+        steps = agent_steps(40, seed=8)
+        url = await guard_url(start_proxy, provider, window)
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        items = [*responses_input(steps), {"role": "user", "content": CODEX_COMPACT}]
+        raw = await client.responses.with_raw_response.create(
+            model="gpt-4o", instructions=SYSTEM, input=items, tools=[RESPONSES_TOOL], max_output_tokens=4096
+        )
+        body = provider.received[-1].json()
+        assert body["input"][0] == items[0] and body["input"][-1] == items[-1]
+        assert responses_problems(body) == []
+        assert int(raw.headers["x-context-guard-tokens-after"]) >= 0.6 * window
+        kept = results(chat_view("responses", body))
+        assert len(kept) == len(steps)
+        assert sum(1 for text, step in zip(kept, steps, strict=True) if step.result[:200] in text) >= len(steps) / 2
