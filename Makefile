@@ -68,12 +68,13 @@ lint: $(BIN)/.installed
 # machine was quiet enough to measure on (bench/machine.py); otherwise it prints why and fails (status 3;
 # `ARGS=--force-print` prints the figures and exits 0, still writing nothing).
 # bench/adversarial.py then adds the attacks' table to docs/benchmarks.md (about 5 minutes; 2 with --quick),
-# and bench/families.py the counts per model family.
+# bench/families.py the counts per model family, and bench/agents.py agent sessions priced with prompt caching.
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py $(ARGS)
 	$(BIN)/python bench/adapters.py
 	$(BIN)/python bench/adversarial.py $(filter --quick,$(ARGS))
 	$(BIN)/python bench/families.py
+	$(BIN)/python bench/agents.py
 
 # The capacity table of docs/deployment.md, from bench/results.json (run after `make bench`).
 capacity: $(BIN)/.installed

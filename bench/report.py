@@ -212,8 +212,8 @@ def readme_section(results: dict[str, Any]) -> str:
 
 
 # Sections of docs/benchmarks.md that other generators write after this one (bench/adversarial.py,
-# bench/families.py, each between its markers): kept as they are when the page is rewritten.
-OTHER_SECTIONS = ("adversarial", "families")
+# bench/families.py, bench/agents.py, each between its markers): kept as they are when the page is rewritten.
+OTHER_SECTIONS = ("adversarial", "families", "agents")
 
 
 def write_docs(results: dict[str, Any], root: Path) -> None:

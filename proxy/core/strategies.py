@@ -7,6 +7,10 @@ latest user message only as a last resort:
     drop_images          replace the oldest images with a short marker (opt-in: list it first)
     clamp_max_tokens     lower the request's own max_tokens, never below a floor nor to its
                          thinking budget (opt-in)
+    clear_tool_results   clear old tool results in cache-stable blocks (the call kept, a placeholder
+                         in place of its output), then drop old tool exchanges whole, keeping the
+                         newest results; a compaction request's results shortened evenly instead
+                         (see `proxy.core.clearing`)
     drop_old_tool_exchanges  drop old tool calls with their results before whole turns (opt-in)
     drop_oldest_turns    keep the opening, then drop whole turns, oldest first, keeping the
                          history guarantee; by default down to a cache-stable cut position
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.budget import requested_output, thinking_budget
+from proxy.core.clearing import ClearToolResults
 from proxy.core.history import DropOldestTurns, check_at_least, drop_groups, keep_in_part, unguaranteed
 from proxy.core.shrink import is_image, shorten_message, without_images
 from proxy.core.trim import Strategy, TrimState
@@ -68,7 +73,10 @@ class DropRecentTurns:
         turns = state.conversation.turns
         end = state.opening_end
         opening = 0 if end is None else next((n for n, t in enumerate(turns) if t.indices[-1] >= end), 0) + 1
-        for turn in (*turns[opening:], *turns[:opening]):
+        # A client's compaction request keeps its opening: without it the summary has no task.
+        opening = max(opening, 1) if state.compaction_request else opening
+        last = turns[:opening] if not state.compaction_request else turns[:0]
+        for turn in (*turns[opening:], *last):
             over = state.over()
             if over <= 0:
                 return
@@ -212,6 +220,7 @@ def _shrink_messages(**options: Any) -> Strategy:
 STRATEGIES: Mapping[str, Callable[..., Strategy]] = {
     "drop_images": DropImages,
     "clamp_max_tokens": ClampMaxTokens,
+    "clear_tool_results": ClearToolResults,
     "drop_old_tool_exchanges": DropOldToolExchanges,
     "drop_oldest_turns": DropOldestTurns,
     "shrink_tool_results": _shrink_tool_results,
@@ -221,6 +230,7 @@ STRATEGIES: Mapping[str, Callable[..., Strategy]] = {
     "shrink_system": lambda **o: ShrinkPinned("shrink_system", "system", **o),
 }
 DEFAULT_PIPELINE = (
+    "clear_tool_results",
     "drop_oldest_turns",
     "shrink_tool_results",
     "shrink_messages",

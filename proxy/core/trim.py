@@ -33,7 +33,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.core.roles import PINNED_ROLES
 from proxy.core.turns import Conversation, protected_start, split_conversation
 
-RemovalKind = Literal["dropped", "truncated", "image_dropped", "max_tokens_clamped"]
+RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
 
 
@@ -65,6 +65,9 @@ class TrimResult:
     insert_at: int = 0  # where in the returned messages a summary goes (where the dropped history was)
     summary: SummaryReport | None = None  # what became of the summary, once the server has tried
     inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
+    # Tokens the returned request starts with that are the received request's own (tools, system,
+    # messages before the first change): what a prompt cache of the conversation still serves.
+    prefix_tokens: int = 0
 
     @property
     def changed(self) -> bool:
@@ -183,7 +186,7 @@ class Snapshot:
     messages: tuple[tuple[int, Any, int], ...]
     total: int
     removals: list[Removal]
-    shortened: set[int]
+    shortened: dict[int, int]
 
 
 @dataclass
@@ -204,9 +207,10 @@ class TrimState:
     removals: list[Removal] = field(default_factory=list)
     output_override: tuple[str, int] | None = None
     reserve: int = 0  # tokens to leave free for what goes in after the cut (budget note, summary)
-    shortened: set[int] = field(default_factory=set)  # indices with a removal that is not a drop
+    shortened: dict[int, int] = field(default_factory=dict)  # index -> where in `removals` its (not a drop) is
     cut: HistoryCut | None = None
     opening_end: int | None = None  # index of the last message of the opening kept before the cut
+    compaction_request: bool = False  # the client asks to summarise its conversation: keep its opening
     _input_budget: int | None = None
 
     @classmethod
@@ -255,13 +259,14 @@ class TrimState:
             return
         original = self.body["messages"][index]
         tokens = self.counts[index]
-        if index in self.shortened:  # scanned only then: dropping 2,000 messages stays linear
-            tokens += sum(r.tokens for r in self.removals if r.index == index)
-            self.removals = [r for r in self.removals if r.index != index]
-            self.shortened.discard(index)
+        dropped = Removal(index, _role(original), "dropped", tokens, content_hash(original), strategy)
+        if index in self.shortened:  # its removal becomes the drop, in place: dropping 2,000 stays linear
+            at = self.shortened.pop(index)
+            self.removals[at] = replace(dropped, tokens=tokens + self.removals[at].tokens)
+        else:
+            self.removals.append(dropped)
         self.dropped.add(index)
         self.total -= self.counts[index]
-        self.removals.append(Removal(index, _role(original), "dropped", tokens, content_hash(original), strategy))
         self.counts[index] = 0
 
     def replace(self, index: int, message: Mapping[str, Any], kind: RemovalKind, strategy: str, removed: object) -> int:
@@ -271,13 +276,11 @@ class TrimState:
         self.messages[index] = message
         self.counts[index] = after
         self.total += after - before
-        earlier = None
-        if index in self.shortened:
-            earlier = next((r for r in self.removals if r.index == index), None)
-        self.shortened.add(index)
-        if earlier is not None:  # changed again: still one removal (the first kind), with both savings
-            self.removals[self.removals.index(earlier)] = replace(earlier, tokens=earlier.tokens + before - after)
+        if index in self.shortened:  # changed again: still one removal (the first kind), with both savings
+            at = self.shortened[index]
+            self.removals[at] = replace(self.removals[at], tokens=self.removals[at].tokens + before - after)
         else:
+            self.shortened[index] = len(self.removals)
             self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
         return before - after
 
@@ -288,7 +291,7 @@ class TrimState:
             tuple((i, self.messages[i], self.counts[i]) for i in indices),
             self.total,
             list(self.removals),
-            set(self.shortened),
+            dict(self.shortened),
         )
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -369,6 +372,8 @@ def trim(
         note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
         total = state.total + note_tokens
         kept, at = state.kept_body(inserted)
+        first = min((r.index for r in removals if r.index is not None), default=len(state.messages))
+        prefix = count.fixed_tokens + sum(state.counts[: min(first, at - len(inserted)) if inserted else first])
         return TrimResult(
             kept,
             "trimmed",
@@ -382,6 +387,7 @@ def trim(
             summary_room=summary_room if dropped else 0,
             insert_at=at,
             inserted=tuple(range(at - len(inserted), at)),
+            prefix_tokens=prefix,
         )
     # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
     outcome: Outcome = "rejected" if overflow == "reject" else "forwarded_over_budget"

@@ -1,8 +1,10 @@
 """Splits a conversation into what may be cut and what may not.
 
 - **Pinned**: system and developer messages, wherever they stand. Never dropped.
-- **Protected**: the latest user message and everything after it (a tool exchange still in
-  progress). Never dropped; only a last-resort strategy may shorten the latest user message.
+- **Protected**: the latest user message and everything after it (an agent's tool loop still in
+  progress), also as units (`Conversation.tail`). The latest user message is never dropped, and
+  only a last-resort strategy may shorten it; the tool exchanges after it may be cleared or dropped
+  whole, the newest kept (`proxy.core.clearing`).
 - **History**: everything else, as *turns* in order. A turn starts at a user message and runs to
   the next one (history that opens with an assistant message forms a turn of its own). Inside a
   turn, an assistant message with `tool_calls` (or a legacy `function_call`) and all of its
@@ -41,6 +43,7 @@ class Conversation:
     pinned: tuple[int, ...]
     protected: tuple[int, ...]
     turns: tuple[Turn, ...]  # oldest first
+    tail: tuple[Unit, ...] = ()  # the protected messages as units: the latest prompt, the exchanges after it
 
     @property
     def history(self) -> tuple[int, ...]:
@@ -79,14 +82,16 @@ def split_conversation(messages: Sequence[Any]) -> Conversation:
     pinned_set = set(pinned)
     protected = tuple(i for i in range(boundary, len(messages)) if i not in pinned_set)
     turns: list[list[Unit]] = []
+    tail: list[Unit] = []
     for unit in units:
         if unit.indices[0] >= boundary:
-            break
+            tail.append(unit)
+            continue
         first = unit.indices[0]
         if roles[first] == "user" or not turns:
             turns.append([])
         turns[-1].append(unit)
-    return Conversation(pinned, protected, tuple(Turn(tuple(t)) for t in turns))
+    return Conversation(pinned, protected, tuple(Turn(tuple(t)) for t in turns), tuple(tail))
 
 
 def protected_start(messages: Sequence[Any]) -> int | None:

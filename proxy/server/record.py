@@ -113,6 +113,9 @@ COUNT_HEADER = f"{REPORT_PREFIX}count"
 _BEFORE, _AFTER, _BUDGET, _REMOVED, _MODE = (
     f"{REPORT_PREFIX}{name}" for name in ("tokens-before", "tokens-after", "budget", "removed", "mode")
 )
+_CLEARED, _CLEARED_TOKENS, _PREFIX = (
+    f"{REPORT_PREFIX}{name}" for name in ("cleared", "cleared-tokens", "prefix-tokens")
+)
 
 
 def report_headers(record: RequestRecord) -> dict[str, str]:
@@ -120,13 +123,24 @@ def report_headers(record: RequestRecord) -> dict[str, str]:
     if record.plan is None:
         return {_MODE: record.mode} if record.mode else {}
     result = record.plan.result
-    return {
+    headers = {
         _BEFORE: str(result.tokens_before),
         _AFTER: str(result.tokens_after),
         _BUDGET: str(result.budget.input_budget),
         _REMOVED: str(len(result.removals)),
         _MODE: record.mode or "enforce",
     }
+    if result.changed:  # what was cleared in place, and the start the provider's cache still has
+        count, tokens = cleared(result.removals)
+        headers[_CLEARED], headers[_CLEARED_TOKENS] = str(count), str(tokens)
+        headers[_PREFIX] = str(result.prefix_tokens)
+    return headers
+
+
+def cleared(removals: Sequence[Removal]) -> tuple[int, int]:
+    """How many tool results were cleared (`proxy.core.clearing`), and the tokens that freed."""
+    tokens = [r.tokens for r in removals if r.kind == "cleared"]
+    return len(tokens), sum(tokens)
 
 
 def summary(record: RequestRecord) -> dict[str, Any]:
@@ -153,6 +167,11 @@ def _summarise(record: RequestRecord, out: dict[str, Any]) -> None:
         out["removed_tokens"] = sum(r.tokens for r in removals) if removals else 0
         if removals:
             out["by_strategy"] = by_strategy(removals)
+        if result.changed:
+            count, tokens = cleared(removals)
+            if count:
+                out["cleared"] = {"count": count, "tokens": tokens}
+            out["prefix_tokens"] = result.prefix_tokens
 
 
 def served_model_shown(record: RequestRecord) -> str | None:
