@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.apis.anthropic import MessagesAdapter
+from proxy.apis.gemini import GenerateContentAdapter
 from proxy.apis.responses import ResponsesAdapter
 from tests.apis.fitting import fit_body, words
 from tests.support.validity import messages_problems, responses_problems
@@ -73,3 +74,36 @@ class TestAnthropic:
         sent = fit_body(MessagesAdapter(), body, 2_500, model="claude-sonnet-4-6").body["messages"]
         assert messages_problems({"messages": sent}) == [] and sent[0] == messages[0]
         assert len(sent) < len(messages) and sent[-6:] == messages[-6:]
+
+
+def gemini_loop(steps: int, result_words: int) -> list[dict[str, Any]]:
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "Read the files."}]}]
+    for k in range(steps):
+        call = {"functionCall": {"id": f"c{k}", "name": "read_file", "args": {"n": k}}, "thoughtSignature": f"sig{k}"}
+        contents.append({"role": "model", "parts": [call]})
+        answer = {"functionResponse": {"id": f"c{k}", "name": "read_file", "response": {"output": words(result_words, f"w{k}")}}}
+        contents.append({"role": "user", "parts": [answer]})
+    return contents
+
+
+class TestGemini:
+    def test_a_cleared_function_response_is_the_placeholder_its_call_and_signature_untouched(self):
+        contents = gemini_loop(12, 500)
+        body = {"contents": contents, "generationConfig": {"maxOutputTokens": 500}}
+        sent = fit_body(GenerateContentAdapter(), body, 8_000, model="gemini-2.5-flash").body["contents"]
+        assert len(sent) == len(contents) and sent[0] == contents[0]
+        first = sent[2]["parts"][0]["functionResponse"]
+        assert first["id"] == "c0" and first["name"] == "read_file"
+        assert first["response"]["output"].startswith("[context-guard cleared the output of read_file")
+        assert [c for c in sent if c["role"] == "model"] == [c for c in contents if c["role"] == "model"]
+        assert sent[-6:] == contents[-6:]  # the newest three exchanges verbatim
+
+    def test_dropped_exchanges_go_whole_and_the_opening_prompt_stays(self):
+        contents = gemini_loop(40, 100)
+        body = {"contents": contents, "generationConfig": {"maxOutputTokens": 500}}
+        sent = fit_body(GenerateContentAdapter(), body, 2_500, model="gemini-2.5-flash").body["contents"]
+        assert sent[0] == contents[0] and len(sent) < len(contents) and sent[-6:] == contents[-6:]
+        calls = [p["functionCall"]["id"] for c in sent if c["role"] == "model" for p in c["parts"]]
+        answers = [p["functionResponse"]["id"] for c in sent[1:] if c["role"] == "user" for p in c["parts"]]
+        assert calls == answers  # every call kept has its response, and none is left without its call
+        assert [c["role"] for c in sent] == ["user", *(["model", "user"] * len(calls))]
