@@ -48,13 +48,13 @@ from proxy.apis.base import (
     Parsed,
     Source,
     ViewBuilder,
-    inserted_texts,
     optional_model,
     output_reserve,
     require_object,
     shortened_texts,
     text_part,
 )
+from proxy.apis.cuts import dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.images import AreaCost
 from proxy.core.models import ModelProfile
@@ -139,16 +139,7 @@ class MessagesAdapter(Adapter):
         messages: list[Any] = list(body["messages"])
         for i, new in changes.replaced.items():
             _write_back(body, messages, parsed.sources[i], parsed.messages[i], new)
-        whole: set[int] = set()
-        blocks: dict[int, set[int]] = {}
-        for i in changes.dropped:
-            for origin in parsed.sources[i].origins:
-                if origin.field != "messages" or origin.index is None:
-                    continue
-                if origin.block is None:
-                    whole.add(origin.index)
-                else:
-                    blocks.setdefault(origin.index, set()).add(origin.block)
+        whole, blocks = dropped_origins(parsed, changes, "messages")
         # Anthropic has no system messages among the turns: each message the trim added (the budget
         # note, a summary) is a text block opening the user message after the dropped ones.
         notes = inserted_texts(parsed, changes, "messages", len(messages))

@@ -379,21 +379,6 @@ def shortened_texts(old: Sequence[Any], new: Sequence[Any]) -> list[tuple[int, s
     return [(j, text) for j in changed if (text := _text(new[j])) is not None]
 
 
-def inserted_texts(parsed: Parsed, changes: Changes, list_field: str, end: int) -> dict[int, list[str]]:
-    """The texts of the messages the trim added (the budget note, a summary), by the position in
-    the original `list_field` (`input`, `messages`) of the item each goes before; `end` when it
-    goes last."""
-    before: dict[int, list[str]] = {}
-    for view_index, message in changes.inserted:
-        position = end
-        if view_index < len(parsed.sources):
-            origin = next((o for o in parsed.sources[view_index].origins if o.field == list_field), None)
-            position = origin.index if origin is not None and origin.index is not None else end
-        content = message.get("content")
-        before.setdefault(position, []).append(content if isinstance(content, str) else "")
-    return before
-
-
 def _text(part: object) -> str | None:
     if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
         return str(part["text"])

@@ -39,10 +39,10 @@ from proxy.apis.base import (
     Source,
     ViewBuilder,
     changes_of,
-    inserted_texts,
     require_object,
     shortened_texts,
 )
+from proxy.apis.cuts import dropped_origins, inserted_texts
 from proxy.apis.gemini_parts import Turns, field, read_system
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.model_names import url_model_name
@@ -171,16 +171,7 @@ class GenerateContentAdapter(Adapter):
         contents: list[Any] = list(body["contents"])
         for i, new in changes.replaced.items():
             _write_back(body, contents, parsed.sources[i], parsed.messages[i], new)
-        whole: set[int] = set()
-        parts: dict[int, set[int]] = {}
-        for i in changes.dropped:
-            for origin in parsed.sources[i].origins:
-                if origin.field != "contents" or origin.index is None:
-                    continue
-                if origin.block is None:
-                    whole.add(origin.index)
-                else:
-                    parts.setdefault(origin.index, set()).add(origin.block)
+        whole, parts = dropped_origins(parsed, changes, "contents")
         notes = inserted_texts(parsed, changes, "contents", len(contents))
         kept: list[tuple[int, Mapping[str, Any]]] = []
         for k, content in enumerate([*contents, None]):

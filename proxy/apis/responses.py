@@ -47,12 +47,12 @@ from proxy.apis.base import (
     InvalidRequest,
     Origin,
     Parsed,
-    inserted_texts,
     optional_model,
     output_reserve,
     require_object,
     shortened_texts,
 )
+from proxy.apis.cuts import inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.responses_items import (
     OUTPUT_TYPES,
