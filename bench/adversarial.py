@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import random
-import re
 import string
 import subprocess
 import sys
@@ -44,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.processes import free_port, stop  # noqa: E402
 from bench.proxy_overhead import rss_mb, wait_ready  # noqa: E402
+from bench.publish import write_section  # noqa: E402
 from tests.adversarial.hostile import (  # noqa: E402
     chat_with_file,
     chat_with_tool,
@@ -480,16 +480,6 @@ def section(rows: list[str], command: str, seconds: float) -> str:
     )
 
 
-def write(text: str, path: Path) -> None:
-    current = path.read_text(encoding="utf-8") if path.is_file() else ""
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
-    if pattern.search(current):
-        current = pattern.sub(lambda _: text, current)
-    else:
-        current = current.rstrip() + "\n\n" + text + "\n"
-    path.write_text(current, encoding="utf-8")
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller attacks (a minute or two)")
@@ -520,7 +510,7 @@ async def main() -> None:
     text = section(rows, command, time.perf_counter() - started)
     print(text)
     if not args.no_write:
-        write(text, ROOT / "docs/benchmarks.md")
+        write_section(ROOT / "docs/benchmarks.md", text, START, END)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.publish import write_section  # noqa: E402
 from proxy.core.budget import BudgetPolicy  # noqa: E402
 from proxy.core.clearing import placeholder  # noqa: E402
 from proxy.core.count_cache import CountCache  # noqa: E402
@@ -399,12 +400,7 @@ def main() -> None:
         print(text)
         return
     page = ROOT / "docs/benchmarks.md"
-    current = page.read_text("utf-8") if page.is_file() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
-    updated = (
-        pattern.sub(lambda _: text, current) if pattern.search(current) else current.rstrip() + "\n\n" + text + "\n"
-    )
-    page.write_text(updated, "utf-8")
+    write_section(page, text, START, END)
     print(f"wrote the agents section of {page}")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.publish import write_section  # noqa: E402
 from proxy.core.models import ModelRegistry, TokenizerSpec  # noqa: E402
 from proxy.tokenizers.families import VOCABULARIES, load_vocabulary  # noqa: E402
 from proxy.tokenizers.model_map import load_model_map  # noqa: E402
@@ -155,12 +155,7 @@ def main() -> None:
         print(text)
         return
     page = ROOT / "docs/benchmarks.md"
-    current = page.read_text("utf-8") if page.is_file() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
-    updated = (
-        pattern.sub(lambda _: text, current) if pattern.search(current) else current.rstrip() + "\n\n" + text + "\n"
-    )
-    page.write_text(updated, "utf-8")
+    write_section(page, text, START, END)
     print(f"wrote the families section of {page}")
 
 

@@ -10,6 +10,7 @@ unless `--force-print` asked for the figures anyway, which still writes no docs.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +40,16 @@ def publish(results: dict[str, Any], root: Path, out: Path, *, docs: bool, force
     if docs:
         report.write_docs(results, root)
     return 0
+
+
+def write_section(path: Path, text: str, start: str, end: str) -> None:
+    """Put `text` (which opens with `start` and closes with `end`) in place of that section of the
+    page at `path`, or after its end when the page has none yet: how bench/adversarial.py,
+    bench/agents.py and bench/families.py each write their own section of docs/benchmarks.md."""
+    current = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(current):
+        current = pattern.sub(lambda _: text, current)
+    else:
+        current = current.rstrip() + "\n\n" + text + "\n"
+    path.write_text(current, encoding="utf-8")
