@@ -54,7 +54,7 @@ from proxy.apis.base import (
     shortened_texts,
     text_part,
 )
-from proxy.apis.cuts import dropped_origins, inserted_texts
+from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.images import AreaCost
 from proxy.core.models import ModelProfile

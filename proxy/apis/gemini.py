@@ -42,7 +42,7 @@ from proxy.apis.base import (
     require_object,
     shortened_texts,
 )
-from proxy.apis.cuts import dropped_origins, inserted_texts
+from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.gemini_parts import Turns, field, read_system
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.model_names import url_model_name

@@ -52,7 +52,7 @@ from proxy.apis.base import (
     require_object,
     shortened_texts,
 )
-from proxy.apis.cuts import inserted_texts
+from proxy.apis.cut_positions import inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.responses_items import (
     OUTPUT_TYPES,
