@@ -21,7 +21,7 @@ from proxy.core.request_count import RequestCounter
 from proxy.core.turns import call_ids, validity_problems
 from proxy.errors import BadRequest, GuardError
 from proxy.server.body_errors import bad_body_errors
-from proxy.server.echo import gemini, messages, openai_shapes, responses
+from proxy.server.echo import generate_content, messages, openai_shapes, responses
 from proxy.server.echo.report import EchoReport, EchoSettings, ToolCallSeen, call_names, text_of
 from proxy.server.echo.sse import Reply
 from proxy.server.handlers import parse_chat
@@ -135,7 +135,7 @@ class EchoUpstream:
         with bad_body_errors():
             parsed = endpoint.parse(body)
         report = self.inspect({**parsed.chat, "model": endpoint.path_model}, endpoint.adapter, parsed)
-        return await gemini.generate_content(request, request.path.rpartition(":")[2], self._reply(report))
+        return await generate_content.generate_content(request, request.path.rpartition(":")[2], self._reply(report))
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         body = _json_object(await request.read())
@@ -202,7 +202,7 @@ def _anthropic_error(status: int, message: str, *_: str | None) -> web.Response:
 
 
 def _google_error(status: int, message: str, *_: str | None) -> web.Response:
-    return gemini.google_error(status, message)
+    return generate_content.google_error(status, message)
 
 
 def with_echo_upstream(settings: Settings, url: str) -> Settings:
