@@ -3,7 +3,7 @@ upstream session.
 
 One middleware, `records`, does in order what every request needs before its handler:
 - it counts the request in flight until it ends, for a graceful drain (`proxy.server.lifecycle`);
-- it opens the request's `RequestRecord` (with a request id it can trust), turns every failure
+- it opens the request's `Flow` and `RequestRecord` (with a request id it can trust), turns every failure
   into an error in the API's own shape (no traceback ever reaches a client), and when the
   request ends, however it ends, writes its one log line and its metrics;
 - `canonical_route` reads the request's one canonical path (`proxy.server.paths`), which alone
@@ -33,7 +33,8 @@ from proxy.server.backends.profiles import Discovery
 from proxy.server.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
 from proxy.server.credentials import UpstreamAuth, holds_client_key
 from proxy.server.drain import DRAIN, install_drain
-from proxy.server.gateway import GATEWAY, RECORD, Gateway
+from proxy.server.flow import FLOW, Flow
+from proxy.server.gateway import GATEWAY, Gateway
 from proxy.server.handlers import guarded
 from proxy.server.health import Health, Reachability, install_health
 from proxy.server.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
@@ -218,7 +219,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     drain.started()  # in flight until the `finally` below, past the log line
     gateway = request.app[GATEWAY]
     record = RequestRecord(request_id_of(request.headers.get("x-request-id")), request.method, request.path)
-    request[RECORD] = record
+    request[FLOW] = Flow(request, gateway, record)
     status = 500
     try:
         fresh = canonical_route(request)
@@ -302,7 +303,7 @@ def canonical_route(request: web.Request) -> tuple[tuple[str, str], PathRoute] |
     if "#" in request.raw_path:  # a fragment has no place in a request target; yarl would drop it silently
         raise InvalidPath("the request target holds a '#'")
     path = canonical_path(request.rel_url.raw_path)
-    record = request[RECORD]
+    record = request[FLOW].record
     record.path = path.value
     gw, key = request.app[GATEWAY], (path.value, request.method)
     route = gw.routes.get(key)

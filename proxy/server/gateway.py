@@ -1,5 +1,5 @@
 """What every handler shares: the `Gateway` (built once per app, and again, whole, on a reload)
-and the keys the app and the request carry it and the request's record under."""
+and the key the app carries it under."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from proxy.server.metrics import Metrics
 from proxy.server.model_counting import Models
 from proxy.server.model_route import ModelRoutes
 from proxy.server.paths import PathRoute
-from proxy.server.record import RequestRecord
 from proxy.server.resent import PARSES_PER_BODY, KeptPerBody
 from proxy.server.summariser import Summariser
 from proxy.server.upstream.relay import Router, request_headers
@@ -33,7 +32,6 @@ from proxy.state.shared_corrections import SharedCorrections
 from proxy.wire.readers import BodyReaders
 
 MODE_HEADER = "x-context-guard-mode"
-RECORD = web.RequestKey("record", RequestRecord)  # opened for every request by the records middleware
 
 
 @dataclass

@@ -12,7 +12,6 @@ when the request ends.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
 from typing import Any
 
 from aiohttp import web
@@ -24,13 +23,14 @@ from proxy.core.exchange import Command
 from proxy.errors import BadRequest
 from proxy.server.body_errors import bad_body_errors
 from proxy.server.client_scope import client_scope, credential_digest
-from proxy.server.gateway import GATEWAY, MODE_HEADER, RECORD, Gateway
+from proxy.server.flow import FLOW, Flow
+from proxy.server.gateway import GATEWAY, MODE_HEADER, Gateway
 from proxy.server.paths import PATH_ROUTE
 from proxy.server.perform import prepared
 from proxy.server.placement import performed, planned
-from proxy.server.record import COUNT_HEADER, RequestRecord
+from proxy.server.record import COUNT_HEADER
 from proxy.server.resent import earlier_body
-from proxy.server.slots import CLIENT, client_key
+from proxy.server.slots import client_key
 from proxy.server.upstream.forwarding import read_body
 from proxy.wire.chat_body import read_chat_body
 from proxy.wire.prefix_reader import Match
@@ -38,24 +38,25 @@ from proxy.wire.prefix_reader import Match
 
 async def guarded(request: web.Request) -> web.StreamResponse:
     """Every counted API shape: read, parse, then perform the exchange's commands until it is over."""
-    gw, record = request.app[GATEWAY], request[RECORD]
+    flow = request[FLOW]
+    gw, record = flow.gw, flow.record
     endpoint = request[PATH_ROUTE].endpoint
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
-    raw = await read_body(request, gw)
+    flow.endpoint = endpoint
+    raw = flow.raw = await read_body(request, gw)
     # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
     match = gw.readers.match(endpoint.adapter, raw)
-    large = match.new_bytes > gw.settings.server.offload_bytes
+    large = flow.large = match.new_bytes > gw.settings.server.offload_bytes
     digest = credential_digest(request.headers)  # who the client is, for its share and its counts
-    client = request[CLIENT] = client_key(digest, request.remote)  # its share of the threads and upstream calls
+    client = flow.client = client_key(digest, request.remote)  # its share of the threads and upstream calls
     parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
-    model = parsed.model or ""
+    flow.parsed, model = parsed, parsed.model or ""
     record.model, record.stream = model, parsed.stream or endpoint.stream
     record.unread_fields, record.unseen_parts = parsed.unread, parsed.unseen
-    scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
+    flow.scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
     if endpoint.local:  # Anthropic's count_tokens, Gemini's countTokens: answered from the same count, never forwarded
-        return await _count_tokens(gw, record, endpoint, parsed, model, large, len(raw), client, scope)
-    mode = select_mode(request, gw, model)
-    performer, exchange = await prepared(request, gw, record, endpoint, parsed, raw, large, client, scope, mode)
+        return await _count_tokens(flow)
+    performer, exchange = await prepared(flow, select_mode(request, gw, model))
     command: Command | None = exchange.start()
     while command is not None:
         command = exchange.send(await performer.perform(command, exchange))
@@ -81,22 +82,13 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     return parsed
 
 
-async def _count_tokens(
-    gw: Gateway,
-    record: RequestRecord,
-    endpoint: Endpoint,
-    parsed: Parsed,
-    model: str,
-    large: bool,
-    size: int,
-    client: str,
-    scope: Hashable,
-) -> web.Response:
+async def _count_tokens(flow: Flow) -> web.Response:
     """A count endpoint (Anthropic's count_tokens, Gemini's countTokens), counted where a request
-    is planned (sized by the whole body, within `client`'s share of the threads; `scope`: its part
-    of the count cache)."""
-    fit = functools.partial(gw.models.fit, endpoint.adapter, parsed, model, None, client=scope)
-    fitted = await planned(large, fit, size=size, client=client)
+    is planned (sized by the whole body, within the client's share of the threads; its scope: its
+    part of the count cache)."""
+    gw, record, endpoint, parsed = flow.gw, flow.record, flow.endpoint, flow.parsed
+    fit = functools.partial(gw.models.fit, endpoint.adapter, parsed, parsed.model or "", None, client=flow.scope)
+    fitted = await planned(flow.large, fit, size=len(flow.raw), client=flow.client)
     record.plan, record.outcome = fitted.plan, "counted"
     assert endpoint.answer is not None, "a local endpoint says how it answers"
     response = web.json_response(endpoint.answer(fitted.plan.count.total))

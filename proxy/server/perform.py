@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
 
-from proxy.apis.base import Parsed
 from proxy.apis.fields import refuse_client_template
-from proxy.apis.registry import Endpoint
 from proxy.config.trim import Mode
 from proxy.config.upstreams import UpstreamSettings
-from proxy.core.budget import BudgetPolicy
 from proxy.core.exchange import (
     DELIVERED,
     DELIVERED_IN_PART,
@@ -48,19 +45,18 @@ from proxy.core.exchange import (
 )
 from proxy.core.opt_in_windows import opted_in
 from proxy.core.plan import Plan
-from proxy.core.tokenizer import Tokenizer
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.profiles import BackendProfile
 from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
+from proxy.server.flow import Flow
 from proxy.server.gateway import Gateway
-from proxy.server.model_route import model_route
+from proxy.server.model_route import ModelRoute, model_route
 from proxy.server.placement import performed, planned
 from proxy.server.record import RequestRecord, report_headers
 from proxy.server.upstream import answers
 from proxy.server.upstream.answers import UsageReader, first_event
 from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
-from proxy.server.upstream.relay import Target, decoded, read_error_body, request_headers
+from proxy.server.upstream.relay import decoded, read_error_body, request_headers
 from proxy.server.upstream.streams import ask_for_usage
 
 T = TypeVar("T")
@@ -69,33 +65,18 @@ T = TypeVar("T")
 class Performer:
     """One guarded request's I/O. `response` is what to answer once the exchange is over."""
 
-    def __init__(
-        self,
-        request: web.Request,
-        gw: Gateway,
-        record: RequestRecord,
-        endpoint: Endpoint,
-        parsed: Parsed,
-        raw: bytes,
-        large: bool,
-        client: str,
-        scope: Hashable,
-        target: Target,
-        served: str,
-        choice: Choice,
-        budget: BudgetPolicy,
-        backend: BackendProfile,
-        local: Tokenizer,
-    ) -> None:
-        self.request, self.gw, self.record, self.endpoint = request, gw, record, endpoint
-        self.parsed, self.raw, self.large = parsed, raw, large
+    def __init__(self, flow: Flow, route: ModelRoute, choice: Choice) -> None:
+        self.flow, self.request, self.gw, self.record = flow, flow.request, flow.gw, flow.record
+        self.endpoint, self.parsed, self.raw, self.large = flow.endpoint, flow.parsed, flow.raw, flow.large
         # Its share of the threads; its part of the count cache (`proxy.server.client_scope`).
-        self.client, self.scope = client, scope
-        self.target, self.served, self.choice, self.budget = target, served, choice, budget
-        self.backend, self.local = backend, local
+        self.client, self.scope, self.target = flow.client, flow.scope, flow.target
+        self.served, self.choice, self.budget = route.served, choice, route.budget
+        self.backend, self.local = route.backend, route.local
         # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
         self.learns = (
-            endpoint.api == "chat" and choice.source in ("calibrated", "estimate") and backend.usage_in_streams
+            flow.endpoint.api == "chat"
+            and choice.source in ("calibrated", "estimate")
+            and route.backend.usage_in_streams
         )
         self.response: web.StreamResponse | None = None
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
@@ -201,21 +182,21 @@ class Performer:
 
     async def send(self, command: Send) -> Delivered | Answered:
         """Forward, and relay the answer when it is one; else say what came back, for a correction."""
-        request, gw, record, target, parsed = self.request, self.gw, self.record, self.target, self.parsed
+        gw, record, target, parsed = self.gw, self.record, self.target, self.parsed
         record.outcome = command.outcome
         sent = command.body if command.body is not None else parsed.body
         with_usage, added = ask_for_usage(sent) if self.learns and record.stream else (sent, False)
         payload = outgoing(target, parsed.model or "", parsed.body, self.raw, with_usage if added else command.body)
         extra = {"x-request-id": record.request_id, **report_headers(record)}
         raw_error = b""
-        async with upstream_call(request, gw, record, target, payload) as response:
+        async with upstream_call(self.flow, payload) as response:
             if response.status < 400:
                 first = await first_event(response, record.stream)
                 if first is None or first.kind == "data":
                     reader = UsageReader(response, strip=added)
                     chunks = reader.relayed(first.head if first is not None else b"", response)
                     try:
-                        self.response = await relay_answer(request, gw, record, target, response, extra, chunks)
+                        self.response = await relay_answer(self.flow, response, extra, chunks)
                     finally:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
                             record.delivered, record.client_disconnected = True, False
@@ -227,7 +208,7 @@ class Performer:
                 status, error_body = 502, answers.error_body(first)
                 if first.kind == "empty" and self.backend.empty_stream_on_overflow:
                     note(record, "empty_stream")
-                    status, error_body = await probe_overflow(request, gw, record, target, sent)
+                    status, error_body = await probe_overflow(self.flow, sent)
             else:
                 status, raw_error = response.status, await read_error_body(target.upstream, response)
                 error_body = decoded(raw_error, response.headers.get("Content-Encoding"))
@@ -274,17 +255,14 @@ class Performer:
                 record.previews[removal.index] = _message_text(messages[removal.index])[:chars]
 
 
-async def prepared(
-    request: web.Request, gw: Gateway, record: RequestRecord, endpoint: Endpoint, parsed: Parsed, raw: bytes,
-    large: bool, client: str, scope: Hashable, mode: Mode,
-) -> tuple[Performer, Exchange]:  # fmt: skip
-    """What the exchange needs, worked out once: the route, the window the serving model runs
-    with, the tokenizer to count with, and a correction learned earlier (`large`, `client` and
-    `scope`: where its counting runs and whose part of the count cache it reads). What is known already (no
-    Ollama model to ask, no backend tokenizer) is not awaited, and the credential for the guard's
-    own calls is looked up only when a call is to be made."""
+async def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
+    """What the exchange needs, worked out once: the route (kept on the flow), the window the serving
+    model runs with, the tokenizer to count with, and a correction learned earlier. What is known
+    already (no Ollama model to ask, no backend tokenizer) is not awaited, and the credential for
+    the guard's own calls is looked up only when a call is to be made."""
+    request, gw, record, endpoint, parsed = flow.request, flow.gw, flow.record, flow.endpoint, flow.parsed
     model = parsed.model or ""
-    target = gw.router.route(model)
+    target = flow.target = gw.router.route(model)
     record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
     if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
         refuse_client_template(parsed.body)
@@ -299,7 +277,7 @@ async def prepared(
         route, asked = await model_route(gw.models, gw.backends, gw.session, service, model, target)
         if not asked:
             gw.model_routes.put(model, endpoint.api, route)
-    served, profile, local, backend, budget = route.served, route.profile, route.local, route.backend, route.budget
+    served, profile, local, backend = route.served, route.profile, route.local, route.backend
     record.window_source, record.override = route.window_source, route.override
     # A window the request opts into (Anthropic's 1M beta header), where the map gave the model's.
     opted = opted_in(served, request.headers) if route.window_source == "model_map" else None
@@ -327,9 +305,7 @@ async def prepared(
         note(record, "fallback_window")
     if route.vocabulary_missing is not None:  # counted with the family's bound (proxy.tokenizers.vocabularies)
         note(record, f"vocabulary_missing:{route.vocabulary_missing}")
-    performer = Performer(
-        request, gw, record, endpoint, parsed, raw, large, client, scope, target, served, choice, budget, backend, local
-    )
+    performer = Performer(flow, route, choice)
     summarises = gw.summariser is not None and endpoint.adapter.writes_inserted
     exchange = Exchange(
         mode,

@@ -18,12 +18,12 @@ from proxy.server import body as request_body
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.client_scope import credential_digest
 from proxy.server.credentials import injects_credential, without_client_keys, without_parameter
-from proxy.server.gateway import GATEWAY, RECORD, Gateway
+from proxy.server.flow import FLOW, Flow
+from proxy.server.gateway import Gateway
 from proxy.server.health import HEALTH
 from proxy.server.paths import PATH_ROUTE, counted_when_sent, host_root_url, upstream_url
 from proxy.server.placement import INLINE_BYTES, performed
-from proxy.server.record import RequestRecord
-from proxy.server.slots import CLIENT, client_key
+from proxy.server.slots import client_key
 from proxy.server.upstream.relay import (
     UPSTREAM_POOL,
     Target,
@@ -66,18 +66,14 @@ class UpstreamCall:
     of the body of the `with` too) and counted, and its time recorded. Written out as one class
     rather than nested generator-based context managers: this runs for every request."""
 
-    __slots__ = (
-        "_client", "_gw", "_payload", "_pool", "_record", "_request", "_sent", "_served", "_started", "_upstream"
-    )
+    __slots__ = ("_client", "_flow", "_payload", "_pool", "_sent", "_started", "_upstream")
 
-    def __init__(
-        self, request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
-    ) -> None:
-        self._request, self._gw, self._record = request, gw, record
-        self._upstream, self._payload, self._served = target.upstream, payload, target.model
+    def __init__(self, flow: Flow, payload: bytes) -> None:
+        self._flow, self._upstream, self._payload = flow, flow.target.upstream, payload
 
     async def __aenter__(self) -> aiohttp.ClientResponse:
-        request, gw, upstream = self._request, self._gw, self._upstream
+        flow, upstream = self._flow, self._upstream
+        request, gw, record = flow.request, flow.gw, flow.record
         keys = gw.settings.server.client_keys
         auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
         query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
@@ -85,19 +81,19 @@ class UpstreamCall:
         if route.endpoint is not None and route.endpoint.at_host_root:  # Google's paths: at the host's root
             if query and injects_credential(upstream):  # the client's `?key=` is not the one that goes
                 query = without_parameter(query, "key")
-            segments = route.endpoint.upstream_segments(route.path.segments, self._served)
+            segments = route.endpoint.upstream_segments(route.path.segments, flow.target.model)
             url = host_root_url(upstream.base_url, segments, query)
         else:
             url = upstream_url(upstream.base_url, route.path, query)
         headers = request_headers(request.headers, upstream, auth, keys)
         if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
-            headers["x-request-id"] = self._record.request_id
-            if not forwardable_request_id(gw.backends.profile_of(upstream.name), self._record.request_id):
+            headers["x-request-id"] = record.request_id
+            if not forwardable_request_id(gw.backends.profile_of(upstream.name), record.request_id):
                 del headers["x-request-id"]  # llama-cpp-python refuses any id that is not a UUID
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()
         self._pool = pool = request.app[UPSTREAM_POOL]
-        self._client = client = request.get(CLIENT) or client_key(credential_digest(request.headers), request.remote)
+        self._client = client = flow.client or client_key(credential_digest(request.headers), request.remote)
         try:
             await pool.acquire(client)
             try:
@@ -119,7 +115,7 @@ class UpstreamCall:
             self._ended(exc)
             raise
         response = self._sent.response
-        self._record.upstream_status = response.status
+        record.upstream_status = response.status
         request.app[HEALTH].reachability.saw(upstream.name)
         return response
 
@@ -141,32 +137,25 @@ class UpstreamCall:
 
     def _ended(self, exc: BaseException | None) -> None:
         """The call's time, and a failure of the proxy's own kind counted for its upstream."""
-        self._record.upstream_ms += (time.perf_counter() - self._started) * 1000
+        self._flow.record.upstream_ms += (time.perf_counter() - self._started) * 1000
         if isinstance(exc, GuardError):  # the upstream's failures, as upstream_failure() mapped them
-            self._gw.metrics.upstream_errors.labels(self._upstream.name, type(exc).__name__).inc()
+            self._flow.gw.metrics.upstream_errors.labels(self._upstream.name, type(exc).__name__).inc()
 
 
-def upstream_call(
-    request: web.Request, gw: Gateway, record: RequestRecord, target: Target, payload: bytes
-) -> UpstreamCall:
+def upstream_call(flow: Flow, payload: bytes) -> UpstreamCall:
     """The call `UpstreamCall` describes, for `async with`."""
-    return UpstreamCall(request, gw, record, target, payload)
+    return UpstreamCall(flow, payload)
 
 
 async def relay_answer(
-    request: web.Request,
-    gw: Gateway,
-    record: RequestRecord,
-    target: Target,
-    response: aiohttp.ClientResponse,
-    extra: dict[str, str],
-    chunks: AsyncIterator[bytes] | None = None,
+    flow: Flow, response: aiohttp.ClientResponse, extra: dict[str, str], chunks: AsyncIterator[bytes] | None = None
 ) -> web.StreamResponse:
+    record, upstream = flow.record, flow.target.upstream
     broken = functools.partial(broken_stream_event, record.kind)  # in the grammar of the client's API
-    relayed = await relay(request, target.upstream, response, extra, chunks, broken)
+    relayed = await relay(flow.request, upstream, response, extra, chunks, broken)
     if relayed.broken:
         record.stream_broken = relayed.broken
-        gw.metrics.upstream_errors.labels(target.upstream.name, "stream_broken").inc()
+        flow.gw.metrics.upstream_errors.labels(upstream.name, "stream_broken").inc()
     if relayed.client_gone:
         record.client_disconnected = True
     return relayed.response
@@ -179,13 +168,11 @@ def buffered(response: aiohttp.ClientResponse, body: bytes, extra: dict[str, str
     return out
 
 
-async def probe_overflow(
-    request: web.Request, gw: Gateway, record: RequestRecord, target: Target, sent: Mapping[str, Any]
-) -> tuple[int, bytes]:
+async def probe_overflow(flow: Flow, sent: Mapping[str, Any]) -> tuple[int, bytes]:
     """A server that answers an over-window stream with an empty 200 is asked the same prompt, not
     streamed, for one token: its error then says the window and its count."""
-    async with upstream_call(request, gw, record, target, dumps(overflow_probe(sent))) as response:
-        body = await read_error_body(target.upstream, response)
+    async with upstream_call(flow, dumps(overflow_probe(sent))) as response:
+        body = await read_error_body(flow.target.upstream, response)
         if response.status < 400:
             return 502, b'{"error": {"message": "the upstream answered a stream with an empty body"}}'
         return response.status, decoded(body, response.headers.get("Content-Encoding"))
@@ -194,7 +181,8 @@ async def probe_overflow(
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other path the passthrough policy allows: forwarded untouched (method, query, headers,
     body), routed by the body's `model` when it names one, else to the default upstream."""
-    gw, record = request.app[GATEWAY], request[RECORD]
+    flow = request[FLOW]
+    gw, record = flow.gw, flow.record
     record.kind = "passthrough"
     raw = await read_body(request, gw)
     model = await _sniffed_model(request, gw, raw)
@@ -202,7 +190,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         target = gw.router.route(model) if model else gw.router.default()
     except ModelNotRouted:
         target = gw.router.default()
-    record.model, record.upstream = model, target.upstream.name
+    flow.target, record.model, record.upstream = target, model, target.upstream.name
     path = request[PATH_ROUTE].path
     counted = counted_when_sent(target.upstream.base_url, path, gw.apis.api_for)
     if counted is not None:
@@ -210,8 +198,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             f"context-guard does not forward {path}: upstream {target.upstream.name!r} would receive it as "
             f"{counted}, which the guard counts; send it to that API's own path"
         )
-    async with upstream_call(request, gw, record, target, raw) as response:
-        return await relay_answer(request, gw, record, target, response, {"x-request-id": record.request_id})
+    async with upstream_call(flow, raw) as response:
+        return await relay_answer(flow, response, {"x-request-id": record.request_id})
 
 
 async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes) -> str | None:
