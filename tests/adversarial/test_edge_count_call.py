@@ -68,4 +68,6 @@ async def test_a_request_at_the_edge_with_a_huge_unread_field_does_not_hold_the_
         answers = [await post(guard.url("/v1/messages"), body) for _ in range(2)]  # the second: a count-cache hit
     assert [status for status, _, _ in answers] == [200, 200], answers[0][1][:300]
     assert fake.counted == 1  # asked once: the second was the cache's
-    prober.assert_responsive(base, during)
+    # Issue 39 bounds the edge at 150 ms (the count call is built and serialised in a thread; it held the
+    # loop 818 ms before): 66 ms measured once on a quiet machine, over the general 56 ms bound.
+    prober.assert_responsive(base, during, at_most_ms=150)
