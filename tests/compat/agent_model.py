@@ -10,22 +10,16 @@ tiktoken directly (`independent_tokens`), so a test can check each against the b
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
-from proxy.config.settings import settings_from_dict
-from proxy.server.app import create_app
-from proxy.server.model_counting import Models
 from tests.compat.recording_upstream import RecordingUpstream
+from tests.compat.threaded_guard import guard_in_thread
 from tests.support.answers import Answer, ToolCall
 from tests.support.cookbook import encoding as cookbook_encoding
 
@@ -121,42 +115,9 @@ def guarded(model: AgentModel, window: int, models: tuple[str, ...], logs: io.St
     from one background thread (the CLIs run in subprocesses); the guard's log lines go to `logs`,
     the stream the suite's logging was configured with."""
     seen = len(logs.getvalue().splitlines())
-    loop = asyncio.new_event_loop()
-    ready, urls = threading.Event(), []
-    stop: asyncio.Event | None = None
-
-    async def serve() -> None:
-        nonlocal stop
-        stop = asyncio.Event()
-        up = web.AppRunner(model.app(), access_log=None)
-        await up.setup()
-        await web.TCPSite(up, "127.0.0.1", 0).start()
-        up_url = f"http://127.0.0.1:{up.addresses[0][1]}/v1"
-        data = {
-            "upstreams": {"scripted": {"base_url": up_url, "kind": "generic", "read_timeout": 60}},
-            "models": {"overrides": [{"match": m, "context_window": window} for m in models]},
-            "log": {"format": "json", "level": "info"},
-        }
-        settings = settings_from_dict(data, "agents.yaml", {})
-        guard = web.AppRunner(create_app(settings, Models(settings)), access_log=None, handler_cancellation=True)
-        await guard.setup()
-        await web.TCPSite(guard, "127.0.0.1", 0).start()
-        urls.append(f"http://127.0.0.1:{guard.addresses[0][1]}")
-        ready.set()
-        await stop.wait()
-        await guard.cleanup()
-        await up.cleanup()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(120), "the servers did not start"
-    model.reset()
-    try:
-        yield Served(model, urls[0], logs, seen)
-    finally:
-        assert stop is not None
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
+    with guard_in_thread(model.app(), window, models, read_timeout=60) as url:
+        model.reset()
+        yield Served(model, url, logs, seen)
 
 
 def _asks_for_a_summary(body: dict[str, Any]) -> bool:

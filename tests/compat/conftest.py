@@ -4,7 +4,6 @@ call them), each test starting with a fresh recording."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import os
@@ -14,13 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from proxy.config.settings import settings_from_dict
 from proxy.logging import configure_logging
-from proxy.server.app import create_app
-from proxy.server.model_counting import Models
 from tests.compat.recording_upstream import RecordingUpstream
+from tests.compat.threaded_guard import guard_in_thread
 
 WINDOW = 4096  # the window the suite's models are given: a long conversation cannot fit
 CHAT_MODEL = "gpt-4o-mini"
@@ -72,37 +68,8 @@ def servers() -> Iterator[Servers]:
     logs = io.StringIO()
     configure_logging("json", "info", stream=logs)
     upstream = RecordingUpstream()
-    loop = asyncio.new_event_loop()
-    ready, stop = threading.Event(), asyncio.Event()
-    urls: list[str] = []
-
-    async def serve() -> None:
-        up = web.AppRunner(upstream.app(), access_log=None)
-        await up.setup()
-        await web.TCPSite(up, "127.0.0.1", 0).start()
-        up_url = f"http://127.0.0.1:{up.addresses[0][1]}/v1"
-        overrides = [{"match": m, "context_window": WINDOW} for m in (CHAT_MODEL, CLAUDE_MODEL, GEMINI_MODEL)]
-        data = {
-            "upstreams": {"rec": {"base_url": up_url, "kind": "generic", "read_timeout": 20}},
-            "models": {"overrides": overrides},
-            "log": {"format": "json", "level": "info"},
-        }
-        settings = settings_from_dict(data, "compat.yaml", {})
-        guard = web.AppRunner(create_app(settings, Models(settings)), access_log=None, handler_cancellation=True)
-        await guard.setup()
-        await web.TCPSite(guard, "127.0.0.1", 0).start()
-        urls.append(f"http://127.0.0.1:{guard.addresses[0][1]}")
-        ready.set()
-        await stop.wait()
-        await guard.cleanup()
-        await up.cleanup()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(120), "the servers did not start"
-    yield Servers(upstream, urls[0], logs)
-    loop.call_soon_threadsafe(stop.set)
-    thread.join(30)
+    with guard_in_thread(upstream.app(), WINDOW, (CHAT_MODEL, CLAUDE_MODEL, GEMINI_MODEL), read_timeout=20) as url:
+        yield Servers(upstream, url, logs)
 
 
 @pytest.fixture
