@@ -36,15 +36,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from aiohttp import web
-
 from proxy.core.cancellation import bound
 
 T = TypeVar("T")
-
-
-# Where a request keeps its `client_key` once the handler has computed it (the upstream pool's share reads it).
-CLIENT = web.RequestKey("client", str)
 
 
 def client_key(digest: bytes | None, peer: str | None) -> str:
