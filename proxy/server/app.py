@@ -54,7 +54,8 @@ from proxy.server.record import RequestRecord, log_event
 from proxy.server.request_ids import new_request_id
 from proxy.server.summariser import Summariser, SummariserOptions
 from proxy.server.upstream.forwarding import passthrough
-from proxy.server.upstream.relay import UPSTREAM_POOL, PoolPolicy, Router, UpstreamPool
+from proxy.server.upstream.pool import UPSTREAM_POOL, PoolPolicy, UpstreamPool
+from proxy.server.upstream.routing import Router
 from proxy.server.upstream.session import upstream_session
 from proxy.state import open_store
 from proxy.wire.readers import BodyReaders

@@ -62,8 +62,10 @@ def content_encoding(header: str | None) -> str | None:
     return codings[0]
 
 
-async def read_body(request: web.Request, max_bytes: int, policy: BodyPolicy) -> bytes:
-    """The request's body, decoded; raises 408, 413, 415 or 400 (corrupt compressed data)."""
+async def read_body(request: web.Request, max_bytes: int) -> bytes:
+    """The request's body, decoded, within `max_bytes` and the app's read deadline (`BODY_POLICY`);
+    raises 408, 413, 415 or 400 (corrupt compressed data)."""
+    policy = request.app[BODY_POLICY]
     if request.content_length is not None and request.content_length > max_bytes:
         raise PayloadTooLarge(f"the request body is {request.content_length:,} bytes; the limit is {max_bytes:,}")
     encoding = content_encoding(request.headers.get("Content-Encoding"))

@@ -6,27 +6,15 @@ One home for the client's identity, used twice:
   else the connection it came on (`client_scope`);
 - the threads that count large bodies are shared fairly per client (`proxy.server.slots`): a client
   is its credential, else its peer's address, so that opening more connections buys no more share.
-The credential is a digest of the first key the request presents (`Authorization`, `x-api-key`,
-`api-key`): one digest of a short header per request, never of the body.
+The credential is `proxy.server.credentials.credential_digest`: one digest of a short header per
+request, never of the body.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 
 from aiohttp import web
-
-_CREDENTIAL_HEADERS = ("Authorization", "x-api-key", "api-key")
-
-
-def credential_digest(headers: Mapping[str, str]) -> bytes | None:
-    """A digest of the first credential `headers` carry, None when they carry none."""
-    for name in _CREDENTIAL_HEADERS:
-        value = headers.get(name)
-        if value:
-            return hashlib.blake2b(value.encode("utf-8", "surrogateescape"), digest_size=16).digest()
-    return None
 
 
 def client_scope(request: web.Request, digest: bytes | None) -> Hashable:

@@ -21,6 +21,7 @@ and are stripped from every header and query parameter before anything is forwar
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import os
 import shlex
@@ -37,6 +38,7 @@ from proxy.server.adc import AdcError, AdcTokens
 
 COMMAND_TIMEOUT_SECONDS = 30.0
 CLIENT_KEY_HEADERS = ("x-api-key", "api-key", "x-goog-api-key")  # besides `Authorization: Bearer <key>`
+_CREDENTIAL_HEADERS = ("Authorization", *CLIENT_KEY_HEADERS)
 
 
 class TokenError(Exception):
@@ -51,6 +53,20 @@ def presented_keys(headers: Mapping[str, str]) -> list[str]:
         keys.append(given.strip())
     keys += [headers[name].strip() for name in CLIENT_KEY_HEADERS if headers.get(name, "").strip()]
     return keys
+
+
+def credential_digest(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> bytes | None:
+    """A digest of the first credential a request carries, None when it carries none: who the
+    client is for its share of the threads and its part of the count cache
+    (`proxy.server.client_scope`). Read from the headers every client key is accepted from
+    (`Authorization`, whatever its scheme, and `CLIENT_KEY_HEADERS`), else Google's `?key=`."""
+    for name in _CREDENTIAL_HEADERS:
+        value = headers.get(name)
+        if value:
+            return hashlib.blake2b(value.encode("utf-8", "surrogateescape"), digest_size=16).digest()
+    if query and (key := query.get("key")):
+        return hashlib.blake2b(key.encode("utf-8", "surrogateescape"), digest_size=16).digest()
+    return None
 
 
 def holds_client_key(headers: Mapping[str, str], keys: Iterable[str]) -> bool:

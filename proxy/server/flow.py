@@ -17,7 +17,7 @@ from proxy.apis.base import Parsed
 from proxy.apis.registry import Endpoint
 from proxy.server.gateway import Gateway
 from proxy.server.record import RequestRecord
-from proxy.server.upstream.relay import Target
+from proxy.server.upstream.routing import Target
 
 
 class Flow:

@@ -26,7 +26,8 @@ from proxy.server.model_route import ModelRoutes
 from proxy.server.paths import PathRoute
 from proxy.server.resent import PARSES_PER_BODY, KeptPerBody
 from proxy.server.summariser import Summariser
-from proxy.server.upstream.relay import Router, request_headers
+from proxy.server.upstream.headers import request_headers
+from proxy.server.upstream.routing import Router
 from proxy.state import MemoryStore, StateStore
 from proxy.state.shared_corrections import SharedCorrections
 from proxy.wire.readers import BodyReaders

@@ -21,8 +21,10 @@ from proxy.apis.registry import Endpoint
 from proxy.config.trim import MODES, Mode
 from proxy.core.exchange import Command
 from proxy.errors import BadRequest
+from proxy.server.body import read_body
 from proxy.server.body_errors import bad_body_errors
-from proxy.server.client_scope import client_scope, credential_digest
+from proxy.server.client_scope import client_scope
+from proxy.server.credentials import credential_digest
 from proxy.server.flow import FLOW, Flow
 from proxy.server.gateway import GATEWAY, MODE_HEADER, Gateway
 from proxy.server.paths import PATH_ROUTE
@@ -31,7 +33,6 @@ from proxy.server.placement import performed, planned
 from proxy.server.record import COUNT_HEADER
 from proxy.server.resent import earlier_body
 from proxy.server.slots import client_key
-from proxy.server.upstream.forwarding import read_body
 from proxy.wire.chat_body import read_chat_body
 from proxy.wire.prefix_reader import Match
 
@@ -43,11 +44,11 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     endpoint = request[PATH_ROUTE].endpoint
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
     flow.endpoint = endpoint
-    raw = flow.raw = await read_body(request, gw)
+    raw = flow.raw = await read_body(request, gw.settings.server.max_body_bytes)
     # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
     match = gw.readers.match(endpoint.adapter, raw)
     large = flow.large = match.new_bytes > gw.settings.server.offload_bytes
-    digest = credential_digest(request.headers)  # who the client is, for its share and its counts
+    digest = credential_digest(request.headers, request.query)  # who the client is, for its share and its counts
     client = flow.client = client_key(digest, request.remote)  # its share of the threads and upstream calls
     parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
     flow.parsed, model = parsed, parsed.model or ""

@@ -36,7 +36,7 @@ from proxy.core.tokenizer import Tokenizer
 from proxy.server.backends.catalogue import Backends, Choice
 from proxy.server.backends.profiles import BackendProfile, budget_policy
 from proxy.server.model_counting import Models
-from proxy.server.upstream.relay import Target
+from proxy.server.upstream.routing import Target
 from proxy.tokenizers.map_corrections import correction_for
 
 MAX_ROUTES = 4096  # models remembered per gateway: clients name what they like, past this the oldest goes

@@ -56,8 +56,9 @@ from proxy.server.record import RequestRecord, report_headers
 from proxy.server.upstream import answers
 from proxy.server.upstream.answers import UsageReader, first_event
 from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
-from proxy.server.upstream.relay import decoded, read_error_body, request_headers
+from proxy.server.upstream.headers import request_headers
 from proxy.server.upstream.streams import ask_for_usage
+from proxy.server.upstream.upstream_errors import decoded, read_error_body
 
 T = TypeVar("T")
 

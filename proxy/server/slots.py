@@ -43,7 +43,7 @@ T = TypeVar("T")
 
 def client_key(digest: bytes | None, peer: str | None) -> str:
     """Who a request is for fair sharing: its credential's digest (`key:` and hex digits:
-    `proxy.server.client_scope.credential_digest`), else its peer address (`peer:` and the
+    `proxy.server.credentials.credential_digest`), else its peer address (`peer:` and the
     address); `peer:?` when neither is known."""
     return f"key:{digest.hex()}" if digest is not None else f"peer:{peer or '?'}"
 

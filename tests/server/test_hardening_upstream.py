@@ -14,7 +14,8 @@ from yarl import URL
 
 from proxy.server.app import create_app, request_id_of
 from proxy.server.model_counting import Models
-from proxy.server.upstream.relay import UPSTREAM_POOL, PoolPolicy, UpstreamPool, connection_named
+from proxy.server.upstream.headers import connection_named
+from proxy.server.upstream.pool import UPSTREAM_POOL, PoolPolicy, UpstreamPool
 from proxy.server.upstream.session import UpstreamRequest
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import RawUpstream, raw_request, read_response

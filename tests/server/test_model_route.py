@@ -16,7 +16,7 @@ from proxy.server.backends.catalogue import Backends, Choice
 from proxy.server.backends.profiles import Discovery
 from proxy.server.model_counting import Models
 from proxy.server.model_route import MAX_ROUTES, ModelRoute, ModelRoutes, model_route
-from proxy.server.upstream.relay import Router
+from proxy.server.upstream.routing import Router
 
 CONFIG = """\
 upstreams:

@@ -14,7 +14,7 @@ from proxy.errors import ModelNotRouted
 from proxy.server.app import request_id_of
 from proxy.server.backends.profiles import forwardable_request_id, profile_for
 from proxy.server.request_ids import RequestIds, new_request_id
-from proxy.server.upstream.relay import Router
+from proxy.server.upstream.routing import Router
 from tests.server.conftest import gateway_settings
 
 ROOT = Path(__file__).parent.parent.parent

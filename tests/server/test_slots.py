@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from proxy.core.cancellation import WorkCancelled, checkpoint
-from proxy.server.client_scope import credential_digest
+from proxy.server.credentials import credential_digest
 from proxy.server.slots import FairSlots, client_key
 
 
@@ -48,6 +48,13 @@ class TestClientKey:
         assert client_key(credential_digest({"x-api-key": "k1"}), None) != client_key(
             credential_digest({"x-api-key": "k2"}), None
         )
+
+    def test_googles_key_header_and_query_parameter_count_as_credentials(self):
+        """Two Gemini clients behind one address are two clients, whichever way they send their key."""
+        by_header = {client_key(credential_digest({"x-goog-api-key": k}), "10.0.0.1") for k in ("g1", "g2")}
+        by_query = {client_key(credential_digest({}, {"key": k}), "10.0.0.1") for k in ("g1", "g2")}
+        assert len(by_header) == 2 and all(key.startswith("key:") for key in by_header)
+        assert by_query == by_header  # the same key is the same client, header or query
 
     def test_without_a_credential_the_client_is_its_peer_address(self):
         assert client_key(credential_digest({}), "10.0.0.1") == "peer:10.0.0.1"

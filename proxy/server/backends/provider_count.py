@@ -37,7 +37,7 @@ from proxy.core.edge import (
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
-from proxy.server.upstream.relay import request_headers
+from proxy.server.upstream.headers import request_headers
 from proxy.wire.codec import dumps
 
 if TYPE_CHECKING:

@@ -14,38 +14,30 @@ from aiohttp import web
 from proxy.apis.names import MAX_NAME_CHARS
 from proxy.apis.stream_errors import broken_stream_event
 from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
-from proxy.server import body as request_body
 from proxy.server.backends.profiles import forwardable_request_id
-from proxy.server.client_scope import credential_digest
-from proxy.server.credentials import injects_credential, without_client_keys, without_parameter
+from proxy.server.body import read_body
+from proxy.server.credentials import credential_digest, injects_credential, without_client_keys, without_parameter
 from proxy.server.flow import FLOW, Flow
 from proxy.server.gateway import Gateway
 from proxy.server.health import HEALTH
 from proxy.server.paths import PATH_ROUTE, counted_when_sent, host_root_url, upstream_url
 from proxy.server.placement import INLINE_BYTES, performed
 from proxy.server.slots import client_key
-from proxy.server.upstream.relay import (
-    UPSTREAM_POOL,
-    Target,
+from proxy.server.upstream.headers import request_headers, response_headers
+from proxy.server.upstream.pool import UPSTREAM_POOL
+from proxy.server.upstream.relay import relay
+from proxy.server.upstream.routing import Target
+from proxy.server.upstream.session import send_retrying_stale
+from proxy.server.upstream.streams import overflow_probe
+from proxy.server.upstream.upstream_errors import (
     client_timeout,
     decoded,
     read_error_body,
-    relay,
-    request_headers,
-    response_headers,
     upstream_errors,
     upstream_failure,
 )
-from proxy.server.upstream.session import send_retrying_stale
-from proxy.server.upstream.streams import overflow_probe
 from proxy.wire.codec import dumps, loads
 from proxy.wire.strict_json import check_density
-
-
-async def read_body(request: web.Request, gw: Gateway) -> bytes:
-    """The request body, decoded, within the size limit and the read deadline."""
-    policy = request.app[request_body.BODY_POLICY]
-    return await request_body.read_body(request, gw.settings.server.max_body_bytes, policy)
 
 
 def outgoing(target: Target, model: str, body: Mapping[str, Any], raw: bytes, changed: Any) -> bytes:
@@ -93,7 +85,9 @@ class UpstreamCall:
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()
         self._pool = pool = request.app[UPSTREAM_POOL]
-        self._client = client = flow.client or client_key(credential_digest(request.headers), request.remote)
+        self._client = client = flow.client or client_key(
+            credential_digest(request.headers, request.query), request.remote
+        )
         try:
             await pool.acquire(client)
             try:
@@ -184,7 +178,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     flow = request[FLOW]
     gw, record = flow.gw, flow.record
     record.kind = "passthrough"
-    raw = await read_body(request, gw)
+    raw = await read_body(request, gw.settings.server.max_body_bytes)
     model = await _sniffed_model(request, gw, raw)
     try:
         target = gw.router.route(model) if model else gw.router.default()
@@ -210,7 +204,7 @@ async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes) -> str |
         return None
     if len(raw) <= INLINE_BYTES:
         return _sniff_model(raw)
-    client = client_key(credential_digest(request.headers), request.remote)
+    client = client_key(credential_digest(request.headers, request.query), request.remote)
     large = len(raw) > gw.settings.server.offload_bytes
     return await performed(large, _sniff_model, raw, size=len(raw), client=client)
 
