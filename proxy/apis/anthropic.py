@@ -58,6 +58,7 @@ from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.images import AreaCost
 from proxy.core.models import ModelProfile
+from proxy.errors import GuardError
 
 ANTHROPIC_IMAGES = AreaCost(pixels_per_token=750, max_long_side=1568, max_tokens=1600)
 
@@ -80,6 +81,12 @@ ERROR_TYPES = {
 def count_tokens_body(input_tokens: int) -> dict[str, int]:
     """The answer of `/v1/messages/count_tokens`."""
     return {"input_tokens": input_tokens}
+
+
+def anthropic_error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """An error as Anthropic words it: its type by status, the field named in the message."""
+    kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": f"{param}: {message}" if param else message}}
 
 
 class MessagesAdapter(Adapter):
@@ -130,9 +137,8 @@ class MessagesAdapter(Adapter):
         """Images are priced by Anthropic's rule on this API, whatever the model's family."""
         return super().profile(replace(profile, images=ANTHROPIC_IMAGES), parsed)
 
-    def error_body(self, status: int, error_type: str, message: str, param: str | None = None) -> dict[str, Any]:
-        kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-        return {"type": "error", "error": {"type": kind, "message": f"{param}: {message}" if param else message}}
+    def error_body(self, error: GuardError) -> dict[str, Any]:
+        return anthropic_error_body(error.status, error.message, error.param)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

@@ -13,7 +13,7 @@ shape. An adapter stands at the edge between a client's API and the core:
                                            (the budget note, a summary) go in where they stand in
                                            the view, in the API's own form; everything else is
                                            kept exactly as sent
-    error_body(status, type, message)   -> an error in the API's own shape
+    error_body(error)                   -> an error in the API's own shape
     profile(profile, parsed)            -> the model profile as this API counts it (overheads the
                                            API adds that no view message carries)
     pipeline(parsed)                    -> strategies that replace the configured pipeline, or None
@@ -35,6 +35,7 @@ from proxy.core.models import ModelProfile
 from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
 from proxy.core.tokenizer import Tokenizer
 from proxy.core.trim import Removal, Strategy
+from proxy.errors import GuardError
 
 
 class InvalidRequest(InvalidBody):
@@ -243,8 +244,9 @@ class Adapter:
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         raise NotImplementedError
 
-    def error_body(self, status: int, error_type: str, message: str, param: str | None = None) -> dict[str, Any]:
-        return openai_error(status, error_type, message, param)
+    def error_body(self, error: GuardError) -> dict[str, Any]:
+        """`error` in the API's own shape: OpenAI's, unless the shape has its own."""
+        return error.to_openai()
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """The profile this request is counted with: the API's fixed overheads are folded into
@@ -262,11 +264,6 @@ class Adapter:
         """The chat view the core counts, once the tokenizer is known (`parsed.chat` unless the
         view depends on counts)."""
         return parsed.chat
-
-
-def openai_error(status: int, error_type: str, message: str, param: str | None = None) -> dict[str, Any]:
-    code = {400: "invalid_request", 401: "invalid_api_key", 404: "not_found", 413: "request_too_large"}.get(status)
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from proxy.apis.gemini_parts import Turns, field, read_system
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.model_names import url_model_name
 from proxy.core.trim import Removal
+from proxy.errors import GuardError
 
 API = "generate_content"
 COUNT_API = "generate_content.count_tokens"
@@ -163,8 +164,9 @@ class GenerateContentAdapter(Adapter):
             body[key] = generation
         return body
 
-    def error_body(self, status: int, error_type: str, message: str, param: str | None = None) -> dict[str, Any]:
-        return gemini_error(status, f"{param}: {message}" if param and not message.startswith(param) else message)
+    def error_body(self, error: GuardError) -> dict[str, Any]:
+        param, message = error.param, error.message
+        return gemini_error(error.status, f"{param}: {message}" if param and not message.startswith(param) else message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

@@ -64,8 +64,6 @@ from proxy.wire.strict_json import JsonLimits
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer
-ANTHROPIC_SHAPED = frozenset({"messages", "count_tokens"})
-GEMINI_SHAPED = frozenset({"generate_content", "generate_content.count_tokens"})
 
 
 def build_gateway(settings: Settings, guard: Models | None = None, previous: Gateway | None = None) -> Gateway:
@@ -235,7 +233,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         if status == CLIENT_CLOSED:
             record.client_disconnected = True
             raise
-        return error_response(exc, record, gateway.apis)
+        return error_response(exc, request)
     except web.HTTPException as exc:  # aiohttp's own: 413 while reading, ...
         error: GuardError
         if isinstance(exc, web.HTTPRequestEntityTooLarge):
@@ -243,7 +241,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         else:
             error = HTTPRefusal(exc.reason or "request failed", exc.status)
         record.error, status = error.code, error.status
-        return error_response(error, record, gateway.apis)
+        return error_response(error, request)
     except (ConnectionResetError, asyncio.CancelledError):  # the client went away (handler cancellation)
         # After the whole answer (a stream's [DONE]) a client may close at once: it was answered.
         status = (record.upstream_status or 200) if record.delivered else CLIENT_CLOSED
@@ -257,7 +255,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
             "unhandled_error", request_id=record.request_id, path=record.path, error_type=type(exc).__name__
         )
         record.error = "internal_error"
-        return error_response(GuardError("internal error in context-guard"), record, gateway.apis)
+        return error_response(GuardError("internal error in context-guard"), request)
     finally:
         try:
             record.finish(status)
@@ -280,16 +278,15 @@ def _write(gateway: Gateway, record: RequestRecord, recent: RecentDecisions) -> 
     recent.add(record)
 
 
-def error_response(error: GuardError, record: RequestRecord, apis: AdapterRegistry) -> web.Response:
-    """`error` in the shape of the API the request spoke (Anthropic's for Messages, else OpenAI's)."""
+def error_response(error: GuardError, request: web.Request) -> web.Response:
+    """`error` in the shape of the API the request spoke, as its adapter renders it (OpenAI's for
+    a request no adapter reads: a pass-through or local path, or one refused before its route)."""
+    record = request[FLOW].record
     if error.status >= 500 and record.request_id not in error.message:  # what the operator's log is searched by
         error.message = f"{error.message} (request id {record.request_id})"
-    if record.kind in ANTHROPIC_SHAPED:
-        body = apis.messages.error_body(error.status, error.error_type, error.message, error.param)
-    elif record.kind in GEMINI_SHAPED:
-        body = apis.gemini.error_body(error.status, error.error_type, error.message, error.param)
-    else:
-        body = error.to_openai()
+    route = request.get(PATH_ROUTE)
+    endpoint = route.endpoint if route is not None else None
+    body = endpoint.adapter.error_body(error) if endpoint is not None else error.to_openai()
     response = web.json_response(body, status=error.status)
     response.headers.update(error.headers)
     response.headers["x-request-id"] = record.request_id

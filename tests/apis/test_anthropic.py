@@ -13,6 +13,7 @@ from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter, count_toke
 from proxy.apis.base import InvalidRequest
 from proxy.core.corrections import parse_overflow
 from proxy.core.turns import split_conversation
+from proxy.errors import BadRequest, HTTPRefusal
 from proxy.tokenizers.vocabularies import bundled_encodings_dir
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
@@ -392,14 +393,15 @@ class TestErrors:
         ],
     )
     def test_errors_have_anthropics_shape_and_type(self, status: int, kind: str) -> None:
-        assert ADAPTER.error_body(status, "invalid_request_error", "bad") == {
+        assert ADAPTER.error_body(HTTPRefusal("bad", status)) == {
             "type": "error",
             "error": {"type": kind, "message": "bad"},
         }
 
     def test_the_field_is_named_in_the_message(self) -> None:
         assert (
-            ADAPTER.error_body(400, "x", "is required", "max_tokens")["error"]["message"] == "max_tokens: is required"
+            ADAPTER.error_body(BadRequest("is required", param="max_tokens"))["error"]["message"]
+            == "max_tokens: is required"
         )
 
     def test_anthropics_overflow_error_is_understood_by_the_self_correction(self) -> None:

@@ -7,6 +7,7 @@ import pytest
 from proxy.apis.base import InvalidRequest
 from proxy.apis.chat import ChatAdapter
 from proxy.core.turns import validity_problems
+from proxy.errors import BadRequest
 from tests.apis.fitting import fit_body, words
 
 
@@ -81,7 +82,7 @@ class TestRender:
         assert adapter.render(parsed, parsed.chat, ()) == conversation()
 
     def test_errors_have_the_openai_shape(self) -> None:
-        error = ChatAdapter().error_body(400, "invalid_request_error", "bad", "messages")
+        error = ChatAdapter().error_body(BadRequest("bad", param="messages"))
         assert error == {
             "error": {"message": "bad", "type": "invalid_request_error", "param": "messages", "code": "invalid_request"}
         }

@@ -21,6 +21,7 @@ from proxy.apis.stream_errors import broken_stream_event
 from proxy.core.corrections import parse_overflow
 from proxy.core.trim import Removal
 from proxy.core.turns import split_conversation
+from proxy.errors import HTTPRefusal
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
 from tests.support.cookbook import encoding
@@ -200,7 +201,7 @@ class TestRender:
 class TestGoogleLanguage:
     def test_errors_take_google_s_shape(self) -> None:
         assert gemini_error(400, "bad") == {"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}}
-        body = ADAPTER.error_body(429, "rate_limit", "slow down")
+        body = ADAPTER.error_body(HTTPRefusal("slow down", 429))
         assert body["error"]["status"] == "RESOURCE_EXHAUSTED"
 
     def test_the_overflow_sentence_is_one_the_self_correction_reads(self) -> None:
