@@ -1,0 +1,152 @@
+"""A JSON body's top-level `model`, found without building the body's values.
+
+A pass-through body (`/v1/embeddings`, ...) is routed by its `model`. Parsing the whole body for
+it built every value with the GIL held: orjson on 3.9 MB of 80,000 small objects, in a thread,
+held the event loop 59-127 ms. This reader walks the body's structure instead and builds nothing
+but the one string it returns:
+
+- the bytes are checked to be UTF-8 a slice at a time (as `json.loads` decodes them: lone
+  surrogates pass, a UTF-8 byte order mark is skipped, UTF-16 and UTF-32 are re-encoded first);
+- the text is walked container by container with a stack: in each, one regular expression eats
+  a run of at most `_RUN` members whose values are not containers (strings, numbers, literals,
+  `NaN` and `Infinity` as `json.loads` takes them), so no one call into the regex engine holds
+  the GIL long and a thread running this lets the loop in at every switch interval;
+- a top-level key `"model"` (also written with `\\u` escapes) is found by one search over the
+  runs read at the top level; the last one wins, as in orjson and `json.loads`, and its value is
+  decoded by the same reader as the whole body was (`proxy.wire.codec.loads`) when it is a string.
+
+The answer is the one `proxy.wire.codec.loads(raw).get("model")` gives (a string, else None, and
+None for a body that is not JSON or not an object), containers up to orjson's 1,024 deep. One
+case differs, on purpose: a body nested more than about 990 deep that only `json.loads` reads
+(with `NaN` or a lone surrogate) was refused there by the interpreter's recursion limit, which
+depends on the stack; it is read here.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+
+from proxy.wire.codec import loads
+
+MAX_DEPTH = 1024  # orjson's limit; json.loads stops sooner (its recursion limit)
+_RUN = 1024  # members read by one regex call (each a scalar or a container of `_FLAT`)
+_UTF8_SLICE = 256 * 1024
+
+_WS = rb"[ \t\n\r]*+"
+_STRING = rb'"(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"'
+_SCALAR = _STRING + rb"|-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?[0-9]++)?+|true|false|null|NaN|-?Infinity"
+_MEMBER = _STRING + _WS + rb":" + _WS
+# Below the top level, a container of at most `_FLAT` scalars is read as a value of its parent's
+# run (80,000 objects `{"a": "..."}` in an array: 20 regex calls, not 240,000).
+_FLAT = 64
+_VALUE = (
+    _SCALAR
+    + rb"|\{" + _WS + rb"(?:" + _MEMBER + rb"(?:" + _SCALAR + rb")(?:" + _WS + rb"," + _WS + _MEMBER
+    + rb"(?:" + _SCALAR + rb")){0,%d}+" % (_FLAT - 1) + _WS + rb")?+\}"
+    + rb"|\[" + _WS + rb"(?:(?:" + _SCALAR + rb")(?:" + _WS + rb"," + _WS
+    + rb"(?:" + _SCALAR + rb")){0,%d}+" % (_FLAT - 1) + _WS + rb")?+\]"
+)
+
+
+def _runs(value: bytes) -> tuple[re.Pattern[bytes], ...]:
+    """The four runs of a container's members whose values match `value`: after an object's `{`,
+    after one of its values, after an array's `[`, after one of its values. Each ends at the next
+    member's container value opening (`open`), at the container's close (`close`), or at neither
+    (`more`) once it has read `_RUN` members; after `{` or `[` it reads one member at most."""
+    return (
+        re.compile(_WS + rb"(?:(?P<close>\})|" + _MEMBER + rb"(?:(?:" + value + rb")(?P<more>)|(?P<open>[{\[])))"),
+        re.compile(
+            rb"(?:" + _WS + rb"," + _WS + _MEMBER + rb"(?:" + value + rb")){0,%d}+" % _RUN
+            + _WS + rb"(?:(?P<close>\})|," + _WS + _MEMBER + rb"(?P<open>[{\[])|(?P<more>))"
+        ),
+        re.compile(_WS + rb"(?:(?P<close>\])|(?:" + value + rb")(?P<more>)|(?P<open>[{\[]))"),
+        re.compile(
+            rb"(?:" + _WS + rb"," + _WS + rb"(?:" + value + rb")){0,%d}+" % _RUN
+            + _WS + rb"(?:(?P<close>\])|," + _WS + rb"(?P<open>[{\[])|(?P<more>))"
+        ),
+    )
+
+
+# At the top level only scalars are read within a run, so that a run there holds the top level's
+# own keys and nothing nested; at the depth limit too.
+_TOP_RUNS = _runs(_SCALAR)
+_NESTED_RUNS = _runs(_VALUE)
+_TOP = re.compile(_WS + rb"(?:(?P<open>[{\[])|(?:" + _SCALAR + rb")" + _WS + rb"\Z)")
+_END = re.compile(_WS + rb"\Z")
+# A key that reads as `model`: each letter as itself or as a `\u` escape. Its first quote follows
+# `{`, `,` or whitespace, so it is no escaped quote inside a string: it opens a string, and a
+# string followed by `:` is a key.
+_MODEL_KEY = re.compile(
+    rb'[{,][ \t\n\r]*"(?:m|\\u006[dD])(?:o|\\u006[fF])(?:d|\\u0064)(?:e|\\u0065)(?:l|\\u006[cC])"' + _WS + rb":" + _WS
+)
+_VALUE_STRING = re.compile(_STRING)
+
+
+def top_level_model(raw: bytes) -> str | None:
+    """The top-level `model` of the JSON object `raw` when it is a string; None when it is not a
+    string or absent, when `raw` is not an object, and when it is not JSON."""
+    text = _utf8(raw)
+    value_at = None if text is None else _last_model_value(text)
+    if value_at is None:
+        return None
+    string = _VALUE_STRING.match(text, value_at)  # type: ignore[arg-type]  # text is not None here
+    if string is None:
+        return None  # a number, a literal or a container
+    model = loads(string.group())
+    return model if isinstance(model, str) else None
+
+
+def _utf8(raw: bytes) -> bytes | None:
+    """`raw` as UTF-8 text `json.loads` would read (its encoding as `json.detect_encoding` finds
+    it), or None when it does not decode."""
+    encoding = json.detect_encoding(raw)
+    try:
+        if encoding == "utf-8-sig":
+            raw = raw[3:]
+        elif encoding != "utf-8":
+            return raw.decode(encoding, "surrogatepass").encode("utf-8", "surrogatepass")
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+        for start in range(0, len(raw), _UTF8_SLICE):
+            decoder.decode(raw[start : start + _UTF8_SLICE])
+        decoder.decode(b"", final=True)
+    except UnicodeError:
+        return None
+    return raw
+
+
+def _last_model_value(text: bytes) -> int | None:
+    """Where the value of the last top-level key `model` of `text` starts; None when `text` is not
+    JSON, not an object, or has no such key."""
+    first = _TOP.match(text)
+    if first is None:
+        return None
+    if first.group("open") is None:
+        return None  # a lone scalar
+    stack = [first.group("open")]
+    pos, fresh, value_at = first.end(), True, None
+    while stack:
+        is_object = stack[-1] == b"{"
+        runs = _NESTED_RUNS if 1 < len(stack) < MAX_DEPTH else _TOP_RUNS  # an inlined container is one deeper
+        run = runs[(0 if is_object else 2) + (not fresh)].match(text, pos)
+        if run is None:
+            return None
+        opened, closed = run.group("open"), run.group("close")
+        if opened is None and closed is None and run.end() == pos:
+            return None  # neither a member, a close nor an open: not JSON
+        if is_object and len(stack) == 1:  # the top level's keys, each after its `{` or `,`
+            for key in _MODEL_KEY.finditer(text, pos - 1, run.end() - (opened is not None)):
+                value_at = key.end()
+        pos = run.end()
+        if closed is not None:
+            stack.pop()
+            fresh = False
+        elif opened is not None:
+            if len(stack) == MAX_DEPTH:
+                return None
+            stack.append(opened)
+            fresh = True
+        else:
+            fresh = False
+    return value_at if _END.match(text, pos) else None
