@@ -1,4 +1,5 @@
-"""`top_level_model`: a body's top-level `model`, exactly as a whole parse reads it, without the parse."""
+"""`scanned_model`: a body's top-level `model`, exactly as a whole parse reads it, without the parse;
+`top_level_model`: the parse for a small body, the scan for a large one."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.wire.codec import loads
-from proxy.wire.top_level_model import MAX_DEPTH, top_level_model
+from proxy.wire.top_level_model import MAX_DEPTH, PARSED_BYTES, scanned_model, top_level_model
 
 
 def parsed_model(raw: bytes) -> str | None:
@@ -55,7 +56,7 @@ class TestTheModelFound:
     )
     def test_is_the_one_a_whole_parse_reads(self, raw: bytes, model: str) -> None:
         assert parsed_model(raw) == model
-        assert top_level_model(raw) == model
+        assert scanned_model(raw) == model
 
     @pytest.mark.parametrize(
         "raw",
@@ -74,7 +75,7 @@ class TestTheModelFound:
     )
     def test_is_none_when_the_top_level_model_is_not_a_string(self, raw: bytes) -> None:
         assert parsed_model(raw) is None
-        assert top_level_model(raw) is None
+        assert scanned_model(raw) is None
 
 
 class TestABodyThatIsNotJson:
@@ -110,31 +111,31 @@ class TestABodyThatIsNotJson:
     def test_reads_no_model(self, raw: bytes) -> None:
         """The guard forwarded such a body to the default upstream, untouched; it still does."""
         assert parsed_model(raw) is None
-        assert top_level_model(raw) is None
+        assert scanned_model(raw) is None
 
     def test_nested_past_the_limit_reads_no_model(self) -> None:
         within = b'{"model": "deep", "x": ' + nested(MAX_DEPTH - 1) + b"}"
         past = b'{"model": "deep", "x": ' + nested(MAX_DEPTH) + b"}"
-        assert top_level_model(within) == parsed_model(within) == "deep"
-        assert top_level_model(past) is parsed_model(past) is None
+        assert scanned_model(within) == parsed_model(within) == "deep"
+        assert scanned_model(past) is parsed_model(past) is None
 
     def test_nested_past_the_limit_with_values_inside_reads_no_model(self) -> None:
         """A small container read whole within its parent's run still counts as a level."""
         for depth in (MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH):
             raw = b'{"model": "deep", "x": ' + nested(depth, b'{"a": 1}') + b"}"
-            assert top_level_model(raw) == parsed_model(raw), depth
+            assert scanned_model(raw) == parsed_model(raw), depth
 
 
 class TestLargeBodies:
     def test_runs_longer_than_one_regex_call_are_read_to_the_end(self) -> None:
         members = {f"k{i}": i for i in range(10_000)}
         raw = json.dumps({**members, "x": [{"a": [1, 2]}] * 5000, "y": list(range(10_000)), "model": "m"}).encode()
-        assert top_level_model(raw) == "m"
-        assert top_level_model(raw.replace(b'"model": "m"', b'"model": "m",')) is None
+        assert scanned_model(raw) == "m"
+        assert scanned_model(raw.replace(b'"model": "m"', b'"model": "m",')) is None
 
     def test_a_container_too_large_to_read_whole_is_walked(self) -> None:
         raw = json.dumps({"x": [[{"a": list(range(200))}] * 3] * 3, "model": "m"}).encode()
-        assert top_level_model(raw) == "m"
+        assert scanned_model(raw) == "m"
 
 
 # Valid JSON objects, written in every way a client may write them (spacing, escapes, key order).
@@ -176,7 +177,7 @@ class TestAgainstAWholeParse:
     def test_finds_what_orjson_reads(self, raw: bytes) -> None:
         value: Any = orjson.loads(raw)
         model = value.get("model")
-        assert top_level_model(raw) == (model if isinstance(model, str) else None)
+        assert scanned_model(raw) == (model if isinstance(model, str) else None)
 
     @given(json_objects(), st.data())
     @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -193,4 +194,16 @@ class TestAgainstAWholeParse:
             damaged = raw[:at] + byte + raw[at:]
         else:
             damaged = raw[:at] + raw[at + 1 :]
-        assert top_level_model(damaged) == parsed_model(damaged)
+        assert scanned_model(damaged) == parsed_model(damaged)
+
+
+class TestTopLevelModel:
+    def test_parses_a_small_body_and_scans_a_large_one_to_the_same_model(self) -> None:
+        small = json.dumps({"input": "x" * 100, "model": "m"}).encode()
+        large = json.dumps({"input": "x" * PARSED_BYTES, "model": "m"}).encode()
+        assert len(small) <= PARSED_BYTES < len(large)
+        assert top_level_model(small) == top_level_model(large) == "m"
+
+    @pytest.mark.parametrize("size", [10, PARSED_BYTES + 10])
+    def test_reads_no_model_in_a_body_that_is_not_json_whatever_its_size(self, size: int) -> None:
+        assert top_level_model(b'{"model": "m", "x": "' + b"x" * size + b'"') is None
