@@ -60,6 +60,34 @@ class TestRouting:
         assert [r.json()["model"] for r in other.received] == ["meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-70b"]
         assert [r.json()["model"] for r in upstream.received] == ["gpt-4o"]
 
+    @pytest.mark.parametrize("size", [1_000, 200_000], ids=["parsed", "walked"])
+    async def test_a_pass_through_body_goes_by_its_model_byte_for_byte_and_to_the_default_when_not_json(
+        self, start_proxy, upstream, aiohttp_server, size
+    ):
+        """Small or large (read without building its values: proxy.wire.top_level_model), a body
+        naming a routed model goes to that model's upstream, a body that is not JSON to the default
+        upstream, each as sent."""
+        from tests.support.upstream import FakeUpstream
+
+        other = FakeUpstream()
+        other_server = await aiohttp_server(other.app())
+        settings = gateway_settings(
+            upstream.url,
+            upstreams={"fake": {"base_url": upstream.url}, "local": {"base_url": str(other_server.make_url("/v1"))}},
+            routes=[{"match": "local-embed", "upstream": "local"}, {"match": "*", "upstream": "fake"}],
+        )
+        proxy = await start_proxy(settings)
+        items = ", ".join(['{"text": "some words to embed", "n": [1, 2.5e3, null]}'] * (size // 50))
+        routed = ('{"input": [' + items + '],\n "mod\\u0065l": "local\\u002dembed"}').encode()
+        broken = routed[:-1]  # the same body cut short: not JSON
+        headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+            for body in (routed, broken):
+                async with session.post(proxy.make_url("/v1/embeddings"), data=body, headers=headers) as r:
+                    assert r.status == 200
+        assert [(r.path, r.body) for r in other.received] == [("/v1/embeddings", routed)]
+        assert [(r.path, r.body) for r in upstream.received] == [("/v1/embeddings", broken)]
+
     async def test_the_client_cannot_choose_the_host(self, proxy, upstream):
         async with (
             aiohttp.ClientSession() as session,
