@@ -121,7 +121,8 @@ _RESPONSES_FIELDS = (
 )
 _VERTEX_BASE = re.compile(r"^(https?://[^/]+/v1(?:beta1)?/projects/[^/]+/locations/[^/]+)(?:/|$)")
 # Vertex AI's express mode (an API key, no project; the base at the host's root or its version):
-# `{host}/v1/publishers/google/models/{model}:countTokens`.
+# `{host}/v1/publishers/google/models/{model}:countTokens` (Google's express-mode REST reference,
+# cloud.google.com/vertex-ai/generative-ai/docs/reference/express-mode/rest/v1/publishers.models/countTokens).
 _VERTEX_EXPRESS = re.compile(r"^(https?://[^/]+)(/v1(?:beta1)?)?(?:/publishers/google(?:/models)?)?/?$")
 
 
