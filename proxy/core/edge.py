@@ -120,6 +120,10 @@ _RESPONSES_FIELDS = (
     "previous_response_id",
 )
 _VERTEX_BASE = re.compile(r"^(https?://[^/]+/v1(?:beta1)?/projects/[^/]+/locations/[^/]+)(?:/|$)")
+# Vertex AI's express mode (an API key, no project; the base at the host's root or its version):
+# `{host}/v1/publishers/google/models/{model}:countTokens` (Google's express-mode REST reference,
+# cloud.google.com/vertex-ai/generative-ai/docs/reference/express-mode/rest/v1/publishers.models/countTokens).
+_VERTEX_EXPRESS = re.compile(r"^(https?://[^/]+)(/v1(?:beta1)?)?(?:/publishers/google(?:/models)?)?/?$")
 
 
 def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:
@@ -158,7 +162,8 @@ _GEMINI_FIELDS = ("contents", "systemInstruction", "system_instruction", "tools"
 
 def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> CountCall | None:
     """The countTokens call for a native Gemini request: the model, a plain name (quoted all the
-    same), put in a URL at the upstream's host; for Vertex AI under the base URL's project."""
+    same), put in a URL at the upstream's host; for Vertex AI under the base URL's project, or in
+    express mode (a base without a project) under `/v1/publishers/google/models`."""
     name = url_model_name(model.rpartition("/")[2])
     if name is None:
         return None
@@ -169,9 +174,14 @@ def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> C
         request = {"generateContentRequest": {**picked, "model": f"models/{name}"}}
         return CountCall("gemini", f"{root}/v1beta/models/{quoted}:countTokens", request, "totalTokens")
     found = _VERTEX_BASE.match(base)
-    if found is None:
+    express = _VERTEX_EXPRESS.match(base) if found is None else None
+    if express is not None:
+        prefix = express.group(1) + (express.group(2) or "/v1")
+    elif found is not None:
+        prefix = found.group(1)
+    else:
         return None
-    return CountCall("vertex", f"{found.group(1)}/publishers/google/models/{quoted}:countTokens", picked, "totalTokens")
+    return CountCall("vertex", f"{prefix}/publishers/google/models/{quoted}:countTokens", picked, "totalTokens")
 
 
 def _text(content: object) -> str | None:

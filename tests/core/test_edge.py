@@ -119,6 +119,23 @@ class TestCountCalls:
             "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:countTokens"
         )
 
+    @pytest.mark.parametrize(
+        "base",
+        [
+            "https://aiplatform.googleapis.com",
+            "https://aiplatform.googleapis.com/v1",
+            "https://aiplatform.googleapis.com/v1/publishers/google",
+        ],
+    )
+    def test_an_express_mode_vertex_request_is_counted_at_the_publisher_path_without_a_project(self, base: str) -> None:
+        call = count_call("vertex", base, "gemini-2.5-pro", "generate_content", {"contents": []})
+        assert call is not None
+        assert call.url == "https://aiplatform.googleapis.com/v1/publishers/google/models/gemini-2.5-pro:countTokens"
+
+    @pytest.mark.parametrize("model", ["x/..", "m?alt=1", "m#f", "..", "m x", "m%2F"])
+    def test_an_express_mode_model_name_that_is_not_plain_is_never_put_in_a_count_url(self, model: str) -> None:
+        assert count_call("vertex", "https://aiplatform.googleapis.com/v1", model, "generate_content", {}) is None
+
     @pytest.mark.parametrize("model", ["x/..", "m?alt=1", "m#f", "..", "m x", "m%2F"])
     def test_a_model_name_that_is_not_plain_is_never_put_in_a_count_url(self, model: str) -> None:
         assert count_call("gemini", "https://g", model, "generate_content", {"contents": []}) is None
