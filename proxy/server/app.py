@@ -51,6 +51,7 @@ from proxy.server.paths import (
 )
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
+from proxy.server.recording import fill
 from proxy.server.request_ids import new_request_id
 from proxy.server.summariser import Summariser, SummariserOptions
 from proxy.server.upstream.forwarding import passthrough
@@ -218,7 +219,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     drain.started()  # in flight until the `finally` below, past the log line
     gateway = request.app[GATEWAY]
     record = RequestRecord(request_id_of(request.headers.get("x-request-id")), request.method, request.path)
-    request[FLOW] = Flow(request, gateway, record)
+    request[FLOW] = flow = Flow(request, gateway, record)
     status = 500
     try:
         fresh = canonical_route(request)
@@ -258,6 +259,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(GuardError("internal error in context-guard"), request)
     finally:
         try:
+            fill(record, flow)
             record.finish(status)
             _write(request.app[GATEWAY], record, request.app[RECENT])
         finally:

@@ -100,6 +100,14 @@ class RequestRecord:
         )
 
 
+def note(record: RequestRecord, name: str, present: bool = True) -> None:
+    """Say `name` on the request's log line once (or no longer say it)."""
+    if present and name not in record.notes:
+        record.notes.append(name)
+    elif not present and name in record.notes:
+        record.notes.remove(name)
+
+
 def _outcome_for_status(status: int, kind: str) -> str:
     if status == 499:
         return "client_disconnected"
@@ -118,17 +126,17 @@ _CLEARED, _CLEARED_TOKENS, _PREFIX = (
 )
 
 
-def report_headers(record: RequestRecord) -> dict[str, str]:
-    """The `x-context-guard-*` headers a guarded response carries."""
-    if record.plan is None:
-        return {_MODE: record.mode} if record.mode else {}
-    result = record.plan.result
+def report_headers(plan: Plan | None, mode: str | None) -> dict[str, str]:
+    """The `x-context-guard-*` headers a guarded response carries: what `plan` did, in `mode`."""
+    if plan is None:
+        return {_MODE: mode} if mode else {}
+    result = plan.result
     headers = {
         _BEFORE: str(result.tokens_before),
         _AFTER: str(result.tokens_after),
         _BUDGET: str(result.budget.input_budget),
         _REMOVED: str(len(result.removals)),
-        _MODE: record.mode or "enforce",
+        _MODE: mode or "enforce",
     }
     if result.changed:  # what was cleared in place, and the start the provider's cache still has
         count, tokens = cleared(result.removals)
