@@ -227,7 +227,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         if fresh is not None:  # a route is kept only for a request that passed the client-key check
             keep_route(request.app[GATEWAY], *fresh)
         response = await handler(request)
-        status = CLIENT_CLOSED if record.client_disconnected and not record.delivered else response.status
+        status = CLIENT_CLOSED if flow.client_gone and not flow.delivered else response.status
         return response
     except GuardError as exc:
         record.error, status = exc.code, exc.status
@@ -245,8 +245,8 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(error, request)
     except (ConnectionResetError, asyncio.CancelledError):  # the client went away (handler cancellation)
         # After the whole answer (a stream's [DONE]) a client may close at once: it was answered.
-        status = (record.upstream_status or 200) if record.delivered else CLIENT_CLOSED
-        record.client_disconnected = not record.delivered
+        status = (flow.upstream_status or 200) if flow.delivered else CLIENT_CLOSED
+        record.client_disconnected = not flow.delivered
         raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise

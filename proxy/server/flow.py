@@ -37,7 +37,9 @@ class Flow:
         "calibration",
         "choice",
         "client",
+        "client_gone",
         "correction",
+        "delivered",
         "endpoint",
         "exchange",
         "gw",
@@ -54,7 +56,10 @@ class Flow:
         "request",
         "route",
         "scope",
+        "stream_broken",
         "target",
+        "upstream_ms",
+        "upstream_status",
         "window_source",
     )
     target: Target  # the upstream it is sent to
@@ -79,6 +84,11 @@ class Flow:
         self.provider_counted = False  # the upstream's own count decided its plan
         self.prompt_tokens: int | None = None  # what the upstream's usage said it counted
         self.calibration: float | None = None  # the estimate's factor its usage taught
+        self.upstream_status: int | None = None  # the status line of its (last) upstream call
+        self.upstream_ms = 0.0  # the time its upstream calls took
+        self.stream_broken: str | None = None  # why the upstream's stream ended early, if it did
+        self.client_gone = False  # the client left while its answer was relayed
+        self.delivered = False  # the client had the whole answer: leaving after it is no failure
 
 
 FLOW = web.RequestKey("flow", Flow)  # opened for every request by the records middleware

@@ -195,11 +195,11 @@ class Performer:
                         self.response = await relay_answer(self.flow, response, extra, chunks)
                     finally:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
-                            record.delivered, record.client_disconnected = True, False
+                            flow.delivered, flow.client_gone = True, False
                     self._learn(reader, sent)
                     if gw.settings.log.content_preview_chars > 0:
                         self._previews(exchange.plan)
-                    return DELIVERED_IN_PART if record.client_disconnected or record.stream_broken else DELIVERED
+                    return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, answers.error_body(first)
                 if first.kind == "empty" and self.backend.empty_stream_on_overflow:
@@ -229,10 +229,10 @@ class Performer:
         """An estimate learns from the prompt tokens the upstream reports (chat completions), when
         everything the upstream may have put in the prompt was counted: a field the guard does not
         read (vLLM's `documents`) would otherwise teach every other request its size."""
-        record, parsed, usage = self.record, self.parsed, reader.usage
-        if usage is None or parsed.api != "chat" or record.client_disconnected or record.stream_broken:
+        flow, parsed, usage = self.flow, self.parsed, reader.usage
+        if usage is None or parsed.api != "chat" or flow.client_gone or flow.stream_broken:
             return
-        self.flow.prompt_tokens = usage.prompt_tokens
+        flow.prompt_tokens = usage.prompt_tokens
         if not parsed.read_whole:
             return
         gw = self.gw
@@ -241,7 +241,7 @@ class Performer:
             upstream, self.served, usage.prompt_tokens, sent, self.choice, self.local, gw.models.count_cache(self.scope)
         )
         if learned is not None:
-            self.flow.calibration = learned.factor
+            flow.calibration = learned.factor
 
     def _previews(self, plan: Plan | None) -> None:
         """With `log.content_preview_chars` set, the start of each message `plan` removed (operator opt-in)."""

@@ -3,10 +3,10 @@
 The steps of a request put what they worked out on its `Flow` (the model the client named, the
 mode, the route, the tokenizer's choice, a correction applied, the exchange and the outcome it
 reached); `fill` copies that into the `RequestRecord` once, when the `records` middleware closes
-it, so that the log line, the metrics and the page read one finished record. What the edge opens
-the record with (id, method, path, kind) and what happens while the answer is relayed (the
-upstream's status and time, a broken stream, a client gone, usage learned, notes) are written
-where they happen: the middleware reads some of them before the record closes.
+it, so that the log line, the metrics and the page read one finished record; so do the upstream
+call's status and time and what the relay saw (a broken stream, a client gone, the whole answer
+delivered). What the edge opens the record with (id, method, path, kind), the error the
+middleware answered with, the notes and the opt-in previews are written where they happen.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ def fill(record: RequestRecord, flow: Flow) -> None:
     """`record` filled from what `flow`'s steps worked out; a step the request never reached
     (refused before its body was parsed, before its route) leaves its fields as they are."""
     record.model = flow.model
+    record.upstream_status, record.upstream_ms = flow.upstream_status, flow.upstream_ms
+    record.stream_broken, record.delivered = flow.stream_broken, flow.delivered
+    if flow.client_gone:  # while its answer was relayed (the middleware records a client gone otherwise)
+        record.client_disconnected = True
     try:
         parsed, endpoint = flow.parsed, flow.endpoint
     except AttributeError:  # not a guarded request, or refused before its body was parsed

@@ -108,7 +108,7 @@ class UpstreamCall:
             self._ended(exc)
             raise
         response = self._sent.response
-        record.upstream_status = response.status
+        flow.upstream_status = response.status
         request.app[HEALTH].reachability.saw(upstream.name)
         return response
 
@@ -130,7 +130,7 @@ class UpstreamCall:
 
     def _ended(self, exc: BaseException | None) -> None:
         """The call's time, and a failure of the proxy's own kind counted for its upstream."""
-        self._flow.record.upstream_ms += (time.perf_counter() - self._started) * 1000
+        self._flow.upstream_ms += (time.perf_counter() - self._started) * 1000
         if isinstance(exc, GuardError):  # the upstream's failures, as upstream_failure() mapped them
             self._flow.gw.metrics.upstream_errors.labels(self._upstream.name, type(exc).__name__).inc()
 
@@ -147,10 +147,10 @@ async def relay_answer(
     # A broken stream ends with an error event in the grammar of the client's API.
     relayed = await relay(flow.request, upstream, response, extra, chunks, record.kind)
     if relayed.broken:
-        record.stream_broken = relayed.broken
+        flow.stream_broken = relayed.broken
         flow.gw.metrics.upstream_errors.labels(upstream.name, "stream_broken").inc()
     if relayed.client_gone:
-        record.client_disconnected = True
+        flow.client_gone = True
     return relayed.response
 
 
