@@ -4,9 +4,9 @@ A guarded request (any API shape an adapter in `proxy.apis` understands) is read
 the adapter its route names into the chat view the core counts; `proxy.server.perform.prepared`
 works out what the exchange needs (route, window, tokenizer, a correction learned earlier), and
 `proxy.core.exchange.Exchange` then yields commands (plan, recount, summarise, send, remember,
-reject, relay) that `Performer` performs and answers, until the exchange is over. Everything the
-request did is written into its `RequestRecord`, which the `records` middleware logs and counts
-when the request ends.
+reject, relay) that `Performer` performs and answers, until the exchange is over. What each step
+works out is kept on the request's `Flow`; the `records` middleware writes it into the request's
+`RequestRecord` (`proxy.server.recording`), logs and counts it when the request ends.
 """
 
 from __future__ import annotations

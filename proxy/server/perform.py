@@ -2,9 +2,10 @@
 
 `proxy.core.exchange.Exchange` decides (plan, recount, summarise, send, correct, re-plan) and
 yields commands; `Performer.perform(command)` does each one for this request (the guard, the
-adapter, the backend's tokenizer, the summariser, the upstream) and answers it, keeping the
-request's `RequestRecord` current. `prepared()` works out, once, what the exchange needs: the
-mode, the route, the window, the tokenizer to count with and any correction learned earlier.
+adapter, the backend's tokenizer, the summariser, the upstream) and answers it, keeping what it
+learns on the request's `Flow` (the record is filled from it when the request ends).
+`prepared()` works out, once, what the exchange needs: the mode, the route, the window, the
+tokenizer to count with and any correction learned earlier.
 
 How a command's work runs, inline on the loop, in the medium-body threads or in the large-body
 threads, each within the client's fair share of them, is decided in one place: `performed()`.

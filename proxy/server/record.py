@@ -2,10 +2,10 @@
 
 The `records` middleware opens a `RequestRecord` for every request that reaches the app and closes
 it in one place, whatever happened (a 401, a path refused, a client that went away, a trimmed
-stream), so every request yields exactly one log line and one metrics update. The handlers only
-fill fields in. The log line (`log_event`), the `x-context-guard-*` headers (`report_headers`),
-the metrics (`Metrics.observe`) and the recent-decisions page are each rendered from it, in one
-place each.
+stream), so every request yields exactly one log line and one metrics update. The steps keep
+what they work out on the request's flow; `proxy.server.recording.fill` writes it in. The log
+line (`log_event`), the `x-context-guard-*` headers (`report_headers`), the metrics
+(`Metrics.observe`) and the recent-decisions page are each rendered from it, in one place each.
 
 A log line starts with the summary an operator scans for: outcome, model, tokens before/after
 against the budget, how many messages and tokens went, by which strategy. What was removed
