@@ -51,6 +51,7 @@ from proxy.server.paths import (
 )
 from proxy.server.recent import RECENT, RecentDecisions, install_page
 from proxy.server.record import RequestRecord, log_event
+from proxy.server.recording import fill
 from proxy.server.request_ids import new_request_id
 from proxy.server.summariser import Summariser, SummariserOptions
 from proxy.server.upstream.forwarding import passthrough
@@ -218,7 +219,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     drain.started()  # in flight until the `finally` below, past the log line
     gateway = request.app[GATEWAY]
     record = RequestRecord(request_id_of(request.headers.get("x-request-id")), request.method, request.path)
-    request[FLOW] = Flow(request, gateway, record)
+    request[FLOW] = flow = Flow(request, gateway, record)
     status = 500
     try:
         fresh = canonical_route(request)
@@ -226,7 +227,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         if fresh is not None:  # a route is kept only for a request that passed the client-key check
             keep_route(request.app[GATEWAY], *fresh)
         response = await handler(request)
-        status = CLIENT_CLOSED if record.client_disconnected and not record.delivered else response.status
+        status = CLIENT_CLOSED if flow.client_gone and not flow.delivered else response.status
         return response
     except GuardError as exc:
         record.error, status = exc.code, exc.status
@@ -244,8 +245,8 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(error, request)
     except (ConnectionResetError, asyncio.CancelledError):  # the client went away (handler cancellation)
         # After the whole answer (a stream's [DONE]) a client may close at once: it was answered.
-        status = (record.upstream_status or 200) if record.delivered else CLIENT_CLOSED
-        record.client_disconnected = not record.delivered
+        status = (flow.upstream_status or 200) if flow.delivered else CLIENT_CLOSED
+        record.client_disconnected = not flow.delivered
         raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
@@ -258,6 +259,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(GuardError("internal error in context-guard"), request)
     finally:
         try:
+            fill(record, flow)
             record.finish(status)
             _write(request.app[GATEWAY], record, request.app[RECENT])
         finally:

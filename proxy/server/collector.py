@@ -36,7 +36,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -72,12 +72,12 @@ class CollectorPause:
         """How many large bodies are being worked on now."""
         return self._active
 
-    def around(self, work: Callable[[], T]) -> T:
+    def around(self, work: Callable[..., T], *args: Any) -> T:
         """`work()` with automatic collection off and its objects frozen afterwards; first, when the
         last hand-back is `thaw_seconds` old, the frozen objects go back and are collected."""
         self._enter()
         try:
-            return work()
+            return work(*args)
         finally:
             self._exit()
 

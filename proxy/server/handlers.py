@@ -4,14 +4,13 @@ A guarded request (any API shape an adapter in `proxy.apis` understands) is read
 the adapter its route names into the chat view the core counts; `proxy.server.perform.prepared`
 works out what the exchange needs (route, window, tokenizer, a correction learned earlier), and
 `proxy.core.exchange.Exchange` then yields commands (plan, recount, summarise, send, remember,
-reject, relay) that `Performer` performs and answers, until the exchange is over. Everything the
-request did is written into its `RequestRecord`, which the `records` middleware logs and counts
-when the request ends.
+reject, relay) that `Performer` performs and answers, until the exchange is over. What each step
+works out is kept on the request's `Flow`; the `records` middleware writes it into the request's
+`RequestRecord` (`proxy.server.recording`), logs and counts it when the request ends.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from aiohttp import web
@@ -40,7 +39,7 @@ from proxy.wire.prefix_reader import Match
 async def guarded(request: web.Request) -> web.StreamResponse:
     """Every counted API shape: read, parse, then perform the exchange's commands until it is over."""
     flow = request[FLOW]
-    gw, record = flow.gw, flow.record
+    gw = flow.gw
     endpoint = request[PATH_ROUTE].endpoint
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
     flow.endpoint = endpoint
@@ -52,8 +51,7 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     client = flow.client = client_key(digest, request.remote)  # its share of the threads and upstream calls
     parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
     flow.parsed, model = parsed, parsed.model or ""
-    record.model, record.stream = model, parsed.stream or endpoint.stream
-    record.unread_fields, record.unseen_parts = parsed.unread, parsed.unseen
+    flow.model = model
     flow.scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
     if endpoint.local:  # Anthropic's count_tokens, Gemini's countTokens: answered from the same count, never forwarded
         return await _count_tokens(flow)
@@ -88,9 +86,10 @@ async def _count_tokens(flow: Flow) -> web.Response:
     is planned (sized by the whole body, within the client's share of the threads; its scope: its
     part of the count cache)."""
     gw, record, endpoint, parsed = flow.gw, flow.record, flow.endpoint, flow.parsed
-    fit = functools.partial(gw.models.fit, endpoint.adapter, parsed, parsed.model or "", None, client=flow.scope)
-    fitted = await planned(flow.large, fit, size=len(flow.raw), client=flow.client)
-    record.plan, record.outcome = fitted.plan, "counted"
+    fit, adapter, model, scope = gw.models.fit, endpoint.adapter, parsed.model or "", flow.scope
+    size, client = len(flow.raw), flow.client
+    fitted = await planned(flow.large, fit, adapter, parsed, model, None, None, None, scope, size=size, client=client)
+    flow.plan, flow.outcome = fitted.plan, "counted"
     assert endpoint.answer is not None, "a local endpoint says how it answers"
     response = web.json_response(endpoint.answer(fitted.plan.count.total))
     response.headers["x-request-id"] = record.request_id

@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
-from proxy.config.upstreams import UpstreamSettings
 from proxy.core.budget import BudgetPolicy
 from proxy.core.models import ModelProfile
 from proxy.core.tokenizer import Tokenizer
@@ -94,17 +91,12 @@ class ModelRoutes:
 
 
 async def model_route(
-    models: Models,
-    counting: Backends,
-    session: aiohttp.ClientSession | None,
-    service: Callable[[UpstreamSettings], Awaitable[Mapping[str, str]]],
-    model: str,
-    target: Target,
+    models: Models, counting: Backends, model: str, target: Target, stated: int | None
 ) -> tuple[ModelRoute, bool]:
     """The route of `model` to `target`, worked out now with the gateway's `models` and
-    `counting` (`service`: the headers of the guard's own calls to an upstream); and whether
-    anyone was asked on the way (the upstream for its window, a vocabulary loaded), which is not
-    kept."""
+    `counting`, `stated` being the window the upstream runs the served model with when it says
+    one (`Backends.known_window`, or asked by the caller); and whether a vocabulary had to load
+    on the way, which is not kept."""
     upstream = target.upstream
     served = target.model or model
     # The budget follows the model that will serve the request: after a rename, the target's window.
@@ -112,11 +104,6 @@ async def model_route(
     window_source: str = profile.window_source
     map_correction = correction_for(profile)
     asked = False
-    known, stated = counting.known_window(upstream.name, served)
-    if not known:
-        assert session is not None, "the app's upstream session is opened at startup"
-        headers = await service(upstream)
-        stated, asked = await counting.window(session, upstream.name, upstream.base_url, served, headers), True
     if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
         profile, window_source = dataclasses.replace(profile, context_window=stated), "backend"
     local = models.tokenizers.loaded_tokenizer(profile.tokenizer)

@@ -2,9 +2,10 @@
 
 `proxy.core.exchange.Exchange` decides (plan, recount, summarise, send, correct, re-plan) and
 yields commands; `Performer.perform(command)` does each one for this request (the guard, the
-adapter, the backend's tokenizer, the summariser, the upstream) and answers it, keeping the
-request's `RequestRecord` current. `prepared()` works out, once, what the exchange needs: the
-mode, the route, the window, the tokenizer to count with and any correction learned earlier.
+adapter, the backend's tokenizer, the summariser, the upstream) and answers it, keeping what it
+learns on the request's `Flow` (the record is filled from it when the request ends).
+`prepared()` works out, once, what the exchange needs: the mode, the route, the window, the
+tokenizer to count with and any correction learned earlier.
 
 How a command's work runs, inline on the loop, in the medium-body threads or in the large-body
 threads, each within the client's fair share of them, is decided in one place: `performed()`.
@@ -52,11 +53,12 @@ from proxy.server.flow import Flow
 from proxy.server.gateway import Gateway
 from proxy.server.model_route import ModelRoute, model_route
 from proxy.server.placement import performed, planned
-from proxy.server.record import RequestRecord, report_headers
+from proxy.server.record import note, report_headers
 from proxy.server.upstream import answers
 from proxy.server.upstream.answers import UsageReader, first_event
 from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
 from proxy.server.upstream.headers import request_headers
+from proxy.server.upstream.routing import Target
 from proxy.server.upstream.streams import ask_for_usage
 from proxy.server.upstream.upstream_errors import decoded, read_error_body
 
@@ -83,7 +85,6 @@ class Performer:
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
 
     async def perform(self, command: Command, exchange: Exchange) -> Reply:
-        self._recorded(exchange)
         if isinstance(command, PlanFor):
             return await self._performed(self.plan, command.window, command.bound_unfetched)
         if isinstance(command, ProviderCount):
@@ -104,8 +105,9 @@ class Performer:
             await self.remember(command)
             return None
         if isinstance(command, Reject):
-            self.record.outcome = "rejected"
-            raise ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, report_headers(self.record))
+            self.flow.outcome = "rejected"
+            headers = report_headers(exchange.plan, self.flow.mode)
+            raise ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
         assert isinstance(command, Relay), command
         self.relay()
         return None
@@ -120,15 +122,6 @@ class Performer:
         """Work that grows with the whole body but spends no budget (the edge count call's body):
         on the loop for a body of at most `INLINE_BYTES`, else in the client's share of the threads."""
         return await performed(self.large, work, size=len(self.raw), client=self.client)
-
-    def _recorded(self, exchange: Exchange) -> None:
-        """The record says where the exchange stands (a retry is planned for the corrected window)."""
-        record = self.record
-        record.plan, record.attempts = exchange.plan, exchange.attempt
-        record.learned_correction, record.correction_note = exchange.learned, exchange.ignored_overflow
-        if exchange.attempt == 2 and record.window_source != "correction":
-            record.window_source = "correction"
-            note(record, "fallback_window", present=False)
 
     def plan(self, window: int | None, bound_unfetched: bool = False) -> Plan:
         """Count and trim for `window` with the tokenizer the choice names (the backend's own, the
@@ -170,7 +163,7 @@ class Performer:
             gw.provider_counts, session, headers, edge, command.plan, self.choice.tokenizer, record.notes, self._placed
         )
         if counted is not None:
-            record.count_source = "provider"
+            self.flow.provider_counted = True
         return counted
 
     async def summarise(self, command: Summarise) -> Summary:
@@ -183,16 +176,19 @@ class Performer:
 
     async def send(self, command: Send) -> Delivered | Answered:
         """Forward, and relay the answer when it is one; else say what came back, for a correction."""
-        gw, record, target, parsed = self.gw, self.record, self.target, self.parsed
-        record.outcome = command.outcome
+        gw, record, target, parsed, flow = self.gw, self.record, self.target, self.parsed, self.flow
+        flow.outcome = command.outcome
+        stream = parsed.stream or self.endpoint.stream
         sent = command.body if command.body is not None else parsed.body
-        with_usage, added = ask_for_usage(sent) if self.learns and record.stream else (sent, False)
+        with_usage, added = ask_for_usage(sent) if self.learns and stream else (sent, False)
         payload = outgoing(target, parsed.model or "", parsed.body, self.raw, with_usage if added else command.body)
-        extra = {"x-request-id": record.request_id, **report_headers(record)}
+        exchange = flow.exchange
+        assert exchange is not None, "a send is an exchange's command"
+        extra = {"x-request-id": record.request_id, **report_headers(exchange.plan, flow.mode)}
         raw_error = b""
         async with upstream_call(self.flow, payload) as response:
             if response.status < 400:
-                first = await first_event(response, record.stream)
+                first = await first_event(response, stream)
                 if first is None or first.kind == "data":
                     reader = UsageReader(response, strip=added)
                     chunks = reader.relayed(first.head if first is not None else b"", response)
@@ -200,11 +196,11 @@ class Performer:
                         self.response = await relay_answer(self.flow, response, extra, chunks)
                     finally:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
-                            record.delivered, record.client_disconnected = True, False
+                            flow.delivered, flow.client_gone = True, False
                     self._learn(reader, sent)
                     if gw.settings.log.content_preview_chars > 0:
-                        self._previews()
-                    return DELIVERED_IN_PART if record.client_disconnected or record.stream_broken else DELIVERED
+                        self._previews(exchange.plan)
+                    return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, answers.error_body(first)
                 if first.kind == "empty" and self.backend.empty_stream_on_overflow:
@@ -234,10 +230,10 @@ class Performer:
         """An estimate learns from the prompt tokens the upstream reports (chat completions), when
         everything the upstream may have put in the prompt was counted: a field the guard does not
         read (vLLM's `documents`) would otherwise teach every other request its size."""
-        record, parsed, usage = self.record, self.parsed, reader.usage
-        if usage is None or parsed.api != "chat" or record.client_disconnected or record.stream_broken:
+        flow, parsed, usage = self.flow, self.parsed, reader.usage
+        if usage is None or parsed.api != "chat" or flow.client_gone or flow.stream_broken:
             return
-        record.provider_prompt_tokens = usage.prompt_tokens
+        flow.prompt_tokens = usage.prompt_tokens
         if not parsed.read_whole:
             return
         gw = self.gw
@@ -246,12 +242,12 @@ class Performer:
             upstream, self.served, usage.prompt_tokens, sent, self.choice, self.local, gw.models.count_cache(self.scope)
         )
         if learned is not None:
-            record.calibration = learned.factor
+            flow.calibration = learned.factor
 
-    def _previews(self) -> None:
-        """With `log.content_preview_chars` set, the start of each removed message (operator opt-in)."""
+    def _previews(self, plan: Plan | None) -> None:
+        """With `log.content_preview_chars` set, the start of each message `plan` removed (operator opt-in)."""
         chars, record, messages = self.gw.settings.log.content_preview_chars, self.record, self.parsed.messages
-        for removal in record.removals:
+        for removal in plan.result.removals if plan is not None else ():
             if removal.index is not None and removal.index < len(messages):
                 record.previews[removal.index] = _message_text(messages[removal.index])[:chars]
 
@@ -264,7 +260,7 @@ async def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
     request, gw, record, endpoint, parsed = flow.request, flow.gw, flow.record, flow.endpoint, flow.parsed
     model = parsed.model or ""
     target = flow.target = gw.router.route(model)
-    record.mode, record.upstream, record.served_model = mode, target.upstream.name, target.model
+    flow.mode = mode
     if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
         refuse_client_template(parsed.body)
     upstream = target.upstream
@@ -274,18 +270,14 @@ async def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         )
     route = gw.model_routes.get(model, endpoint.api, gw.backends.discoveries)
     if route is None:  # the model's first request, or one that had to ask
-        service = functools.partial(_service_headers, gw)
-        route, asked = await model_route(gw.models, gw.backends, gw.session, service, model, target)
+        route, asked = await _route_of(gw, model, target)
         if not asked:
             gw.model_routes.put(model, endpoint.api, route)
     served, profile, local, backend = route.served, route.profile, route.local, route.backend
-    record.window_source, record.override = route.window_source, route.override
     # A window the request opts into (Anthropic's 1M beta header), where the map gave the model's.
     opted = opted_in(served, request.headers) if route.window_source == "model_map" else None
     larger = opted.context_window if opted is not None and opted.context_window > profile.context_window else None
-    if larger is not None:
-        record.window_source = "opt_in"
-    record.map_correction = route.map_correction
+    flow.route, flow.window_source = route, route.window_source if larger is None else "opt_in"
     choice = route.choice
     if choice is None:  # the backend's own tokenizer counts
         session = gw.session
@@ -294,15 +286,13 @@ async def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         choice = await gw.backends.choose(
             session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, headers
         )
-    record.count_source = choice.source
-    if choice.calibration is not None:
-        record.calibration = choice.calibration.factor
+    flow.choice = choice
     held, correction = gw.corrections.held(upstream.name, served)
     if not held:  # kept elsewhere (Redis)
         correction = await gw.corrections.get(upstream.name, served)
     if correction is not None:
-        record.applied_correction, record.window_source = correction, "correction"
-    if record.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
+        flow.correction, flow.window_source = correction, "correction"
+    if flow.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
         note(record, "fallback_window")
     if route.vocabulary_missing is not None:  # counted with the family's bound (proxy.tokenizers.vocabularies)
         note(record, f"vocabulary_missing:{route.vocabulary_missing}")
@@ -322,7 +312,22 @@ async def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         # Bounds straddling the budget: the upstream counts (the backend's own tokenizer needs none).
         provider_counts=choice.source != "backend" and upstream.provider_count,
     )
+    flow.exchange = exchange
     return performer, exchange
+
+
+async def _route_of(gw: Gateway, model: str, target: Target) -> tuple[ModelRoute, bool]:
+    """`model_route`, after asking the upstream for the served model's window when it was not
+    asked yet (with the guard's own credential); and whether anyone was asked (not kept then)."""
+    upstream, served = target.upstream, target.model or model
+    known, stated = gw.backends.known_window(upstream.name, served)
+    if not known:
+        session = gw.session
+        assert session is not None, "the app's upstream session is opened at startup"
+        headers = await _service_headers(gw, upstream)
+        stated = await gw.backends.window(session, upstream.name, upstream.base_url, served, headers)
+    route, loaded = await model_route(gw.models, gw.backends, model, target, stated)
+    return route, loaded or not known
 
 
 async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
@@ -349,14 +354,6 @@ def _message_text(message: object) -> str:
     if isinstance(content, list):
         return " ".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     return content if isinstance(content, str) else ""
-
-
-def note(record: RequestRecord, name: str, present: bool = True) -> None:
-    """Say `name` on the request's log line once (or no longer say it)."""
-    if present and name not in record.notes:
-        record.notes.append(name)
-    elif not present and name in record.notes:
-        record.notes.remove(name)
 
 
 async def _count_call_headers(request: web.Request, gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:

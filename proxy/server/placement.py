@@ -15,7 +15,6 @@ hangs up):
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import weakref
 from collections.abc import Callable
@@ -116,7 +115,7 @@ async def off_loop(work: Callable[..., T], *args: Any, client: str = "") -> T:
     paused (as `asyncio.to_thread` does: the caller's context variables, such as the log's bound
     fields, go along), within `client`'s share of the threads (`proxy.server.slots.client_key`).
     Cancelling the caller drops work not started and sets the cancel event of work running."""
-    return await large_body_slots().run(client, COLLECTOR_PAUSE.around, functools.partial(work, *args))
+    return await large_body_slots().run(client, COLLECTOR_PAUSE.around, work, *args)
 
 
 async def performed(large: bool, work: Callable[..., T], *args: Any, size: int, client: str) -> T:

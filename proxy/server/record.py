@@ -2,10 +2,10 @@
 
 The `records` middleware opens a `RequestRecord` for every request that reaches the app and closes
 it in one place, whatever happened (a 401, a path refused, a client that went away, a trimmed
-stream), so every request yields exactly one log line and one metrics update. The handlers only
-fill fields in. The log line (`log_event`), the `x-context-guard-*` headers (`report_headers`),
-the metrics (`Metrics.observe`) and the recent-decisions page are each rendered from it, in one
-place each.
+stream), so every request yields exactly one log line and one metrics update. The steps keep
+what they work out on the request's flow; `proxy.server.recording.fill` writes it in. The log
+line (`log_event`), the `x-context-guard-*` headers (`report_headers`), the metrics
+(`Metrics.observe`) and the recent-decisions page are each rendered from it, in one place each.
 
 A log line starts with the summary an operator scans for: outcome, model, tokens before/after
 against the budget, how many messages and tokens went, by which strategy. What was removed
@@ -100,6 +100,14 @@ class RequestRecord:
         )
 
 
+def note(record: RequestRecord, name: str, present: bool = True) -> None:
+    """Say `name` on the request's log line once (or no longer say it)."""
+    if present and name not in record.notes:
+        record.notes.append(name)
+    elif not present and name in record.notes:
+        record.notes.remove(name)
+
+
 def _outcome_for_status(status: int, kind: str) -> str:
     if status == 499:
         return "client_disconnected"
@@ -118,17 +126,17 @@ _CLEARED, _CLEARED_TOKENS, _PREFIX = (
 )
 
 
-def report_headers(record: RequestRecord) -> dict[str, str]:
-    """The `x-context-guard-*` headers a guarded response carries."""
-    if record.plan is None:
-        return {_MODE: record.mode} if record.mode else {}
-    result = record.plan.result
+def report_headers(plan: Plan | None, mode: str | None) -> dict[str, str]:
+    """The `x-context-guard-*` headers a guarded response carries: what `plan` did, in `mode`."""
+    if plan is None:
+        return {_MODE: mode} if mode else {}
+    result = plan.result
     headers = {
         _BEFORE: str(result.tokens_before),
         _AFTER: str(result.tokens_after),
         _BUDGET: str(result.budget.input_budget),
         _REMOVED: str(len(result.removals)),
-        _MODE: record.mode or "enforce",
+        _MODE: mode or "enforce",
     }
     if result.changed:  # what was cleared in place, and the start the provider's cache still has
         count, tokens = cleared(result.removals)

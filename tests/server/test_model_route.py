@@ -3,14 +3,12 @@ kept only while nothing it came from can have changed (proxy/server/model_route.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.config.settings import load_settings
-from proxy.config.upstreams import UpstreamSettings
 from proxy.core.tokenizer import CharEstimateTokenizer
 from proxy.server.backends.catalogue import Backends, Choice
 from proxy.server.backends.profiles import Discovery
@@ -51,13 +49,12 @@ def gateway_parts(tmp_path: Path) -> tuple[CountedModels, Backends, Router]:
     return CountedModels(settings), Backends(), Router(settings)
 
 
-async def no_service(upstream: UpstreamSettings) -> Mapping[str, str]:
-    raise AssertionError("nothing is asked of an upstream not discovered")
-
-
 async def route_of(parts: tuple[CountedModels, Backends, Router], model: str) -> tuple[ModelRoute, bool]:
     models, backends, router = parts
-    return await model_route(models, backends, None, no_service, model, router.route(model))
+    target = router.route(model)
+    known, stated = backends.known_window(target.upstream.name, target.model or model)
+    assert known, "nothing is asked of an upstream not discovered"
+    return await model_route(models, backends, model, target, stated)
 
 
 class TestWorkingItOut:

@@ -3,7 +3,6 @@ timing, relaying the answer, and the paths forwarded untouched (pass-through).""
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -12,7 +11,6 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.names import MAX_NAME_CHARS
-from proxy.apis.stream_errors import broken_stream_event
 from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.body import read_body
@@ -110,7 +108,7 @@ class UpstreamCall:
             self._ended(exc)
             raise
         response = self._sent.response
-        record.upstream_status = response.status
+        flow.upstream_status = response.status
         request.app[HEALTH].reachability.saw(upstream.name)
         return response
 
@@ -132,7 +130,7 @@ class UpstreamCall:
 
     def _ended(self, exc: BaseException | None) -> None:
         """The call's time, and a failure of the proxy's own kind counted for its upstream."""
-        self._flow.record.upstream_ms += (time.perf_counter() - self._started) * 1000
+        self._flow.upstream_ms += (time.perf_counter() - self._started) * 1000
         if isinstance(exc, GuardError):  # the upstream's failures, as upstream_failure() mapped them
             self._flow.gw.metrics.upstream_errors.labels(self._upstream.name, type(exc).__name__).inc()
 
@@ -146,13 +144,13 @@ async def relay_answer(
     flow: Flow, response: aiohttp.ClientResponse, extra: dict[str, str], chunks: AsyncIterator[bytes] | None = None
 ) -> web.StreamResponse:
     record, upstream = flow.record, flow.target.upstream
-    broken = functools.partial(broken_stream_event, record.kind)  # in the grammar of the client's API
-    relayed = await relay(flow.request, upstream, response, extra, chunks, broken)
+    # A broken stream ends with an error event in the grammar of the client's API.
+    relayed = await relay(flow.request, upstream, response, extra, chunks, record.kind)
     if relayed.broken:
-        record.stream_broken = relayed.broken
+        flow.stream_broken = relayed.broken
         flow.gw.metrics.upstream_errors.labels(upstream.name, "stream_broken").inc()
     if relayed.client_gone:
-        record.client_disconnected = True
+        flow.client_gone = True
     return relayed.response
 
 
@@ -185,7 +183,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         target = gw.router.route(model) if model else gw.router.default()
     except ModelNotRouted:
         target = gw.router.default()
-    flow.target, record.model, record.upstream = target, model, target.upstream.name
+    flow.target, flow.model = target, model
     path = request[PATH_ROUTE].path
     counted = counted_when_sent(target.upstream.base_url, path, gw.apis.api_for)
     if counted is not None:

@@ -7,7 +7,7 @@ event in the client's API's grammar."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -32,13 +32,13 @@ async def relay(
     response: aiohttp.ClientResponse,
     extra_headers: Mapping[str, str],
     chunks: AsyncIterator[bytes] | None = None,
-    broken_event: Callable[[str], bytes] | None = None,
+    api: str = "chat",
 ) -> Relayed:
     """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
     begun or filtered; see `proxy.server.upstream.answers`). A client that goes away ends the relay
     (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
-    mid-stream ends an event stream cleanly, with an SSE error event (`broken_event`'s, in the
-    client's API's grammar; OpenAI's when not given) then EOF; any other body
+    mid-stream ends an event stream cleanly, with an SSE error event (in the grammar of the
+    client's `api`; OpenAI's when not given) then EOF; any other body
     (or an event stream of announced length) is cut off by closing the client's connection, so
     that a half response can never pass for a whole one."""
     # The headers go out with the first bytes (one write, not two) unless this is an event stream
@@ -62,7 +62,7 @@ async def relay(
         if not is_event_stream(response) or out.content_length is not None:
             abort(request)
             return relayed
-        event = broken_event(relayed.broken) if broken_event else broken_stream_event("chat", relayed.broken)
+        event = broken_stream_event(api, relayed.broken)
         with contextlib.suppress(ConnectionResetError):
             await out.write(event)
     with contextlib.suppress(ConnectionResetError):
