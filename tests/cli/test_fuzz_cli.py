@@ -41,6 +41,9 @@ class TestFuzzedCli:
         assert code in (EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED)
         if code == EXIT_BAD_INPUT:
             assert out == "" and err.startswith("context-guard: ") and err.count("\n") == 1
+        elif code == EXIT_REJECTED:  # the report on stdout, and why in one line on stderr
+            assert isinstance(json.loads(out), dict) and err.startswith("context-guard: rejected: ")
+            assert err.count("\n") == 1
         else:
             assert isinstance(json.loads(out), dict) and err == ""
 
