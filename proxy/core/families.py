@@ -28,7 +28,7 @@ from proxy.core.chat_format import (
     TEMPLATE_FORMAT,
     ChatFormat,
 )
-from proxy.core.images import AreaCost, FixedTileCost, ImageCostScheme
+from proxy.core.images import AreaCost, FixedTileCost, ImageCostScheme, ResolutionCost
 
 TokenizerKind = Literal["tiktoken", "huggingface", "estimate", "vocab", "bound"]
 
@@ -95,8 +95,11 @@ _BOUNDED = Family(_OPEN_BOUND, TEMPLATE_FORMAT, AreaCost(), False)
 _GEMINI_BOUNDED = Family(_OPEN_BOUND, GEMMA_FORMAT, FixedTileCost(), False)
 
 
-def _gemini(vocabulary: str) -> Family:
-    return Family(_vocab(vocabulary), GEMMA_FORMAT, FixedTileCost(), False)
+_GEMINI_TILES = FixedTileCost()  # Gemini 1.x and 2.x: 258 tokens a 768 px tile
+
+
+def _gemini(vocabulary: str, images: ImageCostScheme = _GEMINI_TILES) -> Family:
+    return Family(_vocab(vocabulary), GEMMA_FORMAT, images, False)
 
 
 def _gemma(vocabulary: str) -> Family:
@@ -115,8 +118,10 @@ OPEN_FAMILIES: tuple[tuple[str, Family], ...] = (
     # Gemini's count is not marked exact: its framing inside countTokens is not published and is
     # counted as Gemma's template (an upper bound); an upstream's `provider_count_ratio` has the
     # provider's own count decide at the budget's edge (docs/counting.md).
-    *_each(("*gemini-3.[1-9]*", "*gemini-3p[1-9]*"), _gemini("gemma4")),
-    *_each(("*gemini-2.*", "*gemini-live-2.*", "*gemini-3-*", "*gemini-3"), _gemini("gemma3")),
+    # Gemini 3 prices an image by the media resolution asked (proxy.core.images.ResolutionCost).
+    *_each(("*gemini-3.[1-9]*", "*gemini-3p[1-9]*"), _gemini("gemma4", ResolutionCost())),
+    *_each(("*gemini-3-*", "*gemini-3"), _gemini("gemma3", ResolutionCost())),
+    *_each(("*gemini-2.*", "*gemini-live-2.*"), _gemini("gemma3")),
     *_each(("*gemini-1.*", "*gemini-pro", "*gemini-pro-vision", "*gemini-1-*"), _gemini("gemma")),
     *_each(("*gemma-4*", "*gemma4*"), _gemma("gemma4")),
     *_each(("*gemma-3n*", "*gemma3n*"), _GEMINI_BOUNDED),  # Gemma 3n's vocabulary differs and is not shipped
