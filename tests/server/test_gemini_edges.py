@@ -141,6 +141,31 @@ class TestExpressMode:
         assert sent.path == path and sent.query == "" and sent.headers["x-goog-api-key"] == "express-key"
         assert "Authorization" not in sent.headers
 
+    async def test_at_the_budget_s_edge_express_mode_s_own_count_tokens_decides(
+        self, fake: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An express-mode upstream (the host alone, an API key, no project) is asked at its own
+        countTokens path, with its key, and a request its count fits goes as sent."""
+        provider, root = fake
+        monkeypatch.setenv("VERTEX_KEY", "express-key")
+        upstream = {"base_url": root, "kind": "vertex", "api_key_env": "VERTEX_KEY", "provider_count_ratio": 10}
+        url = await guard(aiohttp_server, model_map, upstream)
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": " ".join(["48213"] * 700)}]}],
+            "generationConfig": {"maxOutputTokens": RESERVE},
+        }
+        raw = json.dumps(body).encode()
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1/publishers/google/models/{FLASH}:generateContent", data=raw) as response:
+                assert response.status == 200
+                before, budget = (int(response.headers[f"x-context-guard-{h}"]) for h in ("tokens-before", "budget"))
+        asked, sent = provider.received
+        assert budget >= independent_count(body) == before
+        assert asked.path == f"/v1/publishers/google/models/{FLASH}:countTokens"
+        assert asked.headers["x-goog-api-key"] == "express-key" and "Authorization" not in asked.headers
+        assert asked.json() == {"contents": body["contents"]}
+        assert sent.body == raw
+
 
 class TestBrokenJsonArrayStream:
     async def test_a_json_array_stream_the_provider_breaks_is_cut_off_never_closed_as_whole(
