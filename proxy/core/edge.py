@@ -60,10 +60,13 @@ def lower_bound(count: int, exact: bool, ratio: float | None) -> int | None:
     return math.floor(count / ratio)
 
 
-def bound_ratio_of(tokenizer: object, assumed: float | None = None) -> float | None:
-    """The tokenizer's own `bound_ratio` or the operator's `assumed` one, the larger when both are
+def bound_ratio_of(tokenizer: object, assumed: float | None = None, stated: float | None = None) -> float | None:
+    """The tokenizer's own `bound_ratio` (else `stated`: the model family's, for a tokenizer that is
+    its vocabulary, `Family.bound_ratio`) or the operator's `assumed` one, the larger when both are
     known: a larger ratio only widens the band where the provider is asked, never cuts more."""
     ratio = getattr(tokenizer, "bound_ratio", None)
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
+        ratio = stated
     if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio >= 1.0:
         return max(float(ratio), assumed) if assumed is not None else float(ratio)
     return assumed

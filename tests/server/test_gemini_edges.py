@@ -110,6 +110,33 @@ class TestProviderCountAtTheEdge:
         assert sent.body == raw
 
 
+class TestGeminiStatesItsOwnRatio:
+    async def test_with_no_ratio_configured_the_framing_s_overcount_is_asked_of_the_provider(
+        self, fake: Any, aiohttp_server: Any, model_map: Any
+    ) -> None:
+        """Gemini counted with its Gemma vocabulary states how far over its framing can put the
+        count (`GEMINI_FRAMING_RATIO`): a conversation of short turns the local count puts over the
+        budget, the provider's count within it, is asked of countTokens with no operator setting."""
+        provider, root = fake
+        url = await guard(aiohttp_server, model_map, {"base_url": root, "kind": "gemini"})
+        contents = [
+            {"role": "user" if i % 2 == 0 else "model", "parts": [{"text": f"turn {i}: all good here"}]}
+            for i in range(251)
+        ]
+        body = {"contents": contents, "generationConfig": {"maxOutputTokens": RESERVE}}
+        raw = json.dumps(body).encode()
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1beta/models/{FLASH}:countTokens", json=body) as counted:
+                bound = (await counted.json())["totalTokens"]
+            async with session.post(f"{url}/v1beta/models/{FLASH}:generateContent", data=raw) as response:
+                assert response.status == 200
+                budget = int(response.headers["x-context-guard-budget"])
+        asked, sent = provider.received
+        assert bound > budget >= independent_count(body)  # over by the local count, within by the provider's
+        assert asked.path == f"/v1beta/models/{FLASH}:countTokens"
+        assert sent.body == raw
+
+
 class TestLogs:
     async def test_a_client_s_key_in_the_query_is_never_logged(
         self, fake: Any, aiohttp_server: Any, model_map: Any, logs: Any
