@@ -220,4 +220,4 @@ def _inline(inline: object, view: ViewBuilder, where: str, resolution: str) -> d
             "type": "input_video",
             "input_video": {"seconds": seconds, "tokens_per_second": VIDEO_TOKENS_PER_SECOND},
         }
-    return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}"}}
+    return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}", "detail": resolution}}

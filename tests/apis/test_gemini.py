@@ -3,6 +3,7 @@ into the original JSON with every part it did not cut the very object the client
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -329,3 +330,20 @@ class TestGemini2ImagesUnchanged:
     def test_gemini_2_5_still_prices_images_by_258_token_tiles(self, level: str | None) -> None:
         assert image_tokens("gemini-2.5-flash", image_body(request_level=level)) == 258
         assert image_tokens("gemini-2.5-pro", image_body(request_level=level, size=1500)) == 258 * 4
+
+
+class TestGemini3DocumentResolution:
+    def test_each_pdf_page_costs_at_least_an_image_at_the_resolution_asked(self) -> None:
+        """A PDF's pages are priced as images at the part's resolution, so a page read at
+        ULTRA_HIGH is never counted at the default's 1120."""
+        pdf = base64.b64encode(b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n2 0 obj << /Type /Page >> endobj\n")
+        part: dict[str, Any] = {"inlineData": {"mimeType": "application/pdf", "data": pdf.decode()}}
+
+        def documents(level: str | None) -> int:
+            shown = {**part, "mediaResolution": {"level": level}} if level else part
+            chat = ADAPTER.parse({"contents": [{"role": "user", "parts": [shown]}]}).chat
+            counter = RequestCounter(profile(1_000_000, "gemini-3-pro-preview"), tokenizer("gemini-3-pro-preview"))
+            return counter.request(chat).components["images"]
+
+        assert documents("MEDIA_RESOLUTION_ULTRA_HIGH") - documents(None) == 2 * (2240 - 1120)
+        assert documents("MEDIA_RESOLUTION_LOW") - documents(None) == 2 * (280 - 1120)
