@@ -42,10 +42,15 @@ def field(obj: Mapping[str, Any], camel: str) -> Any:
 
 def resolution_of(part: Mapping[str, Any], asked: str) -> str:
     """The media resolution an image part is read at: the part's own `mediaResolution` (a level,
-    or `{"level": ...}`) over `asked`, the request's `generationConfig.mediaResolution` or `high`."""
+    or `{"level": ..., "numTokens": N}`: `LEVEL|N`) over `asked`, the request's
+    `generationConfig.mediaResolution` or `high`."""
     own = field(part, "mediaResolution")
     level = field(own, "level") if isinstance(own, Mapping) else own
-    return level if isinstance(level, str) and level else asked
+    level = level if isinstance(level, str) and level else asked
+    tokens = field(own, "numTokens") if isinstance(own, Mapping) else None
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+        return f"{level if level != 'high' else 'MEDIA_RESOLUTION_UNSPECIFIED'}|{tokens}"
+    return level
 
 
 def read_system(system: object, view: ViewBuilder, resolution: str = "high") -> None:

@@ -142,13 +142,19 @@ GEMINI3_IMAGE_TOKENS: dict[str, int] = {
     "MEDIA_RESOLUTION_HIGH": 1120,
     "MEDIA_RESOLUTION_ULTRA_HIGH": 2240,
 }
-MEDIA_RESOLUTIONS = frozenset({*GEMINI3_IMAGE_TOKENS, "MEDIA_RESOLUTION_UNSPECIFIED"})
+
+
+def is_media_resolution(detail: object) -> bool:
+    """A Gemini media resolution as a `detail`: a level, or `LEVEL|N` for a part that also asks
+    for N tokens (`numTokens`); a level the table does not know too (it is priced at the most)."""
+    return isinstance(detail, str) and detail.startswith("MEDIA_RESOLUTION_")
 
 
 @dataclass(frozen=True, slots=True)
 class ResolutionCost:
     """The `detail` is the media resolution asked (`MEDIA_RESOLUTION_*`); `high`, `auto`, `low`
-    (no level asked) and UNSPECIFIED are the default, a level not in the table the most there is."""
+    (no level asked) and UNSPECIFIED are the default, a level not in the table the most there is.
+    `LEVEL|N` (a part's `numTokens`) costs the larger of the level's and N."""
 
     table: tuple[tuple[str, int], ...] = tuple(GEMINI3_IMAGE_TOKENS.items())
     default: str = "MEDIA_RESOLUTION_HIGH"
@@ -157,10 +163,12 @@ class ResolutionCost:
         return self.max_cost(detail)
 
     def max_cost(self, detail: str) -> int:
+        detail, _, asked = detail.partition("|")
         table = dict(self.table)
         if detail in ("high", "auto", "low", "MEDIA_RESOLUTION_UNSPECIFIED"):
             detail = self.default
-        return table.get(detail, max(table.values()))
+        level = table.get(detail, max(table.values()))
+        return max(level, int(asked)) if asked.isdigit() else level
 
 
 def image_cost(url: str, detail: str, scheme: ImageCostScheme) -> ImageCost:

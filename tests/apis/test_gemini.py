@@ -321,6 +321,14 @@ class TestGemini3ImageResolution:
     def test_a_part_level_given_as_a_bare_string_is_read_too(self) -> None:
         assert image_tokens("gemini-3-pro-preview", image_body("MEDIA_RESOLUTION_MEDIUM")) == 560
 
+    def test_a_part_asking_for_more_tokens_than_its_level_is_counted_at_what_it_asks(self) -> None:
+        body = image_body({"level": "MEDIA_RESOLUTION_LOW", "numTokens": 4000})
+        assert image_tokens("gemini-3-pro-preview", body) == 4000
+        assert image_tokens("gemini-3-pro-preview", image_body({"numTokens": 64})) == 1120  # never below the level
+
+    def test_a_level_the_table_does_not_know_is_priced_at_the_most_there_is(self) -> None:
+        assert image_tokens("gemini-3-pro-preview", image_body(request_level="MEDIA_RESOLUTION_EXTREME")) == 2240
+
     def test_the_size_of_the_image_does_not_change_the_cost(self) -> None:
         assert image_tokens("gemini-3-pro-preview", image_body(size=3000)) == 1120
 

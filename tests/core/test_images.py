@@ -144,3 +144,7 @@ class TestGemini3Resolution:
 
     def test_a_level_it_does_not_know_costs_the_most_there_is(self) -> None:
         assert ResolutionCost().cost(100, 100, "MEDIA_RESOLUTION_EXTREME") == 2240
+
+    def test_a_number_of_tokens_asked_beside_the_level_counts_when_it_is_more(self) -> None:
+        assert ResolutionCost().cost(100, 100, "MEDIA_RESOLUTION_LOW|4000") == 4000
+        assert ResolutionCost().cost(100, 100, "MEDIA_RESOLUTION_HIGH|100") == 1120
