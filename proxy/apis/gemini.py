@@ -111,11 +111,16 @@ class GenerateContentAdapter(Adapter):
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
         view = ViewBuilder()
-        read_system(field(body, "systemInstruction"), view)
+        generation = field(body, "generationConfig")
+        if generation is not None and not isinstance(generation, Mapping):
+            raise InvalidRequest("generationConfig: must be an object", param="generationConfig")
+        resolution = field(generation or {}, "mediaResolution")
+        resolution = resolution if isinstance(resolution, str) and resolution else "high"
+        read_system(field(body, "systemInstruction"), view, resolution)
         contents = body.get("contents")
         if not isinstance(contents, list):
             raise InvalidRequest("contents: must be a list of Content objects", param="contents")
-        turns = Turns(view)
+        turns = Turns(view, resolution)
         for i, content in enumerate(contents):
             turns.read(content, i)
         chat: dict[str, Any] = {"messages": view.messages}
@@ -126,9 +131,6 @@ class GenerateContentAdapter(Adapter):
         config = field(body, "toolConfig")
         if config is not None:
             chat["tool_choice"] = config  # counted as its JSON with the tools
-        generation = field(body, "generationConfig")
-        if generation is not None and not isinstance(generation, Mapping):
-            raise InvalidRequest("generationConfig: must be an object", param="generationConfig")
         reserve = _reserve(generation or {})
         if reserve is not None:
             chat["max_tokens"] = reserve

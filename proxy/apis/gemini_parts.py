@@ -8,7 +8,8 @@ part (`read_system`, `Turns.read`).
                    thought parts as `reasoning_content` (counted, never cut); a part carrying a
                    `thoughtSignature`, executable code and its result are counted as their JSON
                    (the signature itself left out: the model reads none of it) and never shortened
-    inlineData     by its MIME type: an image priced by Gemini's tiles, audio at 32 tokens a
+    inlineData     by its MIME type: an image priced by Gemini's tiles (on Gemini 3 by the
+                   part's `mediaResolution`, else the request's, `resolution_of`), audio at 32 tokens a
                    second, video at 263 + 32, a PDF by its pages; anything else as a file
     fileData       a file by URI: the guard cannot see it (`proxy.apis.unseen`)
 
@@ -39,7 +40,20 @@ def field(obj: Mapping[str, Any], camel: str) -> Any:
     return obj.get(snake)
 
 
-def read_system(system: object, view: ViewBuilder) -> None:
+def resolution_of(part: Mapping[str, Any], asked: str) -> str:
+    """The media resolution an image part is read at: the part's own `mediaResolution` (a level,
+    or `{"level": ..., "numTokens": N}`: `LEVEL|N`) over `asked`, the request's
+    `generationConfig.mediaResolution` or `high`."""
+    own = field(part, "mediaResolution")
+    level = field(own, "level") if isinstance(own, Mapping) else own
+    level = level if isinstance(level, str) and level else asked
+    tokens = field(own, "numTokens") if isinstance(own, Mapping) else None
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+        return f"{level if level != 'high' else 'MEDIA_RESOLUTION_UNSPECIFIED'}|{tokens}"
+    return level
+
+
+def read_system(system: object, view: ViewBuilder, resolution: str = "high") -> None:
     """`systemInstruction` (a Content, or a bare string) as a pinned system message."""
     if system is None:
         return
@@ -49,15 +63,16 @@ def read_system(system: object, view: ViewBuilder) -> None:
     if not isinstance(system, Mapping):
         raise InvalidRequest("systemInstruction: must be a Content object", param="systemInstruction")
     parts = _parts_of(system, "systemInstruction")
-    shown = [_part(part, view, f"systemInstruction.parts[{j}]") for j, part in enumerate(parts)]
+    shown = [_part(part, view, f"systemInstruction.parts[{j}]", resolution) for j, part in enumerate(parts)]
     view.add({"role": "system", "content": shown}, (Origin("systemInstruction"),), tuple(range(len(parts))))
 
 
 class Turns:
     """The turns of `contents` read in order, pairing each functionResponse with the call it answers."""
 
-    def __init__(self, view: ViewBuilder) -> None:
+    def __init__(self, view: ViewBuilder, resolution: str = "high") -> None:
         self.view = view
+        self.resolution = resolution  # the request's media resolution (`resolution_of`)
         self._open: list[tuple[str, str]] = []  # the last model turn's calls not yet answered: (id, name)
 
     def read(self, content: object, i: int) -> None:
@@ -100,7 +115,7 @@ class Turns:
                 shown.append(opaque_part({"text": part["text"]}))
                 mapping.append(j)
             else:
-                shown.append(_part(part, self.view, where))
+                shown.append(_part(part, self.view, where, self.resolution))
                 mapping.append(j)
         message: dict[str, Any] = {"role": "assistant", "content": shown or None}
         if calls:
@@ -130,7 +145,7 @@ class Turns:
         self._open = []
         if not others:
             return
-        shown = [_part(parts[j], self.view, f"contents[{i}].parts[{j}]") for j in others]
+        shown = [_part(parts[j], self.view, f"contents[{i}].parts[{j}]", self.resolution) for j in others]
         if len(others) == len(parts):
             self.view.add({"role": "user", "content": shown}, (Origin("contents", i),), tuple(others))
         else:
@@ -170,7 +185,7 @@ _URL_SAFE = str.maketrans("-_", "+/")
 VIDEO_ASSUMED_BYTES_PER_SECOND = 8000
 
 
-def _part(part: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str, Any]:
+def _part(part: Mapping[str, Any], view: ViewBuilder, where: str, resolution: str) -> dict[str, Any]:
     """The view part of one Gemini part (not a function call or response)."""
     if "text" in part:
         text = part["text"]
@@ -179,7 +194,7 @@ def _part(part: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str, A
         return text_part(text)
     inline = field(part, "inlineData")
     if inline is not None:
-        return _inline(inline, view, where)
+        return _inline(inline, view, where, resolution_of(part, resolution))
     data = field(part, "fileData")
     if data is not None:
         uri = data.get("fileUri", data.get("file_uri")) if isinstance(data, Mapping) else None
@@ -190,7 +205,7 @@ def _part(part: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str, A
     return opaque_part(shown)
 
 
-def _inline(inline: object, view: ViewBuilder, where: str) -> dict[str, Any]:
+def _inline(inline: object, view: ViewBuilder, where: str, resolution: str) -> dict[str, Any]:
     if not isinstance(inline, Mapping) or not isinstance(inline.get("data"), str):
         raise InvalidRequest(f"{where}.inlineData.data: must be a base64 string", param=f"{where}.inlineData")
     mime = field(inline, "mimeType")
@@ -199,7 +214,7 @@ def _inline(inline: object, view: ViewBuilder, where: str) -> dict[str, Any]:
     if "-" in data or "_" in data:  # URL-safe base64 (what google-genai sends): read as the standard alphabet
         data = data.translate(_URL_SAFE)
     if mime.startswith("image/"):
-        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}", "detail": "high"}}
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}", "detail": resolution}}
     if mime.startswith("audio/"):
         kind = mime.split("/", 1)[1]
         return {"type": "input_audio", "input_audio": {"data": data, "format": "wav" if "wav" in kind else kind}}
@@ -210,4 +225,4 @@ def _inline(inline: object, view: ViewBuilder, where: str) -> dict[str, Any]:
             "type": "input_video",
             "input_video": {"seconds": seconds, "tokens_per_second": VIDEO_TOKENS_PER_SECOND},
         }
-    return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}"}}
+    return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}", "detail": resolution}}

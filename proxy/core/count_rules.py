@@ -35,7 +35,7 @@ from typing import Any
 
 from proxy.core.bounded_text import BoundedText, bounded_text
 from proxy.core.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, count_text
-from proxy.core.images import image_cost
+from proxy.core.images import image_cost, is_media_resolution
 from proxy.core.media import audio_cost, file_cost, video_cost
 from proxy.core.models import ModelProfile
 from proxy.core.openings import Tally
@@ -336,9 +336,13 @@ class CountRules:
             url = spec
         elif isinstance(spec, Mapping):
             url = spec["url"] if isinstance(spec.get("url"), str) else ""
-            detail = spec["detail"] if spec.get("detail") in ("low", "high", "auto") else "auto"
-        # `auto` lets the provider choose; the count assumes it chooses `high`.
-        cost = image_cost(url, "low" if detail == "low" else "high", self.profile.images)
+            asked_detail = spec.get("detail")
+            known = asked_detail in ("low", "high", "auto") or is_media_resolution(asked_detail)
+            detail = asked_detail if known and isinstance(asked_detail, str) else "auto"
+        # `auto` lets the provider choose; the count assumes it chooses `high`. A Gemini media
+        # resolution is passed on as it is, for the schemes that price by it.
+        asked = detail if is_media_resolution(detail) else "low" if detail == "low" else "high"
+        cost = image_cost(url, asked, self.profile.images)
         notes = []
         if cost.estimated:
             where = "a remote URL" if not url.startswith("data:") else "an unreadable data URL"

@@ -14,7 +14,10 @@ The endpoints (their documented shapes):
   answers `{"object": "response.input_tokens", "input_tokens": N}`.
 - Vertex AI: `POST .../publishers/google/models/{model}:countTokens` with `contents`,
   `systemInstruction` and `tools`; answers `{"totalTokens": N}`. A native Gemini request
-  (`generate_content`) goes as it is, less its generation settings.
+  (`generate_content`) goes as it is, less its generation settings. In express mode (an API
+  key, the global host, no project: a base URL without `/projects/`) the same call is
+  `POST /v1/publishers/google/models/{model}:countTokens` at the base's host (`/v1beta1/...`
+  when the base says `v1beta1`; Google's "Vertex AI in express mode REST API reference").
 - Gemini Developer API: `POST /v1beta/models/{model}:countTokens` with the whole request as its
   `generateContentRequest`; answers `{"totalTokens": N}`.
 - vLLM and llama.cpp count through their tokenize endpoints (`proxy.server.backends.tokenize`).
@@ -57,10 +60,13 @@ def lower_bound(count: int, exact: bool, ratio: float | None) -> int | None:
     return math.floor(count / ratio)
 
 
-def bound_ratio_of(tokenizer: object, assumed: float | None = None) -> float | None:
-    """The tokenizer's own `bound_ratio` or the operator's `assumed` one, the larger when both are
+def bound_ratio_of(tokenizer: object, assumed: float | None = None, stated: float | None = None) -> float | None:
+    """The tokenizer's own `bound_ratio` (else `stated`: the model family's, for a tokenizer that is
+    its vocabulary, `Family.bound_ratio`) or the operator's `assumed` one, the larger when both are
     known: a larger ratio only widens the band where the provider is asked, never cuts more."""
     ratio = getattr(tokenizer, "bound_ratio", None)
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
+        ratio = stated
     if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio >= 1.0:
         return max(float(ratio), assumed) if assumed is not None else float(ratio)
     return assumed
@@ -120,10 +126,21 @@ _RESPONSES_FIELDS = (
     "previous_response_id",
 )
 _VERTEX_BASE = re.compile(r"^(https?://[^/]+/v1(?:beta1)?/projects/[^/]+/locations/[^/]+)(?:/|$)")
-# Vertex AI's express mode (an API key, no project; the base at the host's root or its version):
-# `{host}/v1/publishers/google/models/{model}:countTokens` (Google's express-mode REST reference,
-# cloud.google.com/vertex-ai/generative-ai/docs/reference/express-mode/rest/v1/publishers.models/countTokens).
-_VERTEX_EXPRESS = re.compile(r"^(https?://[^/]+)(/v1(?:beta1)?)?(?:/publishers/google(?:/models)?)?/?$")
+_HOST_AND_PATH = re.compile(r"^(https?://[^/?#]+)([^?#]*)")
+
+
+def _vertex_models(base: str) -> str | None:
+    """Where Vertex AI's publisher models are for an upstream at `base`: under the base's project
+    and location, or in express mode (no project in the base) under the host's `/v1` (`/v1beta1`
+    when the base's path starts with it); None for a base that is neither."""
+    found = _VERTEX_BASE.match(base)
+    if found is not None:
+        return f"{found.group(1)}/publishers/google/models"
+    split = _HOST_AND_PATH.match(base)
+    if split is None or "/projects/" in f"{split.group(2)}/":
+        return None
+    version = "v1beta1" if re.match(r"/v1beta1(?:/|$)", split.group(2)) else "v1"
+    return f"{split.group(1)}/{version}/publishers/google/models"
 
 
 def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:
@@ -142,7 +159,7 @@ def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str
         return CountCall("openai", f"{base}/responses/input_tokens", {**picked, "model": model}, "input_tokens")
     if api == "generate_content" and kind in ("vertex", "gemini"):
         return _gemini_call(kind, base, model, body)
-    if kind == "vertex" and api == "chat":
+    if kind == "vertex" and api == "chat":  # the OpenAI-compatible endpoint: a project's only
         found = _VERTEX_BASE.match(base)
         contents = vertex_body(body)
         if found is None or contents is None:
@@ -162,8 +179,8 @@ _GEMINI_FIELDS = ("contents", "systemInstruction", "system_instruction", "tools"
 
 def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> CountCall | None:
     """The countTokens call for a native Gemini request: the model, a plain name (quoted all the
-    same), put in a URL at the upstream's host; for Vertex AI under the base URL's project, or in
-    express mode (a base without a project) under `/v1/publishers/google/models`."""
+    same), put in a URL at the upstream's host; for Vertex AI under the base URL's project, or
+    express mode's path when the base names none (`_vertex_models`)."""
     name = url_model_name(model.rpartition("/")[2])
     if name is None:
         return None
@@ -173,15 +190,10 @@ def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> C
         root = re.sub(r"^(https?://[^/]+).*$", r"\1", base)
         request = {"generateContentRequest": {**picked, "model": f"models/{name}"}}
         return CountCall("gemini", f"{root}/v1beta/models/{quoted}:countTokens", request, "totalTokens")
-    found = _VERTEX_BASE.match(base)
-    express = _VERTEX_EXPRESS.match(base) if found is None else None
-    if express is not None:
-        prefix = express.group(1) + (express.group(2) or "/v1")
-    elif found is not None:
-        prefix = found.group(1)
-    else:
+    models = _vertex_models(base)
+    if models is None:
         return None
-    return CountCall("vertex", f"{prefix}/publishers/google/models/{quoted}:countTokens", picked, "totalTokens")
+    return CountCall("vertex", f"{models}/{quoted}:countTokens", picked, "totalTokens")
 
 
 def _text(content: object) -> str | None:

@@ -8,7 +8,8 @@ Cost schemes, one per way the providers price images:
 - `TileCost`: OpenAI's tile formula (fit in 2048x2048, shortest side to 768, 512 px tiles);
 - `PatchCost`: OpenAI's patch formula for gpt-4.1-mini/nano, o4-mini and gpt-5-mini/nano;
 - `AreaCost`: width x height / 750 after fitting the long side (Anthropic's published rule);
-- `FixedTileCost`: a fixed cost per tile of a fixed size (Gemini: 258 per 768 px tile).
+- `FixedTileCost`: a fixed cost per tile of a fixed size (Gemini 2.x: 258 per 768 px tile);
+- `ResolutionCost`: a fixed cost per image by the media resolution asked (Gemini 3).
 """
 
 from __future__ import annotations
@@ -129,6 +130,45 @@ class FixedTileCost:
 
     def max_cost(self, detail: str) -> int:
         return self.per_tile * self.max_tiles
+
+
+# Gemini 3's tokens per image at each `mediaResolution` level, whatever the image's size
+# (https://ai.google.dev/gemini-api/docs/media-resolution, section "Token counts"; the figures
+# as summarized at https://fastgptplus.com/en/posts/gemini-3-pro-media-resolution-parameter):
+# LOW 280, MEDIUM 560, HIGH 1120, ULTRA_HIGH 2240 (per part only); none or UNSPECIFIED is HIGH.
+GEMINI3_IMAGE_TOKENS: dict[str, int] = {
+    "MEDIA_RESOLUTION_LOW": 280,
+    "MEDIA_RESOLUTION_MEDIUM": 560,
+    "MEDIA_RESOLUTION_HIGH": 1120,
+    "MEDIA_RESOLUTION_ULTRA_HIGH": 2240,
+}
+
+
+def is_media_resolution(detail: object) -> bool:
+    """A Gemini media resolution as a `detail`: a level, or `LEVEL|N` for a part that also asks
+    for N tokens (`numTokens`); a level the table does not know too (it is priced at the most)."""
+    return isinstance(detail, str) and detail.startswith("MEDIA_RESOLUTION_")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionCost:
+    """The `detail` is the media resolution asked (`MEDIA_RESOLUTION_*`); `high`, `auto`, `low`
+    (no level asked) and UNSPECIFIED are the default, a level not in the table the most there is.
+    `LEVEL|N` (a part's `numTokens`) costs the larger of the level's and N."""
+
+    table: tuple[tuple[str, int], ...] = tuple(GEMINI3_IMAGE_TOKENS.items())
+    default: str = "MEDIA_RESOLUTION_HIGH"
+
+    def cost(self, width: int, height: int, detail: str) -> int:
+        return self.max_cost(detail)
+
+    def max_cost(self, detail: str) -> int:
+        detail, _, asked = detail.partition("|")
+        table = dict(self.table)
+        if detail in ("high", "auto", "low", "MEDIA_RESOLUTION_UNSPECIFIED"):
+            detail = self.default
+        level = table.get(detail, max(table.values()))
+        return max(level, int(asked)) if asked.isdigit() else level
 
 
 def image_cost(url: str, detail: str, scheme: ImageCostScheme) -> ImageCost:

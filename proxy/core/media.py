@@ -109,7 +109,9 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
     spend(len(data))  # decoded, inflated and scanned: work that grows with the file
     raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
     pages, text_bytes, capped = _zip_bound(raw) if raw.startswith(_ZIP_MAGIC) else _pdf_bound(raw)
-    tokens = pages * images.max_cost("high") + math.ceil(text_bytes / 3)
+    # Each page priced as the most an image costs at the detail asked (a Gemini media resolution).
+    detail = spec.get("detail")
+    tokens = pages * images.max_cost(detail if isinstance(detail, str) else "high") + math.ceil(text_bytes / 3)
     notes = [f"file of {pages} page(s) estimated at {tokens} tokens"]
     if capped:
         notes.append(f"its content inflates past {FILE_INFLATE_CAP} bytes: counted as that much text")

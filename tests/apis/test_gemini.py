@@ -3,6 +3,7 @@ into the original JSON with every part it did not cut the very object the client
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -19,11 +20,13 @@ from proxy.apis.gemini import (
 from proxy.apis.registry import AdapterRegistry, endpoint_api
 from proxy.apis.stream_errors import broken_stream_event
 from proxy.core.corrections import parse_overflow
+from proxy.core.request_count import RequestCounter
 from proxy.core.trim import Removal
 from proxy.core.turns import split_conversation
 from proxy.errors import HTTPRefusal
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
+from tests.core.trimming import profile, tokenizer
 from tests.support.cookbook import encoding
 
 ADAPTER = GenerateContentAdapter()
@@ -274,3 +277,81 @@ class TestInsertedNote:
         sent = ADAPTER.render(parsed, {"messages": [system, note, latest]}, removals, inserted=[1])
         assert sent["systemInstruction"] is body["systemInstruction"]
         assert sent["contents"] == [{"role": "user", "parts": [{"text": note["content"]}, {"text": "latest"}]}]
+
+
+def image_tokens(model: str, body: dict[str, Any]) -> int:
+    """What the images of a generateContent body cost for `model`, read through the adapter."""
+    chat = ADAPTER.parse(body).chat
+    return RequestCounter(profile(1_000_000, model), tokenizer(model)).request(chat).components["images"]
+
+
+def image_body(part_level: object = None, request_level: str | None = None, size: int = 300) -> dict[str, Any]:
+    image: dict[str, Any] = {"inlineData": {"mimeType": "image/png", "data": png_data_url(size, size).split(",")[1]}}
+    if part_level is not None:
+        image["mediaResolution"] = part_level
+    body: dict[str, Any] = {"contents": [{"role": "user", "parts": [{"text": "What is it?"}, image]}]}
+    if request_level is not None:
+        body["generationConfig"] = {"mediaResolution": request_level}
+    return body
+
+
+# Google's "Media resolution" page, section "Token counts": Gemini 3's tokens per image.
+GEMINI3_TABLE = [
+    ("MEDIA_RESOLUTION_LOW", 280),
+    ("MEDIA_RESOLUTION_MEDIUM", 560),
+    ("MEDIA_RESOLUTION_HIGH", 1120),
+    ("MEDIA_RESOLUTION_ULTRA_HIGH", 2240),
+]
+
+
+class TestGemini3ImageResolution:
+    @pytest.mark.parametrize("model", ["gemini-3-pro-preview", "gemini-3-flash-preview", "gemini-3.1-pro-preview"])
+    def test_an_image_with_no_resolution_asked_costs_the_default_high(self, model: str) -> None:
+        assert image_tokens(model, image_body()) == 1120
+
+    @pytest.mark.parametrize(("level", "tokens"), GEMINI3_TABLE)
+    def test_the_request_s_resolution_prices_each_image(self, level: str, tokens: int) -> None:
+        assert image_tokens("gemini-3-pro-preview", image_body(request_level=level)) == tokens
+
+    @pytest.mark.parametrize(("level", "tokens"), GEMINI3_TABLE)
+    def test_a_part_s_own_resolution_wins_over_the_request_s(self, level: str, tokens: int) -> None:
+        body = image_body({"level": level}, request_level="MEDIA_RESOLUTION_LOW")
+        assert image_tokens("gemini-3-flash-preview", body) == tokens
+
+    def test_a_part_level_given_as_a_bare_string_is_read_too(self) -> None:
+        assert image_tokens("gemini-3-pro-preview", image_body("MEDIA_RESOLUTION_MEDIUM")) == 560
+
+    def test_a_part_asking_for_more_tokens_than_its_level_is_counted_at_what_it_asks(self) -> None:
+        body = image_body({"level": "MEDIA_RESOLUTION_LOW", "numTokens": 4000})
+        assert image_tokens("gemini-3-pro-preview", body) == 4000
+        assert image_tokens("gemini-3-pro-preview", image_body({"numTokens": 64})) == 1120  # never below the level
+
+    def test_a_level_the_table_does_not_know_is_priced_at_the_most_there_is(self) -> None:
+        assert image_tokens("gemini-3-pro-preview", image_body(request_level="MEDIA_RESOLUTION_EXTREME")) == 2240
+
+    def test_the_size_of_the_image_does_not_change_the_cost(self) -> None:
+        assert image_tokens("gemini-3-pro-preview", image_body(size=3000)) == 1120
+
+
+class TestGemini2ImagesUnchanged:
+    @pytest.mark.parametrize("level", [None, "MEDIA_RESOLUTION_LOW", "MEDIA_RESOLUTION_HIGH"])
+    def test_gemini_2_5_still_prices_images_by_258_token_tiles(self, level: str | None) -> None:
+        assert image_tokens("gemini-2.5-flash", image_body(request_level=level)) == 258
+        assert image_tokens("gemini-2.5-pro", image_body(request_level=level, size=1500)) == 258 * 4
+
+
+class TestGemini3DocumentResolution:
+    def test_each_pdf_page_costs_at_least_an_image_at_the_resolution_asked(self) -> None:
+        """A PDF's pages are priced as images at the part's resolution, so a page read at
+        ULTRA_HIGH is never counted at the default's 1120."""
+        pdf = base64.b64encode(b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n2 0 obj << /Type /Page >> endobj\n")
+        part: dict[str, Any] = {"inlineData": {"mimeType": "application/pdf", "data": pdf.decode()}}
+
+        def documents(level: str | None) -> int:
+            shown = {**part, "mediaResolution": {"level": level}} if level else part
+            chat = ADAPTER.parse({"contents": [{"role": "user", "parts": [shown]}]}).chat
+            counter = RequestCounter(profile(1_000_000, "gemini-3-pro-preview"), tokenizer("gemini-3-pro-preview"))
+            return counter.request(chat).components["images"]
+
+        assert documents("MEDIA_RESOLUTION_ULTRA_HIGH") - documents(None) == 2 * (2240 - 1120)
+        assert documents("MEDIA_RESOLUTION_LOW") - documents(None) == 2 * (280 - 1120)

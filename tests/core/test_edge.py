@@ -140,6 +140,49 @@ class TestCountCalls:
     def test_a_model_name_that_is_not_plain_is_never_put_in_a_count_url(self, model: str) -> None:
         assert count_call("gemini", "https://g", model, "generate_content", {"contents": []}) is None
 
+
+class TestVertexExpressMode:
+    """Vertex AI in express mode (an API key, the global host, no project or location in any path):
+    countTokens at `/v1/publishers/google/models/{model}:countTokens` (Google's express mode REST
+    reference)."""
+
+    @pytest.mark.parametrize(
+        "base",
+        [
+            "https://aiplatform.googleapis.com",
+            "https://aiplatform.googleapis.com/",
+            "https://aiplatform.googleapis.com/v1",
+        ],
+    )
+    def test_a_base_without_a_project_is_counted_at_express_mode_s_path(self, base: str) -> None:
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"temperature": 1}}
+        call = count_call("vertex", base, "gemini-2.5-flash", "generate_content", body)
+        assert call is not None and call.kind == "vertex" and call.answer_field == "totalTokens"
+        assert call.url == "https://aiplatform.googleapis.com/v1/publishers/google/models/gemini-2.5-flash:countTokens"
+        assert call.body == {"contents": body["contents"]}
+
+    def test_a_v1beta1_base_keeps_its_version(self) -> None:
+        call = count_call("vertex", "https://aiplatform.googleapis.com/v1beta1", "gemini-3-pro-preview",
+                          "generate_content", {"contents": []})  # fmt: skip
+        assert call is not None
+        assert call.url == (
+            "https://aiplatform.googleapis.com/v1beta1/publishers/google/models/gemini-3-pro-preview:countTokens"
+        )
+
+    def test_a_served_name_with_its_publisher_is_asked_by_its_last_segment(self) -> None:
+        call = count_call(
+            "vertex", "https://aiplatform.googleapis.com", "google/gemini-2.5-pro", "generate_content", {}
+        )
+        assert call is not None and call.url.endswith("/v1/publishers/google/models/gemini-2.5-pro:countTokens")
+
+    @pytest.mark.parametrize("model", ["x/..", "m?alt=1", "m#f", "..", "m x", "m%2F"])
+    def test_a_model_name_that_is_not_plain_is_never_put_in_an_express_count_url(self, model: str) -> None:
+        assert count_call("vertex", "https://aiplatform.googleapis.com", model, "generate_content", {}) is None
+
+    def test_a_base_with_a_project_but_no_location_is_asked_nothing(self) -> None:
+        base = "https://aiplatform.googleapis.com/v1/projects/p"
+        assert count_call("vertex", base, "gemini-2.5-flash", "generate_content", {"contents": []}) is None
+
     def test_an_upstream_without_a_count_endpoint_is_not_asked(self) -> None:
         assert count_call("generic", "http://h/v1", "m", "chat", CHAT) is None
         assert count_call("anthropic", "http://h/v1", "m", "chat", CHAT) is None

@@ -7,7 +7,15 @@ import struct
 
 import pytest
 
-from proxy.core.images import AreaCost, PatchCost, TileCost, data_url_image_size, image_cost, image_size
+from proxy.core.images import (
+    AreaCost,
+    PatchCost,
+    ResolutionCost,
+    TileCost,
+    data_url_image_size,
+    image_cost,
+    image_size,
+)
 from tests.conftest import png_data_url
 
 GPT4O = TileCost(85, 170)
@@ -110,3 +118,33 @@ class TestUnknownSizes:
 
     def test_a_1920x1080_screenshot_costs_far_more_than_a_flat_85(self):
         assert image_cost(png_data_url(1920, 1080), "high", GPT4O).tokens == 1105
+
+
+class TestGemini3Resolution:
+    """Gemini 3 prices an image by the media resolution asked, not by its size (Google's
+    "Media resolution" page, section "Token counts")."""
+
+    @pytest.mark.parametrize(
+        ("level", "tokens"),
+        [
+            ("MEDIA_RESOLUTION_LOW", 280),
+            ("MEDIA_RESOLUTION_MEDIUM", 560),
+            ("MEDIA_RESOLUTION_HIGH", 1120),
+            ("MEDIA_RESOLUTION_ULTRA_HIGH", 2240),
+        ],
+    )
+    def test_each_level_costs_its_documented_tokens_whatever_the_size(self, level: str, tokens: int) -> None:
+        assert ResolutionCost().cost(64, 64, level) == tokens
+        assert ResolutionCost().cost(4000, 3000, level) == tokens
+        assert image_cost("https://example.com/a.png", level, ResolutionCost()).tokens == tokens
+
+    @pytest.mark.parametrize("detail", ["high", "auto", "low", "MEDIA_RESOLUTION_UNSPECIFIED"])
+    def test_no_level_asked_is_the_default_high(self, detail: str) -> None:
+        assert ResolutionCost().cost(100, 100, detail) == 1120
+
+    def test_a_level_it_does_not_know_costs_the_most_there_is(self) -> None:
+        assert ResolutionCost().cost(100, 100, "MEDIA_RESOLUTION_EXTREME") == 2240
+
+    def test_a_number_of_tokens_asked_beside_the_level_counts_when_it_is_more(self) -> None:
+        assert ResolutionCost().cost(100, 100, "MEDIA_RESOLUTION_LOW|4000") == 4000
+        assert ResolutionCost().cost(100, 100, "MEDIA_RESOLUTION_HIGH|100") == 1120

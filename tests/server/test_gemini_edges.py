@@ -110,6 +110,33 @@ class TestProviderCountAtTheEdge:
         assert sent.body == raw
 
 
+class TestGeminiStatesItsOwnRatio:
+    async def test_with_no_ratio_configured_the_framing_s_overcount_is_asked_of_the_provider(
+        self, fake: Any, aiohttp_server: Any, model_map: Any
+    ) -> None:
+        """Gemini counted with its Gemma vocabulary states how far over its framing can put the
+        count (`GEMINI_FRAMING_RATIO`): a conversation of short turns the local count puts over the
+        budget, the provider's count within it, is asked of countTokens with no operator setting."""
+        provider, root = fake
+        url = await guard(aiohttp_server, model_map, {"base_url": root, "kind": "gemini"})
+        contents = [
+            {"role": "user" if i % 2 == 0 else "model", "parts": [{"text": f"turn {i}: all good here"}]}
+            for i in range(251)
+        ]
+        body = {"contents": contents, "generationConfig": {"maxOutputTokens": RESERVE}}
+        raw = json.dumps(body).encode()
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1beta/models/{FLASH}:countTokens", json=body) as counted:
+                bound = (await counted.json())["totalTokens"]
+            async with session.post(f"{url}/v1beta/models/{FLASH}:generateContent", data=raw) as response:
+                assert response.status == 200
+                budget = int(response.headers["x-context-guard-budget"])
+        asked, sent = provider.received
+        assert bound > budget >= independent_count(body)  # over by the local count, within by the provider's
+        assert asked.path == f"/v1beta/models/{FLASH}:countTokens"
+        assert sent.body == raw
+
+
 class TestLogs:
     async def test_a_client_s_key_in_the_query_is_never_logged(
         self, fake: Any, aiohttp_server: Any, model_map: Any, logs: Any
@@ -140,6 +167,31 @@ class TestExpressMode:
         (sent,) = provider.received
         assert sent.path == path and sent.query == "" and sent.headers["x-goog-api-key"] == "express-key"
         assert "Authorization" not in sent.headers
+
+    async def test_at_the_budget_s_edge_express_mode_s_own_count_tokens_decides(
+        self, fake: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An express-mode upstream (the host alone, an API key, no project) is asked at its own
+        countTokens path, with its key, and a request its count fits goes as sent."""
+        provider, root = fake
+        monkeypatch.setenv("VERTEX_KEY", "express-key")
+        upstream = {"base_url": root, "kind": "vertex", "api_key_env": "VERTEX_KEY", "provider_count_ratio": 10}
+        url = await guard(aiohttp_server, model_map, upstream)
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": " ".join(["48213"] * 700)}]}],
+            "generationConfig": {"maxOutputTokens": RESERVE},
+        }
+        raw = json.dumps(body).encode()
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1/publishers/google/models/{FLASH}:generateContent", data=raw) as response:
+                assert response.status == 200
+                before, budget = (int(response.headers[f"x-context-guard-{h}"]) for h in ("tokens-before", "budget"))
+        asked, sent = provider.received
+        assert budget >= independent_count(body) == before
+        assert asked.path == f"/v1/publishers/google/models/{FLASH}:countTokens"
+        assert asked.headers["x-goog-api-key"] == "express-key" and "Authorization" not in asked.headers
+        assert asked.json() == {"contents": body["contents"]}
+        assert sent.body == raw
 
 
 class TestBrokenJsonArrayStream:

@@ -12,15 +12,20 @@ import functools
 import hashlib
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
 
+from proxy.apis.gemini import GenerateContentAdapter
+from proxy.core.families import GEMINI_FRAMING_RATIO
 from proxy.core.models import TokenizerSpec, family_for
+from proxy.core.request_count import RequestCounter
 from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabulary_file
 from proxy.tokenizers.gemma import GEMMA_FILES
 from proxy.tokenizers.gguf import shipped_vocab
 from proxy.tokenizers.vocabularies import Tokenizers
+from tests.core.trimming import profile, tokenizer
 
 DATA = Path(__file__).parent.parent / "data/families"
 CORPUS: dict[str, str] = json.loads((DATA / "corpus.json").read_text("utf-8"))
@@ -91,12 +96,23 @@ class TestTheShippedFiles:
         for piece in model.pieces:
             kinds[piece.type] = kinds.get(piece.type, 0) + 1
         types = model_pb2.ModelProto.SentencePiece
-        assert kinds == {types.NORMAL: 255474, types.USER_DEFINED: 6410, types.BYTE: 256, types.CONTROL: 3, types.UNKNOWN: 1}
+        assert kinds == {
+            types.NORMAL: 255474,
+            types.USER_DEFINED: 6410,
+            types.BYTE: 256,
+            types.CONTROL: 3,
+            types.UNKNOWN: 1,
+        }
         assert (model.normalizer_spec.name, model.normalizer_spec.add_dummy_prefix) == ("identity", False)
         assert not model.normalizer_spec.remove_extra_whitespaces
         assert model.trainer_spec.split_digits and model.trainer_spec.byte_fallback
         scores = {piece.piece: piece.score for piece in model.pieces}
-        assert {k: scores[k] for k in ("He", "el", "ll", "lo")} == {"He": -1715.0, "el": -41.0, "ll": -365.0, "lo": -350.0}
+        assert {k: scores[k] for k in ("He", "el", "ll", "lo")} == {
+            "He": -1715.0,
+            "el": -41.0,
+            "ll": -365.0,
+            "lo": -350.0,
+        }
 
     def test_a_file_whose_hash_differs_is_a_missing_vocabulary(self, tmp_path, monkeypatch):
         from proxy.tokenizers import families
@@ -148,7 +164,10 @@ class TestGeminiCountsWhatGoogleGenaiCounts:
     def test_a_one_turn_request_is_never_under_the_billed_prompt(self, counter_for):
         """The same reference bills that prompt, sent to generateContent, as 11 prompt tokens:
         the turn's framing (one token there) is counted with room to spare."""
-        request = {"model": "gemini-2.0-flash", "messages": [{"role": "user", "content": "The quick brown fox jumps over the lazy dog."}]}
+        request = {
+            "model": "gemini-2.0-flash",
+            "messages": [{"role": "user", "content": "The quick brown fox jumps over the lazy dog."}],
+        }
         assert counter_for("gemini-2.0-flash").request(request).total >= 11
 
 
@@ -202,3 +221,25 @@ class TestWhichModelsAreCountedWithWhichVocabulary:
     @pytest.mark.parametrize("model", ["gemini-exp-1206", "gemini-9-ultra", "google/gemma-3n-E4B-it"])
     def test_a_version_no_sdk_maps_keeps_the_bound(self, registry, model):
         assert registry.profile(model).tokenizer == TokenizerSpec("bound", "open")
+
+
+@pytest.mark.filterwarnings("ignore:The SDK's local tokenizer implementation is experimental")
+class TestGeminiFramingRatio:
+    """`GEMINI_FRAMING_RATIO`, the ratio Gemini's families state, holds against google-genai's own
+    count of the same contents (text alone: what countTokens counts for text parts) on
+    conversations of corpus text whose turns are 50 characters or longer."""
+
+    @pytest.mark.parametrize("chars", [50, 100, 500, 2000])
+    def test_the_guard_s_count_over_google_genai_s_stays_within_the_stated_ratio(self, offline_sdk, chars):
+        counter = RequestCounter(profile(10_000_000, "gemini-2.5-pro"), tokenizer("gemini-2.5-pro"))
+        rng = random.Random(chars)
+        texts = [t for t in CORPUS.values() if len(t) >= chars]
+        for _ in range(15):
+            contents = []
+            for i in range(rng.randint(1, 30)):
+                text = rng.choice(texts)
+                start = rng.randrange(len(text) - chars + 1)
+                contents.append({"role": ("user", "model")[i % 2], "parts": [{"text": text[start : start + chars]}]})
+            ours = counter.request(GenerateContentAdapter().parse({"contents": contents}).chat).total
+            theirs = gemini_counter("gemma3").count_tokens(contents).total_tokens
+            assert theirs <= ours <= theirs * GEMINI_FRAMING_RATIO

@@ -34,6 +34,7 @@ from proxy.core.edge import (
     read_count,
     straddles,
 )
+from proxy.core.models import family_for
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
@@ -41,7 +42,6 @@ from proxy.server.upstream.headers import request_headers
 from proxy.wire.codec import dumps
 
 if TYPE_CHECKING:
-
     from proxy.config.upstreams import UpstreamSettings
 
 KEPT = 1024  # provider counts remembered per gateway
@@ -173,7 +173,9 @@ async def at_edge(
     # The budget of the request as sent: a max_tokens the cut lowered is the client's again.
     clamped = sum(r.tokens for r in plan.result.removals if r.kind == "max_tokens_clamped")
     upper, budget = plan.count.total, plan.result.budget.input_budget - clamped
-    lower = lower_bound(upper, False, bound_ratio_of(tokenizer, request.assumed_ratio))
+    lower = lower_bound(
+        upper, False, bound_ratio_of(tokenizer, request.assumed_ratio, _stated_ratio(request.model, tokenizer))
+    )
     if not straddles(upper, lower, budget):
         return None
     counted = await _provider_count(counts, session, await headers(), request, placed)
@@ -184,6 +186,15 @@ async def at_edge(
         notes.append("provider_count_over_budget")
         return None
     return _as_sent(plan, request.body, request.chat, counted, clamped)
+
+
+def _stated_ratio(model: str, tokenizer: object) -> float | None:
+    """The ratio the model's family states for its own vocabulary (Gemini counted with Gemma's),
+    when that vocabulary is what counted (not an operator's tokenizer, not the bound)."""
+    family = family_for(model)
+    if family.tokenizer.kind != "vocab" or getattr(tokenizer, "name", None) != family.tokenizer.source:
+        return None
+    return family.bound_ratio
 
 
 def count_call_headers(
