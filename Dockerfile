@@ -24,8 +24,8 @@ COPY config ./config
 # `pip install context-guard` does. Each vocabulary is loaded once, so that an image missing one
 # fails to build rather than counting that family with its bound later.
 RUN pip install . \
- && python -c "from proxy.core.models import TokenizerSpec as T; from proxy.tokenizers.vocabularies import Tokenizers; Tokenizers().preload([T('tiktoken', 'o200k_base'), T('tiktoken', 'cl100k_base')])" \
- && python -c "from proxy.tokenizers.families import VOCABULARIES, load_vocabulary; [load_vocabulary(n) for n in VOCABULARIES]" \
+ && python -c "from proxy.core.models.model_registry import TokenizerSpec as T; from proxy.tokenizers.vocabularies import Tokenizers; Tokenizers().preload([T('tiktoken', 'o200k_base'), T('tiktoken', 'cl100k_base')])" \
+ && python -c "from proxy.tokenizers.family_vocabularies import VOCABULARIES, load_vocabulary; [load_vocabulary(n) for n in VOCABULARIES]" \
  && useradd --create-home --uid 10001 guard
 
 USER guard

@@ -21,12 +21,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import agent_conversation
-from proxy.apis.anthropic import MessagesAdapter
+from proxy.apis.anthropic.messages import MessagesAdapter
 from proxy.apis.base import Adapter
-from proxy.apis.chat import ChatAdapter
-from proxy.apis.responses import ResponsesAdapter
-from proxy.core.count_cache import CountCache
-from proxy.core.models import ModelRegistry
+from proxy.apis.openai.chat import ChatAdapter
+from proxy.apis.openai.responses import ResponsesAdapter
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.models.model_registry import ModelRegistry
 from proxy.core.plan import TrimPolicy, plan_request
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers

@@ -53,14 +53,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.publish import write_section  # noqa: E402
-from proxy.core.budget import BudgetPolicy  # noqa: E402
-from proxy.core.clearing import placeholder  # noqa: E402
-from proxy.core.count_cache import CountCache  # noqa: E402
-from proxy.core.models import ModelProfile, ModelRegistry  # noqa: E402
+from proxy.core.counting.count_cache import CountCache  # noqa: E402
+from proxy.core.counting.request_count import RequestCounter  # noqa: E402
+from proxy.core.counting.tokenizer import Tokenizer  # noqa: E402
+from proxy.core.models.model_registry import ModelProfile, ModelRegistry  # noqa: E402
 from proxy.core.plan import TrimPolicy, plan_request  # noqa: E402
-from proxy.core.request_count import RequestCounter  # noqa: E402
-from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline  # noqa: E402
-from proxy.core.tokenizer import Tokenizer  # noqa: E402
+from proxy.core.trimming.budget import BudgetPolicy  # noqa: E402
+from proxy.core.trimming.clearing import placeholder  # noqa: E402
+from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline  # noqa: E402
 from proxy.tokenizers.model_map import load_model_map  # noqa: E402
 from proxy.tokenizers.vocabularies import Tokenizers  # noqa: E402
 from tests.support.agent_sessions import CHAT_TOOL, _sources, file_slices  # noqa: E402

@@ -40,9 +40,9 @@ async def measure() -> dict[str, float]:
     from bench.servers import upstream_app
     from proxy.config.settings import load_settings
     from proxy.logging import configure_logging, log_request_line
-    from proxy.server import app as app_module
-    from proxy.server.recent import RecentDecisions
-    from proxy.server.record import RequestRecord, log_event
+    from proxy.server.observation.recent import RecentDecisions
+    from proxy.server.observation.record import RequestRecord, log_event
+    from proxy.server.process import app as app_module
 
     records: list[RequestRecord] = []
     add = RecentDecisions.add

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import agent_conversation, all_text
 from bench.rounds import Spread, listed
-from proxy.core.count_cache import CountCache
-from proxy.core.models import ModelRegistry, TokenizerSpec
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.counting.tokenizer import EncoderTokenizer, Tokenizer
+from proxy.core.models.model_registry import ModelRegistry, TokenizerSpec
 from proxy.core.plan import TrimPolicy
-from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import EncoderTokenizer, Tokenizer
-from proxy.core.trim import trim
+from proxy.core.trimming.trim import trim
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 from proxy.wire import codec

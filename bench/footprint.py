@@ -151,7 +151,7 @@ def _job_runner(bodies: Bodies) -> Any:
     the event loop), as a function of the body's bytes."""
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import settings_from_dict
-    from proxy.server.model_counting import Models
+    from proxy.server.backends.model_counting import Models
     from proxy.wire.readers import BodyReaders
 
     upstreams = {"fake": {"base_url": "http://127.0.0.1:9/v1"}}

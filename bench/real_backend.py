@@ -31,17 +31,17 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.config.settings import Settings
-from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
-from proxy.core.count_cache import CountCache
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.prefetched import PrefetchedTokenizer
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.exchange import BACKEND_ROUNDS
-from proxy.core.models import ModelProfile, TokenizerSpec
+from proxy.core.learning.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.models.model_registry import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
-from proxy.core.prefetched import PrefetchedTokenizer
-from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import Tokenizer
+from proxy.server.backends.model_counting import Models
 from proxy.server.backends.tokenize import BackendCounter
 from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
-from proxy.server.model_counting import Models
 from proxy.server.upstream.usage import usage_from_body
 from tests.real.corpus import body
 from tests.real.llama import MODEL, LlamaServer, running_server

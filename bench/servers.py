@@ -125,7 +125,7 @@ def minimal_hook() -> Callable[[Any, int, float], None]:
     """The minimal proxy's work per request, after its answer: one log line and one observation."""
     import prometheus_client
 
-    from proxy.server.collector import collect_young_less_often
+    from proxy.server.threads.collector import collect_young_less_often
 
     collect_young_less_often()  # as context-guard's serving process does
     registry = prometheus_client.CollectorRegistry()  # one per app: tests build several in one process

@@ -28,13 +28,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from bench.conversations import random_conversation
-from proxy.core.budget import BudgetPolicy
-from proxy.core.models import ModelRegistry
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.models.model_registry import ModelRegistry
 from proxy.core.plan import TrimPolicy
-from proxy.core.request_count import RequestCounter
-from proxy.core.roles import PINNED_ROLES, latest_user_index
-from proxy.core.trim import trim
-from proxy.core.turns import split_conversation, validity_problems
+from proxy.core.trimming.budget import BudgetPolicy
+from proxy.core.trimming.roles import PINNED_ROLES, latest_user_index
+from proxy.core.trimming.trim import trim
+from proxy.core.trimming.turns import split_conversation, validity_problems
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

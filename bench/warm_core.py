@@ -35,7 +35,7 @@ def measure(config: str) -> dict[str, float]:
     from bench.load import Bodies
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import load_settings
-    from proxy.server.model_counting import Models
+    from proxy.server.backends.model_counting import Models
     from proxy.wire import strict_json
 
     guard = Models(load_settings(config))
@@ -64,7 +64,7 @@ def measure(config: str) -> dict[str, float]:
             return parsed
         if hasattr(strict_json, "read_json"):
             return endpoint.parse(strict_json.read_json(raw))
-        from proxy.apis.chat_checks import check_chat_body  # before one reader: the handler's three steps
+        from proxy.apis.openai.chat_checks import check_chat_body  # before one reader: the handler's three steps
 
         data = strict_json.loads_strict(raw)
         check_chat_body(data)

@@ -26,7 +26,7 @@ from proxy import package_version
 from proxy.config.schema import build, shallow
 from proxy.config.settings import ModelsSettings, Settings, load_settings, masked
 from proxy.errors import BadRequest, ConfigError
-from proxy.server.body_errors import bad_body_errors
+from proxy.server.edge.body_errors import bad_body_errors
 from proxy.wire.strict_json import read_json
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from proxy.config.source import SettingsSource
-    from proxy.server.run import serve
+    from proxy.server.process.run import serve
 
     return serve(
         SettingsSource(args.config, args.upstream, args.host, args.port),
@@ -131,7 +131,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     settings = load_settings(args.file)
-    from proxy.server.model_counting import Models
+    from proxy.server.backends.model_counting import Models
 
     models = Models(settings)  # the files it names (model map, encodings, tokenizers) must load too
     report: dict[str, Any] = {"config": settings.source, "valid": True, "settings": masked(settings)}
@@ -148,7 +148,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from proxy.demo import run_demo
+    from proxy.demo.tour import run_demo
 
     return run_demo(sys.stdout)
 
@@ -169,7 +169,7 @@ class _Request:
 
 def _load(args: argparse.Namespace) -> _Request:
     from proxy.apis.registry import AdapterRegistry
-    from proxy.server.model_counting import Models
+    from proxy.server.backends.model_counting import Models
 
     settings: Settings = load_settings(args.config)
     notes: list[str] = []

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from proxy.core.trim import TrimResult
+    from proxy.core.trimming.trim import TrimResult
 
 
 class ConfigError(Exception):

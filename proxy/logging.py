@@ -1,6 +1,6 @@
 """structlog, configured once: JSON lines by default, a readable console when run in a terminal.
 
-Every request produces one `request` event (see proxy.server.record), whatever bytes it held:
+Every request produces one `request` event (see proxy.server.observation.record), whatever bytes it held:
 a value the renderer cannot encode (a lone surrogate from a client's header or model name) is
 replaced, never lost with the line. Message content and credentials are never logged;
 `log.content_preview_chars` opts in to short previews of what was removed.

@@ -2,7 +2,7 @@
 # Installs the real components the `components` tests start on loopback: redis-server and haproxy,
 # from the system's packages, only when they are missing (so running it twice costs nothing).
 # Also chromium (the page of recent decisions, opened headless), jq (the log one-liners of docs/operations.md)
-# and curl (examples/curl.sh, run by tests/server/test_examples_and_serve.py).
+# and curl (examples/curl.sh, run by tests/server/process/test_examples_and_serve.py).
 set -euo pipefail
 
 missing=()

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from proxy.core.models import ModelRegistry
-from proxy.core.request_count import RequestCounter
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.models.model_registry import ModelRegistry
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

@@ -20,7 +20,7 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 # package -> (the lowest version that works, and why: what the code needs from it, or who requires it)
 NEEDED: dict[str, tuple[str, str]] = {
-    "aiohttp": ("3.14.0", "web.RequestKey (proxy/server/paths.py); 3.13.5 has no such name"),
+    "aiohttp": ("3.14.0", "web.RequestKey (proxy/server/edge/paths.py); 3.13.5 has no such name"),
     "litellm": (
         "1.93.0",
         "its model map knows the models the suite counts exactly: gpt-5.6-sol first appears in 1.93.0 "

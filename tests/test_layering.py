@@ -1,7 +1,7 @@
 """The package's layers hold: every import runs down (or across one layer), never up, and no two
 modules import each other, however indirectly.
 
-    core < errors < apis < config, wire, tokenizers, state, logging < server < demo, cli
+    core < errors < apis < config, wire, tokenizers, state, logging < server, demo/echo < demo, cli
 
 `proxy.core` is pure (counting, budgets, trims); the adapters in `proxy.apis` turn each API shape
 into the core's view; configuration, the JSON readers at the edge, the vocabularies and learned
@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "proxy"
 MAX_LINES = 400
+MAX_BREADTH = 12  # modules and subfolders in one folder: beside the size rule, so splitting a file never makes a bag
 
 LAYERS: dict[str, int] = {
     "proxy.core": 0,
@@ -32,8 +33,8 @@ LAYERS: dict[str, int] = {
     "proxy.logging": 3,
     "proxy": 3,  # the package's own __init__ (its version)
     "proxy.server": 4,
+    "proxy.demo.echo": 4,  # an upstream the shell can serve (`serve --echo`), outside the shell's folders
     "proxy.demo": 5,
-    "proxy.demo_messages": 5,
     "proxy.cli": 5,
     "proxy.__main__": 5,
 }
@@ -115,3 +116,27 @@ class TestModuleSize:
     def test_no_module_is_over_400_lines(self, name):
         lines = len(MODULES[name].read_text("utf-8").splitlines())
         assert lines <= MAX_LINES, f"{MODULES[name].relative_to(ROOT)} has {lines} lines: split it where it does two jobs"
+
+
+class TestFolders:
+    """Folders grouped by concept: each a dozen modules at most, and one name per file."""
+
+    @pytest.mark.parametrize("folder", sorted({p.parent for p in PACKAGE.rglob("*.py")}), ids=str)
+    def test_no_folder_holds_more_than_a_dozen_modules_and_subfolders(self, folder):
+        entries = [p for p in folder.iterdir() if p.name != "__init__.py" and not p.name.startswith((".", "__"))]
+        entries = [p for p in entries if p.suffix == ".py" or (p.is_dir() and any(p.rglob("*.py")))]
+        assert len(entries) <= MAX_BREADTH, (
+            f"{folder.relative_to(ROOT)} holds {len(entries)}: group them by concept into subfolders"
+        )
+
+    def test_every_file_name_is_used_once(self):
+        seen: dict[str, list[str]] = {}
+        for path in PACKAGE.rglob("*.py"):
+            if path.name != "__init__.py":
+                seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+        assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+    def test_every_folder_is_a_package(self):
+        """So setuptools ships it and its docstring says what it groups."""
+        folders = {p.parent for p in PACKAGE.rglob("*.py")}
+        assert {str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").is_file()} == set()

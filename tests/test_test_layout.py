@@ -1,5 +1,5 @@
 """The suite's own layout: what tests share lives in support modules (`tests/support/`, a
-directory's helper module such as `tests/core/trimming.py`, or a `conftest.py`), never in a test
+directory's helper module such as `tests/core/playbook.py`, or a `conftest.py`), never in a test
 module another file imports. A test module then holds only its specification, and running or
 deleting one never changes another.
 
@@ -85,17 +85,17 @@ class TestTestModulesStandAlone:
     def test_the_checks_see_a_test_module_imported_every_way(self):
         """The checks above are not vacuous: each way of importing a test module is seen."""
         for source in (
-            "from tests.core.test_turns import call",
-            "import tests.core.test_turns",
+            "from tests.core.trimming.test_turns import call",
+            "import tests.core.trimming.test_turns",
             "from tests.core import test_turns",
             "from .test_turns import call",
-            "def f():\n    from tests.core.test_turns import call",
+            "def f():\n    from tests.core.trimming.test_turns import call",
         ):
             assert any(map(is_test_module, imported_modules(source, "tests.core"))), source
-        for source in ("from tests.core.trimming import call", "from aiohttp.test_utils import TestServer"):
+        for source in ("from tests.support.trimming import call", "from aiohttp.test_utils import TestServer"):
             assert not any(map(is_test_module, imported_modules(source, "tests.core"))), source
-        assert IMPORT_IN_TEXT.search('script = "from tests.core.test_turns import call"')
-        assert not IMPORT_IN_TEXT.search('script = "from tests.core.trimming import call"')
+        assert IMPORT_IN_TEXT.search('script = "from tests.core.trimming.test_turns import call"')
+        assert not IMPORT_IN_TEXT.search('script = "from tests.support.trimming import call"')
 
 
 def mirrored(name: str) -> bool:
@@ -121,6 +121,19 @@ class TestTheTreeIsMirrored:
             if not (path.parent / "__init__.py").is_file()
         }
         assert missing == set()
+
+    def test_every_subfolder_mirrors_a_subpackage(self):
+        """`tests/core/trimming/` holds the tests of `proxy/core/trimming/`, `tests/demo/echo/` those
+        of `proxy/demo/echo/`: below the top, a folder of tests names a package of `proxy/`."""
+        strays = {
+            str(path.relative_to(ROOT))
+            for path in TESTS.glob("*/*/")
+            if path.is_dir()
+            and not path.name.startswith((".", "__"))
+            and path.parent.name not in SUITES | SHARED
+            and not (PROXY / path.relative_to(TESTS)).is_dir()
+        }
+        assert strays == set()
 
     def test_the_check_tells_a_mirror_from_a_stray(self):
         """Not vacuous: packages, modules and repository folders mirror; other names do not."""

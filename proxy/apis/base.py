@@ -30,11 +30,11 @@ from typing import Any, ClassVar
 
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
-from proxy.core.count_cache import CountCache
-from proxy.core.models import ModelProfile
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
-from proxy.core.tokenizer import Tokenizer
-from proxy.core.trim import Removal, Strategy
+from proxy.core.trimming.trim import Removal, Strategy
 from proxy.errors import GuardError
 
 
@@ -144,7 +144,7 @@ class Parsed:
     # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
     unseen: tuple[str, ...] = ()
     # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`), weakly: the
-    # request and plan made for it may be this one's (`proxy.server.resent`).
+    # request and plan made for it may be this one's (`proxy.server.request.resent`).
     same_as: Callable[[], object | None] | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -1,6 +1,6 @@
 """Canonical path -> the adapter that speaks it.
 
-The server normalises the request path once (`proxy.server.paths`) and hands the canonical
+The server normalises the request path once (`proxy.server.edge.paths`) and hands the canonical
 string here. `endpoint_for()` answers with an `Endpoint`: the adapter, the model the path names
 (an Azure deployment, a Vertex AI publisher model) and whether the proxy answers it itself
 (`/v1/messages/count_tokens`). Paths not listed (`/v1/responses/{id}`, `/v1/responses/compact`,
@@ -30,7 +30,7 @@ refused past `proxy.apis.names.MAX_NAME_CHARS`.
     :streamGenerateContent; express mode: /v1/publishers/google/models/...)  generate_content (Vertex AI)
     .../models/{model}:countTokens (either)                                  generate_content, answered locally
 
-A Gemini path's model is checked (`proxy.apis.gemini.model_name`) before anything uses it, and
+A Gemini path's model is checked (`proxy.apis.gemini.generate_content.model_name`) before anything uses it, and
 such a request goes to the upstream's host, under the path as the client wrote it
 (`Endpoint.at_host_root`): Google's paths carry their own version and project.
 """
@@ -42,15 +42,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.apis.anthropic import CountTokensAdapter, MessagesAdapter, count_tokens_body
+from proxy.apis.anthropic.messages import CountTokensAdapter, MessagesAdapter, count_tokens_body
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
-from proxy.apis.chat import ChatAdapter
-from proxy.apis.completions import CompletionsAdapter, CompletionsOptions
-from proxy.apis.gemini import CountTokensAdapter as GeminiCountAdapter
-from proxy.apis.gemini import GenerateContentAdapter, count_tokens_answer, model_name
+from proxy.apis.gemini.generate_content import CountTokensAdapter as GeminiCountAdapter
+from proxy.apis.gemini.generate_content import GenerateContentAdapter, count_tokens_answer, model_name
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.names import bounded_name
-from proxy.apis.responses import ResponsesAdapter
+from proxy.apis.openai.chat import ChatAdapter
+from proxy.apis.openai.completions import CompletionsAdapter, CompletionsOptions
+from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.apis.unseen import unseen_parts
 
 API_NAMES = ("chat", "responses", "completions", "messages", "generate_content")

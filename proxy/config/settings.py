@@ -26,18 +26,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 
-from proxy.apis.completions import CompletionsOptions
+from proxy.apis.openai.completions import CompletionsOptions
+from proxy.config.budget_and_trim import BudgetSettings, Mode, TrimSettings
 from proxy.config.environment import expand_environment
 from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, build, dotted, plain, shallow
-from proxy.config.trim import BudgetSettings, Mode, TrimSettings
 from proxy.config.upstreams import Route, UpstreamSettings
-from proxy.core.calibration import CalibrationPolicy
-from proxy.core.corrections import CorrectionPolicy
-from proxy.core.count_cache import DEFAULT_CACHE_BYTES
-from proxy.core.models import ModelOverride, TokenizerSpec
-from proxy.core.notes import CompactionPolicy
+from proxy.core.counting.count_cache import DEFAULT_CACHE_BYTES
+from proxy.core.learning.calibration import CalibrationPolicy
+from proxy.core.learning.corrections import CorrectionPolicy
+from proxy.core.models.model_registry import ModelOverride, TokenizerSpec
 from proxy.core.plan import TrimPolicy
-from proxy.core.strategies import build_pipeline
+from proxy.core.trimming.notes import CompactionPolicy
+from proxy.core.trimming.strategies import build_pipeline
 from proxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class LogSettings:
 class TokenizerSettings:
     encodings_dir: str | None = None
     cache_entries: Annotated[int, Bounds(ge=0)] = 100_000
-    # The count cache's memory, as `proxy.core.count_cache.entry_bytes` estimates it (about 460 bytes
+    # The count cache's memory, as `proxy.core.counting.count_cache.entry_bytes` estimates it (about 460 bytes
     # a chat message's entry); whichever bound is reached first evicts. 0: no cache.
     cache_bytes: Annotated[int, Bounds(ge=0)] = DEFAULT_CACHE_BYTES
     # Counts are remembered per client (a hash of its credential, else its connection), so that how

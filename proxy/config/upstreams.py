@@ -81,7 +81,7 @@ KIND_APIS: Mapping[str, tuple[str, ...]] = {
     "openai": ("chat", "responses", "completions"),
     "azure": ("chat", "responses", "completions"),
     # Vertex AI: its OpenAI-compatible endpoint and its native `publishers/google` paths (served
-    # from the host's root whatever the base URL's path: `proxy.server.paths.host_root_url`).
+    # from the host's root whatever the base URL's path: `proxy.server.edge.paths.host_root_url`).
     "vertex": ("chat", "generate_content"),
     "gemini": ("generate_content",),  # the Gemini Developer API, base URL at the host's root
     "vllm": ("chat", "responses", "completions"),

@@ -28,7 +28,7 @@ Each command names its reply:
 | `Reject(plan)`, `Relay()`  | answers 400 / relays the upstream's own answer       | (the end)      |
 
 At most one retry, and only when the upstream's own error says the context was exceeded in a
-plausible way; see `proxy.core.corrections`. With the backend's own tokenizer (`recounts`), what a
+plausible way; see `proxy.core.learning.corrections`. With the backend's own tokenizer (`recounts`), what a
 trim produced is counted by the backend too, for up to `BACKEND_ROUNDS` re-plans.
 """
 
@@ -38,11 +38,11 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from proxy.core.compaction import SummaryRequest, summary_request, with_summary
-from proxy.core.corrections import Correction, CorrectionPolicy, parse_overflow
-from proxy.core.notes import SummaryStatus
+from proxy.core.learning.corrections import Correction, CorrectionPolicy, parse_overflow
 from proxy.core.plan import Plan
-from proxy.core.trim import TrimResult
+from proxy.core.trimming.compaction import SummaryRequest, summary_request, with_summary
+from proxy.core.trimming.notes import SummaryStatus
+from proxy.core.trimming.trim import TrimResult
 
 Mode = Literal["enforce", "dry_run", "off"]
 DEFAULT_POLICY = CorrectionPolicy()
@@ -62,7 +62,7 @@ class PlanFor:
 @dataclass(frozen=True, slots=True)
 class ProviderCount:
     """Where `plan`'s bounds straddle its budget, ask the upstream's own count endpoint
-    (`proxy.core.edge`). Reply: the plan as that count re-makes it (the request as sent, when the
+    (`proxy.core.counting.edge`). Reply: the plan as that count re-makes it (the request as sent, when the
     provider's count fits), or None: `plan` stands."""
 
     plan: Plan

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from proxy.core.body_error import BodyError
-from proxy.core.budget import BudgetPolicy
-from proxy.core.count_cache import CountCache
-from proxy.core.count_rules import RequestCount
-from proxy.core.models import ModelProfile
-from proxy.core.notes import CompactionPolicy
-from proxy.core.request_count import RequestCounter
-from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
-from proxy.core.tokenizer import Tokenizer
-from proxy.core.trim import Strategy, TrimResult, trim
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.count_rules import RequestCount
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.models.model_registry import ModelProfile
+from proxy.core.trimming.budget import BudgetPolicy
+from proxy.core.trimming.notes import CompactionPolicy
+from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
+from proxy.core.trimming.trim import Strategy, TrimResult, trim
 
 
 class InvalidBody(BodyError):
@@ -52,7 +52,7 @@ class Plan:
         return self.result.body if self.body is None else self.body
 
     def again(self, body: Mapping[str, Any], count_seconds: float) -> Plan:
-        """This plan for a body sent again (`proxy.server.resent`): `body` sent, the lookup's time
+        """This plan for a body sent again (`proxy.server.request.resent`): `body` sent, the lookup's time
         as the count's and none as the trim's (every field named: a copy by `replace` cost 5 us)."""
         return Plan(self.count, self.result, count_seconds, 0.0, self.counter, body)
 

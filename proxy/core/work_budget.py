@@ -1,7 +1,7 @@
 """A budget on the work one call may do before it must be done elsewhere: the hook heavy steps spend from.
 
 The server plans a request on the event loop when that is cheap, and in a worker thread when it
-is not (`proxy.server.placement`). What a plan costs is not known from the body's size:
+is not (`proxy.server.threads.placement`). What a plan costs is not known from the body's size:
 a conversation re-sent with a new turn is 88 KB of bytes and a few hundred characters of new
 work, since its earlier messages' counts are cached. So the shell runs the plan on the loop
 within a budget (`budgeted(units)`, a context variable: only that one call sees it), and each step

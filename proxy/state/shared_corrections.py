@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.corrections import Correction
+from proxy.core.learning.corrections import Correction
 from proxy.state.memory import MemoryStore
 from proxy.state.store import StateKey, StateStore
 

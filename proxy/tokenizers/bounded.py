@@ -1,4 +1,4 @@
-"""`bound:<name>` tokenizers: an upper bound (proxy.core.bound) over a tiktoken encoding's count.
+"""`bound:<name>` tokenizers: an upper bound (proxy.core.counting.bound) over a tiktoken encoding's count.
 
 The base count is an `EncoderTokenizer`'s, so a bound tokenizer (Claude, Gemini, Gemma, unknown
 names) counts through the same path as an exact one: work budget, slices, one token per byte
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
-from proxy.core.bound import BOUNDS, BoundTerms, BoundTokenizer
-from proxy.core.tokenizer import EncoderTokenizer
+from proxy.core.counting.bound import BOUNDS, BoundTerms, BoundTokenizer
+from proxy.core.counting.tokenizer import EncoderTokenizer
 
 if TYPE_CHECKING:
     import tiktoken

@@ -6,7 +6,7 @@ gemini-3.1 and gemini-3.5 with Gemma 4's; the Vertex and Go SDKs before it count
 1.5 with the first Gemma's (Gemma 1 and 2 share it). The SDKs download those files at run time;
 the guard never does. All three ship in one package on the index, `maxtext` (Google's MaxText,
 Apache-2.0), under `maxtext/assets/tokenizers/`, found on disk without importing it
-(`proxy.tokenizers.families` reads them as `vocab:gemma`, `vocab:gemma3`, `vocab:gemma4`).
+(`proxy.tokenizers.family_vocabularies` reads them as `vocab:gemma`, `vocab:gemma3`, `vocab:gemma4`).
 
 Each file is checked against its SHA-256 when it loads: a maxtext release that changed one is
 treated as a missing vocabulary (the family is counted with its bound), never read unchecked.

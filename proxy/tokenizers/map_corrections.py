@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.models import ModelProfile
+from proxy.core.models.model_registry import ModelProfile
 from proxy.core.record_fields import field_dict
 
 

@@ -16,7 +16,7 @@ from proxy.tokenizers.bundled import litellm_file
 from proxy.tokenizers.map_corrections import corrected
 
 _FILE_NAME = "model_prices_and_context_window_backup.json"
-# What `proxy.core.models` reads of an entry. The map's prices and capabilities (about 40 fields
+# What `proxy.core.models.model_registry` reads of an entry. The map's prices and capabilities (about 40 fields
 # per model) are dropped as it loads: 1 MB kept instead of 5.
 FIELDS = ("mode", "max_input_tokens", "max_tokens", "max_output_tokens")
 

@@ -33,12 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from proxy.core.models import TokenizerSpec
-from proxy.core.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
+from proxy.core.counting.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
+from proxy.core.models.model_registry import TokenizerSpec
 from proxy.errors import ConfigError, GuardError
 from proxy.tokenizers.bounded import BOUND_BASE, UnknownBound, bound_terms, bound_tokenizer
 from proxy.tokenizers.bundled import litellm_file
-from proxy.tokenizers.families import FALLBACK_BOUND, VocabularyMissing, load_vocabulary, vocabulary_file
+from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND, VocabularyMissing, load_vocabulary, vocabulary_file
 from proxy.tokenizers.gguf import gguf_encoder
 from proxy.tokenizers.malloc import return_freed_memory
 
@@ -165,7 +165,7 @@ class Tokenizers:
                 self._missing[spec] = exc.distribution
                 return self._load(TokenizerSpec("bound", FALLBACK_BOUND, spec.multiplier))
             return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode))
-        if spec.kind == "bound":  # an upper bound over cl100k_base (proxy.core.bound)
+        if spec.kind == "bound":  # an upper bound over cl100k_base (proxy.core.counting.bound)
             base = self._tiktoken_encoding(BOUND_BASE)
             try:
                 return bound_tokenizer(spec.source, spec.multiplier, base, _chunked(base.encode_ordinary))
@@ -297,7 +297,7 @@ def tokenizer_file_id(path: str) -> str:
 
 def _hf_encoder(path: str) -> tuple[Callable[[str], list[int]], bool]:
     """`huggingface:<path>`: a `tokenizer.json` file, or the vocabulary inside a `.gguf` model file;
-    and whether its texts may be counted in slices (`proxy.core.slices`): a byte-level BPE
+    and whether its texts may be counted in slices (`proxy.core.counting.slices`): a byte-level BPE
     vocabulary whose normaliser is none or NFC, as every GGUF vocabulary read here is."""
     from tokenizers import Tokenizer as HfTokenizer
 
@@ -321,7 +321,7 @@ def _hf_encoder(path: str) -> tuple[Callable[[str], list[int]], bool]:
 
 
 def hf_sliceable(config: str) -> bool:
-    """Whether a `tokenizer.json`'s texts count exactly in slices cut as `proxy.core.slices` cuts
+    """Whether a `tokenizer.json`'s texts count exactly in slices cut as `proxy.core.counting.slices` cuts
     them: its pre-tokeniser ends in `ByteLevel` (regular-expression splits of GPT-2's kind, or
     `ByteLevel`'s own) and its normaliser is none or NFC. SentencePiece-style vocabularies (a
     `Metaspace` or no pre-tokeniser: BPE runs over the whole text) are encoded whole."""

@@ -33,7 +33,7 @@ class BodyReaders:
         return self._readers.get(adapter.name, self._plain).read(raw, match)
 
     def used_again(self, adapter: Adapter, match: Match) -> None:
-        """A body sent again whose parse was kept (`proxy.server.resent`): the earlier body is
+        """A body sent again whose parse was kept (`proxy.server.request.resent`): the earlier body is
         the most recently used again, as `accepted` makes it for a body read."""
         if match.same and match.earlier is not None:
             self.accepted(adapter, Reading(None, body=match.earlier))

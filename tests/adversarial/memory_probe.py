@@ -17,10 +17,10 @@ import zlib
 from pathlib import Path
 
 from proxy.core.body_error import BodyError
-from proxy.core.count_cache import CountCache
-from proxy.core.models import ModelRegistry
-from proxy.core.request_count import RequestCounter
-from proxy.server.decoding import inflate
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.models.model_registry import ModelRegistry
+from proxy.server.edge.decoding import inflate
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 from proxy.wire.strict_json import loads_strict

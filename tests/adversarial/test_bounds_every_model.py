@@ -13,7 +13,7 @@ import json
 import random
 import string
 
-from proxy.server.placement import large_body_slots
+from proxy.server.threads.placement import large_body_slots
 from tests.adversarial.conftest import anthropic_body_of, cpu_seconds, hang_up_after, post, prose
 
 CLAUDE = "claude-3-5-sonnet-20241022"

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from proxy.core.media import FILE_INFLATE_CAP
-from proxy.server.placement import INLINE_BYTES
+from proxy.core.costs.media import FILE_INFLATE_CAP
+from proxy.server.threads.placement import INLINE_BYTES
 from tests.adversarial.conftest import anthropic_body_of, assert_refused_over_window, body_of, post
 from tests.adversarial.hostile import chat_with_file, honest_pdf, pdf_no_larger_than, pdf_without_count
 

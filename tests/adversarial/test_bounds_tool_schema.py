@@ -16,7 +16,7 @@ import json
 import pytest
 
 from proxy.logging import configure_logging
-from proxy.server.placement import INLINE_BYTES
+from proxy.server.threads.placement import INLINE_BYTES
 from tests.adversarial.conftest import assert_refused_over_window, body_of, post
 from tests.adversarial.hostile import chat_with_tool, plain_function, ref_chain
 

@@ -12,8 +12,8 @@ import json
 import random
 import string
 
-from proxy.server.recent import MAX_NAME_CHARS, RECENT
-from proxy.server.record import RequestRecord
+from proxy.server.observation.recent import MAX_NAME_CHARS, RECENT
+from proxy.server.observation.record import RequestRecord
 from tests.adversarial.conftest import anthropic_body_of, body_of, get, post
 
 COUNT_TOKENS = "/v1/messages/count_tokens"

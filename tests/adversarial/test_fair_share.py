@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.server.placement import large_body_slots
+from proxy.server.threads.placement import large_body_slots
 from tests.adversarial.conftest import anthropic_body_of, body_of, post, prose
 
 ATTACKER = {"Authorization": "Bearer attacker-key"}

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.server.gateway import GATEWAY
+from proxy.server.request.gateway import GATEWAY
 from tests.server.conftest import gateway_settings, logs, start_proxy, upstream  # noqa: F401  # fixtures
 
 SECRET = "The merger with Initech closes on March 3rd at 41 dollars a share. " * 6000  # about 400 KB

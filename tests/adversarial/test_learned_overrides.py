@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.core.models import ModelOverride, ModelRegistry
+from proxy.core.models.model_registry import ModelOverride, ModelRegistry
 from tests.server.conftest import gateway_settings, logs, start_proxy, upstream  # noqa: F401  # fixtures
 
 HI = [{"role": "user", "content": "hi"}]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from proxy.server.app import ROUTES_KEPT
-from proxy.server.gateway import GATEWAY
+from proxy.server.process.app import ROUTES_KEPT
+from proxy.server.request.gateway import GATEWAY
 from tests.adversarial.conftest import body_of, get, post
 
 KEY = {"Authorization": "Bearer good-key"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.apis.base import Adapter, Fitted, fit
-from proxy.core.budget import BudgetPolicy
 from proxy.core.plan import TrimPolicy
-from proxy.core.strategies import DEFAULT_PIPELINE, build_pipeline
-from tests.core.trimming import profile, tokenizer
+from proxy.core.trimming.budget import BudgetPolicy
+from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
+from tests.support.trimming import profile, tokenizer
 
 
 def fit_body(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.apis.anthropic import MessagesAdapter
-from proxy.apis.gemini import GenerateContentAdapter
-from proxy.apis.responses import ResponsesAdapter
+from proxy.apis.anthropic.messages import MessagesAdapter
+from proxy.apis.gemini.generate_content import GenerateContentAdapter
+from proxy.apis.openai.responses import ResponsesAdapter
 from tests.apis.fitting import fit_body, words
 from tests.support.validity import messages_problems, responses_problems
 

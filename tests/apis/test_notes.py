@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from proxy.apis.anthropic import MessagesAdapter
+from proxy.apis.anthropic.messages import MessagesAdapter
 from proxy.apis.base import Adapter, Fitted
-from proxy.apis.completions import CompletionsAdapter
-from proxy.apis.responses import ResponsesAdapter
+from proxy.apis.openai.completions import CompletionsAdapter
+from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.config.settings import settings_from_dict
-from proxy.server.model_counting import Models
+from proxy.server.backends.model_counting import Models
 from proxy.tokenizers.model_map import load_model_map
 from tests.apis.fitting import words
 from tests.support.validity import messages_problems, responses_problems

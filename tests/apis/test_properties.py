@@ -21,11 +21,11 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.apis.anthropic import MessagesAdapter
+from proxy.apis.anthropic.messages import MessagesAdapter
 from proxy.apis.base import Adapter
-from proxy.apis.responses import ResponsesAdapter
-from proxy.core.strategies import DEFAULT_PIPELINE, STRATEGIES
-from proxy.core.trim import TrimResult
+from proxy.apis.openai.responses import ResponsesAdapter
+from proxy.core.trimming.strategies import DEFAULT_PIPELINE, STRATEGIES
+from proxy.core.trimming.trim import TrimResult
 from tests.apis.fitting import fit_body
 from tests.conftest import png_data_url
 from tests.support.validity import messages_problems, responses_problems

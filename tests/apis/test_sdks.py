@@ -20,11 +20,11 @@ from aiohttp.test_utils import TestServer
 
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import settings_from_dict
-from proxy.core.turns import split_conversation
-from proxy.server.app import create_app
-from proxy.server.model_counting import Models
+from proxy.core.trimming.turns import split_conversation
+from proxy.server.backends.model_counting import Models
+from proxy.server.process.app import create_app
 from tests.apis.fitting import words
-from tests.core.trimming import profile, tokenizer
+from tests.support.trimming import profile, tokenizer
 from tests.support.upstream import FakeUpstream
 from tests.support.validity import messages_problems, responses_problems
 

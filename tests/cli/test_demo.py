@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from proxy.demo import Seen, Step, _verdict
+from proxy.demo.tour import Seen, Step, _verdict
 
 ROOT = Path(__file__).parents[2]
 

@@ -6,7 +6,7 @@ final answer. Each CLI runs offline in a subprocess: its only server is the guar
 
 The loop runs at windows far smaller than it needs whole (`LOOP_WINDOWS`: 64k for Claude Code, 32k
 for Codex, where the 31 requests reach about 200k tokens): the guard clears old tool results inside
-the turn (proxy.core.clearing), so it completes with no refusal it cannot recover from and no
+the turn (proxy.core.trimming.clearing), so it completes with no refusal it cannot recover from and no
 compaction, and every forwarded body is within the budget by an independent count (o200k_base
 directly, on the body as the model received it). Before the guard cleared results inside the turn,
 an agent loop was one protected turn: at 64k Claude Code was refused mid-loop and compacted its own

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from aiohttp import web
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.app import create_app
-from proxy.server.model_counting import Models
+from proxy.server.backends.model_counting import Models
+from proxy.server.process.app import create_app
 
 
 @contextmanager

@@ -152,7 +152,7 @@ class TestRedisAway:
 
 class TestSharedCorrectionsThroughRedis:
     async def test_a_correction_learned_by_one_replica_applies_on_another_and_after_both_restart(self, redis_server):
-        from proxy.core.corrections import Correction
+        from proxy.core.learning.corrections import Correction
         from proxy.state.shared_corrections import SharedCorrections
 
         learned = Correction(window=7000, factor=1.2, provider="openai")
@@ -169,8 +169,8 @@ class TestTheProxysStore:
     async def test_is_connected_as_the_proxy_starts_and_a_reload_to_another_redis_connects_before_it_serves(
         self, redis_server, tmp_path, aiohttp_server
     ):
-        from proxy.server.app import create_app
-        from proxy.server.lifecycle import reload_config
+        from proxy.server.process.app import create_app
+        from proxy.server.process.lifecycle import reload_config
         from tests.server.conftest import gateway_settings
 
         (tmp_path / "other").mkdir()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from proxy.config.schema import INTERNAL, Bounds, SchemaError, build, carried, convert, plain, reason
 from proxy.config.settings import Settings, settings_from_dict
-from proxy.core.strategies import STRATEGIES
+from proxy.core.trimming.strategies import STRATEGIES
 from proxy.errors import ConfigError
 
 
@@ -128,7 +128,7 @@ class TestPlainData:
 
 
 def test_starting_the_server_imports_no_validation_library():
-    code = "import sys, proxy.cli, proxy.server.run; print(sorted(m for m in ('pydantic', 'msgspec') if m in sys.modules))"
+    code = "import sys, proxy.cli, proxy.server.process.run; print(sorted(m for m in ('pydantic', 'msgspec') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -26,7 +26,7 @@ from proxy.core.exchange import (
 )
 from proxy.core.plan import Plan
 from tests.core.playbook import Playbook
-from tests.core.trimming import fit, words
+from tests.support.trimming import fit, words
 
 WINDOW = 16_000
 

@@ -8,7 +8,7 @@ import sys
 
 def test_importing_the_core_does_not_load_aiohttp_litellm_or_yaml():
     code = (
-        "import sys, proxy.core.plan, proxy.core.strategies, proxy.core.request_count;"
+        "import sys, proxy.core.plan, proxy.core.trimming.strategies, proxy.core.counting.request_count;"
         "bad = [m for m in ('aiohttp', 'litellm', 'yaml', 'structlog', 'proxy.server', 'tiktoken') if m in sys.modules];"
         "print(','.join(bad))"
     )

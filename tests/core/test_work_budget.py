@@ -7,14 +7,14 @@ import threading
 
 import pytest
 
-from proxy.apis.responses import ResponsesAdapter
-from proxy.core.images import TileCost
-from proxy.core.media import file_cost
-from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import EncoderTokenizer
-from proxy.core.tool_schema import render_namespace
+from proxy.apis.openai.responses import ResponsesAdapter
+from proxy.core.costs.images import TileCost
+from proxy.core.costs.media import file_cost
+from proxy.core.costs.tool_schema import render_namespace
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.counting.tokenizer import EncoderTokenizer
 from proxy.core.work_budget import OverBudget, budgeted, spend
-from tests.core.trimming import profile
+from tests.support.trimming import profile
 
 
 class Recording:

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.lifecycle import ServerOptions
-from proxy.server.local_paths import HEALTH_PATHS
+from proxy.server.edge.local_paths import HEALTH_PATHS
+from proxy.server.process.lifecycle import ServerOptions
 from tests.support.memory_bounds import PEAK_FIXED_MB, PEAK_PER_BODY_MB
 
 ROOT = Path(__file__).parents[2]

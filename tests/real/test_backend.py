@@ -12,14 +12,14 @@ import aiohttp
 import pytest
 
 from proxy.config.settings import Settings
-from proxy.core.calibration import Calibration, CalibrationPolicy, calibrated
-from proxy.core.count_cache import CountCache
-from proxy.core.models import TokenizerSpec
-from proxy.core.request_count import RequestCounter
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.learning.calibration import Calibration, CalibrationPolicy, calibrated
+from proxy.core.models.model_registry import TokenizerSpec
+from proxy.server.backends.model_counting import Models
 from proxy.server.backends.profiles import BackendOptions, discover
 from proxy.server.backends.tokenize import BackendCounter
 from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
-from proxy.server.model_counting import Models
 from proxy.server.upstream.usage import usage_from_body
 from proxy.tokenizers.vocabularies import Tokenizers
 from tests.real.corpus import KINDS, SAMPLES, body

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.core.corrections import Correction
+from proxy.core.learning.corrections import Correction
 from proxy.state import MemoryStore, StateKey
 from proxy.state.redis import RedisStore
 from proxy.state.shared_corrections import SharedCorrections

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.core.tokenizer import EncoderTokenizer
+from proxy.core.counting.tokenizer import EncoderTokenizer
 
 
 class CountingTokenizer:

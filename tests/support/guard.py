@@ -8,10 +8,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.core.models import ModelProfile
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import Plan, plan_request
-from proxy.core.tokenizer import Tokenizer
-from proxy.server.model_counting import Models
+from proxy.server.backends.model_counting import Models
 
 
 def plan_with(

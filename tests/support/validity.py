@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.apis.anthropic import content_blocks
-from proxy.apis.responses_items import CALL_TYPES, OUTPUT_TYPES
+from proxy.apis.anthropic.messages import content_blocks
+from proxy.apis.openai.responses_items import CALL_TYPES, OUTPUT_TYPES
 
 
 def responses_problems(body: Mapping[str, Any]) -> list[str]:

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from proxy.apis.gemini import GenerateContentAdapter
-from proxy.core.families import GEMINI_FRAMING_RATIO
-from proxy.core.models import TokenizerSpec, family_for
-from proxy.core.request_count import RequestCounter
-from proxy.tokenizers.families import VocabularyMissing, load_vocabulary, vocabulary_file
+from proxy.apis.gemini.generate_content import GenerateContentAdapter
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.models.families import GEMINI_FRAMING_RATIO
+from proxy.core.models.model_registry import TokenizerSpec, family_for
+from proxy.tokenizers.family_vocabularies import VocabularyMissing, load_vocabulary, vocabulary_file
 from proxy.tokenizers.gemma import GEMMA_FILES
 from proxy.tokenizers.gguf import shipped_vocab
 from proxy.tokenizers.vocabularies import Tokenizers
-from tests.core.trimming import profile, tokenizer
+from tests.support.trimming import profile, tokenizer
 
 DATA = Path(__file__).parent.parent / "data/families"
 CORPUS: dict[str, str] = json.loads((DATA / "corpus.json").read_text("utf-8"))
@@ -115,7 +115,7 @@ class TestTheShippedFiles:
         }
 
     def test_a_file_whose_hash_differs_is_a_missing_vocabulary(self, tmp_path, monkeypatch):
-        from proxy.tokenizers import families
+        from proxy.tokenizers import family_vocabularies as families
 
         other = tmp_path / "tokenizer.gemma3"
         data = vocabulary_file("gemma3").read_bytes()
@@ -133,7 +133,7 @@ class TestTheShippedFiles:
             raise AssertionError("a Gemma vocabulary tried the network")
 
         monkeypatch.setattr(socket.socket, "connect", refuse)
-        from proxy.tokenizers import families
+        from proxy.tokenizers import family_vocabularies as families
 
         monkeypatch.setattr(families, "_LOADED", {})
         assert len(families.load_vocabulary("gemma4")("Hello world")) == 2

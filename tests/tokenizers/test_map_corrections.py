@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.core.models import ModelRegistry
+from proxy.core.models.model_registry import ModelRegistry
 from proxy.tokenizers.map_corrections import MAP_CORRECTIONS, corrected, correction_for
 from proxy.tokenizers.model_map import load_model_map
 

@@ -84,8 +84,8 @@ class TestServingNeverImportsTheVocabularyPackages:
         script = (
             "import sys\n"
             "from proxy.config.settings import load_settings\n"
-            "from proxy.server.app import create_app\n"
-            "from proxy.tokenizers.families import VOCABULARIES, load_vocabulary\n"
+            "from proxy.server.process.app import create_app\n"
+            "from proxy.tokenizers.family_vocabularies import VOCABULARIES, load_vocabulary\n"
             "create_app(load_settings(None))\n"
             "[load_vocabulary(name) for name in VOCABULARIES]\n"
             "print(sorted(m for m in ('llama_models', 'mistral_common', 'numpy', 'PIL') if m in sys.modules))\n"

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.apis.anthropic import MessagesAdapter
+from proxy.apis.anthropic.messages import MessagesAdapter
 from proxy.apis.base import fit
-from proxy.apis.chat import ChatAdapter
-from proxy.apis.responses import ResponsesAdapter
-from proxy.core.count_cache import CountCache
+from proxy.apis.openai.chat import ChatAdapter
+from proxy.apis.openai.responses import ResponsesAdapter
+from proxy.core.counting.count_cache import CountCache
 from proxy.core.plan import TrimPolicy
-from proxy.core.strategies import STRATEGIES, build_pipeline
+from proxy.core.trimming.strategies import STRATEGIES, build_pipeline
 from proxy.wire.prefix_reader import PrefixReader
 from proxy.wire.strict_json import JsonLimits, UnreadableJson, read_json
 

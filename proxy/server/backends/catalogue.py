@@ -22,12 +22,12 @@ from typing import Any, Literal
 
 import aiohttp
 
-from proxy.core.calibration import Calibration, CalibrationTable, calibrated
-from proxy.core.count_cache import CountCache
-from proxy.core.models import ModelProfile
-from proxy.core.prefetched import PrefetchedTokenizer
-from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import Tokenizer
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.prefetched import PrefetchedTokenizer
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.learning.calibration import Calibration, CalibrationTable, calibrated
+from proxy.core.models.model_registry import ModelProfile
 from proxy.server.backends.profiles import (
     BackendOptions,
     BackendProfile,

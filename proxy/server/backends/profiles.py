@@ -38,7 +38,7 @@ from proxy.config.backends import TOKENIZE_MODES as TOKENIZE_MODES
 from proxy.config.backends import BackendOptions as BackendOptions
 from proxy.config.backends import Kind as Kind
 from proxy.config.backends import TokenizeMode as TokenizeMode
-from proxy.core.budget import BudgetPolicy
+from proxy.core.trimming.budget import BudgetPolicy
 from proxy.wire.codec import loads
 
 Flavor = Literal["llama-server", "llama-cpp-python", "vllm", "ollama"]

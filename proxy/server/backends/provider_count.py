@@ -1,6 +1,6 @@
 """Asking the upstream's own count endpoint, for a request whose bounds straddle its budget.
 
-`proxy.core.edge` decides whether to ask and what; this module asks, once per request, within
+`proxy.core.counting.edge` decides whether to ask and what; this module asks, once per request, within
 the upstream's `provider_count_timeout`, and keeps the answer (by upstream, model and body digest,
 `KEPT` of them) so a request re-sent unchanged is not asked about again. When the provider's count
 fits the budget, the request goes as the client sent it and the log says the provider's count
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from proxy.core.edge import (
+from proxy.core.counting.edge import (
     CountCall,
     body_key,
     bound_ratio_of,
@@ -34,7 +34,7 @@ from proxy.core.edge import (
     read_count,
     straddles,
 )
-from proxy.core.models import family_for
+from proxy.core.models.model_registry import family_for
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
@@ -146,7 +146,7 @@ class EdgeRequest:
 
 
 # Runs work that grows with the body where the request's own counting runs (on the loop for a
-# small body, else in the client's share of the threads: `proxy.server.placement.performed`).
+# small body, else in the client's share of the threads: `proxy.server.threads.placement.performed`).
 Placed = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 

@@ -5,9 +5,9 @@ each *text* of a request (message contents, names, tool arguments), never for th
 texts are cached by digest, so a conversation re-sent every turn costs one call per new message.
 The chat template's framing is measured once per model, from tiny conversations the server
 renders (or, on llama-cpp-python, which cannot render without generating, answers with
-`max_tokens: 1`), and becomes the `ChatFormat` the core counts with (`proxy.core.framing`). The
+`max_tokens: 1`), and becomes the `ChatFormat` the core counts with (`proxy.core.models.framing`). The
 calls each kind of server answers are `proxy.server.backends.tokenize_calls`; the tokenizers the
-core counts with, from the counts fetched here, are `proxy.core.prefetched`.
+core counts with, from the counts fetched here, are `proxy.core.counting.prefetched`.
 
 Each request's calls, the wait for the framing included, run under one deadline
 (`tokenize_timeout`); the framing's measurement goes on in the background up to
@@ -33,12 +33,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.core.count_cache import CountCache
-from proxy.core.framing import PROBE_CONVERSATIONS, PROBE_TEXTS, Framing, framing_from
-from proxy.core.models import ModelProfile
-from proxy.core.prefetched import PrefetchedTokenizer, RecordingTokenizer, tool_call_texts
-from proxy.core.request_count import RequestCounter
-from proxy.core.tokenizer import Tokenizer
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.prefetched import PrefetchedTokenizer, RecordingTokenizer, tool_call_texts
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.models.framing import PROBE_CONVERSATIONS, PROBE_TEXTS, Framing, framing_from
+from proxy.core.models.model_registry import ModelProfile
 from proxy.server.backends.profiles import BackendDown
 from proxy.server.backends.tokenize_calls import TokenizeCalls
 

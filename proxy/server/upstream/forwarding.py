@@ -13,14 +13,14 @@ from aiohttp import web
 from proxy.apis.names import MAX_NAME_CHARS
 from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
 from proxy.server.backends.profiles import forwardable_request_id
-from proxy.server.body import read_body
-from proxy.server.credentials import credential_digest, injects_credential, without_client_keys, without_parameter
-from proxy.server.flow import FLOW, Flow
-from proxy.server.gateway import Gateway
-from proxy.server.health import HEALTH
-from proxy.server.paths import PATH_ROUTE, counted_when_sent, host_root_url, upstream_url
-from proxy.server.placement import INLINE_BYTES, performed
-from proxy.server.slots import client_key
+from proxy.server.edge.body import read_body
+from proxy.server.edge.credentials import credential_digest, injects_credential, without_client_keys, without_parameter
+from proxy.server.edge.paths import PATH_ROUTE, counted_when_sent, host_root_url, upstream_url
+from proxy.server.observation.health import HEALTH
+from proxy.server.request.flow import FLOW, Flow
+from proxy.server.request.gateway import Gateway
+from proxy.server.threads.placement import INLINE_BYTES, performed
+from proxy.server.threads.slots import client_key
 from proxy.server.upstream.headers import request_headers, response_headers
 from proxy.server.upstream.pool import UPSTREAM_POOL
 from proxy.server.upstream.relay import relay
@@ -196,7 +196,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
 
 
 async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes) -> str | None:
-    """The body's `model`, read where a body of its size is read (`proxy.server.placement`): on the
+    """The body's `model`, read where a body of its size is read (`proxy.server.threads.placement`): on the
     loop up to `INLINE_BYTES`, else in the client's share of the threads (3.9 MB of `{}` parsed on
     the loop held it 324-344 ms)."""
     if not raw or "json" not in request.content_type or len(raw) > _SNIFF_BYTES:

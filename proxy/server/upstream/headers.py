@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.config.upstreams import UpstreamSettings
-from proxy.server.credentials import names_a_client_key
-from proxy.server.record import REPORT_PREFIX  # the guard's own headers never leave it
+from proxy.server.edge.credentials import names_a_client_key
+from proxy.server.observation.record import REPORT_PREFIX  # the guard's own headers never leave it
 
 HOP_BY_HOP = frozenset(
     {
@@ -33,7 +33,7 @@ HOP_BY_HOP = frozenset(
 )
 
 
-# The body sent upstream is always the decoded one (`proxy.server.body`).
+# The body sent upstream is always the decoded one (`proxy.server.edge.body`).
 REQUEST_ONLY_DROPPED = frozenset({"content-encoding"})
 
 

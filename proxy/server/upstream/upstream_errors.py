@@ -12,7 +12,7 @@ import aiohttp
 
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import GuardError, UpstreamTimeout, UpstreamUnavailable
-from proxy.server import decoding
+from proxy.server.edge import decoding
 
 MAX_ERROR_BODY = 1024 * 1024
 

@@ -1,0 +1,239 @@
+"""Anthropic Messages (`POST /v1/messages`, `/v1/messages/count_tokens`) as the core's chat view.
+
+    system (string or text blocks)     -> a system message (pinned)
+    user message                       -> its tool_result blocks first, one tool message each
+                                          (answering the tool_use id), then a user message with
+                                          the other blocks (text, image, document, ...)
+    assistant message                  -> an assistant message: text blocks as text parts,
+                                          tool_use blocks as tool_calls, thinking as
+                                          `reasoning_content` (counted, never cut), other blocks
+                                          counted as their JSON
+    image                              -> an image part priced by Anthropic's published rule
+                                          (width x height / 750 after fitting 1568 px, at most
+                                          1,600 tokens), whatever the model's family
+    tools                              -> chat function tools (input_schema as parameters,
+                                          input_examples as their JSON with the description);
+                                          server tools counted as their JSON; the tool-use system
+                                          prompt Anthropic adds is counted from its published sizes
+    max_tokens                         -> max_tokens (the output reserve)
+    thinking                           -> thinking (not counted: its budget_tokens is what a
+                                          clamp of max_tokens must stay above)
+
+A tool_use and the tool_result answering it are one atomic unit for the core even though they
+sit in different messages. Rendering drops and shortens blocks in place, then joins any two
+messages of one role that a drop left side by side, so roles still alternate and the
+conversation still opens with a user message. A message the trim added (the budget note, a
+summary) becomes a text block opening the user message after the dropped ones. Errors take Anthropic's shape,
+`{"type": "error", "error": {"type", "message"}}`.
+
+This module is the adapter: the request's fields, the image pricing, the error shape and the cut
+written back into the blocks. Reading the system prompt and the messages block by block is
+`proxy.apis.anthropic.anthropic_blocks`'s; the tools and the prompt tokens Anthropic adds for them are
+`proxy.apis.anthropic.anthropic_tools`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from proxy.apis import fields
+from proxy.apis.anthropic.anthropic_blocks import read_message, read_system
+from proxy.apis.anthropic.anthropic_tools import chat_tools, tool_prompt_tokens
+from proxy.apis.base import (
+    Adapter,
+    Changes,
+    InvalidRequest,
+    Parsed,
+    Source,
+    ViewBuilder,
+    optional_model,
+    output_reserve,
+    require_object,
+    shortened_texts,
+    text_part,
+)
+from proxy.apis.cut_positions import dropped_origins, inserted_texts
+from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.core.costs.images import AreaCost
+from proxy.core.models.model_registry import ModelProfile
+from proxy.errors import GuardError
+
+ANTHROPIC_IMAGES = AreaCost(pixels_per_token=750, max_long_side=1568, max_tokens=1600)
+
+# Anthropic's error type per HTTP status (its SDKs raise by status, and read `error.type`).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "api_error",
+    529: "overloaded_error",
+}
+
+
+def count_tokens_body(input_tokens: int) -> dict[str, int]:
+    """The answer of `/v1/messages/count_tokens`."""
+    return {"input_tokens": input_tokens}
+
+
+def anthropic_error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """An error as Anthropic words it: its type by status, the field named in the message."""
+    kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": f"{param}: {message}" if param else message}}
+
+
+class MessagesAdapter(Adapter):
+    name: ClassVar[str] = "messages"
+    writes_inserted: ClassVar[bool] = True
+    requires_max_tokens: ClassVar[bool] = True
+    resent_array: ClassVar[str | None] = "messages"
+
+    def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
+        body = require_object(body)
+        model = optional_model(body, required=False)
+        view = ViewBuilder()
+        read_system(body.get("system"), view)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidRequest("messages: a non-empty array is required", param="messages")
+        for i, message in enumerate(messages):
+            read_message(message, i, view)
+        chat: dict[str, Any] = {"messages": view.messages}
+        if model is not None:
+            chat["model"] = model
+        tools, fixed = chat_tools(body.get("tools"), view)
+        if tools:
+            chat["tools"] = tools
+            fixed += tool_prompt_tokens(model, body.get("tool_choice"))
+        if isinstance(body.get("tool_choice"), Mapping):
+            chat["tool_choice"] = body["tool_choice"]
+        reserve = output_reserve(body, "max_tokens", required=self.requires_max_tokens)
+        if reserve is not None:
+            chat["max_tokens"] = reserve
+        if isinstance(body.get("thinking"), Mapping):  # its budget_tokens bounds a clamp of max_tokens
+            chat["thinking"] = body["thinking"]
+        schema = body.get("output_format")
+        if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
+            chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema.get("schema")}}
+        return view.parsed(
+            self.name,
+            body,
+            chat,
+            model,
+            accounted=fields.MESSAGES,
+            reserve_field="max_tokens",
+            reserve_view_field="max_tokens",
+            fixed_tokens=fixed,
+        )
+
+    def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
+        """Images are priced by Anthropic's rule on this API, whatever the model's family."""
+        return super().profile(replace(profile, images=ANTHROPIC_IMAGES), parsed)
+
+    def error_body(self, error: GuardError) -> dict[str, Any]:
+        return anthropic_error_body(error.status, error.message, error.param)
+
+    def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
+        body = dict(parsed.body)
+        messages: list[Any] = list(body["messages"])
+        for i, new in changes.replaced.items():
+            _write_back(body, messages, parsed.sources[i], parsed.messages[i], new)
+        whole, blocks = dropped_origins(parsed, changes, "messages")
+        # Anthropic has no system messages among the turns: each message the trim added (the budget
+        # note, a summary) is a text block opening the user message after the dropped ones.
+        notes = inserted_texts(parsed, changes, "messages", len(messages))
+        kept: list[tuple[int, dict[str, Any]]] = []
+        for k, message in enumerate([*messages, None]):
+            if k in notes:  # a user message of its own, joined with the user messages around it
+                note = {"role": "user", "content": [text_part(text) for text in notes[k]]}
+                if kept and kept[-1][1].get("role") == "user":
+                    kept[-1] = (-1, _join(kept[-1][1], note))
+                else:
+                    kept.append((-1, note))
+            if message is None or k in whole:
+                continue
+            if k in blocks:
+                content = [b for j, b in enumerate(message["content"]) if j not in blocks[k]]
+                if not content:
+                    continue
+                message = {**message, "content": content}
+            if kept and kept[-1][0] != k - 1 and kept[-1][1].get("role") == message.get("role"):
+                # A drop (or a note) left two messages of one role side by side: join them.
+                kept[-1] = (k, _join(kept[-1][1], message))
+            else:
+                kept.append((k, message))
+        body["messages"] = [m for _, m in kept]
+        return body
+
+
+class CountTokensAdapter(MessagesAdapter):
+    """`/v1/messages/count_tokens`: the Messages body without `max_tokens`, answered locally
+    with `count_tokens_body(total)`."""
+
+    name: ClassVar[str] = "messages.count_tokens"
+    requires_max_tokens: ClassVar[bool] = False
+
+
+def _write_back(
+    body: dict[str, Any], messages: list[Any], source: Source, old: Mapping[str, Any], new: Mapping[str, Any]
+) -> None:
+    """Put the text trimming shortened back into the blocks it came from."""
+    origin = source.origins[0]
+    content = new.get("content")
+    if origin.field == "system":
+        if isinstance(content, str):
+            body["system"] = content
+        elif isinstance(body.get("system"), list):
+            body["system"] = _write_blocks(body["system"], source, old, new)
+        return
+    if origin.index is None:
+        return
+    message = messages[origin.index]
+    if origin.block is not None and old.get("role") == "tool":  # a tool_result block
+        blocks = list(message["content"])
+        result = blocks[origin.block]
+        if isinstance(content, str):
+            blocks[origin.block] = {**result, "content": content}
+        elif isinstance(result.get("content"), list):
+            blocks[origin.block] = {**result, "content": _write_blocks(result["content"], source, old, new)}
+        messages[origin.index] = {**message, "content": blocks}
+    elif isinstance(content, str):
+        messages[origin.index] = {**message, "content": content}
+    elif isinstance(message.get("content"), list):
+        messages[origin.index] = {**message, "content": _write_blocks(message["content"], source, old, new)}
+
+
+def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Any]:
+    out = list(blocks)
+    old_parts, new_parts = old.get("content"), new.get("content")
+    if not isinstance(old_parts, list) or not isinstance(new_parts, list):
+        return out
+    for j, text in shortened_texts(old_parts, new_parts):
+        target = source.parts[j] if j < len(source.parts) else None
+        if target is None:
+            continue
+        block = out[target]
+        if block.get("type") == "text":
+            out[target] = {**block, "text": text}
+        elif block.get("type") == "document" and isinstance(block.get("source"), Mapping):
+            out[target] = {**block, "source": {**block["source"], "data": text}}
+        else:  # an image replaced by a marker
+            out[target] = {"type": "text", "text": text}
+    return out
+
+
+def _join(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    return {**first, "content": content_blocks(first.get("content")) + content_blocks(second.get("content"))}
+
+
+def content_blocks(content: object) -> list[Any]:
+    if isinstance(content, str):
+        return [text_part(content)] if content else []
+    return list(content) if isinstance(content, list) else []

@@ -1,0 +1,1 @@
+"""Gemini's generateContent and countTokens (Developer API and Vertex AI) as the core's chat view."""

@@ -1,0 +1,257 @@
+"""Counting a whole chat-completions body cheaply: `RequestCounter` applies the rules of
+`proxy.core.counting.count_rules` to every message and keeps what lets the next request skip work.
+
+An agent re-sends its conversation, its tools and its system prompt with every request, so most of
+a request was counted before. The bookkeeping here finds that out without counting again:
+
+- each message's count is kept in the count cache under a key: the hash of its bytes as received
+  (`proxy.wire.prefix_reader`) or of its compact JSON, scoped to this tokenizer, chat format and
+  image pricing, and for a tool result to the call it answers (`_message_keys`);
+- the counts of a conversation's opening and their sums are kept as an `Opening`
+  (`proxy.core.counting.openings`), so a request that extends it walks only the messages after;
+- the tool definitions are counted once per set of definitions (and first system message);
+- the large texts of the messages the cache does not have are encoded in one batch before the
+  walk, so the encoder gets one large job instead of thousands of calls (`_prefetch`).
+
+None of it changes a count: with no cache, `request()` gives the same `RequestCount`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from proxy.core.costs.tool_calls import ResultContext, flag_groups, no_tool_traffic, result_contexts, scan_calls
+from proxy.core.costs.tools import ToolsCount, first_system_text, tool_definitions_tokens
+from proxy.core.counting.bounded_text import note_bounded_text
+from proxy.core.counting.count_cache import CountCache, count_text
+from proxy.core.counting.count_rules import CountRules, MessageCount, RequestCount
+from proxy.core.counting.openings import (
+    NO_TALLY,
+    Opening,
+    Tally,
+    opening_key,
+    sizes_to_keep,
+    sizes_to_look_up,
+    still_marked_alike,
+)
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.models.model_registry import ModelProfile
+from proxy.core.work_budget import ITEM_UNITS, spend
+
+_last_definitions: tuple[tuple[Any, ...], int] = ((), 0)  # the fields `definitions_hash` saw last, and theirs
+
+
+def definitions_hash(fields: tuple[Any, ...]) -> int:
+    """The hash of the tool definition fields' compact JSON. The very objects it was asked about
+    last reuse their hash without dumping them again: the prefix reader hands the unchanged
+    fields of a conversation re-sent as the objects it read before (values it reads are never
+    changed in place), and an agent sends the same tools with every request. Raises TypeError
+    for what orjson cannot render."""
+    global _last_definitions
+    last, digest = _last_definitions  # one read: a thread replacing the pair meanwhile is harmless
+    if len(last) == len(fields) and all(map(operator.is_, last, fields)):
+        return digest
+    digest = hash(orjson.dumps(fields))
+    _last_definitions = (fields, digest)
+    return digest
+
+
+class RequestCounter(CountRules):
+    """Counts bodies for one model profile with one tokenizer, reusing what a count cache holds;
+    cheap to build per request."""
+
+    def __init__(self, profile: ModelProfile, tokenizer: Tokenizer, cache: CountCache | None = None) -> None:
+        super().__init__(profile, tokenizer, cache)
+        # Counts of this request's large texts, encoded in one batch before the walk; keyed by
+        # object identity, holding the text so that the identity stays valid.
+        self._prefetched: dict[int, tuple[str, int]] = {}
+        self._scope = hash((tokenizer.identity, profile.chat_format, profile.images))
+
+    def text(self, text: str) -> int:
+        """A text's count: from the batch encoded before the walk when it is one of its texts."""
+        hit = self._prefetched.get(id(text))
+        if hit is not None and hit[0] is text:
+            return hit[1]
+        return count_text(self.tokenizer, text, self.cache)
+
+    def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = (), shared: int = 0) -> RequestCount:
+        """The body's count; `message_hashes` as for `_message_keys`. With them, the counts of
+        the opening it shares with a request counted before are carried (`proxy.core.counting.openings`);
+        `shared`, how many of its first messages the prefix reader found in an earlier body's
+        bytes, is where its siblings part from it."""
+        recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.counting.slices)
+        messages = body.get("messages")
+        messages = messages if isinstance(messages, list) else []
+        spend(ITEM_UNITS * len(messages))  # each message is looked up, split into turns and maybe cut
+        counts, tally = self._counts_with_openings(messages, message_hashes, shared)
+        return self.totals(body, messages, counts, tally, self._tool_definitions(body), recording)
+
+    def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
+        """Tool definitions' count, from the cache when the same definitions were counted before:
+        an agent sends the same tools with every request. The key holds the first system message
+        too, which the namespace joins (its hash is the string's own, kept with it: a re-sent
+        system message is the very string read before, `proxy.wire.prefix_reader`)."""
+        if self.cache is None or not (body.get("tools") or body.get("functions")):
+            return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+        fields = (body.get("tools"), body.get("functions"), body.get("tool_choice"), body.get("function_call"))
+        messages = body.get("messages")
+        system = first_system_text(messages) if isinstance(messages, list) else None
+        try:
+            key = (self._scope, "tools", definitions_hash(fields), hash(system))
+        except TypeError:
+            return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+        count: ToolsCount | None = self.cache.get(key)
+        if count is None:
+            count = tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
+            self.cache.put(key, count)
+        return count
+
+    def _message_keys(self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0) -> list[Hashable | None]:
+        """A cache key per message from `start` on: the hash of its compact JSON (which tells `1`, `1.0` and
+        `true` apart), scoped to this tokenizer, chat format and image pricing, and for a tool
+        result to the call it answers. None without a cache, or for a message orjson cannot
+        render (integers beyond 64 bits). `hashes`, when there is one per message, are hashes of
+        the messages' bytes as received: equal bytes read as equal messages, so they key the
+        same counts (and where a client wrote a message as orjson does, it is the same key)."""
+        if self.cache is None:
+            return [None] * (len(messages) - start)
+        scope, dumps, results = self._scope, orjson.dumps, self._results
+        if len(hashes) == len(messages):
+            return [(scope, hashes[i], results.get(i)) for i in range(start, len(messages))]
+        try:  # one loop with no call of ours per message: this runs for every message of every request
+            return [(scope, hash(dumps(messages[i])), results.get(i)) for i in range(start, len(messages))]
+        except TypeError:
+            return [self._message_key(messages[i], i) for i in range(start, len(messages))]
+
+    def _message_key(self, message: object, index: int) -> Hashable | None:
+        try:
+            return (self._scope, hash(orjson.dumps(message)), self._results.get(index))
+        except TypeError:
+            return None
+
+    def _prefetch(self, messages: Sequence[Any]) -> None:
+        """Count the large texts of the messages given in one batch (cache misses only), so that
+        the encoder sees one large job it can spread over threads instead of thousands of calls."""
+        floor = self.cache.min_chars if self.cache is not None else 256
+        texts: list[str] = []
+        for message in messages:
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
+            if isinstance(content, str):
+                if len(content) >= floor:
+                    texts.append(content)
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str) and len(part["text"]) >= floor:
+                        texts.append(part["text"])
+        if len(texts) < 2:
+            return
+        counts = (
+            self.cache.count_many(self.tokenizer, texts) if self.cache is not None else self.tokenizer.count_many(texts)
+        )
+        self._prefetched = {id(t): (t, n) for t, n in zip(texts, counts, strict=True)}
+
+    def _counts_with_openings(
+        self, messages: list[Any], hashes: Sequence[int], shared: int = 0
+    ) -> tuple[tuple[MessageCount, ...], Tally]:
+        """Every message's count and their sums; the tool results' contexts in `_results`. An
+        opening counted before is carried with its sums (no walk over it), and this request's
+        openings are kept for the next."""
+        cache, n = self.cache, len(messages)
+        if cache is None or len(hashes) != n or n == 0:
+            self._results = result_contexts(messages)
+            counts = self._count_messages(messages, hashes)
+            return counts, NO_TALLY.plus(counts)
+        keys: dict[int, Hashable] = {}  # each hashes a prefix of `hashes`: made only as far as looked
+        opening: Opening | None = None
+        for size in sizes_to_look_up(n, shared):
+            key = keys[size] = opening_key(self._scope, hashes, size)
+            opening = cache.get(key)
+            if opening is not None:
+                break
+        if opening is not None and opening.flagged is not None and no_tool_traffic(messages, opening.size, n):
+            return self._extended(opening, opening.flagged, messages, hashes, shared, keys)
+        if opening is not None and opening.size == n:  # the very messages of a request before: a retry
+            results = flag_groups(opening.contexts)
+            if still_marked_alike(opening, results):  # its counts were made with these marks
+                self._results = results
+                return opening.counts, opening.tally
+        start = opening.size if opening is not None else 0
+        calls: dict[str, ResultContext] = dict(opening.calls) if opening is not None else {}
+        contexts: dict[int, ResultContext] = dict(opening.contexts) if opening is not None else {}
+        keep = sizes_to_keep(n, shared, opening.size if opening is not None else 0)
+        states: dict[int, tuple[dict[str, ResultContext], dict[int, ResultContext]]] = {}
+        at = start
+        for size in sorted(s for s in keep if s > start):  # the walk, paused where an opening is kept
+            scan_calls(messages, at, size, calls, contexts)
+            # The walk's own dicts at its end (nothing changes them after); copies where it goes on.
+            states[size], at = ((calls, contexts) if size == n else (dict(calls), dict(contexts))), size
+        scan_calls(messages, at, n, calls, contexts)
+        self._results = flag_groups(contexts)
+        if opening is not None and not still_marked_alike(opening, self._results):
+            opening, start = None, 0  # a result joined a parallel call of the opening: its marks moved
+        carried = opening.counts if opening is not None else ()
+        counts = carried + self._count_messages(messages, hashes, start)
+        tally = opening.tally if opening is not None else NO_TALLY
+        for size, (made, seen) in states.items():  # openings not kept before (those past the carried one)
+            marked = {i: c for i, c in self._results.items() if i < size and c.group is not None}
+            tally = tally.plus(counts[tally.size : size])
+            key = keys.get(size) or opening_key(self._scope, hashes, size)
+            # Where the request ended, the marks it was counted with (the walk's own table when no
+            # call was parallel: the same contexts); a shorter one's marks may move with what follows.
+            flagged = (seen if not marked else self._results) if size == n else None
+            cache.put(key, Opening(size, counts[:size], made, seen, marked, tally, flagged))
+        return counts, tally.plus(counts[tally.size :])
+
+    def _extended(
+        self,
+        opening: Opening,
+        flagged: Mapping[int, ResultContext],
+        messages: list[Any],
+        hashes: Sequence[int],
+        shared: int,
+        keys: dict[int, Hashable],
+    ) -> tuple[tuple[MessageCount, ...], Tally]:
+        """The request is `opening`'s messages and messages that neither make a tool call nor
+        answer one (or nothing more: a retry). Its calls, results and marks are then the
+        opening's, as they stand (`flagged`, the opening's own): only the messages after it are
+        read and counted, and the openings it keeps share the opening's tables."""
+        start, n = opening.size, len(messages)
+        self._results = flagged
+        counts = opening.counts + self._count_messages(messages, hashes, start) if start < n else opening.counts
+        tally = opening.tally
+        for size in sorted(s for s in sizes_to_keep(n, shared, start) if s > start):
+            tally = tally.plus(counts[tally.size : size])
+            key = keys.get(size) or opening_key(self._scope, hashes, size)
+            kept = Opening(size, counts[:size], opening.calls, opening.contexts, opening.marked, tally, flagged)
+            self.cache.put(key, kept)  # type: ignore[union-attr]  # a cache is there: the opening came from it
+        return counts, tally.plus(counts[tally.size :])
+
+    def _count_messages(
+        self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0
+    ) -> tuple[MessageCount, ...]:
+        """The count of every message from `start` on: whole messages from the cache where it
+        has them, the rest counted with their large texts encoded together first."""
+        keys = self._message_keys(messages, hashes, start)
+        counts: list[MessageCount | None] = [None] * (len(messages) - start)
+        if self.cache is not None:
+            for j, hit in enumerate(self.cache.get_many(keys)):
+                if hit is not None:
+                    counts[j] = hit if hit.index == start + j else replace(hit, index=start + j)
+        missing = [start + j for j, c in enumerate(counts) if c is None]
+        self._prefetch([messages[i] for i in missing])
+        try:
+            for i in missing:
+                count = counts[i - start] = self.message(messages[i], i)
+                key = keys[i - start]
+                if key is not None and self.cache is not None:
+                    self.cache.put(key, count)
+        finally:
+            self._prefetched = {}
+        return tuple(c for c in counts if c is not None)

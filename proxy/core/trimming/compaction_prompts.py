@@ -1,0 +1,71 @@
+"""A client's own compaction request, recognised by its latest user message.
+
+Agent clients compact their history themselves when it grows too long: they send the whole
+conversation once more with an instruction to summarise it, and replace the history with the
+answer. Cutting that request's history leaves the summary without material (the task is lost),
+so the trimming strategies treat it apart (`proxy.core.trimming.clearing`). The prompts recognised:
+
+- Claude Code: "Your task is to create a detailed summary of the conversation so far ..."
+- Codex CLI: "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for
+  another LLM that will resume the task." (and its older "write a summary/memento ... for the next
+  agent" family)
+- generic: "summarize (or summarise) the/this/our conversation (so far)", "compact the conversation"
+
+and any regular expression the operator adds (`clear_tool_results.compaction_patterns`). Matching
+is case-insensitive, over the message's text, and only its first 4,000 characters are read: the
+instruction is short and comes first, while the same words deep inside pasted material are not a
+request to compact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+BUILT_IN = (
+    r"create a detailed summary of the conversation so far",
+    r"context checkpoint compaction",
+    r"create a handoff summary for another llm",
+    r"\bsummari[sz]e (?:the|this|our) (?:entire |whole )?(?:conversation|chat|session)\b",
+    r"\bcompact (?:the|this|our) (?:conversation|chat|session|context)\b",
+    r"\b(?:summary|memento)\b[^.]{0,80}\bfor the next agent\b",
+)
+READ_CHARS = 4000
+
+
+@lru_cache(maxsize=64)
+def compiled_patterns(extra: tuple[str, ...] = ()) -> re.Pattern[str]:
+    """The built-in prompts and `extra` as one expression; ValueError naming a bad one."""
+    for pattern in extra:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"compaction pattern {pattern!r} is not a regular expression: {exc}") from None
+    return re.compile("|".join(f"(?:{p})" for p in (*BUILT_IN, *extra)), re.IGNORECASE)
+
+
+def is_compaction_request(messages: Sequence[Any], protected: Iterable[int], extra: tuple[str, ...] = ()) -> bool:
+    """Whether the latest user message (the first user message of the `protected` tail) asks
+    to summarise the conversation."""
+    latest = next((i for i in protected if _role(messages[i]) == "user"), None)
+    if latest is None:
+        return False
+    text = _text(messages[latest])[:READ_CHARS]
+    return bool(text) and compiled_patterns(extra).search(text) is not None
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = (p.get("text") for p in content if isinstance(p, Mapping))
+    return "\n".join(t for t in parts if isinstance(t, str))
+
+
+def _role(message: object) -> str | None:
+    role = message.get("role") if isinstance(message, Mapping) else None
+    return role if isinstance(role, str) else None

@@ -1,0 +1,399 @@
+"""Fits a counted request to its budget: runs the strategies in order and says what each removed.
+
+`trim()` takes the body, its `RequestCount` and the configured pipeline, and returns a
+`TrimResult`: the body to forward, the tokens before and after, the budget, and one `Removal` per
+message dropped or shortened. A request that already fits comes back as the very same object.
+
+The pipeline works on a `TrimState` that keeps a running total: a strategy that drops a message
+subtracts its known count, one that shortens a message recounts that message alone. Nothing
+recounts the whole request per step. A message is reported once: one that is shortened and later
+dropped in the same trim is reported as dropped, with its original tokens.
+
+When the `CompactionPolicy` asks for a budget note or a summary, a trimmed request is cut to leave
+room for them (`TrimState.reserve`); the note is inserted here, the summary later, once the server
+has it (`proxy.core.trimming.compaction`). `TrimResult.cut` says where the history was cut and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from proxy.core.counting.count_rules import RequestCount
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.record_fields import field_dict
+from proxy.core.trimming.budget import Budget, BudgetPolicy, input_budget, requested_output
+from proxy.core.trimming.cuts import HistoryCut
+from proxy.core.trimming.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
+from proxy.core.trimming.roles import PINNED_ROLES
+from proxy.core.trimming.turns import Conversation, protected_start, split_conversation
+
+RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
+Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    index: int | None  # position in the original `messages`; None for a request field
+    role: str | None
+    kind: RemovalKind
+    tokens: int
+    hash: str  # short content hash of what was removed, to match log lines without logging content
+    strategy: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return field_dict(self)
+
+
+@dataclass(frozen=True)
+class TrimResult:
+    body: Mapping[str, Any]
+    outcome: Outcome
+    tokens_before: int
+    tokens_after: int
+    budget: Budget  # as it stands for the body returned (after any max_tokens clamp)
+    removals: tuple[Removal, ...] = ()
+    strategies: tuple[str, ...] = ()  # the strategies that changed something, in order
+    cut: HistoryCut | None = None  # where drop_oldest_turns cut the history, and why
+    note_tokens: int = 0  # tokens of the inserted budget note; 0 when none
+    summary_room: int = 0  # tokens kept free for a summary of the dropped messages; 0 when none is due
+    insert_at: int = 0  # where in the returned messages a summary goes (where the dropped history was)
+    summary: SummaryReport | None = None  # what became of the summary, once the server has tried
+    inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
+    # Tokens the returned request starts with that are the received request's own (tools, system,
+    # messages before the first change): what a prompt cache of the conversation still serves.
+    prefix_tokens: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome == "trimmed"
+
+    @property
+    def fits(self) -> bool:
+        return self.tokens_after <= self.budget.input_budget
+
+    def rejection_message(self, shape: Literal["openai", "anthropic"] | None = None) -> str:
+        """Why the request is refused. With a `shape`, it opens with the sentence that provider
+        words its own overflow error with (clients act on it: litellm's ContextWindowExceededError;
+        Claude Code lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too
+        long"), and the guard's explanation follows."""
+        explanation = self._explanation()
+        if shape == "anthropic":
+            return f"{self._anthropic_sentence()} {explanation}"
+        if shape == "openai":
+            # The code in the text too: langchain-openai, among others, looks for it in the message.
+            return f"{self._openai_sentence()} (context-guard, context_length_exceeded) {explanation}"
+        return explanation
+
+    def _openai_sentence(self) -> str:
+        # OpenAI's own wording (numbers without separators, as it writes them), for the case it fits.
+        b, prompt = self.budget, self.tokens_after
+        window, asked = b.context_window, self.tokens_after + b.output_reserve
+        if prompt > window:
+            return (
+                f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+                f"{prompt} tokens. Please reduce the length of the messages."
+            )
+        stated = f"{window} tokens"
+        if asked <= window:  # over only by the guard's safety margin: the length that counts is the smaller one
+            window = window - b.safety_margin
+            margin = f"the guard keeps {b.safety_margin} of the model's {b.context_window} as a safety margin"
+            stated = f"{window} tokens ({margin})"
+        return (
+            f"This model's maximum context length is {stated}. However, you requested {asked} tokens "
+            f"({prompt} in the messages, {b.output_reserve} in the completion). Please reduce the length of the "
+            f"messages or completion."
+        )
+
+    def _anthropic_sentence(self) -> str:
+        b, limit = self.budget, self.budget.context_window - self.budget.safety_margin
+        if b.input_budget <= 0 or (b.reserve_source != "default" and self.tokens_after <= limit):
+            return (
+                f"input length and `max_tokens` exceed context limit: {self.tokens_after} + {b.output_reserve} > "
+                f"{limit}, decrease input length or `max_tokens` and try again."
+            )
+        return f"prompt is too long: {self.tokens_after} tokens > {b.input_budget} maximum."
+
+    def _explanation(self) -> str:
+        b = self.budget
+        if b.input_budget <= 0:
+            room = (
+                f"The model's window of {b.context_window:,} tokens leaves no room for input once the "
+                f"output reserve ({b.output_reserve:,}, {b.reserve_source.replace('_', ' ')}) and the safety "
+                f"margin ({b.safety_margin:,}) are set aside. Lower max_tokens."
+            )
+            return f"This request has {self.tokens_before:,} input tokens. {room}"
+        cut = ""
+        if self.removals:
+            removed = sum(r.tokens for r in self.removals)
+            cut = f" (it cut {len(self.removals):,} items, {removed:,} tokens, by {', '.join(self.strategies)})"
+        return (
+            f"This request has {self.tokens_before:,} input tokens; after every cut the guard may make{cut} it "
+            f"still has {self.tokens_after:,}, and the model's input budget is {b.input_budget:,} tokens "
+            f"(context window {b.context_window:,} - output reserve {b.output_reserve:,} "
+            f"- safety margin {b.safety_margin:,}). Shorten the system prompt or the latest message, "
+            f"or lower max_tokens."
+        )
+
+    def report(self, policy: BudgetPolicy) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "budget": self.budget.to_dict(policy),
+            "removed": [r.to_dict() for r in self.removals],
+            "strategies": list(self.strategies),
+            "cut": self.cut.to_dict() if self.cut is not None else None,
+            "note_tokens": self.note_tokens,
+            "summary": self.summary.to_dict() if self.summary is not None else None,
+        }
+
+
+class Strategy(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, state: TrimState) -> None: ...
+
+
+def content_hash(value: object) -> str:
+    """The first 12 hex digits of `content_digest(value)`: the same message always gives the same
+    hash, so log lines can be matched without content. Short, for reading: never a key that one
+    client's content could share with another's (that is the whole digest)."""
+    return content_digest(value)[:12]
+
+
+def content_digest(value: object) -> str:
+    """The SHA-256 of `value` as compact JSON with sorted keys, in hex."""
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:  # integers beyond 64 bits
+        data = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode(
+            "utf-8", "surrogatepass"
+        )
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Messages of a `TrimState` as they were, with its total and removals (`TrimState.snapshot`)."""
+
+    messages: tuple[tuple[int, Any, int], ...]
+    total: int
+    removals: list[Removal]
+    shortened: dict[int, int]
+
+
+@dataclass
+class TrimState:
+    """The request as the pipeline is cutting it. Strategies read and change it through the
+    methods below, which keep the running total and the list of removals right."""
+
+    body: Mapping[str, Any]
+    counter: RequestCounter
+    policy: BudgetPolicy
+    context_window: int
+    conversation: Conversation
+    messages: list[Any]
+    counts: list[int]
+    fixed_tokens: int
+    total: int
+    dropped: set[int] = field(default_factory=set)
+    removals: list[Removal] = field(default_factory=list)
+    output_override: tuple[str, int] | None = None
+    reserve: int = 0  # tokens to leave free for what goes in after the cut (budget note, summary)
+    shortened: dict[int, int] = field(default_factory=dict)  # index -> where in `removals` its (not a drop) is
+    cut: HistoryCut | None = None
+    opening_end: int | None = None  # index of the last message of the opening kept before the cut
+    compaction_request: bool = False  # the client asks to summarise its conversation: keep its opening
+    _input_budget: int | None = None
+
+    @classmethod
+    def start(
+        cls, body: Mapping[str, Any], count: RequestCount, counter: RequestCounter, policy: BudgetPolicy, window: int
+    ) -> TrimState:
+        messages = list(body.get("messages") or ())
+        return cls(
+            body=body,
+            counter=counter,
+            policy=policy,
+            context_window=window,
+            conversation=split_conversation(messages),
+            messages=messages,
+            counts=[m.tokens for m in count.messages],
+            fixed_tokens=count.fixed_tokens,
+            total=count.total,
+        )
+
+    def budget(self) -> Budget:
+        body: Mapping[str, Any] = self.body
+        if self.output_override is not None:
+            key, value = self.output_override
+            body = {**self.body, key: value}
+        indices = (i for i in (*self.conversation.pinned, *self.conversation.protected) if i not in self.dropped)
+        return input_budget(
+            self.context_window, body, self.total, self.fixed_tokens + sum(self.counts[i] for i in indices), self.policy
+        )
+
+    def over(self) -> int:
+        """Tokens still to remove; zero or less once the request fits. O(1): strategies call it
+        after every cut."""
+        if self._input_budget is None:
+            self._input_budget = self.budget().input_budget
+        return self.total + self.reserve - self._input_budget
+
+    def input_budget(self) -> int:
+        if self._input_budget is None:
+            self._input_budget = self.budget().input_budget
+        return self._input_budget
+
+    def drop(self, index: int, strategy: str) -> None:
+        """Drop message `index`; a message already dropped stays dropped, and is reported once. A
+        message shortened earlier in this trim is reported as dropped, with its original tokens."""
+        if index in self.dropped:
+            return
+        original = self.body["messages"][index]
+        tokens = self.counts[index]
+        dropped = Removal(index, _role(original), "dropped", tokens, content_hash(original), strategy)
+        if index in self.shortened:  # its removal becomes the drop, in place: dropping 2,000 stays linear
+            at = self.shortened.pop(index)
+            self.removals[at] = replace(dropped, tokens=tokens + self.removals[at].tokens)
+        else:
+            self.removals.append(dropped)
+        self.dropped.add(index)
+        self.total -= self.counts[index]
+        self.counts[index] = 0
+
+    def replace(self, index: int, message: Mapping[str, Any], kind: RemovalKind, strategy: str, removed: object) -> int:
+        """Put a shortened `message` at `index`; returns the tokens saved."""
+        before = self.counts[index]
+        after = self.counter.message(message, index).tokens
+        self.messages[index] = message
+        self.counts[index] = after
+        self.total += after - before
+        if index in self.shortened:  # changed again: still one removal (the first kind), with both savings
+            at = self.shortened[index]
+            self.removals[at] = replace(self.removals[at], tokens=self.removals[at].tokens + before - after)
+        else:
+            self.shortened[index] = len(self.removals)
+            self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
+        return before - after
+
+    def snapshot(self, indices: Sequence[int]) -> Snapshot:
+        """What `restore` needs to undo changes to the messages at `indices` (an attempt that may
+        not succeed: keeping a turn in part)."""
+        return Snapshot(
+            tuple((i, self.messages[i], self.counts[i]) for i in indices),
+            self.total,
+            list(self.removals),
+            dict(self.shortened),
+        )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        for index, message, count in snapshot.messages:
+            self.messages[index], self.counts[index] = message, count
+        self.total, self.removals, self.shortened = snapshot.total, snapshot.removals, snapshot.shortened
+
+    def clamp_output(self, key: str, value: int, strategy: str) -> None:
+        requested, _ = requested_output(self.body)
+        self.output_override = (key, value)
+        self._input_budget = None
+        self.removals.append(
+            Removal(None, None, "max_tokens_clamped", (requested or 0) - value, content_hash(requested), strategy)
+        )
+
+    def kept_body(self, inserted: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], int]:
+        """The body with the messages kept, and `inserted` where the dropped history was: after
+        the leading system messages, or after the opening when one was kept. Returns the body and
+        the position in its messages just after the inserted ones."""
+        body = dict(self.body)
+        kept = [m for i, m in enumerate(self.messages) if i not in self.dropped]
+        if self.opening_end is None:
+            at = insertion_point(kept)
+        else:
+            at = sum(1 for i in range(self.opening_end + 1) if i not in self.dropped)
+        body["messages"] = [*kept[:at], *inserted, *kept[at:]]
+        if self.output_override is not None:
+            key, value = self.output_override
+            body[key] = value
+        return body, at + len(inserted)
+
+
+def trim(
+    body: Mapping[str, Any],
+    count: RequestCount,
+    counter: RequestCounter,
+    strategies: Sequence[Strategy],
+    policy: BudgetPolicy,
+    context_window: int,
+    overflow: Literal["reject", "forward"] = "reject",
+    compaction: CompactionPolicy | None = None,
+) -> TrimResult:
+    """Cut `body` down to its budget with `strategies`, in order; see the module docstring."""
+    compaction = compaction or CompactionPolicy()
+    tail = protected_start(body.get("messages") or ())
+    if tail is not None:  # most requests fit: decide that without splitting them into turns
+        protected = sum(c.tokens for c in count.messages[tail:] if c.role not in PINNED_ROLES)
+        pinned = count.fixed_tokens + count.pinned_tokens + protected
+        before = input_budget(context_window, body, count.total, pinned, policy)
+        if before.fits:
+            return TrimResult(body, "unchanged", count.total, count.total, before)
+    state = TrimState.start(body, count, counter, policy, context_window)
+    before = state.budget()
+    if before.fits:
+        return TrimResult(body, "unchanged", count.total, count.total, before)
+    note_room = counter.message(LONGEST_NOTE, 0).tokens if compaction.budget_note else 0
+    summary_room = compaction.summary_room(before.input_budget)
+    state.reserve = note_room + summary_room
+    applied: list[str] = []
+    for strategy in strategies:
+        if state.over() <= 0:
+            break
+        seen = len(state.removals)
+        strategy(state)
+        if len(state.removals) > seen:
+            applied.append(strategy.name)
+    after = state.budget()
+    removals = tuple(sorted(state.removals, key=lambda r: (r.index is None, r.index if r.index is not None else 0)))
+    if after.fits:
+        if state.over() > 0:  # the room for the note and summary could not be made: go without them
+            note_room = summary_room = 0
+        inserted: list[Mapping[str, Any]] = []
+        dropped = [r for r in removals if r.kind == "dropped"]
+        shortened = {r.index for r in removals if r.kind != "dropped" and r.index is not None}
+        if note_room and (dropped or shortened):
+            removed = sum(r.tokens for r in removals if r.index is not None)
+            inserted.append(budget_note(len(dropped), len(shortened), removed))
+        note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
+        total = state.total + note_tokens
+        kept, at = state.kept_body(inserted)
+        first = min((r.index for r in removals if r.index is not None), default=len(state.messages))
+        prefix = count.fixed_tokens + sum(state.counts[: min(first, at - len(inserted)) if inserted else first])
+        return TrimResult(
+            kept,
+            "trimmed",
+            count.total,
+            total,
+            replace(after, prompt_tokens=total),
+            removals,
+            tuple(applied),
+            cut=state.cut,
+            note_tokens=note_tokens,
+            summary_room=summary_room if dropped else 0,
+            insert_at=at,
+            inserted=tuple(range(at - len(inserted), at)),
+            prefix_tokens=prefix,
+        )
+    # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
+    outcome: Outcome = "rejected" if overflow == "reject" else "forwarded_over_budget"
+    return TrimResult(body, outcome, count.total, state.total, after, removals, tuple(applied))
+
+
+def _role(message: object) -> str | None:
+    role = message.get("role") if isinstance(message, Mapping) else None
+    return role if isinstance(role, str) else None

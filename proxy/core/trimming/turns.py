@@ -1,0 +1,192 @@
+"""Splits a conversation into what may be cut and what may not.
+
+- **Pinned**: system and developer messages, wherever they stand. Never dropped.
+- **Protected**: the latest user message and everything after it (an agent's tool loop still in
+  progress), also as units (`Conversation.tail`). The latest user message is never dropped, and
+  only a last-resort strategy may shorten it; the tool exchanges after it may be cleared or dropped
+  whole, the newest kept (`proxy.core.trimming.clearing`).
+- **History**: everything else, as *turns* in order. A turn starts at a user message and runs to
+  the next one (history that opens with an assistant message forms a turn of its own). Inside a
+  turn, an assistant message with `tool_calls` (or a legacy `function_call`) and all of its
+  results form one atomic *unit*: kept or dropped whole.
+
+Dropping whole turns, oldest first, keeps the history starting on a user turn and never leaves a
+`tool` message without its call or a call without its results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.trimming.roles import PINNED_ROLES, TOOL_RESULT_ROLES, latest_user_index
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    indices: tuple[int, ...]
+    is_tool_exchange: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    units: tuple[Unit, ...]
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        return tuple(i for unit in self.units for i in unit.indices)
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    pinned: tuple[int, ...]
+    protected: tuple[int, ...]
+    turns: tuple[Turn, ...]  # oldest first
+    tail: tuple[Unit, ...] = ()  # the protected messages as units: the latest prompt, the exchanges after it
+
+    @property
+    def history(self) -> tuple[int, ...]:
+        return tuple(i for turn in self.turns for i in turn.indices)
+
+
+def call_ids(message: Mapping[str, Any]) -> tuple[str, ...]:
+    calls = message.get("tool_calls")
+    ids = (
+        [c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str)]
+        if isinstance(calls, list)
+        else []
+    )
+    return tuple(ids)
+
+
+def is_tool_call(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "assistant" and (
+        bool(message.get("tool_calls")) or bool(message.get("function_call"))
+    )
+
+
+def split_conversation(messages: Sequence[Any]) -> Conversation:
+    roles = [m.get("role") if isinstance(m, Mapping) else None for m in messages]
+    pinned = tuple(i for i, role in enumerate(roles) if role in PINNED_ROLES)
+    units = _units(messages, roles)
+    latest = latest_user_index(messages)
+    if latest is None:
+        # No user message: protect the last message that is not pinned, and what follows it.
+        latest = next((i for i in range(len(messages) - 1, -1, -1) if roles[i] not in PINNED_ROLES), len(messages))
+    boundary = latest
+    for unit in units:
+        # A call whose results reach past the latest user message is part of the protected tail.
+        if unit.indices[0] < boundary <= unit.indices[-1]:
+            boundary = unit.indices[0]
+    pinned_set = set(pinned)
+    protected = tuple(i for i in range(boundary, len(messages)) if i not in pinned_set)
+    turns: list[list[Unit]] = []
+    tail: list[Unit] = []
+    for unit in units:
+        if unit.indices[0] >= boundary:
+            tail.append(unit)
+            continue
+        first = unit.indices[0]
+        if roles[first] == "user" or not turns:
+            turns.append([])
+        turns[-1].append(unit)
+    return Conversation(pinned, protected, tuple(Turn(tuple(t)) for t in turns), tuple(tail))
+
+
+def protected_start(messages: Sequence[Any]) -> int | None:
+    """Where `split_conversation(messages)`'s protected tail starts (the latest user message), or
+    None when finding that needs the full split.
+
+    It does not when a user message exists and no tool result follows it: a unit only reaches past
+    its first message through tool results, so then no unit can reach across the latest user
+    message, and the protected tail starts exactly there. This is the common shape of a request,
+    and deciding that a request fits needs only this and the pinned messages' tokens.
+    """
+    latest = latest_user_index(messages)
+    if latest is None:
+        return None
+    for message in messages[latest + 1 :]:
+        if isinstance(message, (dict, Mapping)) and message.get("role") in TOOL_RESULT_ROLES:
+            return None
+    return latest
+
+
+def _units(messages: Sequence[Any], roles: Sequence[object]) -> list[Unit]:
+    """Non-pinned messages in order, each tool call grouped with its results."""
+    units: list[Unit] = []
+    open_calls: dict[str, int] = {}  # call id -> position in `units`
+    last_call_unit: int | None = None
+    members: list[list[int]] = []
+    exchange: list[bool] = []
+    for i, message in enumerate(messages):
+        role = roles[i]
+        if role in PINNED_ROLES:
+            continue
+        if role in TOOL_RESULT_ROLES and isinstance(message, Mapping):
+            call_id = message.get("tool_call_id")
+            owner = open_calls.get(call_id) if isinstance(call_id, str) else None
+            if owner is None:
+                owner = last_call_unit if last_call_unit is not None else (len(members) - 1 if members else None)
+            if owner is not None:
+                members[owner].append(i)
+                continue
+        members.append([i])
+        exchange.append(False)
+        if isinstance(message, Mapping) and is_tool_call(message):
+            exchange[-1] = True
+            last_call_unit = len(members) - 1
+            for call_id in call_ids(message):
+                open_calls[call_id] = last_call_unit
+        elif role not in TOOL_RESULT_ROLES:
+            last_call_unit = None
+    for unit_members, is_exchange in zip(members, exchange, strict=True):
+        units.append(Unit(tuple(sorted(unit_members)), is_exchange))
+    # Units must not interleave: merge any unit whose members overlap a later one's span.
+    return _merge_interleaved(units)
+
+
+def _merge_interleaved(units: list[Unit]) -> list[Unit]:
+    merged: list[Unit] = []
+    for unit in sorted(units, key=lambda u: u.indices[0]):
+        if merged and unit.indices[0] < merged[-1].indices[-1]:
+            last = merged.pop()
+            unit = Unit(
+                tuple(sorted(set(last.indices) | set(unit.indices))), last.is_tool_exchange or unit.is_tool_exchange
+            )
+        merged.append(unit)
+    return merged
+
+
+def validity_problems(messages: Sequence[Any]) -> list[str]:
+    """What makes a message list invalid for a chat-completions API: orphaned tool results, calls
+    without all their results, a history that does not start on a user turn after the pinned
+    messages. Used to check that trimming never introduces a problem the input did not have."""
+    problems: list[str] = []
+    pending: dict[str, int] = {}
+    seen_non_pinned = False
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        if role in PINNED_ROLES:
+            continue
+        if not seen_non_pinned:
+            seen_non_pinned = True
+            if role != "user":
+                problems.append(f"messages[{i}]: history starts with {role!r}, not a user message")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in pending:
+                problems.append(f"messages[{i}]: tool result {call_id!r} has no preceding call")
+            else:
+                del pending[call_id]
+            continue
+        if pending and role != "tool":
+            problems.append(f"messages[{i}]: calls {sorted(pending)} have no results before this {role!r} message")
+            pending.clear()
+        if role == "assistant":
+            pending.update(dict.fromkeys(call_ids(message), i))
+    if pending:
+        problems.append(f"calls {sorted(pending)} have no results")
+    return problems

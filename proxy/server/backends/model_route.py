@@ -1,0 +1,127 @@
+"""What a model's requests are counted and sent with, worked out once per model and API.
+
+Every request names a model; from it the guard works out the upstream it goes to, the model that
+serves it, that model's profile (its window: the config's, the model map's, or the one the server
+states), the tokenizer to count with and how it was chosen, the upstream's kind of backend and
+the budget policy that follows from it (`ModelRoute`). None of that depends on the request: it
+depends on the config, which a reload replaces with a new gateway, and on what the guard learned
+of the upstream at start (`Discovery`). So once it is known without asking anyone, it is kept
+(`ModelRoutes`, bounded in how many models it remembers) and every later request of that model
+and API reads it back: one lookup instead of a dozen (issue 28).
+
+What is not kept, and why:
+- a route that had to ask the upstream (an Ollama model's window not asked yet), or whose
+  vocabulary was still loading: the next request asks or loads no more, and is kept then;
+- a choice other than the model's own exact tokenizer (`Choice.source != "model"`): a calibrated
+  estimate's factor moves as usage is learned, and the backend's own tokenizer counts each body;
+- anything learned per request or shared between replicas: a correction of the window
+  (`SharedCorrections`), which the request looks up itself.
+A kept route is dropped when the upstream is discovered again (its `Discovery` is another object).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.models.model_registry import ModelProfile
+from proxy.core.trimming.budget import BudgetPolicy
+from proxy.server.backends.catalogue import Backends, Choice
+from proxy.server.backends.model_counting import Models
+from proxy.server.backends.profiles import BackendProfile, budget_policy
+from proxy.server.upstream.routing import Target
+from proxy.tokenizers.map_corrections import correction_for
+
+MAX_ROUTES = 4096  # models remembered per gateway: clients name what they like, past this the oldest goes
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """Where a model's requests go and what they are counted with (the fields the log reports
+    about it included)."""
+
+    target: Target
+    served: str  # the model the upstream serves the request as (after a rename)
+    profile: ModelProfile  # with the window the server states, when it states one
+    window_source: str  # the record's: where the window came from (`backend`: the server stated it)
+    override: str | None  # the pattern of the operator's override that applies, for the log
+    map_correction: dict[str, Any] | None
+    local: Tokenizer  # the model's own tokenizer (its family's bound, when its vocabulary is missing)
+    vocabulary_missing: str | None  # the package the model's vocabulary ships in, when it is not installed
+    choice: Choice | None  # None: the backend's tokenizer may count, which the request asks (`Backends.choose`)
+    backend: BackendProfile
+    budget: BudgetPolicy
+    discovery: object | None  # what discovery found of the upstream when this was worked out
+
+    @property
+    def kept_as_is(self) -> bool:
+        """Whether every later request of the model may read this back (see the module docstring)."""
+        return self.choice is not None and self.choice.source == "model"
+
+
+class ModelRoutes:
+    """The routes worked out so far, by (model, API), at most `MAX_ROUTES` of them."""
+
+    def __init__(self) -> None:
+        self._routes: dict[tuple[str, str], ModelRoute] = {}
+
+    def get(self, model: str, api: str, discoveries: Mapping[str, object]) -> ModelRoute | None:
+        """The route kept for `model` and `api`, unless its upstream was discovered again since
+        (`discoveries`: what discovery found, by upstream)."""
+        route = self._routes.get((model, api))
+        if route is not None and route.discovery is not discoveries.get(route.target.upstream.name):
+            return None
+        return route
+
+    def put(self, model: str, api: str, route: ModelRoute) -> None:
+        """Keep `route`; when `MAX_ROUTES` are kept, the oldest goes (worked out again if asked for):
+        a table filled by names nobody sends again must not freeze out the ones that come next."""
+        if route.kept_as_is:
+            routes = self._routes
+            if len(routes) >= MAX_ROUTES and (model, api) not in routes:
+                del routes[next(iter(routes))]
+            routes[(model, api)] = route
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+
+async def model_route(
+    models: Models, counting: Backends, model: str, target: Target, stated: int | None
+) -> tuple[ModelRoute, bool]:
+    """The route of `model` to `target`, worked out now with the gateway's `models` and
+    `counting`, `stated` being the window the upstream runs the served model with when it says
+    one (`Backends.known_window`, or asked by the caller); and whether a vocabulary had to load
+    on the way, which is not kept."""
+    upstream = target.upstream
+    served = target.model or model
+    # The budget follows the model that will serve the request: after a rename, the target's window.
+    profile = models.profile(served)
+    window_source: str = profile.window_source
+    map_correction = correction_for(profile)
+    asked = False
+    if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
+        profile, window_source = dataclasses.replace(profile, context_window=stated), "backend"
+    local = models.tokenizers.loaded_tokenizer(profile.tokenizer)
+    if local is None:  # a vocabulary not loaded yet (about a second) loads off the loop
+        local, asked = await asyncio.to_thread(models.tokenizer, profile), True
+    backend = counting.profile_of(upstream.name)
+    route = ModelRoute(
+        target=target,
+        served=served,
+        profile=profile,
+        window_source=window_source,
+        override=models.override_pattern(served),
+        map_correction=map_correction,
+        local=local,
+        vocabulary_missing=models.tokenizers.vocabulary_missing(profile.tokenizer),
+        choice=counting.local_choice(upstream.name, served, profile, local),
+        backend=backend,
+        budget=budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens),
+        discovery=counting.discoveries.get(upstream.name),
+    )
+    return route, asked

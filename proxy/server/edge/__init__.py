@@ -1,0 +1,2 @@
+"""The edge: what arrives, read once: the path and its route, the body within its limits, credentials
+and who the client is."""

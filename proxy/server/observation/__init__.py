@@ -1,0 +1,1 @@
+"""What the operator sees: the record and its log line, metrics, the page of recent decisions, health."""

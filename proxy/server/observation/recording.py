@@ -1,0 +1,71 @@
+"""The request's record written from its flow, in one place.
+
+The steps of a request put what they worked out on its `Flow` (the model the client named, the
+mode, the route, the tokenizer's choice, a correction applied, the exchange and the outcome it
+reached); `fill` copies that into the `RequestRecord` once, when the `records` middleware closes
+it, so that the log line, the metrics and the page read one finished record; so do the upstream
+call's status and time and what the relay saw (a broken stream, a client gone, the whole answer
+delivered). What the edge opens the record with (id, method, path, kind), the error the
+middleware answered with, the notes and the opt-in previews are written where they happen.
+"""
+
+from __future__ import annotations
+
+from proxy.server.observation.record import RequestRecord, note
+from proxy.server.request.flow import Flow
+
+
+def fill(record: RequestRecord, flow: Flow) -> None:
+    """`record` filled from what `flow`'s steps worked out; a step the request never reached
+    (refused before its body was parsed, before its route) leaves its fields as they are."""
+    record.model = flow.model
+    record.upstream_status, record.upstream_ms = flow.upstream_status, flow.upstream_ms
+    record.stream_broken, record.delivered = flow.stream_broken, flow.delivered
+    if flow.client_gone:  # while its answer was relayed (the middleware records a client gone otherwise)
+        record.client_disconnected = True
+    try:
+        parsed, endpoint = flow.parsed, flow.endpoint
+    except AttributeError:  # not a guarded request, or refused before its body was parsed
+        pass
+    else:
+        record.stream = parsed.stream or endpoint.stream
+        record.unread_fields, record.unseen_parts = parsed.unread, parsed.unseen
+    if flow.outcome is not None:
+        record.outcome = flow.outcome
+    if flow.plan is not None:  # counted outside an exchange (a count endpoint)
+        record.plan = flow.plan
+    try:
+        target = flow.target
+    except AttributeError:  # never routed
+        return
+    record.upstream = target.upstream.name
+    if flow.mode is None:  # a pass-through: routed, never counted
+        return
+    record.mode, record.served_model = flow.mode, target.model
+    route, choice = flow.route, flow.choice
+    if route is None:  # refused before its model's route was worked out
+        return
+    record.window_source, record.override, record.map_correction = (
+        flow.window_source,
+        route.override,
+        route.map_correction,
+    )
+    if choice is None:
+        return
+    record.count_source = "provider" if flow.provider_counted else choice.source
+    if choice.calibration is not None:
+        record.calibration = choice.calibration.factor
+    if flow.calibration is not None:  # learned from this request's usage
+        record.calibration = flow.calibration
+    if flow.prompt_tokens is not None:  # what the upstream's usage said it counted
+        record.provider_prompt_tokens = flow.prompt_tokens
+    if flow.correction is not None:
+        record.applied_correction = flow.correction
+    exchange = flow.exchange
+    if exchange is None:
+        return
+    record.plan, record.attempts = exchange.plan, exchange.attempt
+    record.learned_correction, record.correction_note = exchange.learned, exchange.ignored_overflow
+    if exchange.attempt == 2 and record.window_source != "correction":  # a retry planned for the corrected window
+        record.window_source = "correction"
+        note(record, "fallback_window", present=False)

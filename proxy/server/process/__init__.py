@@ -1,0 +1,1 @@
+"""The serving process: the app, start, reload, drain and stop, and the workers."""

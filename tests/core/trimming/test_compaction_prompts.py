@@ -1,0 +1,55 @@
+"""Recognising a client's own compaction request by its latest user message."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core.trimming.compaction_prompts import compiled_patterns, is_compaction_request
+
+CLAUDE_CODE = (
+    "Your task is to create a detailed summary of the conversation so far, paying close attention to the "
+    "user's explicit requests and your previous actions."
+)
+CODEX = (
+    "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM that will "
+    "resume the task."
+)
+
+
+def asks(text: object, extra: tuple[str, ...] = ()) -> bool:
+    messages = [{"role": "user", "content": "Fix the parser."}, {"role": "assistant", "content": "Done."}]
+    messages.append({"role": "user", "content": text})
+    return is_compaction_request(messages, (2,), extra)
+
+
+class TestIsCompactionRequest:
+    @pytest.mark.parametrize(
+        "prompt", [CLAUDE_CODE, CODEX, "Please summarise this conversation.", "Summarize the whole chat for me"]
+    )
+    def test_the_major_clients_prompts_and_the_plain_request_are_recognised(self, prompt):
+        assert asks(prompt)
+
+    def test_a_prompt_in_text_parts_is_recognised(self):
+        assert asks(
+            [{"type": "text", "text": "<system-reminder>x</system-reminder>"}, {"type": "text", "text": CLAUDE_CODE}]
+        )
+
+    @pytest.mark.parametrize("prompt", ["Summarize this file.", "Fix the summary function.", "What did we decide?"])
+    def test_ordinary_requests_are_not(self, prompt):
+        assert not asks(prompt)
+
+    def test_the_words_deep_inside_pasted_material_are_not_a_request(self):
+        assert not asks("Review this log:\n" + "x" * 5000 + "\nsummarize the conversation")
+
+    def test_only_the_latest_user_message_counts(self):
+        messages = [{"role": "user", "content": CLAUDE_CODE}, {"role": "user", "content": "Go on."}]
+        assert not is_compaction_request(messages, (1,))
+
+    def test_an_operators_pattern_adds_to_the_built_in_ones(self):
+        assert asks("Checkpoint the session now", (r"checkpoint the session",)) and not asks(
+            "Checkpoint the session now"
+        )
+
+    def test_a_bad_pattern_is_an_error_naming_it(self):
+        with pytest.raises(ValueError, match=r"\(unclosed"):
+            compiled_patterns(("(unclosed",))

@@ -1,0 +1,127 @@
+"""What a model's requests are counted and sent with is worked out once per model and API, and
+kept only while nothing it came from can have changed (proxy/server/backends/model_route.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.config.settings import load_settings
+from proxy.core.counting.tokenizer import CharEstimateTokenizer
+from proxy.server.backends.catalogue import Backends, Choice
+from proxy.server.backends.model_counting import Models
+from proxy.server.backends.model_route import MAX_ROUTES, ModelRoute, ModelRoutes, model_route
+from proxy.server.backends.profiles import Discovery
+from proxy.server.upstream.routing import Router
+
+CONFIG = """\
+upstreams:
+  openai:
+    base_url: http://127.0.0.1:9/v1
+  local:
+    base_url: http://127.0.0.1:9/v1
+routes:
+  - match: served-locally
+    upstream: local
+    rename: gpt-4o-mini
+  - match: "*"
+    upstream: openai
+"""
+
+
+class CountedModels(Models):
+    """The gateway's `Models`, saying how often a model's profile was looked up."""
+
+    looked_up = 0
+
+    def profile(self, model: str) -> Any:
+        self.looked_up += 1
+        return super().profile(model)
+
+
+@pytest.fixture
+def gateway_parts(tmp_path: Path) -> tuple[CountedModels, Backends, Router]:
+    path = tmp_path / "context-guard.yaml"
+    path.write_text(CONFIG)
+    settings = load_settings(path)
+    return CountedModels(settings), Backends(), Router(settings)
+
+
+async def route_of(parts: tuple[CountedModels, Backends, Router], model: str) -> tuple[ModelRoute, bool]:
+    models, backends, router = parts
+    target = router.route(model)
+    known, stated = backends.known_window(target.upstream.name, target.model or model)
+    assert known, "nothing is asked of an upstream not discovered"
+    return await model_route(models, backends, model, target, stated)
+
+
+class TestWorkingItOut:
+    async def test_a_route_is_the_served_model_its_window_and_its_own_exact_tokenizer(self, gateway_parts):
+        _, loading = await route_of(gateway_parts, "served-locally")
+        route, asked = await route_of(gateway_parts, "served-locally")
+        assert loading and not asked  # the first loaded the vocabulary: that one is not kept
+        assert route.target.upstream.name == "local" and route.served == "gpt-4o-mini"
+        assert route.profile.name == "gpt-4o-mini" and route.profile.context_window == 128_000
+        assert route.window_source == "model_map" and route.override is None
+        assert route.choice is not None and route.choice.source == "model" and route.choice.tokenizer is route.local
+        assert route.kept_as_is
+
+    async def test_a_window_the_server_states_is_the_route_s(self, gateway_parts):
+        _, backends, _ = gateway_parts
+        backends.discoveries["openai"] = Discovery("vllm", default_window=8192)
+        route, _ = await route_of(gateway_parts, "gpt-4o")
+        assert route.profile.context_window == 8192 and route.window_source == "backend"
+        assert route.discovery is backends.discoveries["openai"]
+
+
+class TestKeeping:
+    async def test_a_model_s_later_requests_read_back_what_its_first_worked_out(self, gateway_parts):
+        models, backends, _ = gateway_parts
+        routes = ModelRoutes()
+        first, _ = await route_of(gateway_parts, "gpt-4o")
+        routes.put("gpt-4o", "chat", first)
+        looked_up = models.looked_up
+        for _ in range(3):
+            assert routes.get("gpt-4o", "chat", backends.discoveries) is first
+        assert models.looked_up == looked_up
+        assert routes.get("gpt-4o", "responses", backends.discoveries) is None  # per API
+        assert routes.get("gpt-4o-mini", "chat", backends.discoveries) is None
+
+    async def test_a_route_is_not_read_back_once_its_upstream_was_discovered_again(self, gateway_parts):
+        _, backends, _ = gateway_parts
+        backends.discoveries["openai"] = Discovery("vllm", default_window=8192)
+        routes = ModelRoutes()
+        route, _ = await route_of(gateway_parts, "gpt-4o")
+        routes.put("gpt-4o", "chat", route)
+        assert routes.get("gpt-4o", "chat", backends.discoveries) is route
+        backends.discoveries["openai"] = Discovery("vllm", default_window=4096)
+        assert routes.get("gpt-4o", "chat", backends.discoveries) is None
+        again, _ = await route_of(gateway_parts, "gpt-4o")
+        assert again.profile.context_window == 4096
+
+    @pytest.mark.parametrize("source", ["calibrated", "estimate", None])
+    async def test_a_choice_that_can_change_is_worked_out_anew_for_every_request(self, gateway_parts, source):
+        """A calibrated estimate's factor moves with what is learned; no choice at all means the
+        backend's own tokenizer counts each body."""
+        route, _ = await route_of(gateway_parts, "gpt-4o")
+        choice = None if source is None else Choice(route.profile, CharEstimateTokenizer(4.0), source)
+        moving = ModelRoute(**{**_fields(route), "choice": choice})
+        routes = ModelRoutes()
+        routes.put("gpt-4o", "chat", moving)
+        assert not moving.kept_as_is and len(routes) == 0
+
+    async def test_how_many_models_are_remembered_is_bounded_whatever_names_clients_send(self, gateway_parts):
+        _, backends, _ = gateway_parts
+        route, _ = await route_of(gateway_parts, "gpt-4o")
+        routes = ModelRoutes()
+        for i in range(MAX_ROUTES + 10):
+            routes.put(f"gpt-4o-{i}", "chat", route)
+        assert len(routes) == MAX_ROUTES
+        assert routes.get("gpt-4o-5", "chat", backends.discoveries) is None  # the oldest went
+        assert routes.get(f"gpt-4o-{MAX_ROUTES + 5}", "chat", backends.discoveries) is route  # the newest are kept
+
+
+def _fields(route: ModelRoute) -> dict[str, Any]:
+    return {name: getattr(route, name) for name in ModelRoute.__dataclass_fields__}
