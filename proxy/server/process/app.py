@@ -263,6 +263,11 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
             record.finish(status)
             _write(request.app[GATEWAY], record, request.app[RECENT])
         finally:
+            # The flow holds the request and the request its flow: a cycle that only the collector
+            # frees, and the collector is kept off the serving loop's young objects
+            # (`proxy.server.threads.collector`), so every request's body and parse would wait for a
+            # full collection. Broken here, they go when the request does.
+            del request[FLOW]
             drain.finished()
 
 
