@@ -31,6 +31,15 @@ async def fake(aiohttp_server: Any) -> tuple[FakeGemini, str]:
     return provider, str(server.make_url("")).rstrip("/")
 
 
+def digits_at_the_edge() -> dict[str, Any]:
+    """A prompt of digits: Gemma's vocabulary splits them one by one where the fake's cl100k takes
+    three at a time, so the local count is over the budget and the provider's count within it."""
+    return {
+        "contents": [{"role": "user", "parts": [{"text": " ".join(["48213"] * 700)}]}],
+        "generationConfig": {"maxOutputTokens": RESERVE},
+    }
+
+
 async def guard(aiohttp_server: Any, model_map: Any, upstream: dict[str, Any], window: int = 3000) -> str:
     data = {
         "upstreams": {"google": {"read_timeout": 120, "connect_timeout": 2, **upstream}},
@@ -92,10 +101,7 @@ class TestProviderCountAtTheEdge:
         monkeypatch.setenv("GEMINI_KEY", "server-key")
         upstream = {"base_url": root, "kind": "gemini", "api_key_env": "GEMINI_KEY", "provider_count_ratio": 10}
         url = await guard(aiohttp_server, model_map, upstream)
-        body = {
-            "contents": [{"role": "user", "parts": [{"text": " ".join(["48213"] * 700)}]}],
-            "generationConfig": {"maxOutputTokens": RESERVE},
-        }
+        body = digits_at_the_edge()
         raw = json.dumps(body).encode()
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{url}/v1beta/models/{FLASH}:countTokens", json=body) as counted:
@@ -177,10 +183,7 @@ class TestExpressMode:
         monkeypatch.setenv("VERTEX_KEY", "express-key")
         upstream = {"base_url": root, "kind": "vertex", "api_key_env": "VERTEX_KEY", "provider_count_ratio": 10}
         url = await guard(aiohttp_server, model_map, upstream)
-        body = {
-            "contents": [{"role": "user", "parts": [{"text": " ".join(["48213"] * 700)}]}],
-            "generationConfig": {"maxOutputTokens": RESERVE},
-        }
+        body = digits_at_the_edge()
         raw = json.dumps(body).encode()
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{url}/v1/publishers/google/models/{FLASH}:generateContent", data=raw) as response:
