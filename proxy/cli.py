@@ -121,12 +121,19 @@ def _serve(args: argparse.Namespace) -> int:
     from proxy.config.source import SettingsSource
     from proxy.server.process.run import serve
 
-    return serve(
-        SettingsSource(args.config, args.upstream, args.host, args.port),
-        workers=args.workers,
-        drain_delay_seconds=args.drain_delay,
-        shutdown_grace_seconds=args.shutdown_grace,
-    )
+    source = SettingsSource(args.config, args.upstream, args.host, args.port)
+    flags = {
+        "workers": args.workers,
+        "drain_delay_seconds": args.drain_delay,
+        "shutdown_grace_seconds": args.shutdown_grace,
+    }
+    if source.upstream != "echo":
+        return serve(source, **flags)
+    # A testing aid: the built-in echo upstream in this process, the guard in front of it.
+    from proxy.demo.echo import echo_in_thread, with_echo_upstream
+
+    with echo_in_thread() as url:
+        return serve(source, load=lambda: with_echo_upstream(source.load(), url), **flags)
 
 
 def _check_config(args: argparse.Namespace) -> int:

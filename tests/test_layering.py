@@ -1,7 +1,7 @@
 """The package's layers hold: every import runs down (or across one layer), never up, and no two
 modules import each other, however indirectly.
 
-    core < errors < apis < config, wire, tokenizers, state, logging < server, demo/echo < demo, cli
+    core < errors < apis < config, wire, tokenizers, state, logging < server < demo, cli
 
 `proxy.core` is pure (counting, budgets, trims); the adapters in `proxy.apis` turn each API shape
 into the core's view; configuration, the JSON readers at the edge, the vocabularies and learned
@@ -33,7 +33,6 @@ LAYERS: dict[str, int] = {
     "proxy.logging": 3,
     "proxy": 3,  # the package's own __init__ (its version)
     "proxy.server": 4,
-    "proxy.demo.echo": 4,  # an upstream the shell can serve (`serve --echo`), outside the shell's folders
     "proxy.demo": 5,
     "proxy.cli": 5,
     "proxy.__main__": 5,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -41,24 +41,22 @@ def server_options(settings: Settings, **flags: float | int | None) -> ServerOpt
         raise ConfigError(str(exc), key="--workers/--drain-delay/--shutdown-grace") from None
 
 
-def serve(source: SettingsSource, **flags: float | int | None) -> int:
-    """Serve until stopped; the exit status (0 after a clean stop, 2 when it could not start)."""
+def serve(
+    source: SettingsSource, *, load: Callable[[], Settings] | None = None, **flags: float | int | None
+) -> int:
+    """Serve until stopped; the exit status (0 after a clean stop, 2 when it could not start).
+    `load`, when given, reads the settings in place of `source` (the command's built-in echo
+    upstream put in) and serves them in this one process."""
     settings = source.load()  # a bad config stops here, before any process is started
     configure_logging(settings.log.format, settings.log.level)
     log = structlog.get_logger("context-guard")
     check_exposure(settings, log)
     warn_missing_keys(settings, log)
     options = server_options(settings, **flags)
-    if source.upstream == "echo":  # a testing aid: the built-in echo upstream, in this process
-        from proxy.demo.echo import echo_in_thread, with_echo_upstream
-
-        with echo_in_thread() as url:
-            bind_worker(1)
-            return asyncio.run(serve_process(lambda: with_echo_upstream(source.load(), url), options))
-    count = options.worker_count()
+    count = 1 if load is not None else options.worker_count()
     if count == 1:
         bind_worker(1)
-        return asyncio.run(serve_process(source.load, options))
+        return asyncio.run(serve_process(load or source.load, options))
 
     return supervise(source, settings, options, count)
 
