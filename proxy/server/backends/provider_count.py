@@ -188,10 +188,15 @@ async def at_edge(
     return _as_sent(plan, request.body, request.chat, counted, clamped)
 
 
+# A model's family, matched once per name (a few dozen patterns; every bound-counted request asks),
+# in a bounded table: names are the clients'.
+_family_of = functools.lru_cache(maxsize=1024)(family_for)
+
+
 def _stated_ratio(model: str, tokenizer: object) -> float | None:
     """The ratio the model's family states for its own vocabulary (Gemini counted with Gemma's),
     when that vocabulary is what counted (not an operator's tokenizer, not the bound)."""
-    family = family_for(model)
+    family = _family_of(model)
     if family.tokenizer.kind != "vocab" or getattr(tokenizer, "name", None) != family.tokenizer.source:
         return None
     return family.bound_ratio
