@@ -142,6 +142,7 @@ GEMINI3_IMAGE_TOKENS: dict[str, int] = {
     "MEDIA_RESOLUTION_HIGH": 1120,
     "MEDIA_RESOLUTION_ULTRA_HIGH": 2240,
 }
+_GEMINI3_MOST = max(GEMINI3_IMAGE_TOKENS.values())  # a level the table does not know
 
 
 def is_media_resolution(detail: object) -> bool:
@@ -156,7 +157,6 @@ class ResolutionCost:
     (no level asked) and UNSPECIFIED are the default, a level not in the table the most there is.
     `LEVEL|N` (a part's `numTokens`) costs the larger of the level's and N."""
 
-    table: tuple[tuple[str, int], ...] = tuple(GEMINI3_IMAGE_TOKENS.items())
     default: str = "MEDIA_RESOLUTION_HIGH"
 
     def cost(self, width: int, height: int, detail: str) -> int:
@@ -164,10 +164,9 @@ class ResolutionCost:
 
     def max_cost(self, detail: str) -> int:
         detail, _, asked = detail.partition("|")
-        table = dict(self.table)
         if detail in ("high", "auto", "low", "MEDIA_RESOLUTION_UNSPECIFIED"):
             detail = self.default
-        level = table.get(detail, max(table.values()))
+        level = GEMINI3_IMAGE_TOKENS.get(detail, _GEMINI3_MOST)
         return max(level, int(asked)) if asked.isdigit() else level
 
 
