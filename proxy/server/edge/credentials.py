@@ -60,13 +60,10 @@ def credential_digest(headers: Mapping[str, str], query: Mapping[str, str] | Non
     client is for its share of the threads and its part of the count cache
     (`proxy.server.edge.client_scope`). Read from the headers every client key is accepted from
     (`Authorization`, whatever its scheme, and `CLIENT_KEY_HEADERS`), else Google's `?key=`."""
-    for name in _CREDENTIAL_HEADERS:
-        value = headers.get(name)
-        if value:
-            return hashlib.blake2b(value.encode("utf-8", "surrogateescape"), digest_size=16).digest()
-    if query and (key := query.get("key")):
-        return hashlib.blake2b(key.encode("utf-8", "surrogateescape"), digest_size=16).digest()
-    return None
+    value = next((v for v in map(headers.get, _CREDENTIAL_HEADERS) if v), None)
+    if not value and query:
+        value = query.get("key")
+    return hashlib.blake2b(value.encode("utf-8", "surrogateescape"), digest_size=16).digest() if value else None
 
 
 def holds_client_key(headers: Mapping[str, str], keys: Iterable[str]) -> bool:
