@@ -151,7 +151,7 @@ def _job_runner(bodies: Bodies) -> Any:
     the event loop), as a function of the body's bytes."""
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import settings_from_dict
-    from proxy.server.backends.model_counting import Models
+    from proxy.server.backends.model_counting import CountedAs, Models
     from proxy.wire.readers import BodyReaders
 
     upstreams = {"fake": {"base_url": "http://127.0.0.1:9/v1"}}
@@ -164,14 +164,14 @@ def _job_runner(bodies: Bodies) -> Any:
     endpoint = registry.endpoint_for("/v1/chat/completions")
     assert endpoint is not None
     profile = models.profile("gpt-4.1")
-    counting = (profile, models.tokenizer(profile))
+    counting = CountedAs("gpt-4.1", profile, models.tokenizer(profile))
 
     def job(raw: bytes) -> Any:
         match = readers.match(endpoint.adapter, raw)
         reading = readers.read(endpoint.adapter, raw, match)
         parsed = endpoint.parse(reading.value, reading.known)
         readers.accepted(endpoint.adapter, reading, seen_whole=not parsed.unseen)
-        return models.fit(endpoint.adapter, parsed, "gpt-4.1", None, counting, None, ("client", b"x"))
+        return models.fit(endpoint.adapter, parsed, None, counting, ("client", b"x"))
 
     job(bodies.base)
     return job

@@ -53,8 +53,12 @@ def measure(config: str) -> dict[str, float]:
     endpoint = registry.endpoint_for("/v1/chat/completions")
     assert endpoint is not None
     profile = guard.profile("gpt-4.1")
-    counting = (profile, guard.tokenizer(profile))
+    counted = getattr(guard, "counted_as", None)  # `CountedAs` from issue 40 on; a (profile, tokenizer) pair before
     shared = {"shared_cache": True} if "shared_cache" in inspect.signature(guard.fit).parameters else {}
+    if counted is not None:
+        counting, leading = counted("gpt-4.1"), ()
+    else:
+        counting, leading = (profile, guard.tokenizer(profile)), ("gpt-4.1",)
 
     def parse(raw: bytes) -> Any:
         if resends:  # as the handler reads: a re-sent conversation parsed only where it is new
@@ -71,7 +75,7 @@ def measure(config: str) -> dict[str, float]:
         return endpoint.parse(data)
 
     def plan(parsed: Any) -> Any:
-        return guard.fit(endpoint.adapter, parsed, "gpt-4.1", None, counting, **shared)
+        return guard.fit(endpoint.adapter, parsed, *leading, None, counting, **shared)
 
     bodies = Bodies.of_size(88_000)
     plan(parse(bodies.base))  # the conversation's earlier turns in the cache

@@ -171,7 +171,7 @@ class _Request:
     notes: list[str]
 
     def fit(self) -> Any:
-        return self.guard.fit(self.adapter, self.parsed, self.model)
+        return self.guard.fit(self.adapter, self.parsed, counted=self.guard.counted_as(self.model))
 
 
 def _load(args: argparse.Namespace) -> _Request:

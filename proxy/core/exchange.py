@@ -1,10 +1,13 @@
-"""The life of one guarded request as a pure state machine that yields commands: plan, recount,
-summarise, send, correct, re-plan. The server performs each command and answers it; nothing here
-awaits, sends, logs or calls back into the server (mitmproxy's layers work the same way:
-`err = yield OpenConnection(server)`).
+"""The life of one guarded request as a pure state machine that yields commands: route, choose a
+tokenizer, look up a correction, plan, recount, summarise, send, correct, re-plan. The server
+performs each command and answers it; nothing here awaits, sends, logs or calls back into the
+server (mitmproxy's layers work the same way: `err = yield OpenConnection(server)`). The commands
+and replies are `proxy.core.commands`.
 
-    exchange = Exchange("enforce", known_window=128_000, ...)
-    command = exchange.start()                  # PlanFor(window=None)
+    exchange = Exchange("enforce", read_whole=True)
+    command = exchange.start()                  # FindRoute()
+    command = exchange.send(routed)             # LookUpCorrection() (ChooseTokenizer() first if the route cannot say)
+    command = exchange.send(None)               # PlanFor(window=None): no correction, the model's window
     command = exchange.send(plan)               # Send(body, plan) or Reject(plan), Recount, Summarise...
     command = exchange.send(Answered(400, error, sent))   # PlanFor(corrected window), then Send again
     command = exchange.send(Delivered(whole=True))        # Remember(correction) when a retry won
@@ -14,6 +17,10 @@ Each command names its reply:
 
 | command                    | the server                                           | replies        |
 | -------------------------- | ---------------------------------------------------- | -------------- |
+| `FindRoute()`              | finds the model's route (asks the upstream for the   | `Routed`       |
+|                            | served model's window, loads its vocabulary, once)   |                |
+| `ChooseTokenizer()`        | asks whether the backend's tokenizer counts the body | `Counting`     |
+| `LookUpCorrection()`       | reads a correction kept for the upstream and model   | `Correction` or None |
 | `PlanFor(window)`          | counts and trims for `window`, renders the API shape | `Plan`         |
 | `ProviderCount(plan)`      | asks the upstream's count endpoint, at the edge only | `Plan` or None |
 |                            | (a plan made from a bound, never an exact count)     |                |
@@ -35,133 +42,40 @@ trim produced is counted by the backend too, for up to `BACKEND_ROUNDS` re-plans
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
+from proxy.core.commands import (
+    CHOOSE_TOKENIZER,
+    FIND_ROUTE,
+    FOR_MODEL_WINDOW,
+    LOOK_UP_CORRECTION,
+    Answered,
+    Command,
+    Counting,
+    Delivered,
+    Note,
+    PlanFor,
+    ProviderCount,
+    Recount,
+    Recounted,
+    Reject,
+    Relay,
+    Remember,
+    Render,
+    Reply,
+    Routed,
+    Send,
+    Summarise,
+    Summary,
+)
 from proxy.core.learning.corrections import Correction, CorrectionPolicy, parse_overflow
 from proxy.core.plan import Plan
-from proxy.core.trimming.compaction import SummaryRequest, summary_request, with_summary
-from proxy.core.trimming.notes import SummaryStatus
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.compaction import summary_request, with_summary
 
 Mode = Literal["enforce", "dry_run", "off"]
 DEFAULT_POLICY = CorrectionPolicy()
 BACKEND_ROUNDS = 3  # re-plans after the backend counted what a trim produced; one is usually enough
-
-
-@dataclass(frozen=True, slots=True)
-class PlanFor:
-    """Count and trim the request for `window` (None: the model's own), written back in its API's
-    shape; with `bound_unfetched`, texts the backend has not counted are bounded from above from
-    now on (the last plan must not undercount because an estimate ran low). Reply: the `Plan`."""
-
-    window: int | None
-    bound_unfetched: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderCount:
-    """Where `plan`'s bounds straddle its budget, ask the upstream's own count endpoint
-    (`proxy.core.counting.edge`). Reply: the plan as that count re-makes it (the request as sent, when the
-    provider's count fits), or None: `plan` stands."""
-
-    plan: Plan
-
-
-@dataclass(frozen=True, slots=True)
-class Recount:
-    """Have the backend count `body` (fetching the counts of texts it has not seen). Reply:
-    `Recounted`, or None when the backend cannot count now."""
-
-    body: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Recounted:
-    tokens: int | None  # `body` as the backend counts it; None: some of it is still counted locally
-
-
-@dataclass(frozen=True, slots=True)
-class Summarise:
-    """Ask the summariser for a summary of the span `request` names. Reply: `Summary`."""
-
-    request: SummaryRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    text: str | None
-    status: SummaryStatus
-
-
-@dataclass(frozen=True, slots=True)
-class Render:
-    """Write the cut `view` (in the chat view) back in the API's own shape. Reply: the body."""
-
-    view: TrimResult
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """Say `name` on the request's log line (or, with `present` False, no longer say it). Reply: None."""
-
-    name: str
-    present: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send the request: `body` when the guard changed it, else the bytes as received. `outcome`
-    is what the log says of it. Reply: `Delivered` or `Answered`."""
-
-    body: Mapping[str, Any] | None
-    plan: Plan | None
-    attempt: int = 1
-    outcome: str = "forwarded"
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """The upstream accepted the request and its answer was relayed; `whole`: the client had all of
-    it (it did not hang up, the stream did not break), so what the attempt taught may be kept."""
-
-    whole: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """The upstream answered `status` >= 400 (or a stream with no answer in it) with `error_body`
-    to the bytes `sent`."""
-
-    status: int
-    error_body: bytes
-    sent: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """Answer 400 context_length_exceeded: nothing more may be cut."""
-
-    plan: Plan
-
-
-@dataclass(frozen=True, slots=True)
-class Relay:
-    """Give the client the upstream's own answer (the one `Answered` described)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Remember:
-    """Keep `correction` for the upstream and model: a retry planned with it was accepted. Reply: None."""
-
-    correction: Correction
-
-
-_FOR_MODEL_WINDOW = PlanFor(None)  # most requests' first command, made once
-DELIVERED, DELIVERED_IN_PART = Delivered(whole=True), Delivered(whole=False)
-
-Command = PlanFor | ProviderCount | Recount | Summarise | Render | Note | Send | Remember | Reject | Relay
-Reply = Plan | Recounted | Summary | Mapping[str, Any] | Delivered | Answered | None
 
 
 class Exchange:
@@ -172,28 +86,24 @@ class Exchange:
         self,
         mode: Mode,
         *,
-        known_window: int,
-        window: int | None = None,
-        correction: Correction | None = None,
-        self_correct: CorrectionPolicy | None = DEFAULT_POLICY,
-        provider: str | None = None,
         read_whole: bool = True,
-        recounts: bool = False,
         chat: Mapping[str, Any] | None = None,
-        provider_counts: bool = False,
+        self_correct: CorrectionPolicy | None = DEFAULT_POLICY,
     ) -> None:
         self.mode = mode
-        self.known_window = known_window
-        self.window = window  # the window the request opted into, when not the model's own (None: its own)
-        self.applied = correction  # a correction learned earlier, applied to this request's window
-        self._policy = self_correct if mode == "enforce" else None  # None: never retry
-        self.provider = provider  # the upstream's kind, named in a correction; None: as its error's wording says
         # Whether the request's count covered everything the upstream may put in its prompt: only
         # then is a count factor its error implies about the model, not about this request.
         self.read_whole = read_whole
-        self.recounts = recounts  # the backend's own tokenizer counts: recount what a trim produced
         self.chat = chat  # the chat view, when a summary may replace what a cut dropped
-        self.provider_counts = provider_counts  # the upstream's count endpoint may decide at the budget's edge
+        self._policy = self_correct if mode == "enforce" else None  # None: never retry
+        # Decided from the route's, the tokenizer's and the correction's replies (`_decided`):
+        self.known_window = 0  # the window the serving model runs with (a larger one the request opts into)
+        self.window: int | None = None  # the window the request opted into, when not the model's own (None: its own)
+        self.window_source: str | None = None  # where the window came from, for the record
+        self.applied: Correction | None = None  # a correction learned earlier, applied to this request's window
+        self.provider: str | None = None  # the upstream's kind, named in a correction; None: as its error's words say
+        self.recounts = False  # the backend's own tokenizer counts: recount what a trim produced
+        self.provider_counts = False  # the upstream's count endpoint may decide at the budget's edge
         self.plan: Plan | None = None  # the latest plan
         self.attempt = 0
         self.learned: Correction | None = None  # measured from this request's upstream error
@@ -210,13 +120,14 @@ class Exchange:
             return None
 
     def _run(self) -> Generator[Command, Any, None]:
+        yield from self._decided()
         self.attempt = 1
         if self.mode == "off":
             if isinstance((yield Send(None, None)), Answered):
                 yield Relay()
             return
         window = min(self.applied.window, self.known_window) if self.applied else self.window
-        plan: Plan = yield PlanFor(window) if window is not None else _FOR_MODEL_WINDOW
+        plan: Plan = yield PlanFor(window) if window is not None else FOR_MODEL_WINDOW
         # Once, on the first plan, when it is a bound: the provider's own count at the budget's edge.
         if self.provider_counts and not plan.count.exact:
             counted: Plan | None = yield ProviderCount(plan)
@@ -244,6 +155,33 @@ class Exchange:
                 yield Relay()
                 return
             plan = retry
+
+    def _decided(self) -> Generator[Command, Any, None]:
+        """The window, the tokenizer and the correction, decided from what the server found: the
+        route's window, or a larger one the request opts into where the window is the model map's
+        (Anthropic's 1M beta header); the backend's tokenizer asked when the route does not know
+        how the request is counted; a correction learned earlier, whose window applies instead
+        (`_run`: never looser than the one known). Under `mode: off` too: the record says what
+        the request would have been counted with."""
+        routed: Routed = yield FIND_ROUTE
+        opted = routed.opt_in_window if routed.window_source == "model_map" else None
+        larger = opted if opted is not None and opted > routed.context_window else None
+        self.known_window, self.window = larger or routed.context_window, larger
+        self.window_source = routed.window_source if larger is None else "opt_in"
+        # The provider a correction names: an Anthropic upstream is counted as an OpenAI-like backend.
+        kind = routed.backend_kind
+        self.provider = "anthropic" if routed.upstream_kind == "anthropic" else kind if kind != "generic" else None
+        counting: Counting = routed.counting if routed.counting is not None else (yield CHOOSE_TOKENIZER)
+        self.recounts = counting.recounts  # nothing to count again without the backend's tokenizer
+        # Bounds straddling the budget: the upstream counts (the backend's own tokenizer needs none).
+        self.provider_counts = counting.source != "backend" and routed.provider_counts
+        correction: Correction | None = yield LOOK_UP_CORRECTION
+        if correction is not None:
+            self.applied, self.window_source = correction, "correction"
+        if self.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
+            yield Note("fallback_window")
+        if routed.vocabulary_missing is not None:  # counted with the family's bound
+            yield Note(f"vocabulary_missing:{routed.vocabulary_missing}")
 
     def _decide(self, plan: Plan) -> Send | Reject:
         result = plan.result

@@ -28,7 +28,7 @@ def guard() -> Models:
 
 
 def fitted(guard: Models, adapter: Adapter, body: dict[str, Any], window: int = 3000) -> Fitted:
-    return guard.fit(adapter, adapter.parse(body), "gpt-4o", window)
+    return guard.fit(adapter, adapter.parse(body), window, guard.counted_as("gpt-4o"))
 
 
 def turns(n: int) -> list[dict[str, Any]]:

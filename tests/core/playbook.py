@@ -59,4 +59,6 @@ def _matches(command: Command | None, expected: Any) -> bool:
 
 
 def _short(value: object) -> str:
-    return reprlib.Repr(maxstring=60, maxother=200, maxlevel=3).repr(value)
+    short = reprlib.Repr()  # Python 3.11's takes no keywords
+    short.maxstring, short.maxother, short.maxlevel = 60, 200, 3
+    return short.repr(value)

@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from proxy.core.exchange import (
+from proxy.core.commands import (
     Answered,
+    ChooseTokenizer,
+    Counting,
     Delivered,
-    Exchange,
+    FindRoute,
+    LookUpCorrection,
     Note,
     PlanFor,
     ProviderCount,
@@ -20,10 +24,13 @@ from proxy.core.exchange import (
     Relay,
     Remember,
     Render,
+    Routed,
     Send,
     Summarise,
     Summary,
 )
+from proxy.core.exchange import Exchange
+from proxy.core.learning.corrections import Correction
 from proxy.core.plan import Plan
 from tests.core.playbook import Playbook
 from tests.support.trimming import fit, words
@@ -49,8 +56,40 @@ def overflow(limit: int, prompt: int) -> Answered:
     return Answered(400, json.dumps(error).encode(), b'{"model": "gpt-4o", "messages": []}')
 
 
-def exchange(mode: str = "enforce", **options: Any) -> Exchange:
-    return Exchange(mode, known_window=WINDOW, **options)  # type: ignore[arg-type]
+ROUTES: WeakKeyDictionary[Exchange, tuple[Routed, Correction | None]] = WeakKeyDictionary()
+
+
+def exchange(
+    mode: str = "enforce",
+    *,
+    window: int | None = None,
+    correction: Correction | None = None,
+    provider_counts: bool = False,
+    recounts: bool = False,
+    **options: Any,
+) -> Exchange:
+    """An exchange whose route will say the model's window is `WINDOW` (or that the request opts
+    into `window`), counted by the model's own tokenizer (by the backend's with `recounts`), and
+    whose correction lookup will find `correction`; `book` answers those first three commands."""
+    made = Exchange(mode, **options)  # type: ignore[arg-type]
+    source = "backend" if recounts else "model"
+    ROUTES[made] = (
+        Routed(
+            WINDOW if window is None else window // 2,  # the model map's, smaller than the one opted into
+            "model_map",
+            opt_in_window=window,
+            provider_counts=provider_counts,
+            counting=Counting(source, recounts=recounts),
+        ),
+        correction,
+    )
+    return made
+
+
+def book(machine: Exchange) -> Playbook:
+    """The playbook of `machine` from its first plan on: its route found and its correction looked up."""
+    routed, correction = ROUTES[machine]
+    return Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> correction
 
 
 def sending(plan: Plan, attempt: int = 1, outcome: str | None = None) -> Send:
@@ -65,18 +104,18 @@ TRIMMED = fit(conversation(30), 3_000)
 class TestPlanAndForward:
     def test_a_request_that_fits_is_planned_for_the_models_window_and_sent_as_it_came(self):
         assert FITS.result.outcome == "unchanged"
-        assert Playbook(exchange()) << PlanFor(None) >> FITS << Send(None, FITS, 1, "unchanged") >> Delivered() << None
+        assert book(exchange()) << PlanFor(None) >> FITS << Send(None, FITS, 1, "unchanged") >> Delivered() << None
 
     def test_a_trimmed_request_is_sent_in_its_own_shape(self):
         """The plan's rendered body is what goes out; nothing rewrites the plan after the fact."""
         rendered = replace(TRIMMED, body={**TRIMMED.result.body, "rendered": True})
-        assert Playbook(exchange()) << PlanFor(None) >> rendered << Send(rendered.body, rendered, 1, "trimmed")
+        assert book(exchange()) << PlanFor(None) >> rendered << Send(rendered.body, rendered, 1, "trimmed")
 
     def test_a_correction_learned_earlier_plans_for_its_window(self):
         earlier = exchange()
-        assert Playbook(earlier) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor
+        assert book(earlier) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor
         assert earlier.learned is not None
-        assert Playbook(exchange(correction=earlier.learned)) << PlanFor(earlier.learned.window)
+        assert book(exchange(correction=earlier.learned)) << PlanFor(earlier.learned.window)
 
 
 class TestReject:
@@ -84,14 +123,14 @@ class TestReject:
         system = {"role": "system", "content": words(5_000)}  # never cut
         huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 1_000)
         assert huge.result.outcome == "rejected"
-        assert Playbook(exchange()) << PlanFor(None) >> huge << Reject(huge)
+        assert book(exchange()) << PlanFor(None) >> huge << Reject(huge)
 
 
 class TestSelfCorrection:
     def test_an_upstream_overflow_is_corrected_retried_once_and_remembered_when_the_retry_wins(self):
         machine = exchange()
         assert (
-            Playbook(machine)
+            book(machine)
             << PlanFor(None)
             >> FITS
             << sending(FITS)
@@ -109,7 +148,7 @@ class TestSelfCorrection:
     def test_a_second_overflow_is_relayed(self):
         """Only one retry: the upstream's error to the retry reaches the client as it came."""
         assert (
-            Playbook(exchange())
+            book(exchange())
             << PlanFor(None)
             >> FITS
             << Send
@@ -125,17 +164,17 @@ class TestSelfCorrection:
 
     def test_an_implausible_overflow_is_relayed_and_teaches_nothing(self):
         machine = exchange()
-        assert Playbook(machine) << PlanFor(None) >> FITS << Send >> overflow(100, 6100) << Relay() >> None << None
+        assert book(machine) << PlanFor(None) >> FITS << Send >> overflow(100, 6100) << Relay() >> None << None
         assert machine.learned is None and machine.ignored_overflow == "implausible"
 
     def test_a_retry_that_cannot_cut_anything_is_not_sent(self):
         machine = exchange()
-        assert Playbook(machine) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor >> FITS << Relay()
+        assert book(machine) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor >> FITS << Relay()
         assert machine.ignored_overflow == "not_retried"
 
     def test_a_retry_the_client_did_not_have_whole_is_not_remembered(self):
         assert (
-            Playbook(exchange())
+            book(exchange())
             << PlanFor(None)
             >> FITS
             << Send
@@ -149,7 +188,7 @@ class TestSelfCorrection:
 
     def test_a_request_not_read_whole_remembers_only_the_stated_window(self):
         assert (
-            Playbook(exchange(read_whole=False))
+            book(exchange(read_whole=False))
             << PlanFor(None)
             >> FITS
             << Send
@@ -168,7 +207,7 @@ class TestSelfCorrection:
         huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 4_000)
         machine = exchange()
         assert (
-            Playbook(machine)
+            book(machine)
             << PlanFor(None)
             >> FITS
             << Send
@@ -184,28 +223,28 @@ class TestSelfCorrection:
     def test_an_overflow_that_states_no_smaller_window_and_cannot_be_retried_teaches_nothing(self):
         system = {"role": "system", "content": words(5_000)}
         huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 4_000)
-        assert Playbook(exchange()) << PlanFor(None) >> FITS << Send >> overflow(WINDOW, 20_000) << PlanFor >> huge << Reject(huge)
+        assert book(exchange()) << PlanFor(None) >> FITS << Send >> overflow(WINDOW, 20_000) << PlanFor >> huge << Reject(huge)
 
 
 class TestOptedWindow:
     def test_a_window_the_request_opted_into_is_the_first_plans(self):
-        assert Playbook(exchange(window=WINDOW)) << PlanFor(WINDOW)
+        assert book(exchange(window=WINDOW)) << PlanFor(WINDOW)
 
     def test_a_correction_learned_earlier_still_applies_to_it(self):
         earlier = exchange()
-        assert Playbook(earlier) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor
+        assert book(earlier) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor
         assert earlier.learned is not None
         later = exchange(window=WINDOW, correction=earlier.learned)
-        assert Playbook(later) << PlanFor(earlier.learned.window)
+        assert book(later) << PlanFor(earlier.learned.window)
 
 
 class TestModes:
     def test_mode_off_sends_the_bytes_as_received_and_relays_any_error(self):
-        assert Playbook(exchange("off")) << Send(None, None) >> overflow(4096, 6100) << Relay() >> None << None
+        assert book(exchange("off")) << Send(None, None) >> overflow(4096, 6100) << Relay() >> None << None
 
     def test_dry_run_sends_the_request_as_received_and_never_retries(self):
         assert (
-            Playbook(exchange("dry_run"))
+            book(exchange("dry_run"))
             << PlanFor(None)
             >> TRIMMED
             << Send(None, TRIMMED, 1, "dry_run_trimmed")
@@ -225,18 +264,18 @@ class TestProviderCount:
     re-decides the request."""
 
     def test_an_exchange_not_told_the_choice_allows_it_asks_no_provider(self):
-        assert Playbook(exchange()) << PlanFor(None) >> bound(TRIMMED) << sending(bound(TRIMMED))
+        assert book(exchange()) << PlanFor(None) >> bound(TRIMMED) << sending(bound(TRIMMED))
 
     def test_the_first_plan_is_offered_to_the_provider_count(self):
         trimmed = bound(TRIMMED)
-        assert Playbook(exchange(provider_counts=True)) << PlanFor(None) >> trimmed << ProviderCount(trimmed)
+        assert book(exchange(provider_counts=True)) << PlanFor(None) >> trimmed << ProviderCount(trimmed)
 
     def test_an_exact_count_asks_no_provider(self):
-        assert Playbook(exchange(provider_counts=True)) << PlanFor(None) >> TRIMMED << sending(TRIMMED)
+        assert book(exchange(provider_counts=True)) << PlanFor(None) >> TRIMMED << sending(TRIMMED)
 
     def test_a_plan_in_reply_is_decided_again_and_a_request_the_provider_says_fits_goes_as_it_came(self):
         assert (
-            Playbook(exchange(provider_counts=True))
+            book(exchange(provider_counts=True))
             << PlanFor(None)
             >> bound(TRIMMED)
             << ProviderCount(bound(TRIMMED))
@@ -247,12 +286,12 @@ class TestProviderCount:
     def test_a_rejected_plan_the_provider_says_fits_is_sent(self):
         system = {"role": "system", "content": words(5_000)}
         huge = bound(fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 1_000))
-        assert Playbook(exchange(provider_counts=True)) << PlanFor(None) >> huge << ProviderCount(huge) >> FITS << Send
+        assert book(exchange(provider_counts=True)) << PlanFor(None) >> huge << ProviderCount(huge) >> FITS << Send
 
     def test_no_answer_keeps_the_cut(self):
         """None: the endpoint failed, was late, or counted over the budget; the cut on the upper bound stands."""
         assert (
-            Playbook(exchange(provider_counts=True))
+            book(exchange(provider_counts=True))
             << PlanFor(None)
             >> bound(TRIMMED)
             << ProviderCount(bound(TRIMMED))
@@ -263,7 +302,7 @@ class TestProviderCount:
     def test_a_retry_after_an_upstream_overflow_is_not_offered_again(self):
         fits, trimmed = bound(FITS), bound(TRIMMED)
         assert (
-            Playbook(exchange(provider_counts=True))
+            book(exchange(provider_counts=True))
             << PlanFor(None)
             >> fits
             << ProviderCount(fits)
@@ -276,14 +315,14 @@ class TestProviderCount:
         )
 
     def test_mode_off_plans_nothing_and_asks_nothing(self):
-        assert Playbook(exchange("off", provider_counts=True)) << Send(None, None) >> Delivered() << None
+        assert book(exchange("off", provider_counts=True)) << Send(None, None) >> Delivered() << None
 
 
 class TestBackendRecount:
     def test_within_the_budget_the_backends_exact_count_stands(self):
         budget = TRIMMED.result.budget.input_budget
         assert (
-            Playbook(exchange(recounts=True))
+            book(exchange(recounts=True))
             << PlanFor(None)
             >> TRIMMED
             << Recount(TRIMMED.request)
@@ -296,7 +335,7 @@ class TestBackendRecount:
     def test_an_estimated_count_says_so_after_the_recount(self):
         estimated = replace(TRIMMED, count=replace(TRIMMED.count, exact=False))
         assert (
-            Playbook(exchange(recounts=True))
+            book(exchange(recounts=True))
             << PlanFor(None)
             >> estimated
             << Recount
@@ -313,20 +352,20 @@ class TestBackendRecount:
         goes out with the note backend_count_over_budget."""
         over = TRIMMED.result.budget.input_budget + 50
         window = TRIMMED.result.budget.context_window
-        book = Playbook(exchange(recounts=True)) << PlanFor(None) >> TRIMMED
+        played = book(exchange(recounts=True)) << PlanFor(None) >> TRIMMED
         for bound in (False, False, True):
-            book = book << Recount >> Recounted(over) << Note("estimate", present=False)
-            book = book >> None << PlanFor(window, bound_unfetched=bound) >> TRIMMED
-        book = book << Recount >> Recounted(over) << Note("estimate", present=False) >> None
+            played = played << Recount >> Recounted(over) << Note("estimate", present=False)
+            played = played >> None << PlanFor(window, bound_unfetched=bound) >> TRIMMED
+        played = played << Recount >> Recounted(over) << Note("estimate", present=False) >> None
         assert (
-            book
+            played
             << Note("backend_count_over_budget")
             >> None
             << (lambda c: isinstance(c, Send) and c.plan.result.tokens_after == over)
         )
 
     def test_a_backend_that_cannot_count_now_leaves_the_plan_as_it_was(self):
-        assert Playbook(exchange(recounts=True)) << PlanFor(None) >> FITS << Recount >> None << sending(FITS)
+        assert book(exchange(recounts=True)) << PlanFor(None) >> FITS << Recount >> None << sending(FITS)
 
 
 class TestSummaries:
@@ -335,7 +374,7 @@ class TestSummaries:
         chat = conversation(30)
         rendered = {"rendered": True}
         assert (
-            Playbook(exchange(chat=chat))
+            book(exchange(chat=chat))
             << PlanFor(None)
             >> plan
             << (lambda c: isinstance(c, Summarise) and c.request.messages[0] == chat["messages"][c.request.indices[0]])
@@ -347,15 +386,98 @@ class TestSummaries:
 
     def test_without_a_summariser_nothing_is_asked(self):
         plan = fit(conversation(30), 3_000, summarize=True)
-        assert Playbook(exchange()) << PlanFor(None) >> plan << sending(plan)
+        assert book(exchange()) << PlanFor(None) >> plan << sending(plan)
 
     def test_a_summary_that_failed_leaves_the_cut_as_it_was_and_says_why(self):
         plan = fit(conversation(30), 3_000, summarize=True)
         assert (
-            Playbook(exchange(chat=conversation(30)))
+            book(exchange(chat=conversation(30)))
             << PlanFor(None)
             >> plan
             << Summarise
             >> Summary(None, "timeout")
             << (lambda c: isinstance(c, Render) and c.view.summary.status == "timeout" and not c.view.inserted)
         )
+
+
+class TestDecidedFromTheRoute:
+    """The window, the tokenizer and the correction are decided by the exchange from what the
+    server found; the server only finds the route, asks the backend and looks the correction up."""
+
+    def test_the_route_is_found_first_and_a_correction_looked_up_before_the_first_plan(self):
+        routed = Routed(WINDOW, "model_map", counting=Counting("model"))
+        machine = Exchange("enforce")
+        assert Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> None << PlanFor(None)
+        assert (machine.known_window, machine.window_source, machine.recounts) == (WINDOW, "model_map", False)
+
+    def test_a_route_that_cannot_say_how_the_request_is_counted_has_the_tokenizer_chosen(self):
+        machine = Exchange("enforce")
+        routed = Routed(WINDOW, "backend", backend_kind="vllm", provider_counts=True)
+        assert (
+            Playbook(machine)
+            << FindRoute()
+            >> routed
+            << ChooseTokenizer()
+            >> Counting("backend", recounts=True)
+            << LookUpCorrection()
+            >> None
+            << PlanFor(None)
+        )
+        assert machine.recounts and not machine.provider_counts  # the backend's own count needs no provider's
+
+    def test_a_larger_window_opted_into_replaces_the_model_maps_and_a_smaller_one_does_not(self):
+        larger, smaller = Exchange("enforce"), Exchange("enforce")
+        opted = Routed(200_000, "model_map", opt_in_window=1_000_000, counting=Counting("model"))
+        assert Playbook(larger) << FindRoute() >> opted << LookUpCorrection() >> None << PlanFor(1_000_000)
+        assert (larger.known_window, larger.window_source) == (1_000_000, "opt_in")
+        less = Routed(200_000, "model_map", opt_in_window=100_000, counting=Counting("model"))
+        assert Playbook(smaller) << FindRoute() >> less << LookUpCorrection() >> None << PlanFor(None)
+        assert (smaller.known_window, smaller.window_source) == (200_000, "model_map")
+
+    def test_an_opt_in_header_does_not_override_a_window_the_config_or_the_server_states(self):
+        machine = Exchange("enforce")
+        stated = Routed(32_768, "backend", opt_in_window=1_000_000, counting=Counting("model"))
+        assert Playbook(machine) << FindRoute() >> stated << LookUpCorrection() >> None << PlanFor(None)
+        assert machine.known_window == 32_768
+
+    def test_a_correction_found_applies_its_window_and_is_said_as_the_windows_source(self):
+        earlier = exchange()
+        assert book(earlier) << PlanFor(None) >> FITS << Send >> overflow(4096, 6100) << PlanFor
+        learned = earlier.learned
+        assert learned is not None
+        machine = Exchange("enforce")
+        routed = Routed(WINDOW, "model_map", counting=Counting("model"))
+        assert Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> learned << PlanFor(learned.window)
+        assert (machine.applied, machine.window_source) == (learned, "correction")
+
+    def test_a_fallback_window_and_a_missing_vocabulary_are_noted(self):
+        routed = Routed(8192, "fallback", vocabulary_missing="llama-models", counting=Counting("estimate"))
+        assert (
+            Playbook(Exchange("enforce"))
+            << FindRoute()
+            >> routed
+            << LookUpCorrection()
+            >> None
+            << Note("fallback_window")
+            >> None
+            << Note("vocabulary_missing:llama-models")
+            >> None
+            << PlanFor(None)
+        )
+
+    def test_the_provider_a_correction_names_follows_the_upstream_and_what_discovery_found(self):
+        def provider(upstream_kind: str, backend_kind: str) -> str | None:
+            machine = Exchange("enforce")
+            routed = Routed(WINDOW, "model_map", upstream_kind=upstream_kind, backend_kind=backend_kind)
+            assert Playbook(machine) << FindRoute() >> routed << ChooseTokenizer() >> Counting("model")
+            return machine.provider
+
+        assert provider("anthropic", "generic") == "anthropic"
+        assert provider("openai", "llama.cpp") == "llama.cpp"
+        assert provider("openai", "generic") is None  # as the error's own words say
+
+    def test_under_mode_off_the_route_is_still_found_for_the_record_and_the_request_sent_as_it_came(self):
+        machine = Exchange("off")
+        routed = Routed(WINDOW, "config", counting=Counting("model"))
+        assert Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> None << Send(None, None)
+        assert machine.window_source == "config"

@@ -8,10 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.core.counting.tokenizer import Tokenizer
-from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import Plan, plan_request
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.model_counting import CountedAs, Models
 
 
 def plan_with(
@@ -19,7 +17,7 @@ def plan_with(
     body: Mapping[str, Any],
     model: str,
     context_window: int | None = None,
-    counting: tuple[ModelProfile, Tokenizer] | None = None,
+    counting: CountedAs | None = None,
 ) -> Plan:
     """Count and trim `body` for `model`. `counting` replaces the model's own profile and tokenizer
     (the shared cache counts only with the profile's own loaded tokenizer: `Models._counting`)."""

@@ -5,9 +5,12 @@ One `Backends` per app holds, per upstream, what discovery found at start, a `Ba
 per model (the backend's tokenizer behind the shared count cache), and the calibration table.
 The handler asks it three things:
 
-    backends.window(upstream, model)                  the window the server stated, if it did
-    await backends.choose(...)                        (profile, tokenizer) to plan with, and why
-    backends.observe(...)                             after a response with `usage.prompt_tokens`
+    await backends.window(reach, model)               the window the server stated, if it did
+    await backends.choose(reach, model, body, ...)    (profile, tokenizer) to plan with, and why
+    backends.observe(choice, prompt_tokens, sent)     after a response with `usage.prompt_tokens`
+
+`reach` (`Reach`) says how the guard's own calls reach the upstream: the app's session, its name,
+base URL and the headers of the guard's credential.
 
 The choice, in order: the backend's tokenizer when the upstream's `tokenize` option allows it
 and the server can tokenize (and answered in time); else the model's own tokenizer when it is
@@ -41,6 +44,28 @@ from proxy.server.backends.tokenize_calls import calls_for
 
 Source = Literal["backend", "model", "calibrated", "estimate"]
 
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """How the guard's own calls reach one upstream (tokenize, a window): the app's session, the
+    upstream's name and base URL, and the headers of the guard's credential (None: none)."""
+
+    session: aiohttp.ClientSession
+    upstream: str
+    base_url: str
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Learning:
+    """What an estimate learns from the upstream's usage: the upstream and model whose calibration
+    it updates, and the model's own tokenizer (unscaled) that estimated the request."""
+
+    upstream: str
+    model: str
+    local: Tokenizer
+
+
 @dataclass(frozen=True)
 class Choice:
     """What to plan one request with. `source` is for the log: `backend` (the server's own
@@ -53,6 +78,7 @@ class Choice:
     note: str | None = None
     backend_calls: int = 0
     counter: BackendCounter | None = None  # with `backend`: what counts the texts a trim produces
+    learning: Learning | None = None  # with an estimate: what the upstream's usage calibrates
 
     @property
     def bypasses_cache(self) -> bool:
@@ -135,41 +161,27 @@ class Backends:
         key = (upstream, model)
         return (True, self._windows[key]) if key in self._windows else (False, None)
 
-    async def window(
-        self,
-        session: aiohttp.ClientSession,
-        upstream: str,
-        base_url: str,
-        model: str,
-        headers: Mapping[str, str] | None = None,
-    ) -> int | None:
+    async def window(self, reach: Reach, model: str) -> int | None:
         """The window the upstream states for `model` (Ollama is asked once per model)."""
-        known, stated = self.known_window(upstream, model)
+        known, stated = self.known_window(reach.upstream, model)
         if not known:
-            stated = self._windows[(upstream, model)] = await ollama_window(session, base_url, model, headers)
+            asked = await ollama_window(reach.session, reach.base_url, model, reach.headers)
+            stated = self._windows[(reach.upstream, model)] = asked
             _keep_bounded(self._windows)
         return stated
 
     async def choose(
-        self,
-        session: aiohttp.ClientSession,
-        upstream: str,
-        base_url: str,
-        model: str,
-        body: Mapping[str, Any],
-        profile: ModelProfile,
-        local: Tokenizer,
-        headers: Mapping[str, str] | None = None,
+        self, reach: Reach, model: str, body: Mapping[str, Any], profile: ModelProfile, local: Tokenizer
     ) -> Choice:
         """The profile and tokenizer to plan `body` with. `local` is the model's own tokenizer
         (the guard's choice from the model map or an override)."""
+        upstream = reach.upstream
         chosen = self.local_choice(upstream, model, profile, local)
         if chosen is not None:
             return chosen
-        options = self.options_for(upstream)
         found = self.discoveries.get(upstream)
         assert found is not None, "local_choice answers for an upstream that was not discovered"
-        counter = self._counter(session, upstream, base_url, model, found, options, headers)
+        counter = self._counter(reach, model, found)
         note = None
         if counter is not None:
             prepared = await counter.prepare(body, profile, local)
@@ -196,26 +208,20 @@ class Backends:
             return Choice(profile, local, "model", note=note)
         learned = self.calibration.get(upstream, model)
         scaled = calibrated(local, learned)
-        return Choice(profile, scaled, "calibrated" if scaled is not local else "estimate", learned, note)
+        source: Source = "calibrated" if scaled is not local else "estimate"
+        learning = None if local.exact else Learning(upstream, model, local)  # an exact count has nothing to correct
+        return Choice(profile, scaled, source, learned, note, learning=learning)
 
-    def _counter(
-        self,
-        session: aiohttp.ClientSession,
-        upstream: str,
-        base_url: str,
-        model: str,
-        found: Discovery,
-        options: BackendOptions,
-        headers: Mapping[str, str] | None,
-    ) -> BackendCounter | None:
-        key = (upstream, model)
+    def _counter(self, reach: Reach, model: str, found: Discovery) -> BackendCounter | None:
+        key = (reach.upstream, model)
         counter = self._counters.get(key)
         if counter is None:
-            calls = calls_for(found, session, base_url, model, headers)
+            calls = calls_for(found, reach.session, reach.base_url, model, reach.headers)
             if calls is None:
                 return None
+            options = self.options_for(reach.upstream)
             counter = BackendCounter(
-                f"{upstream}/{model}",
+                f"{reach.upstream}/{model}",
                 calls,
                 self.cache,
                 options.tokenize_timeout,
@@ -224,23 +230,18 @@ class Backends:
             )
             self._counters[key] = counter
             _keep_bounded(self._counters)
-        elif headers is not None:  # a token the upstream's auth refreshed since the counter was made
-            counter.calls.use_headers(headers)
+        elif reach.headers is not None:  # a token the upstream's auth refreshed since the counter was made
+            counter.calls.use_headers(reach.headers)
         return counter
 
     def observe(
-        self,
-        upstream: str,
-        model: str,
-        provider_prompt_tokens: int,
-        sent: Mapping[str, Any],
-        choice: Choice,
-        local: Tokenizer,
-        cache: CountCache | None = None,
+        self, choice: Choice, provider_prompt_tokens: int, sent: Mapping[str, Any], cache: CountCache | None = None
     ) -> Calibration | None:
         """Learn from a response's `usage.prompt_tokens` for `sent`, the body that was sent.
-        Only estimates learn: a count by the backend or an exact tokenizer has nothing to correct."""
-        if choice.source not in ("calibrated", "estimate") or local.exact:
+        Only estimates learn (`Choice.learning`): a count by the backend or an exact tokenizer has
+        nothing to correct."""
+        learning = choice.learning
+        if learning is None:
             return None
-        estimated = RequestCounter(choice.profile, local, cache).request(sent).total
-        return self.calibration.observe(upstream, model, provider_prompt_tokens, estimated)
+        estimated = RequestCounter(choice.profile, learning.local, cache).request(sent).total
+        return self.calibration.observe(learning.upstream, learning.model, provider_prompt_tokens, estimated)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,19 @@ from proxy.server.request.resent import ResentPlans
 from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
+
+
+@dataclass(frozen=True, slots=True)
+class CountedAs:
+    """What one request is counted as, where it is not its own model's default (`Models.fit`): the
+    model that serves it (after a rename), the profile and tokenizer its upstream's choice names (a
+    window the backend states, the backend's tokenizer, a calibrated estimate) and the upstream's
+    budget policy (None: the configured one)."""
+
+    model: str
+    profile: ModelProfile
+    tokenizer: Tokenizer
+    budget: BudgetPolicy | None = None
 
 
 class Models:
@@ -108,17 +121,22 @@ class Models:
             return self.cache
         return ScopedCountCache(self.cache, client)
 
+    def counted_as(self, model: str) -> CountedAs:
+        """`model` counted with its own profile and tokenizer (for a request that names another)."""
+        profile = self.profile(model)
+        return CountedAs(model, profile, self.tokenizer(profile))
+
     def _counting(
-        self, model: str, counting: tuple[ModelProfile, Tokenizer] | None, client: object | None = None
+        self, model: str, counted: CountedAs | None, client: object | None = None
     ) -> tuple[ModelProfile, Tokenizer, CountCache | None]:
         """The profile, tokenizer and cache to count with. The shared cache serves the profile's
         own loaded tokenizer, whichever profile it came with; any other tokenizer (the backend's,
         an estimate scaled by calibration, whose factor moves) counts without it. `client` scopes
         the cache (`count_cache`)."""
-        if counting is None:
+        if counted is None:
             profile = self.profile(model)
             return profile, self.tokenizer(profile), self.count_cache(client)
-        profile, tokenizer = counting
+        profile, tokenizer = counted.profile, counted.tokenizer
         own = tokenizer is self.tokenizers.loaded_tokenizer(profile.tokenizer)
         return profile, tokenizer, self.count_cache(client) if own else None
 
@@ -126,20 +144,19 @@ class Models:
         self,
         adapter: Adapter,
         parsed: Parsed,
-        model: str,
         context_window: int | None = None,
-        counting: tuple[ModelProfile, Tokenizer] | None = None,
-        budget: BudgetPolicy | None = None,
+        counted: CountedAs | None = None,
         client: object | None = None,
     ) -> Fitted:
-        """Count and trim a parsed request of any API shape for `model`, written back in its shape.
-        `counting` replaces the model's own profile and tokenizer for this request (a window the
-        backend states, the backend's tokenizer, a calibrated estimate; see `_counting` for which
-        counts go through the shared cache); `budget`, when given, replaces the configured budget
-        policy (the upstream's: a server that lowers max_tokens itself); `client` scopes the count cache."""
-        profile, tokenizer, cache = self._counting(model, counting, client)
+        """Count and trim a parsed request of any API shape, written back in its shape: for the
+        model it names with that model's profile and tokenizer, or as `counted` says (see
+        `_counting` for which counts go through the shared cache); for `context_window` (None: the
+        profile's); `client` scopes the count cache."""
+        model = counted.model if counted is not None else parsed.model or ""
+        profile, tokenizer, cache = self._counting(model, counted, client)
         # The budget note and a summary go in where the adapter can write them (not legacy completions).
         base = policy = self.policy if adapter.writes_inserted else self._without_note
+        budget = counted.budget if counted is not None else None
         if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one
             policy = replace(policy, budget=budget)
 

@@ -27,11 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.commands import Counting, Routed
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.trimming.budget import BudgetPolicy
 from proxy.server.backends.catalogue import Backends, Choice
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.model_counting import CountedAs, Models
 from proxy.server.backends.profiles import BackendProfile, budget_policy
 from proxy.server.upstream.routing import Target
 from proxy.tokenizers.map_corrections import correction_for
@@ -56,6 +57,8 @@ class ModelRoute:
     backend: BackendProfile
     budget: BudgetPolicy
     discovery: object | None  # what discovery found of the upstream when this was worked out
+    routed: Routed  # what the exchange is told of it (`FindRoute`), before any window a request opts into
+    counted: CountedAs | None  # what its requests are counted as, with `choice` (None: chosen per request)
 
     @property
     def kept_as_is(self) -> bool:
@@ -110,6 +113,18 @@ async def model_route(
     if local is None:  # a vocabulary not loaded yet (about a second) loads off the loop
         local, asked = await asyncio.to_thread(models.tokenizer, profile), True
     backend = counting.profile_of(upstream.name)
+    choice = counting.local_choice(upstream.name, served, profile, local)
+    missing = models.tokenizers.vocabulary_missing(profile.tokenizer)
+    routed = Routed(
+        profile.context_window,
+        window_source,
+        vocabulary_missing=missing,
+        upstream_kind=upstream.kind,
+        backend_kind=backend.kind,
+        provider_counts=upstream.provider_count,
+        counting=None if choice is None else counting_of(choice),
+    )
+    budget = budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens)
     route = ModelRoute(
         target=target,
         served=served,
@@ -118,10 +133,17 @@ async def model_route(
         override=models.override_pattern(served),
         map_correction=map_correction,
         local=local,
-        vocabulary_missing=models.tokenizers.vocabulary_missing(profile.tokenizer),
-        choice=counting.local_choice(upstream.name, served, profile, local),
+        vocabulary_missing=missing,
+        choice=choice,
         backend=backend,
-        budget=budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens),
+        budget=budget,
         discovery=counting.discoveries.get(upstream.name),
+        routed=routed,
+        counted=None if choice is None else CountedAs(served, choice.profile, choice.tokenizer, budget),
     )
     return route, asked
+
+
+def counting_of(choice: Choice) -> Counting:
+    """How a request counted with `choice` is counted, as the exchange is told (`Counting`)."""
+    return Counting(choice.source, recounts=choice.counter is not None)

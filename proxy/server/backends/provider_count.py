@@ -1,8 +1,9 @@
 """Asking the upstream's own count endpoint, for a request whose bounds straddle its budget.
 
-`proxy.core.counting.edge` decides whether to ask and what; this module asks, once per request, within
-the upstream's `provider_count_timeout`, and keeps the answer (by upstream, model and body digest,
-`KEPT` of them) so a request re-sent unchanged is not asked about again. When the provider's count
+`proxy.core.counting.edge` decides whether to ask and what (`edge_budget` applies it to a plan);
+this module asks (`provider_counted`), once per request, within the upstream's
+`provider_count_timeout`, and keeps the answer (by upstream, model and body digest, `KEPT` of them)
+so a request re-sent unchanged is not asked about again (`settled`). When the provider's count
 fits the budget, the request goes as the client sent it and the log says the provider's count
 decided (`count_source: provider`); when it does not fit, or the endpoint fails or is late, the
 cut made on the upper bound stands (notes `provider_count_over_budget`, `provider_count_failed`).
@@ -42,6 +43,7 @@ from proxy.server.upstream.headers import request_headers
 from proxy.wire.codec import dumps
 
 if TYPE_CHECKING:
+    from proxy.apis.base import Parsed
     from proxy.config.upstreams import UpstreamSettings
 
 KEPT = 1024  # provider counts remembered per gateway
@@ -63,6 +65,16 @@ _KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex", "gem
 _ANTHROPIC_VERSION = "2023-06-01"
 
 
+@dataclass(frozen=True, slots=True)
+class SerialisedCall:
+    """A count call with its body serialised (`data`) and the key its answer is kept under (the
+    digest of those bytes: no second serialisation of the body to key it)."""
+
+    call: CountCall
+    key: str
+    data: bytes
+
+
 @dataclass
 class ProviderCounts:
     """The provider counts asked for, newest last, at most `KEPT`; and how many calls were made."""
@@ -71,29 +83,23 @@ class ProviderCounts:
     calls: int = 0
 
     async def count(
-        self,
-        session: aiohttp.ClientSession,
-        call: CountCall,
-        key: str,
-        headers: Mapping[str, str],
-        timeout: float,
-        data: bytes | None = None,
+        self, session: aiohttp.ClientSession, call: SerialisedCall, headers: Mapping[str, str], timeout: float
     ) -> int | None:
-        """The count `call` answers (kept or asked for now); None when it fails or is late.
-        `data`: `call.body` serialised already (else it is serialised when sent)."""
+        """The count `call` answers (kept or asked for now); None when it fails or is late."""
+        key = call.key
         if key in self.kept:
             self.kept.move_to_end(key)
             return self.kept[key]
         self.calls += 1
         sent = dict(headers)
-        if call.kind == "anthropic":
+        if call.call.kind == "anthropic":
             sent.setdefault("anthropic-version", _ANTHROPIC_VERSION)
         try:
             async with asyncio.timeout(timeout):
-                answer = await answered_json(session, "POST", call.url, call.body if data is None else data, sent)
+                answer = await answered_json(session, "POST", call.call.url, call.data, sent)
         except (TimeoutError, BackendDown):
             return None
-        counted = read_count(call, answer)
+        counted = read_count(call.call, answer)
         if counted is not None:
             self.remember(key, counted)
         return counted
@@ -122,22 +128,17 @@ class EdgeRequest:
 
     @classmethod
     def of(
-        cls,
-        upstream: UpstreamSettings,
-        model: str,
-        api: str,
-        body: Mapping[str, Any],
-        chat: Mapping[str, Any],
-        discoveries: Mapping[str, Discovery],
+        cls, upstream: UpstreamSettings, model: str, parsed: Parsed, discoveries: Mapping[str, Discovery]
     ) -> EdgeRequest:
+        """`parsed` as sent to `upstream`'s `model` (as served)."""
         return cls(
             upstream.name,
             upstream.kind,
             upstream.base_url,
             model,
-            api,
-            body,
-            chat,
+            parsed.api,
+            parsed.body,
+            parsed.chat,
             upstream.provider_count,
             upstream.provider_count_timeout,
             upstream.provider_count_ratio,
@@ -145,29 +146,24 @@ class EdgeRequest:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class EdgeBudget:
+    """The budget the provider's count is held against: the request's as sent (`clamped`: the
+    tokens by which the cut had lowered its max_tokens, given back)."""
+
+    input_budget: int
+    clamped: int
+
+
 # Runs work that grows with the body where the request's own counting runs (on the loop for a
 # small body, else in the client's share of the threads: `proxy.server.threads.placement.performed`).
 Placed = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
-async def _inline(work: Callable[[], Any]) -> Any:
-    return work()
-
-
-async def at_edge(
-    counts: ProviderCounts,
-    session: aiohttp.ClientSession,
-    headers: Callable[[], Awaitable[Mapping[str, str]]],
-    request: EdgeRequest,
-    plan: Plan,
-    tokenizer: object,
-    notes: list[str],
-    placed: Placed = _inline,
-) -> Plan | None:
-    """`plan` (made from a bound: the exchange offers no exact count) as the provider's count
-    re-makes it, when the request's bounds straddle its budget and the provider's count fits it
-    (the exchange's `ProviderCount`); else None: `plan` stands. The call's body is built,
-    serialised and digested (its cache key) by `placed`: never on the loop for a large body."""
+def edge_budget(request: EdgeRequest, plan: Plan, tokenizer: object) -> EdgeBudget | None:
+    """Whether to ask the provider about `plan` (made from a bound: the exchange offers no exact
+    count): the budget its count is held against when the request's bounds straddle it (the lower
+    bound fits, the upper does not), else None: `plan` stands."""
     if not request.enabled:
         return None
     # The budget of the request as sent: a max_tokens the cut lowered is the client's again.
@@ -176,16 +172,19 @@ async def at_edge(
     lower = lower_bound(
         upper, False, bound_ratio_of(tokenizer, request.assumed_ratio, _stated_ratio(request.model, tokenizer))
     )
-    if not straddles(upper, lower, budget):
-        return None
-    counted = await _provider_count(counts, session, await headers(), request, placed)
+    return EdgeBudget(budget, clamped) if straddles(upper, lower, budget) else None
+
+
+def settled(plan: Plan, request: EdgeRequest, edge: EdgeBudget, counted: int | None, notes: list[str]) -> Plan | None:
+    """`plan` as the provider's count re-makes it (the request as the client sent it) when that
+    count fits `edge`'s budget; else None, saying why in `notes`: `plan` stands."""
     if counted is None:
         notes.append("provider_count_failed")
         return None
-    if counted > budget:
+    if counted > edge.input_budget:
         notes.append("provider_count_over_budget")
         return None
-    return _as_sent(plan, request.body, request.chat, counted, clamped)
+    return _as_sent(plan, request.body, request.chat, counted, edge.clamped)
 
 
 # A model's family, matched once per name (a few dozen patterns; every bound-counted request asks),
@@ -212,29 +211,31 @@ def count_call_headers(
     return {k: v for k, v in headers.items() if k.lower() in _CREDENTIALS or k in upstream.headers}
 
 
-def _prepared(kind: str, request: EdgeRequest) -> tuple[CountCall, str, bytes] | None:
+def _serialised(kind: str, request: EdgeRequest) -> SerialisedCall | None:
     """The count call for `request`, its body serialised, and its cache key (the bytes' digest)."""
     call = count_call(kind, request.base_url, request.model, request.api, request.body)
     if call is None:
         return None
     data = dumps(call.body)
-    return call, bytes_key(request.upstream, request.model, call.url, data), data
+    return SerialisedCall(call, bytes_key(request.upstream, request.model, call.url, data), data)
 
 
-async def _provider_count(
+async def provider_counted(
     counts: ProviderCounts,
     session: aiohttp.ClientSession,
     headers: Mapping[str, str],
     request: EdgeRequest,
     placed: Placed,
 ) -> int | None:
+    """The provider's own count of `request` (its count endpoint, or a local server's tokenize
+    calls), kept or asked now; None when it cannot be had. The call's body is built, serialised
+    and digested (its cache key) by `placed`: never on the loop for a large body."""
     kind = _KINDS.get(request.kind)
     if kind is not None:
-        prepared = await placed(functools.partial(_prepared, kind, request))
-        if prepared is None:
+        call = await placed(functools.partial(_serialised, kind, request))
+        if call is None:
             return None
-        call, key, data = prepared
-        return await counts.count(session, call, key, headers, request.timeout, data)
+        return await counts.count(session, call, headers, request.timeout)
     if request.discovery is not None and request.api == "chat":  # vLLM, llama.cpp: their tokenize calls
         calls = calls_for(request.discovery, session, request.base_url, request.model, headers)
         messages = request.chat.get("messages")

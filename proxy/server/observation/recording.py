@@ -1,12 +1,13 @@
 """The request's record written from its flow, in one place.
 
 The steps of a request put what they worked out on its `Flow` (the model the client named, the
-mode, the route, the tokenizer's choice, a correction applied, the exchange and the outcome it
-reached); `fill` copies that into the `RequestRecord` once, when the `records` middleware closes
-it, so that the log line, the metrics and the page read one finished record; so do the upstream
-call's status and time and what the relay saw (a broken stream, a client gone, the whole answer
-delivered). What the edge opens the record with (id, method, path, kind), the error the
-middleware answered with, the notes and the opt-in previews are written where they happen.
+mode, the route, the tokenizer's choice, the exchange with the window it decided and a correction
+applied, and the outcome it reached); `fill` copies that into the `RequestRecord` once, when the
+`records` middleware closes it, so that the log line, the metrics and the page read one finished
+record; so do the upstream call's status and time and what the relay saw (a broken stream, a client
+gone, the whole answer delivered). What the edge opens the record with (id, method, path, kind),
+the error the middleware answered with, the notes and the opt-in previews are written where they
+happen.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ def fill(record: RequestRecord, flow: Flow) -> None:
     if flow.mode is None:  # a pass-through: routed, never counted
         return
     record.mode, record.served_model = flow.mode, target.model
-    route, choice = flow.route, flow.choice
-    if route is None:  # refused before its model's route was worked out
+    route, choice, exchange = flow.route, flow.choice, flow.exchange
+    if route is None or exchange is None:  # refused before its model's route was worked out
         return
     record.window_source, record.override, record.map_correction = (
-        flow.window_source,
+        exchange.window_source,
         route.override,
         route.map_correction,
     )
@@ -59,11 +60,8 @@ def fill(record: RequestRecord, flow: Flow) -> None:
         record.calibration = flow.calibration
     if flow.prompt_tokens is not None:  # what the upstream's usage said it counted
         record.provider_prompt_tokens = flow.prompt_tokens
-    if flow.correction is not None:
-        record.applied_correction = flow.correction
-    exchange = flow.exchange
-    if exchange is None:
-        return
+    if exchange.applied is not None:
+        record.applied_correction = exchange.applied
     record.plan, record.attempts = exchange.plan, exchange.attempt
     record.learned_correction, record.correction_note = exchange.learned, exchange.ignored_overflow
     if exchange.attempt == 2 and record.window_source != "correction":  # a retry planned for the corrected window

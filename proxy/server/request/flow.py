@@ -4,8 +4,9 @@ The `records` middleware opens a `Flow` for every request that reaches the app: 
 gateway it is served by (one for the whole request, even across a reload) and its `RequestRecord`.
 Each step after it reads what it needs from the flow and adds what it worked out: the handler the
 client, its scope and the parsed body; `proxy.server.request.perform.prepared` the upstream target, the
-mode, the model's route, the tokenizer's choice, a correction and the exchange; `Performer` the
-outcome and what the upstream's usage taught. The steps take the flow, not the pieces of it one by
+mode and the exchange (which decides the window, where it came from and a correction applied);
+`Performer` the model's route, the tokenizer's choice, the outcome and what the upstream's usage
+taught. The steps take the flow, not the pieces of it one by
 one, and the record is written from it in one place (`proxy.server.observation.recording.fill`).
 """
 
@@ -19,7 +20,6 @@ from proxy.apis.base import Parsed
 from proxy.apis.registry import Endpoint
 from proxy.config.budget_and_trim import Mode
 from proxy.core.exchange import Exchange
-from proxy.core.learning.corrections import Correction
 from proxy.core.plan import Plan
 from proxy.server.backends.catalogue import Choice
 from proxy.server.backends.model_route import ModelRoute
@@ -38,7 +38,6 @@ class Flow:
         "choice",
         "client",
         "client_gone",
-        "correction",
         "delivered",
         "endpoint",
         "exchange",
@@ -60,7 +59,6 @@ class Flow:
         "target",
         "upstream_ms",
         "upstream_status",
-        "window_source",
     )
     target: Target  # the upstream it is sent to
     endpoint: Endpoint  # the API adapter its path names
@@ -75,9 +73,7 @@ class Flow:
         self.model: str | None = None  # as the client named it
         self.mode: Mode | None = None  # set once a guarded request is routed
         self.route: ModelRoute | None = None  # what its model is counted and sent with
-        self.window_source: str | None = None  # where its window came from (config, map, server, opt-in, correction)
         self.choice: Choice | None = None  # the tokenizer it is counted with, and how it was chosen
-        self.correction: Correction | None = None  # a correction learned earlier, applied to its window
         self.exchange: Exchange | None = None  # its state machine, once prepared
         self.plan: Plan | None = None  # a plan made outside an exchange (a count endpoint)
         self.outcome: str | None = None  # what the guard did (forwarded, trimmed, rejected, counted, ...)

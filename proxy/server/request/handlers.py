@@ -2,9 +2,9 @@
 
 A guarded request (any API shape an adapter in `proxy.apis` understands) is read and parsed by
 the adapter its route names into the chat view the core counts; `proxy.server.request.perform.prepared`
-works out what the exchange needs (route, window, tokenizer, a correction learned earlier), and
-`proxy.core.exchange.Exchange` then yields commands (plan, recount, summarise, send, remember,
-reject, relay) that `Performer` performs and answers, until the exchange is over. What each step
+opens its exchange, and `proxy.core.exchange.Exchange` then yields commands (find the route,
+choose the tokenizer, look up a correction, plan, recount, summarise, send, remember, reject,
+relay) that `Performer` performs and answers, until the exchange is over. What each step
 works out is kept on the request's `Flow`; the `records` middleware writes it into the request's
 `RequestRecord` (`proxy.server.observation.recording`), logs and counts it when the request ends.
 """
@@ -18,7 +18,7 @@ from aiohttp import web
 from proxy.apis.base import Parsed
 from proxy.apis.registry import Endpoint
 from proxy.config.budget_and_trim import MODES, Mode
-from proxy.core.exchange import Command
+from proxy.core.commands import Command
 from proxy.errors import BadRequest
 from proxy.server.edge.body import read_body
 from proxy.server.edge.body_errors import bad_body_errors
@@ -55,10 +55,10 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     flow.scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
     if endpoint.local:  # Anthropic's count_tokens, Gemini's countTokens: answered from the same count, never forwarded
         return await _count_tokens(flow)
-    performer, exchange = await prepared(flow, select_mode(request, gw, model))
+    performer, exchange = prepared(flow, select_mode(request, gw, model))
     command: Command | None = exchange.start()
     while command is not None:
-        command = exchange.send(await performer.perform(command, exchange))
+        command = exchange.send(await performer.perform(command))
     assert performer.response is not None, "an exchange ends with an answer relayed, or raises"
     return performer.response
 
@@ -86,9 +86,9 @@ async def _count_tokens(flow: Flow) -> web.Response:
     is planned (sized by the whole body, within the client's share of the threads; its scope: its
     part of the count cache)."""
     gw, record, endpoint, parsed = flow.gw, flow.record, flow.endpoint, flow.parsed
-    fit, adapter, model, scope = gw.models.fit, endpoint.adapter, parsed.model or "", flow.scope
+    fit, adapter, scope = gw.models.fit, endpoint.adapter, flow.scope
     size, client = len(flow.raw), flow.client
-    fitted = await planned(flow.large, fit, adapter, parsed, model, None, None, None, scope, size=size, client=client)
+    fitted = await planned(flow.large, fit, adapter, parsed, None, None, scope, size=size, client=client)
     flow.plan, flow.outcome = fitted.plan, "counted"
     assert endpoint.answer is not None, "a local endpoint says how it answers"
     response = web.json_response(endpoint.answer(fitted.plan.count.total))

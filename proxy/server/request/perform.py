@@ -1,11 +1,11 @@
 """What the exchange asks, performed: one guarded request's I/O, one method per command.
 
-`proxy.core.exchange.Exchange` decides (plan, recount, summarise, send, correct, re-plan) and
-yields commands; `Performer.perform(command)` does each one for this request (the guard, the
-adapter, the backend's tokenizer, the summariser, the upstream) and answers it, keeping what it
-learns on the request's `Flow` (the record is filled from it when the request ends).
-`prepared()` works out, once, what the exchange needs: the mode, the route, the window, the
-tokenizer to count with and any correction learned earlier.
+`proxy.core.exchange.Exchange` decides (route, tokenizer, correction, plan, recount, summarise,
+send, correct, re-plan) and yields commands; `Performer.perform(command)` does each one for this
+request (the gateway's route table and backends, the guard, the adapter, the summariser, the
+upstream) and answers it, keeping what it learns on the request's `Flow` (the record is filled
+from it when the request ends). `prepared()` checks what needs no command (the upstream serves
+the API, a client's template) and opens the exchange.
 
 How a command's work runs, inline on the loop, in the medium-body threads or in the large-body
 threads, each within the client's fair share of them, is decided in one place: `performed()`.
@@ -13,9 +13,9 @@ threads, each within the client's fair share of them, is decided in one place: `
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -23,13 +23,16 @@ from aiohttp import web
 from proxy.apis.fields import refuse_client_template
 from proxy.config.budget_and_trim import Mode
 from proxy.config.upstreams import UpstreamSettings
-from proxy.core.exchange import (
+from proxy.core.commands import (
     DELIVERED,
     DELIVERED_IN_PART,
     Answered,
+    ChooseTokenizer,
     Command,
+    Counting,
     Delivered,
-    Exchange,
+    FindRoute,
+    LookUpCorrection,
     Note,
     PlanFor,
     ProviderCount,
@@ -40,16 +43,26 @@ from proxy.core.exchange import (
     Remember,
     Render,
     Reply,
+    Routed,
     Send,
     Summarise,
     Summary,
 )
+from proxy.core.exchange import Exchange
+from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import opted_in
 from proxy.core.plan import Plan
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
-from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_route import ModelRoute, model_route
-from proxy.server.backends.provider_count import EdgeRequest, at_edge, count_call_headers
+from proxy.server.backends.catalogue import Choice, Reach
+from proxy.server.backends.model_counting import CountedAs
+from proxy.server.backends.model_route import ModelRoute, counting_of, model_route
+from proxy.server.backends.provider_count import (
+    EdgeRequest,
+    count_call_headers,
+    edge_budget,
+    provider_counted,
+    settled,
+)
 from proxy.server.observation.record import note, report_headers
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
@@ -66,51 +79,85 @@ T = TypeVar("T")
 
 
 class Performer:
-    """One guarded request's I/O. `response` is what to answer once the exchange is over."""
+    """One guarded request's I/O. `response` is what to answer once the exchange is over; the
+    route and the tokenizer's choice are the ones `FindRoute` and `ChooseTokenizer` found."""
 
-    def __init__(self, flow: Flow, route: ModelRoute, choice: Choice) -> None:
+    def __init__(self, flow: Flow) -> None:
         self.flow, self.request, self.gw, self.record = flow, flow.request, flow.gw, flow.record
         self.endpoint, self.parsed, self.raw, self.large = flow.endpoint, flow.parsed, flow.raw, flow.large
         # Its share of the threads; its part of the count cache (`proxy.server.edge.client_scope`).
         self.client, self.scope, self.target = flow.client, flow.scope, flow.target
-        self.served, self.choice, self.budget = route.served, choice, route.budget
-        self.backend, self.local = route.backend, route.local
-        # Ask a stream for its usage when an estimate can learn from it; the client does not see it.
-        self.learns = (
-            flow.endpoint.api == "chat"
+        self.response: web.StreamResponse | None = None
+        self._counted: CountedAs | None = None  # what the plans count the request as, once chosen
+        self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
+        self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
+
+    async def perform(self, command: Command) -> Reply:
+        return await _PERFORMED[type(command)](self, command)
+
+    async def find_route(self, command: FindRoute) -> Routed:
+        """The model's route: kept, else worked out (asking the upstream for the served model's
+        window when it was not asked yet); with the window the request opts into by a header
+        (Anthropic's 1M beta), which the exchange weighs."""
+        flow, gw, model, api = self.flow, self.gw, self.flow.model or "", self.endpoint.api
+        route = gw.model_routes.get(model, api, gw.backends.discoveries)
+        if route is None:  # the model's first request, or one that had to ask
+            route, asked = await _route_of(gw, model, self.target)
+            if not asked:
+                gw.model_routes.put(model, api, route)
+        self.route = flow.route = route
+        routed = route.routed
+        if route.choice is not None:
+            self._chosen(route.choice)
+        if route.window_source == "model_map":
+            opted = opted_in(route.served, self.request.headers)
+            if opted is not None:
+                return replace(routed, opt_in_window=opted.context_window)
+        return routed
+
+    async def choose_tokenizer(self, command: ChooseTokenizer) -> Counting:
+        """The backend's own tokenizer when it counts this body, else the model's or an estimate."""
+        route, upstream = self.route, self.target.upstream
+        session = self.gw.session
+        assert session is not None, "the app's upstream session is opened at startup"
+        reach = Reach(session, upstream.name, upstream.base_url, await _service_headers(self.gw, upstream))
+        choice = await self.gw.backends.choose(reach, route.served, self.parsed.chat, route.profile, route.local)
+        self._chosen(choice)
+        return counting_of(choice)
+
+    async def look_up_correction(self, command: LookUpCorrection) -> Correction | None:
+        """A correction learned earlier for the upstream and the served model (Redis when shared)."""
+        corrections, name, served = self.gw.corrections, self.target.upstream.name, self.route.served
+        held, correction = corrections.held(name, served)
+        return correction if held else await corrections.get(name, served)
+
+    def _chosen(self, choice: Choice) -> None:
+        route = self.route
+        self.choice = self.flow.choice = choice
+        counted = route.counted
+        if counted is None or choice is not route.choice:  # chosen for this request
+            counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget)
+        self._counted = counted
+        self._learns = (
+            self.endpoint.api == "chat"
             and choice.source in ("calibrated", "estimate")
             and route.backend.usage_in_streams
         )
-        self.response: web.StreamResponse | None = None
-        self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
 
-    async def perform(self, command: Command, exchange: Exchange) -> Reply:
-        if isinstance(command, PlanFor):
-            return await self._performed(self.plan, command.window, command.bound_unfetched)
-        if isinstance(command, ProviderCount):
-            return await self.provider_count(command)
-        if isinstance(command, Recount):
-            return await self.recount(command)
-        if isinstance(command, Summarise):
-            return await self.summarise(command)
-        if isinstance(command, Render):
-            view = command.view
-            return self.endpoint.adapter.render(self.parsed, view.body, view.removals, view.inserted)
-        if isinstance(command, Note):
-            note(self.record, command.name, command.present)
-            return None
-        if isinstance(command, Send):
-            return await self.send(command)
-        if isinstance(command, Remember):
-            await self.remember(command)
-            return None
-        if isinstance(command, Reject):
-            self.flow.outcome = "rejected"
-            headers = report_headers(exchange.plan, self.flow.mode)
-            raise ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
-        assert isinstance(command, Relay), command
-        self.relay()
-        return None
+    async def plan_for(self, command: PlanFor) -> Plan:
+        return await self._performed(self.plan, command.window, command.bound_unfetched)
+
+    async def render(self, command: Render) -> Mapping[str, Any]:
+        view = command.view
+        return self.endpoint.adapter.render(self.parsed, view.body, view.removals, view.inserted)
+
+    async def note(self, command: Note) -> None:
+        note(self.record, command.name, command.present)
+
+    async def reject(self, command: Reject) -> None:
+        self.flow.outcome = "rejected"
+        headers = report_headers(command.plan, self.flow.mode)
+        raise ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
 
     async def _performed(self, work: Callable[..., T], *args: Any) -> T:
         """This request's counting work (plans, recounts): sized by the whole body, since a
@@ -127,13 +174,10 @@ class Performer:
         """Count and trim for `window` with the tokenizer the choice names (the backend's own, the
         model's, or a calibrated estimate) and the upstream's budget policy, written back in the
         API's own shape (`Plan.body`)."""
-        if bound_unfetched:
-            self.choice.bound_unfetched()
         choice, record = self.choice, self.record
-        counting = (choice.profile, choice.tokenizer)
-        fitted = self.gw.models.fit(
-            self.endpoint.adapter, self.parsed, self.served, window, counting, self.budget, self.scope
-        )
+        if bound_unfetched:
+            choice.bound_unfetched()
+        fitted = self.gw.models.fit(self.endpoint.adapter, self.parsed, window, self._counted, self.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
             note(record, "estimate")
         if self.parsed.server_state:
@@ -142,29 +186,29 @@ class Performer:
 
     async def recount(self, command: Recount) -> Recounted | None:
         """The body counted by the backend, once it has counted every text in it (None: it cannot now)."""
-        if not await self.choice.complete():
+        choice = self.choice
+        if not await choice.complete():
             return None
         if self.endpoint.api != "chat":
             return Recounted(None)
-        return Recounted(await self._performed(self.choice.recount, command.body))
+        return Recounted(await self._performed(choice.recount, command.body))
 
     async def provider_count(self, command: ProviderCount) -> Plan | None:
         """The upstream's own count, asked when the plan's bounds straddle its budget
         (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
-        gw, record, upstream = self.gw, self.record, self.target.upstream
+        gw, upstream, plan = self.gw, self.target.upstream, command.plan
+        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries)
+        budget = edge_budget(edge, plan, self.choice.tokenizer)
+        if budget is None:
+            return None
         session = gw.session
         assert session is not None, "the app's upstream session is opened at startup"
-        parsed = self.parsed
-        edge = EdgeRequest.of(
-            upstream, self.served, self.endpoint.api, parsed.body, parsed.chat, gw.backends.discoveries
-        )
-        headers = functools.partial(_count_call_headers, self.request, gw, upstream)
-        counted = await at_edge(
-            gw.provider_counts, session, headers, edge, command.plan, self.choice.tokenizer, record.notes, self._placed
-        )
-        if counted is not None:
+        headers = await _count_call_headers(self.request, gw, upstream)
+        counted = await provider_counted(gw.provider_counts, session, headers, edge, self._placed)
+        made = settled(plan, edge, budget, counted, self.record.notes)
+        if made is not None:
             self.flow.provider_counted = True
-        return counted
+        return made
 
     async def summarise(self, command: Summarise) -> Summary:
         summariser = self.gw.summariser
@@ -180,7 +224,7 @@ class Performer:
         flow.outcome = command.outcome
         stream = parsed.stream or self.endpoint.stream
         sent = command.body if command.body is not None else parsed.body
-        with_usage, added = ask_for_usage(sent) if self.learns and stream else (sent, False)
+        with_usage, added = ask_for_usage(sent) if self._learns and stream else (sent, False)
         payload = outgoing(target, parsed.model or "", parsed.body, self.raw, with_usage if added else command.body)
         exchange = flow.exchange
         assert exchange is not None, "a send is an exchange's command"
@@ -203,7 +247,7 @@ class Performer:
                     return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, answers.error_body(first)
-                if first.kind == "empty" and self.backend.empty_stream_on_overflow:
+                if first.kind == "empty" and self.route.backend.empty_stream_on_overflow:
                     note(record, "empty_stream")
                     status, error_body = await probe_overflow(self.flow, sent)
             else:
@@ -212,7 +256,7 @@ class Performer:
         self._failed = (response, raw_error, error_body, extra)
         return Answered(status, error_body, payload)
 
-    def relay(self) -> None:
+    async def relay(self, command: Relay) -> None:
         """The upstream's own error, as it came; a 200 with no answer in it is the guard's 502."""
         assert self._failed is not None, "a relay follows an answer that was not accepted"
         response, raw_error, error_body, extra = self._failed
@@ -222,9 +266,9 @@ class Performer:
 
     async def remember(self, command: Remember) -> None:
         """A retry the upstream accepted: its correction is now trusted, for this upstream and model."""
-        gw, name = self.gw, self.target.upstream.name
-        kept = await gw.corrections.remember(name, self.served, command.correction)
-        gw.metrics.corrected_window.labels(name, gw.models.model_label(self.served)).set(kept.window)
+        gw, name, served = self.gw, self.target.upstream.name, self.route.served
+        kept = await gw.corrections.remember(name, served, command.correction)
+        gw.metrics.corrected_window.labels(name, gw.models.model_label(served)).set(kept.window)
 
     def _learn(self, reader: UsageReader, sent: Mapping[str, Any]) -> None:
         """An estimate learns from the prompt tokens the upstream reports (chat completions), when
@@ -237,10 +281,7 @@ class Performer:
         if not parsed.read_whole:
             return
         gw = self.gw
-        upstream = self.target.upstream.name
-        learned = gw.backends.observe(
-            upstream, self.served, usage.prompt_tokens, sent, self.choice, self.local, gw.models.count_cache(self.scope)
-        )
+        learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.scope))
         if learned is not None:
             flow.calibration = learned.factor
 
@@ -252,14 +293,11 @@ class Performer:
                 record.previews[removal.index] = _message_text(messages[removal.index])[:chars]
 
 
-async def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
-    """What the exchange needs, worked out once: the route (kept on the flow), the window the serving
-    model runs with, the tokenizer to count with, and a correction learned earlier. What is known
-    already (no Ollama model to ask, no backend tokenizer) is not awaited, and the credential for
-    the guard's own calls is looked up only when a call is to be made."""
-    request, gw, record, endpoint, parsed = flow.request, flow.gw, flow.record, flow.endpoint, flow.parsed
-    model = parsed.model or ""
-    target = flow.target = gw.router.route(model)
+def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
+    """The exchange opened for `flow` in `mode`, and what performs its commands: routed to its
+    upstream (which must serve the API), a client's template refused where the operator says so."""
+    gw, endpoint, parsed = flow.gw, flow.endpoint, flow.parsed
+    target = flow.target = gw.router.route(flow.model or "")
     flow.mode = mode
     if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
         refuse_client_template(parsed.body)
@@ -268,52 +306,14 @@ async def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         raise HTTPRefusal(
             f"upstream {upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"
         )
-    route = gw.model_routes.get(model, endpoint.api, gw.backends.discoveries)
-    if route is None:  # the model's first request, or one that had to ask
-        route, asked = await _route_of(gw, model, target)
-        if not asked:
-            gw.model_routes.put(model, endpoint.api, route)
-    served, profile, local, backend = route.served, route.profile, route.local, route.backend
-    # A window the request opts into (Anthropic's 1M beta header), where the map gave the model's.
-    opted = opted_in(served, request.headers) if route.window_source == "model_map" else None
-    larger = opted.context_window if opted is not None and opted.context_window > profile.context_window else None
-    flow.route, flow.window_source = route, route.window_source if larger is None else "opt_in"
-    choice = route.choice
-    if choice is None:  # the backend's own tokenizer counts
-        session = gw.session
-        assert session is not None, "the app's upstream session is opened at startup"
-        headers = await _service_headers(gw, upstream)
-        choice = await gw.backends.choose(
-            session, upstream.name, upstream.base_url, served, parsed.chat, profile, local, headers
-        )
-    flow.choice = choice
-    held, correction = gw.corrections.held(upstream.name, served)
-    if not held:  # kept elsewhere (Redis)
-        correction = await gw.corrections.get(upstream.name, served)
-    if correction is not None:
-        flow.correction, flow.window_source = correction, "correction"
-    if flow.window_source == "fallback":  # neither the config, the map, the server nor a correction knew it
-        note(record, "fallback_window")
-    if route.vocabulary_missing is not None:  # counted with the family's bound (proxy.tokenizers.vocabularies)
-        note(record, f"vocabulary_missing:{route.vocabulary_missing}")
-    performer = Performer(flow, route, choice)
     summarises = gw.summariser is not None and endpoint.adapter.writes_inserted
-    exchange = Exchange(
+    exchange = flow.exchange = Exchange(
         mode,
-        known_window=larger or profile.context_window,
-        window=larger,
-        correction=correction,
-        self_correct=gw.correction_policy,
-        # The provider a correction names: an Anthropic upstream is counted as an OpenAI-like backend.
-        provider="anthropic" if upstream.kind == "anthropic" else backend.kind if backend.kind != "generic" else None,
         read_whole=parsed.read_whole,
-        recounts=choice.counter is not None,  # nothing to count again without the backend's tokenizer
         chat=parsed.chat if summarises else None,
-        # Bounds straddling the budget: the upstream counts (the backend's own tokenizer needs none).
-        provider_counts=choice.source != "backend" and upstream.provider_count,
+        self_correct=gw.correction_policy,
     )
-    flow.exchange = exchange
-    return performer, exchange
+    return Performer(flow), exchange
 
 
 async def _route_of(gw: Gateway, model: str, target: Target) -> tuple[ModelRoute, bool]:
@@ -324,8 +324,8 @@ async def _route_of(gw: Gateway, model: str, target: Target) -> tuple[ModelRoute
     if not known:
         session = gw.session
         assert session is not None, "the app's upstream session is opened at startup"
-        headers = await _service_headers(gw, upstream)
-        stated = await gw.backends.window(session, upstream.name, upstream.base_url, served, headers)
+        reach = Reach(session, upstream.name, upstream.base_url, await _service_headers(gw, upstream))
+        stated = await gw.backends.window(reach, served)
     route, loaded = await model_route(gw.models, gw.backends, model, target, stated)
     return route, loaded or not known
 
@@ -364,3 +364,20 @@ async def _count_call_headers(request: web.Request, gw: Gateway, upstream: Upstr
     except GuardError:  # no credential now: the call goes without, fails, and the upper bound stands
         auth = None
     return count_call_headers(request.headers, upstream, auth, keys)
+
+
+_PERFORMED: dict[type, Callable[[Performer, Any], Awaitable[Reply]]] = {
+    FindRoute: Performer.find_route,
+    ChooseTokenizer: Performer.choose_tokenizer,
+    LookUpCorrection: Performer.look_up_correction,
+    PlanFor: Performer.plan_for,
+    ProviderCount: Performer.provider_count,
+    Recount: Performer.recount,
+    Summarise: Performer.summarise,
+    Render: Performer.render,
+    Note: Performer.note,
+    Send: Performer.send,
+    Remember: Performer.remember,
+    Reject: Performer.reject,
+    Relay: Performer.relay,
+}

@@ -16,7 +16,7 @@ from aiohttp import web
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import CharEstimateTokenizer, EncoderTokenizer
 from proxy.core.models.model_registry import ModelRegistry
-from proxy.server.backends.catalogue import MODELS_KEPT, Backends
+from proxy.server.backends.catalogue import MODELS_KEPT, Backends, Reach
 from proxy.server.backends.profiles import BackendOptions, Discovery
 from proxy.server.request.gateway import GATEWAY
 from tests.support.guard import plan_with
@@ -77,7 +77,9 @@ async def discovered_choice(url: str) -> tuple[Backends, Any]:
     backends = Backends()
     async with aiohttp.ClientSession() as session:
         await backends.discover(session, "local", url)
-        choice = await backends.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+        choice = await backends.choose(
+            Reach(session, "local", url), "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE
+        )
     return backends, choice
 
 
@@ -108,7 +110,7 @@ class TestChoose:
                 seen.clear()
                 headers = {"Authorization": f"Bearer {token}"}
                 profile = REGISTRY.profile("smol")
-                await counting.choose(session, "local", url, "smol", chat(turns), profile, ESTIMATE, headers)
+                await counting.choose(Reach(session, "local", url, headers), "smol", chat(turns), profile, ESTIMATE)
                 asked_with[token] = set(seen)
         assert asked_with == {"one": {"Bearer one"}, "two": {"Bearer two"}}
 
@@ -118,19 +120,25 @@ class TestChoose:
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
             asked.clear()
-            choice = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+            choice = await counting.choose(
+                Reach(session, "local", url), "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE
+            )
         assert choice.source == "estimate" and asked == []
 
     async def test_an_exact_model_tokenizer_is_used_when_the_upstream_cannot_tokenize(self):
         counting = Backends()
         async with aiohttp.ClientSession() as session:
-            choice = await counting.choose(session, "openai", "http://unused/v1", "gpt-4o", chat(1), REGISTRY.profile("gpt-4o"), EXACT)
+            choice = await counting.choose(
+                Reach(session, "openai", "http://unused/v1"), "gpt-4o", chat(1), REGISTRY.profile("gpt-4o"), EXACT
+            )
         assert choice.source == "model" and choice.tokenizer is EXACT
 
     async def test_asking_for_the_backend_tokenizer_where_there_is_none_says_so(self):
         counting = Backends({"hosted": BackendOptions(tokenize="backend")})
         async with aiohttp.ClientSession() as session:
-            choice = await counting.choose(session, "hosted", "http://unused/v1", "smol", chat(1), REGISTRY.profile("smol"), ESTIMATE)
+            choice = await counting.choose(
+                Reach(session, "hosted", "http://unused/v1"), "smol", chat(1), REGISTRY.profile("smol"), ESTIMATE
+            )
         assert choice.source == "estimate" and "no tokenize endpoint" in (choice.note or "")
 
     async def test_without_the_backend_s_tokenizer_the_choice_is_known_without_awaiting_and_is_chooses(self, llama):
@@ -138,7 +146,9 @@ class TestChoose:
         counting = Backends({"local": BackendOptions(tokenize="local")})
         async with aiohttp.ClientSession() as session:
             await counting.discover(session, "local", url)
-            awaited = await counting.choose(session, "local", url, "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE)
+            awaited = await counting.choose(
+                Reach(session, "local", url), "smol", chat(2), REGISTRY.profile("smol"), ESTIMATE
+            )
         assert counting.local_choice("local", "smol", REGISTRY.profile("smol"), ESTIMATE) == awaited
 
     async def test_with_the_backend_s_tokenizer_to_ask_nothing_is_chosen_without_awaiting(self, llama):
@@ -168,7 +178,7 @@ class TestKnownWindow:
         counting = Backends(discoveries={"ollama": Discovery("ollama")})
         before = counting.known_window("ollama", "llama3")
         async with aiohttp.ClientSession() as session:
-            asked = await counting.window(session, "ollama", str(server.make_url("/v1")), "llama3")
+            asked = await counting.window(Reach(session, "ollama", str(server.make_url("/v1"))), "llama3")
         assert before == (False, None) and counting.known_window("ollama", "llama3") == (True, asked) == (True, 8192)
 
     async def test_what_is_kept_per_model_stays_bounded_whatever_names_clients_send(self, aiohttp_server):
@@ -181,7 +191,7 @@ class TestKnownWindow:
         counting = Backends(discoveries={"ollama": Discovery("ollama")})
         async with aiohttp.ClientSession() as session:
             for i in range(MODELS_KEPT + 50):
-                await counting.window(session, "ollama", str(server.make_url("/v1")), f"made-up-{i}")
+                await counting.window(Reach(session, "ollama", str(server.make_url("/v1"))), f"made-up-{i}")
         assert len(counting._windows) == MODELS_KEPT
         assert counting.known_window("ollama", f"made-up-{MODELS_KEPT + 49}") == (True, 8192)  # the newest kept
         assert counting.known_window("ollama", "made-up-0") == (False, None)  # the oldest asked again
@@ -193,15 +203,19 @@ class TestObserve:
         profile = REGISTRY.profile("smol")
         async with aiohttp.ClientSession() as session:
             for _ in range(4):
-                choice = await counting.choose(session, "up", "http://unused/v1", "smol", chat(30), profile, ESTIMATE)
-                counting.observe("up", "smol", 300, chat(30), choice, ESTIMATE)
-            choice = await counting.choose(session, "up", "http://unused/v1", "smol", chat(30), profile, ESTIMATE)
+                choice = await counting.choose(
+                    Reach(session, "up", "http://unused/v1"), "smol", chat(30), profile, ESTIMATE
+                )
+                counting.observe(choice, 300, chat(30))
+            choice = await counting.choose(
+                Reach(session, "up", "http://unused/v1"), "smol", chat(30), profile, ESTIMATE
+            )
         assert choice.source == "calibrated" and choice.calibration is not None
         assert choice.calibration.observations == 4
 
     async def test_the_backend_s_or_the_model_s_own_count_learns_nothing(self, llama):
         counting, choice = await discovered_choice(llama[0])
-        assert counting.observe("local", "smol", 999, chat(2), choice, ESTIMATE) is None
+        assert counting.observe(choice, 999, chat(2)) is None
         assert counting.calibration.get("local", "smol") is None
 
 
@@ -225,13 +239,13 @@ class TestSharedCountCache:
 
     async def test_a_calibrated_estimate_counts_without_the_shared_cache(self, model_map):
         from proxy.config.settings import Settings
-        from proxy.server.backends.model_counting import Models
+        from proxy.server.backends.model_counting import CountedAs, Models
 
         guard = Models(Settings(), model_map)
         profile = guard.profile("gpt-4o")
-        plan_with(guard, chat(3), "gpt-4o", counting=(profile, CharEstimateTokenizer(2.5)))
+        plan_with(guard, chat(3), "gpt-4o", counting=CountedAs("gpt-4o", profile, CharEstimateTokenizer(2.5)))
         assert len(guard.cache) == 0
-        plan_with(guard, chat(3), "gpt-4o", counting=(profile, guard.tokenizer(profile)))
+        plan_with(guard, chat(3), "gpt-4o", counting=CountedAs("gpt-4o", profile, guard.tokenizer(profile)))
         assert len(guard.cache) > 0
 
     async def test_the_shared_cache_holds_to_the_configured_memory(self, model_map):

@@ -50,7 +50,7 @@ class Client:
         reading = self.readers.read(ENDPOINT.adapter, raw)
         parsed = ENDPOINT.parse(reading.value, reading.known)
         self.readers.accepted(ENDPOINT.adapter, reading)
-        return self.models.fit(ENDPOINT.adapter, parsed, "gpt-4o", window, client=self.scope)
+        return self.models.fit(ENDPOINT.adapter, parsed, window, client=self.scope)
 
 
 def conversation(tokens: int = 3000, question: str | None = None) -> bytes:
