@@ -69,7 +69,9 @@ class TestBackendTokenizer:
         async with aiohttp.ClientSession() as session:
             calls = LlamaCppPythonCalls(session, llama.url, MODEL)
             # Generous deadlines: this test is about the counts; the shared CI cores are slow.
-            counter = BackendCounter(f"llama/{MODEL}", calls, CountCache(), timeout=30, framing_timeout=120)
+            counter = BackendCounter(
+                f"llama/{MODEL}", calls, CountCache(), BackendOptions(tokenize_timeout=30, framing_timeout=120)
+            )
             for kind in KINDS:
                 for size in (1, 3, 12):  # the largest is over the window: the guard trims it first
                     request = body(kind, size, MODEL)

@@ -224,9 +224,7 @@ class Backends:
                 f"{reach.upstream}/{model}",
                 calls,
                 self.cache,
-                options.tokenize_timeout,
-                options.tokenize_concurrency,
-                framing_timeout=options.framing_timeout,
+                options,
             )
             self._counters[key] = counter
             _keep_bounded(self._counters)

@@ -9,10 +9,11 @@ renders (or, on llama-cpp-python, which cannot render without generating, answer
 calls each kind of server answers are `proxy.server.backends.tokenize_calls`; the tokenizers the
 core counts with, from the counts fetched here, are `proxy.core.counting.prefetched`.
 
-Each request's calls, the wait for the framing included, run under one deadline
-(`tokenize_timeout`); the framing's measurement goes on in the background up to
-`framing_timeout`. A text the backend did not count in time is counted by the
-local estimate, and the count says it is not exact. A backend that cannot be reached (no
+The upstream's `BackendOptions` set the deadlines and the concurrency: each request's calls, the
+wait for the framing included, run under one deadline (`tokenize_timeout`), at most
+`tokenize_concurrency` texts asked at a time; the framing's measurement goes on in the background
+up to `framing_timeout`. A text the backend did not count in time is counted by the local
+estimate, and the count says it is not exact. A backend that cannot be reached (no
 connection, a 5xx) or misses a deadline (a request's, or the framing's, however the wait ended)
 is left alone for `FAILURE_COOLDOWN` seconds; a text it answers about without a count (a 4xx: it
 refused that text, or an answer over `MAX_ANSWER_BYTES`) is counted locally, that text only: one
@@ -33,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxy.config.backends import BackendOptions
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.prefetched import PrefetchedTokenizer, RecordingTokenizer, tool_call_texts
 from proxy.core.counting.request_count import RequestCounter
@@ -69,25 +71,24 @@ class Prepared:
 
 
 class BackendCounter:
-    """The backend's tokenizer for one upstream and model, with its counts cached."""
+    """The backend's tokenizer for one upstream and model, with its counts cached, asked within
+    the deadlines and the concurrency of the upstream's `options`."""
 
     def __init__(
         self,
         name: str,
         calls: TokenizeCalls,
         cache: CountCache,
-        timeout: float = 2.0,
-        concurrency: int = 4,
+        options: BackendOptions = BackendOptions(),
         clock: Callable[[], float] = time.monotonic,
-        framing_timeout: float = 30.0,
     ) -> None:
         self.name = f"backend:{name}"
         self.calls = calls
         self.cache = cache
-        self.timeout = timeout
-        self.framing_timeout = framing_timeout
+        self.timeout = options.tokenize_timeout
+        self.framing_timeout = options.framing_timeout
         self.clock = clock
-        self._limit = asyncio.Semaphore(concurrency)
+        self._limit = asyncio.Semaphore(options.tokenize_concurrency)
         self._framing: Framing | None = None
         self._empty: int | None = None  # tokens the server adds to any text (a BOS), subtracted
         self._setup = asyncio.Lock()

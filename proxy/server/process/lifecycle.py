@@ -87,15 +87,24 @@ def available_cores() -> int:
     return max(1, cores)
 
 
+@dataclass(frozen=True, slots=True)
+class Supervised:
+    """Worker `worker` of the pool a supervisor (`parent_pid`) runs (`proxy.server.process.workers`):
+    it shares the port with the other workers (SO_REUSEPORT), calls `ready` once its vocabularies
+    are in, stops when its supervisor is gone, and answers its `peers`' pages (None: each worker's
+    page shows its own decisions)."""
+
+    worker: int
+    parent_pid: int
+    ready: Callable[[], None]
+    peers: Peers | None = None
+
+
 async def serve_process(
-    load: Callable[[], Settings],
-    options: ServerOptions,
-    *,
-    reuse_port: bool = False,
-    ready: Callable[[], None] | None = None,
-    parent_pid: int | None = None,
-    peers: Peers | None = None,
+    load: Callable[[], Settings], options: ServerOptions, supervised: Supervised | None = None
 ) -> int:
+    """Serve until stopped, as the module docstring says: alone, or as a `supervised` worker.
+    The exit status: 0 after a clean stop, 2 when it could not start."""
 
     # A thread working on a large body holds the GIL for up to the switch interval each time the
     # loop wants it back (after every socket call): 5 ms by default, which adds tens of ms to a
@@ -129,13 +138,14 @@ async def serve_process(
         log.info("stopped", signal=stop_signal[0], in_flight_at_close=0)
         return EXIT_OK
     app = create_app(settings, guard)
+    peers = supervised.peers if supervised is not None else None
     if peers is not None:  # one of several workers: its page shows every worker's decisions
         app[GATHER] = peers.gather
     runner = web.AppRunner(
         app, handle_signals=False, handler_cancellation=True, access_log=None, shutdown_timeout=_FINAL_CLOSE_SECONDS
     )
     await runner.setup()
-    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_port=reuse_port or None)
+    site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_port=supervised is not None or None)
     try:
         await site.start()
     except OSError as exc:
@@ -168,8 +178,9 @@ async def serve_process(
     )
     # A worker reports itself started once its vocabularies are in: one that cannot load them
     # fails the supervisor's start instead of being restarted over and over.
+    ready = supervised.ready if supervised is not None else None
     loading = loop.create_task(_load_tokenizers(app, guard, stop, ready))
-    watchdog = loop.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
+    watchdog = loop.create_task(_watch_parent(supervised.parent_pid, stop)) if supervised is not None else None
     await stop.wait()
     if watchdog is not None:
         watchdog.cancel()

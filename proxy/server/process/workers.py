@@ -34,7 +34,7 @@ from proxy.config.settings import Settings
 from proxy.config.source import SettingsSource
 from proxy.logging import configure_logging, get_logger
 from proxy.server.observation.peers import Peers
-from proxy.server.process.lifecycle import EXIT_CANNOT_START, EXIT_OK, ServerOptions, serve_process
+from proxy.server.process.lifecycle import EXIT_CANNOT_START, EXIT_OK, ServerOptions, Supervised, serve_process
 
 START_TIMEOUT_SECONDS = 120.0
 # A worker that keeps dying is not restarted for ever: this many deaths in a minute stop the service.
@@ -116,7 +116,7 @@ class _Pool:
         peers = Peers(self.sockets, worker, self.count) if self.sockets is not None else None
         process = self.context.Process(
             target=_worker_main,
-            args=(self.source, self.options, worker, os.getpid(), ready, self.settings, peers),
+            args=(self.source, self.options, self.settings, Supervised(worker, os.getpid(), ready.set, peers)),
             name=f"context-guard-worker-{worker}",
         )
         process.start()
@@ -195,20 +195,10 @@ def _claim_port(host: str, port: int) -> int | str:
         return int(probe.getsockname()[1])
 
 
-def _worker_main(
-    source: SettingsSource,
-    options: ServerOptions,
-    worker: int,
-    parent_pid: int,
-    ready: Event,
-    settings: Settings,
-    peers: Peers | None,
-) -> None:
+def _worker_main(source: SettingsSource, options: ServerOptions, settings: Settings, supervised: Supervised) -> None:
+    """A spawned worker's start: its log lines say which worker it is, then it serves."""
     import asyncio
 
     configure_logging(settings.log.format, settings.log.level)
-    bind_worker(worker)
-    status = asyncio.run(
-        serve_process(source.load, options, reuse_port=True, ready=ready.set, parent_pid=parent_pid, peers=peers)
-    )
-    raise SystemExit(status)
+    bind_worker(supervised.worker)
+    raise SystemExit(asyncio.run(serve_process(source.load, options, supervised)))

@@ -143,12 +143,11 @@ def upstream_call(flow: Flow, payload: bytes) -> UpstreamCall:
 async def relay_answer(
     flow: Flow, response: aiohttp.ClientResponse, extra: dict[str, str], chunks: AsyncIterator[bytes] | None = None
 ) -> web.StreamResponse:
-    record, upstream = flow.record, flow.target.upstream
     # A broken stream ends with an error event in the grammar of the client's API.
-    relayed = await relay(flow.request, upstream, response, extra, chunks, record.kind)
+    relayed = await relay(flow, response, extra, chunks)
     if relayed.broken:
         flow.stream_broken = relayed.broken
-        flow.gw.metrics.upstream_errors.labels(upstream.name, "stream_broken").inc()
+        flow.gw.metrics.upstream_errors.labels(flow.target.upstream.name, "stream_broken").inc()
     if relayed.client_gone:
         flow.client_gone = True
     return relayed.response

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.stream_errors import broken_stream_event
-from proxy.config.upstreams import UpstreamSettings
+from proxy.server.request.flow import Flow
 from proxy.server.upstream.headers import response_headers
 from proxy.server.upstream.sse import is_event_stream
 
@@ -27,18 +27,16 @@ class Relayed:
 
 
 async def relay(
-    request: web.Request,
-    upstream: UpstreamSettings,
+    flow: Flow,
     response: aiohttp.ClientResponse,
     extra_headers: Mapping[str, str],
     chunks: AsyncIterator[bytes] | None = None,
-    api: str = "chat",
 ) -> Relayed:
-    """Stream `response` to the client as it arrives (or `chunks`, when given: its body, already
+    """Stream `response` to `flow`'s client as it arrives (or `chunks`, when given: its body, already
     begun or filtered; see `proxy.server.upstream.answers`). A client that goes away ends the relay
     (and, by leaving the upstream call, closes the upstream connection). An upstream that breaks
     mid-stream ends an event stream cleanly, with an SSE error event (in the grammar of the
-    client's `api`; OpenAI's when not given) then EOF; any other body
+    client's API, the flow record's `kind`) then EOF; any other body
     (or an event stream of announced length) is cut off by closing the client's connection, so
     that a half response can never pass for a whole one."""
     # The headers go out with the first bytes (one write, not two) unless this is an event stream
@@ -49,6 +47,7 @@ async def relay(
     out.headers.update(extra_headers)
     if response.content_length is not None:  # a whole body of known size keeps its length; streams stay chunked
         out.content_length = response.content_length
+    request = flow.request
     await out.prepare(request)
     relayed = Relayed(out)
     try:
@@ -58,11 +57,11 @@ async def relay(
         relayed.client_gone = True
         return relayed
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        relayed.broken = f"upstream {upstream.name!r} ended the stream early ({type(exc).__name__})"
+        relayed.broken = f"upstream {flow.target.upstream.name!r} ended the stream early ({type(exc).__name__})"
         if not is_event_stream(response) or out.content_length is not None:
             abort(request)
             return relayed
-        event = broken_stream_event(api, relayed.broken)
+        event = broken_stream_event(flow.record.kind, relayed.broken)
         with contextlib.suppress(ConnectionResetError):
             await out.write(event)
     with contextlib.suppress(ConnectionResetError):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from proxy.config.backends import BackendOptions
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import CharEstimateTokenizer
@@ -180,7 +181,7 @@ class TestBackendCounter:
 
     async def test_a_slow_backend_leaves_the_rest_to_the_local_estimate_and_says_so(self, profile):
         server = ChatMlServer()
-        counter = BackendCounter("local/model", server, CountCache(), timeout=0.05)
+        counter = BackendCounter("local/model", server, CountCache(), BackendOptions(tokenize_timeout=0.05))
         await counter.framing()
         server.delay = 1.0
         total, prepared = await count(counter, conversation(2), profile)
