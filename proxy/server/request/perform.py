@@ -306,6 +306,7 @@ def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         raise HTTPRefusal(
             f"upstream {upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"
         )
+    performer = Performer(flow)
     summarises = gw.summariser is not None and endpoint.adapter.writes_inserted
     exchange = flow.exchange = Exchange(
         mode,
@@ -313,7 +314,7 @@ def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         chat=parsed.chat if summarises else None,
         self_correct=gw.correction_policy,
     )
-    return Performer(flow), exchange
+    return performer, exchange
 
 
 async def _route_of(gw: Gateway, model: str, target: Target) -> tuple[ModelRoute, bool]:
