@@ -63,10 +63,21 @@ def definitions_hash(fields: tuple[Any, ...]) -> int:
 
 class RequestCounter(CountRules):
     """Counts bodies for one model profile with one tokenizer, reusing what a count cache holds;
-    cheap to build per request."""
+    cheap to build per request. Built for one body as read (`proxy.wire.prefix_reader`), it is
+    given what the reader knew of its messages: `message_hashes`, one per message, the hashes of
+    their bytes as received (keys for the count cache: `_message_keys`), and `shared_messages`,
+    how many of its first messages the reader found in an earlier body's bytes (`request`)."""
 
-    def __init__(self, profile: ModelProfile, tokenizer: Tokenizer, cache: CountCache | None = None) -> None:
+    def __init__(
+        self,
+        profile: ModelProfile,
+        tokenizer: Tokenizer,
+        cache: CountCache | None = None,
+        message_hashes: Sequence[int] = (),
+        shared_messages: int = 0,
+    ) -> None:
         super().__init__(profile, tokenizer, cache)
+        self.message_hashes, self.shared_messages = message_hashes, shared_messages
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
@@ -79,16 +90,16 @@ class RequestCounter(CountRules):
             return hit[1]
         return count_text(self.tokenizer, text, self.cache)
 
-    def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = (), shared: int = 0) -> RequestCount:
-        """The body's count; `message_hashes` as for `_message_keys`. With them, the counts of
-        the opening it shares with a request counted before are carried (`proxy.core.counting.openings`);
-        `shared`, how many of its first messages the prefix reader found in an earlier body's
-        bytes, is where its siblings part from it."""
+    def request(self, body: Mapping[str, Any]) -> RequestCount:
+        """The body's count. With the hashes of its messages (one per message: those of the
+        body this counter was built for), the counts of the opening it shares with a request
+        counted before are carried (`proxy.core.counting.openings`); `shared_messages` is where
+        its siblings part from it."""
         recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.counting.slices)
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         spend(ITEM_UNITS * len(messages))  # each message is looked up, split into turns and maybe cut
-        counts, tally = self._counts_with_openings(messages, message_hashes, shared)
+        counts, tally = self._counts_with_openings(messages, self.message_hashes, self.shared_messages)
         return self.totals(body, messages, counts, tally, recording)
 
     def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
