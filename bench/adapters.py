@@ -26,6 +26,7 @@ from proxy.apis.base import Adapter
 from proxy.apis.openai.chat import ChatAdapter
 from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelRegistry
 from proxy.core.plan import TrimPolicy, plan_request
 from proxy.tokenizers.model_map import load_model_map
@@ -98,7 +99,8 @@ def measure(adapter: Adapter, body: dict[str, Any], runs: int) -> dict[str, floa
         t0 = time.perf_counter()
         parsed = adapter.parse(body)
         t1 = time.perf_counter()
-        plan = plan_request(parsed.chat, adapter.profile(profile, parsed), tokenizer, TrimPolicy(), CountCache())
+        counter = RequestCounter(adapter.profile(profile, parsed), tokenizer, CountCache())
+        plan = plan_request(parsed.chat, counter, TrimPolicy())
         t2 = time.perf_counter()
         adapter.render(parsed, plan.result.body, plan.result.removals)
         t3 = time.perf_counter()

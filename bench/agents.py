@@ -248,7 +248,7 @@ def guard(
     def trim(body: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
         if mask is not None:
             body = masked(body, mask, counter)
-        plan = plan_request(body, profile, tokenizer, policy, cache)
+        plan = plan_request(body, RequestCounter(profile, tokenizer, cache), policy)
         if plan.result.outcome not in ("unchanged", "trimmed"):
             return None, plan.result.tokens_after
         return dict(plan.result.body), plan.result.tokens_after

@@ -31,8 +31,7 @@ from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import EncoderTokenizer, Tokenizer
 from proxy.core.models.model_registry import ModelRegistry, TokenizerSpec
-from proxy.core.plan import TrimPolicy
-from proxy.core.trimming.trim import trim
+from proxy.core.plan import TrimPolicy, trim
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 from proxy.wire import codec
@@ -123,7 +122,7 @@ def trim_heavy(registry: ModelRegistry, tokenizers: Tokenizers, repeat: int) -> 
         counter = RequestCounter(profile, single, CountCache())
         count = counter.request(parsed)
         t2 = time.perf_counter()
-        result = trim(parsed, count, counter, policy.pipeline, policy.budget, profile.context_window)
+        result = trim(parsed, count, counter, policy, profile.context_window)
         t3 = time.perf_counter()
         codec.dumps(result.body)
         t4 = time.perf_counter()

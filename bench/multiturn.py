@@ -62,12 +62,13 @@ from bench.conversations import GROWING_KINDS, growing_conversation
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile, ModelRegistry
+from proxy.core.plan import TrimPolicy, trim
 from proxy.core.trimming.budget import BudgetPolicy, default_reserve, input_budget
 from proxy.core.trimming.compaction import SummaryRequest, summary_request, with_summary
 from proxy.core.trimming.notes import CompactionPolicy, SummaryStatus
 from proxy.core.trimming.roles import PINNED_ROLES, latest_user_index
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
-from proxy.core.trimming.trim import Strategy, trim
+from proxy.core.trimming.trim import Strategy
 from proxy.core.trimming.turns import validity_problems
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
@@ -159,11 +160,11 @@ def context_guard(
     compaction: CompactionPolicy | None = None,
     summaries: Summaries | None = None,
 ) -> Trimmer:
+    policy = TrimPolicy(bench.policy, tuple(pipeline), compaction=compaction or CompactionPolicy())
+
     def run(body: dict[str, Any], budget: int) -> Messages:
         count = bench.counter.request(body)
-        result = trim(
-            body, count, bench.counter, pipeline, bench.policy, bench.profile.context_window, compaction=compaction
-        )
+        result = trim(body, count, bench.counter, policy, bench.profile.context_window)
         span = summary_request(body, result) if summaries is not None else None
         if summaries is not None and span is not None:
             text, status = summaries.summarise(span)

@@ -30,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from bench.conversations import random_conversation
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelRegistry
-from proxy.core.plan import TrimPolicy
+from proxy.core.plan import TrimPolicy, trim
 from proxy.core.trimming.budget import BudgetPolicy
 from proxy.core.trimming.roles import PINNED_ROLES, latest_user_index
-from proxy.core.trimming.trim import trim
 from proxy.core.trimming.turns import split_conversation, validity_problems
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
@@ -78,14 +77,14 @@ def quality(registry: ModelRegistry, tokenizers: Tokenizers, n: int, seed: int) 
 
     profile = registry.profile("gpt-4o")
     counter = RequestCounter(profile, tokenizers.get(profile.tokenizer))
-    policy = TrimPolicy()
     rng = random.Random(seed)
+
+    # The budget is given directly, as to the others: no output reserve or margin on top.
+    exact = TrimPolicy(budget=BudgetPolicy(reserve_min=0, reserve_max=0, reserve_ratio=0, safety_ratio=0))
 
     def ours(body: dict[str, Any], budget: int) -> list[dict[str, Any]]:
         count = counter.request(body)
-        # The budget is given directly, as to the others: no output reserve or margin on top.
-        exact = BudgetPolicy(reserve_min=0, reserve_max=0, reserve_ratio=0, safety_ratio=0)
-        result = trim(body, count, counter, policy.pipeline, exact, budget)
+        result = trim(body, count, counter, exact, budget)
         return list(result.body["messages"])
 
     def with_litellm(body: dict[str, Any], budget: int) -> list[dict[str, Any]]:

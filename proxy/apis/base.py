@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
@@ -68,14 +69,15 @@ class Source:
 
 
 class ViewBuilder:
-    """The chat view as an adapter builds it: the messages, where each came from, and what had to
-    be estimated."""
+    """The chat view as an adapter builds it: the messages, where each came from, what had to be
+    estimated and whether part of the context lives on the provider."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self.sources: list[Source] = []
         self.notes: list[str] = []
         self.exact = True
+        self.server_state = False  # `Parsed.server_state`
 
     def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
         self.messages.append(message)
@@ -85,35 +87,36 @@ class ViewBuilder:
         self.exact = False
         self.notes.append(note)
 
+    def provider_holds(self, note: str) -> None:
+        """Part of the context lives on the provider and is not counted (`Parsed.server_state`)."""
+        self.server_state = True
+        self.estimate(note)
+
     def parsed(
         self,
-        api: str,
+        adapter: Adapter,
         body: Mapping[str, Any],
         chat: Mapping[str, Any],
         model: str | None,
-        *,
-        accounted: frozenset[str],
-        reserve_field: str,
-        reserve_view_field: str,
         fixed_tokens: int = 0,
-        server_state: bool = False,
     ) -> Parsed:
-        """The `Parsed` of `body` whose chat view this builder built: its sources, whether it is
-        exact and its notes; `accounted`, the top-level fields the API's adapter reads or knows."""
+        """The `Parsed` of `body` whose chat view this builder built for `adapter`: its sources,
+        whether it is exact, its notes and server state, and what the adapter's API shape says
+        (its name, the top-level fields it accounts for, where its output reserve sits)."""
         return Parsed(
-            api=api,
+            api=adapter.name,
             body=body,
             chat=chat,
             sources=tuple(self.sources),
             model=model,
             stream=stream_flag(body),
-            server_state=server_state,
+            server_state=self.server_state,
             exact=self.exact,
             fixed_tokens=fixed_tokens,
             notes=tuple(self.notes),
-            reserve_field=reserve_field,
-            reserve_view_field=reserve_view_field,
-            unread=unread_fields(body, accounted),
+            reserve_field=adapter.reserve_field,
+            reserve_view_field=adapter.reserve_view_field,
+            unread=unread_fields(body, adapter.accounted),
         )
 
 
@@ -222,6 +225,12 @@ class Adapter:
     writes_inserted: ClassVar[bool] = False
     # The top-level array a client re-sends with every request (`proxy.wire.prefix_reader`), if any.
     resent_array: ClassVar[str | None] = None
+    # The top-level fields the adapter reads or knows to stay out of the prompt (`proxy.apis.fields`).
+    accounted: ClassVar[frozenset[str]] = frozenset()
+    # Where the output reserve sits in the original body and in the chat view (None: it depends on
+    # the request, as chat's `max_tokens` or `max_completion_tokens`, and `Parsed` says).
+    reserve_field: ClassVar[str | None] = None
+    reserve_view_field: ClassVar[str | None] = None
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         """The request as this API reads it. `known` says which leading elements of the re-sent
@@ -300,29 +309,30 @@ class Fitted:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Counting:
+    """What a request is counted and budgeted with: the model's profile, the tokenizer (the
+    model's own, the backend's, or a calibrated estimate), the count cache to go through (None:
+    past it) and the window when it is not the profile's (a learned correction)."""
+
+    profile: ModelProfile
+    tokenizer: Tokenizer
+    cache: CountCache | None = None
+    context_window: int | None = None
+
+
 def fit(
-    adapter: Adapter,
-    parsed: Parsed,
-    profile: ModelProfile,
-    tokenizer: Tokenizer,
-    policy: TrimPolicy,
-    cache: CountCache | None = None,
-    context_window: int | None = None,
-    clock: Callable[[], float] | None = None,
+    adapter: Adapter, parsed: Parsed, counting: Counting, policy: TrimPolicy, clock: Callable[[], float] | None = None
 ) -> Fitted:
-    """Count and trim `parsed` with the core, and render the result in the API's own shape."""
-    plan = plan_request(
-        adapter.counted_view(parsed, tokenizer),
-        adapter.profile(profile, parsed),
-        tokenizer,
-        policy,
-        cache,
-        pipeline=adapter.pipeline(parsed),
-        context_window=context_window,
-        clock=clock,
-        message_hashes=parsed.message_hashes,
-        shared_messages=parsed.shared_messages,
-    )
+    """Count and trim `parsed` with the core, and render the result in the API's own shape. The
+    adapter may replace the policy's strategies for this request (`Adapter.pipeline`)."""
+    tokenizer = counting.tokenizer
+    profile = adapter.profile(counting.profile, parsed)
+    counter = RequestCounter(profile, tokenizer, counting.cache, parsed.message_hashes, parsed.shared_messages)
+    pipeline = adapter.pipeline(parsed)
+    if pipeline is not None:
+        policy = replace(policy, pipeline=pipeline)
+    plan = plan_request(adapter.counted_view(parsed, tokenizer), counter, policy, counting.context_window, clock)
     result = plan.result
     if result.outcome != "trimmed":  # the body as received goes (a chat body is the plan's own view)
         return Fitted(parsed, plan if plan.request is parsed.body else replace(plan, body=parsed.body), parsed.body)

@@ -3,24 +3,27 @@
 `plan_request()` is pure and synchronous, and safe to call from a worker thread (tiktoken
 releases the GIL while it encodes; the count cache takes a lock), so that the server can move
 the counting of a very large body off its event loop.
+
+`trim()` fits a counted body to its budget as a `TrimPolicy` says: it runs the policy's
+strategies in order on a `TrimState` (`proxy.core.trimming.trim`, which says what a trim works
+on and returns) and inserts the budget note the policy asks for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from proxy.core.body_error import BodyError
-from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.count_rules import RequestCount
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.counting.tokenizer import Tokenizer
-from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.budget import BudgetPolicy
-from proxy.core.trimming.notes import CompactionPolicy
+from proxy.core.trimming.budget import BudgetPolicy, input_budget
+from proxy.core.trimming.notes import LONGEST_NOTE, CompactionPolicy, budget_note
+from proxy.core.trimming.roles import PINNED_ROLES
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
-from proxy.core.trimming.trim import Strategy, TrimResult, trim
+from proxy.core.trimming.trim import Outcome, Strategy, TrimResult, TrimState
+from proxy.core.trimming.turns import protected_start
 
 
 class InvalidBody(BodyError):
@@ -80,34 +83,82 @@ def validate_body(body: object, checked_messages: int = 0) -> Mapping[str, Any]:
 
 def plan_request(
     body: Mapping[str, Any],
-    profile: ModelProfile,
-    tokenizer: Tokenizer,
+    counter: RequestCounter,
     policy: TrimPolicy,
-    cache: CountCache | None = None,
-    pipeline: Sequence[Strategy] | None = None,
     context_window: int | None = None,
     clock: Callable[[], float] | None = None,
-    message_hashes: Sequence[int] = (),
-    shared_messages: int = 0,
 ) -> Plan:
-    """Count `body` for `profile` and fit it to its budget. `context_window` overrides the
-    profile's (the self-correction of a model whose provider counts more than we do); `clock`
-    (e.g. `time.perf_counter`) times the two phases; `message_hashes`, one per message, key the
-    count cache instead of hashes of the messages written back, and `shared_messages` says how
-    many of them an earlier body held (`RequestCounter.request`)."""
+    """Count `body` with `counter` (its model profile, tokenizer, count cache and the keys of the
+    body's messages: `RequestCounter`) and fit it to its budget as `policy` says. `context_window`
+    overrides the profile's (the self-correction of a model whose provider counts more than we
+    do); `clock` (e.g. `time.perf_counter`) times the two phases."""
     tick = clock or (lambda: 0.0)
-    counter = RequestCounter(profile, tokenizer, cache)
     started = tick()
-    count = counter.request(body, message_hashes, shared_messages)
+    count = counter.request(body)
     counted = tick()
-    result = trim(
-        body,
-        count,
-        counter,
-        policy.pipeline if pipeline is None else pipeline,
-        policy.budget,
-        profile.context_window if context_window is None else context_window,
-        policy.overflow,
-        policy.compaction,
-    )
+    window = counter.profile.context_window if context_window is None else context_window
+    result = trim(body, count, counter, policy, window)
     return Plan(count, result, counted - started, tick() - counted, counter)
+
+
+def trim(
+    body: Mapping[str, Any], count: RequestCount, counter: RequestCounter, policy: TrimPolicy, context_window: int
+) -> TrimResult:
+    """Cut `body` down to its budget with the policy's strategies, in order; see the module docstring."""
+    budget, compaction = policy.budget, policy.compaction
+    tail = protected_start(body.get("messages") or ())
+    if tail is not None:  # most requests fit: decide that without splitting them into turns
+        protected = sum(c.tokens for c in count.messages[tail:] if c.role not in PINNED_ROLES)
+        pinned = count.fixed_tokens + count.pinned_tokens + protected
+        before = input_budget(context_window, body, count.total, pinned, budget)
+        if before.fits:
+            return TrimResult(body, "unchanged", count.total, count.total, before)
+    state = TrimState.start(body, count, counter, budget, context_window)
+    before = state.budget()
+    if before.fits:
+        return TrimResult(body, "unchanged", count.total, count.total, before)
+    note_room = counter.message(LONGEST_NOTE, 0).tokens if compaction.budget_note else 0
+    summary_room = compaction.summary_room(before.input_budget)
+    state.reserve = note_room + summary_room
+    applied: list[str] = []
+    for strategy in policy.pipeline:
+        if state.over() <= 0:
+            break
+        seen = len(state.removals)
+        strategy(state)
+        if len(state.removals) > seen:
+            applied.append(strategy.name)
+    after = state.budget()
+    removals = tuple(sorted(state.removals, key=lambda r: (r.index is None, r.index if r.index is not None else 0)))
+    if after.fits:
+        if state.over() > 0:  # the room for the note and summary could not be made: go without them
+            note_room = summary_room = 0
+        inserted: list[Mapping[str, Any]] = []
+        dropped = [r for r in removals if r.kind == "dropped"]
+        shortened = {r.index for r in removals if r.kind != "dropped" and r.index is not None}
+        if note_room and (dropped or shortened):
+            removed = sum(r.tokens for r in removals if r.index is not None)
+            inserted.append(budget_note(len(dropped), len(shortened), removed))
+        note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
+        total = state.total + note_tokens
+        kept, at = state.kept_body(inserted)
+        first = min((r.index for r in removals if r.index is not None), default=len(state.messages))
+        prefix = count.fixed_tokens + sum(state.counts[: min(first, at - len(inserted)) if inserted else first])
+        return TrimResult(
+            kept,
+            "trimmed",
+            count.total,
+            total,
+            replace(after, prompt_tokens=total),
+            removals,
+            tuple(applied),
+            cut=state.cut,
+            note_tokens=note_tokens,
+            summary_room=summary_room if dropped else 0,
+            insert_at=at,
+            inserted=tuple(range(at - len(inserted), at)),
+            prefix_tokens=prefix,
+        )
+    # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
+    outcome: Outcome = "rejected" if policy.overflow == "reject" else "forwarded_over_budget"
+    return TrimResult(body, outcome, count.total, state.total, after, removals, tuple(applied))

@@ -26,6 +26,7 @@ import json
 import os
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -163,13 +164,14 @@ def tokenizer_json(metadata: dict[str, Any], source: str = "the GGUF file") -> s
     model = metadata.get("tokenizer.ggml.model")
     tokens: list[str] = metadata["tokenizer.ggml.tokens"]
     types: list[int] = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    vocabulary = Vocabulary(tokens, types)
     if model == "gpt2":
         pre = metadata.get("tokenizer.ggml.pre", "default")
         if pre not in PRE_TOKENIZERS:
             known = ", ".join(sorted(PRE_TOKENIZERS))
             raise ValueError(f"{source} uses the pre-tokenizer {pre!r}, which is not supported; known: {known}")
         merges = _pairs(metadata.get("tokenizer.ggml.merges") or [])
-        document = _document(tokens, types, merges, PRE_TOKENIZERS[pre], None, byte_level=True)
+        document = _document(vocabulary, merges, PRE_TOKENIZERS[pre], None, byte_level=True)
         document["model"]["ignore_merges"] = pre in IGNORE_MERGES
     elif model == "llama":  # SentencePiece: the BPE its scores describe, as llama.cpp's `llm_tokenizer_spm`
         scores: list[float] = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
@@ -177,12 +179,12 @@ def tokenizer_json(metadata: dict[str, Any], source: str = "the GGUF file") -> s
         steps: list[dict[str, Any]] = [{"type": "Prepend", "prepend": "▁"}] if prefix else []
         steps.append({"type": "Replace", "pattern": {"String": " "}, "content": "▁"})
         normalizer: dict[str, Any] = {"type": "Sequence", "normalizers": steps}
-        document = _document(tokens, types, _spm_merges(tokens, types, scores), None, normalizer, byte_level=False)
+        document = _document(vocabulary, _spm_merges(tokens, types, scores), None, normalizer, byte_level=False)
     elif model == "gemma4":  # BPE on raw UTF-8 with spaces as `▁`, split only into lines and runs of newlines
         normalizer = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
         lines = {"type": "Split", "pattern": {"Regex": "[^\\n]+|[\\n]+"}, "behavior": "Isolated", "invert": False}
         merges = _pairs(metadata.get("tokenizer.ggml.merges") or [])
-        document = _document(tokens, types, merges, lines, normalizer, byte_level=False)
+        document = _document(vocabulary, merges, lines, normalizer, byte_level=False)
     else:
         raise ValueError(
             f"{source} has a {model!r} tokenizer; supported: byte-level BPE ('gpt2'), SentencePiece ('llama'), 'gemma4'"
@@ -190,9 +192,17 @@ def tokenizer_json(metadata: dict[str, Any], source: str = "the GGUF file") -> s
     return json.dumps(document, ensure_ascii=False)
 
 
+@dataclass(frozen=True)
+class Vocabulary:
+    """A GGUF vocabulary: its tokens in id order and each one's type (`tokenizer.ggml.token_type`:
+    1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte)."""
+
+    tokens: list[str]
+    types: list[int]
+
+
 def _document(
-    tokens: list[str],
-    types: list[int],
+    vocabulary: Vocabulary,
     merges: list[tuple[str, str]],
     pre_tokenizer: dict[str, Any] | None,
     normalizer: dict[str, Any] | None,
@@ -202,12 +212,12 @@ def _document(
     flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
     added = [
         {"id": i, "content": token, **flags}
-        for i, (token, kind) in enumerate(zip(tokens, types, strict=False))
+        for i, (token, kind) in enumerate(zip(vocabulary.tokens, vocabulary.types, strict=False))
         if kind in (3, 4)
     ]
     byte_decoder = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     vocab: dict[str, int] = {}
-    for i, token in enumerate(tokens):
+    for i, token in enumerate(vocabulary.tokens):
         vocab.setdefault(token, i)  # a token listed twice keeps its first id, as llama.cpp's lookup does
     return {
         "version": "1.0",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.apis.base import Adapter, Fitted, fit
+from proxy.apis.base import Adapter, Counting, Fitted, fit
 from proxy.core.plan import TrimPolicy
 from proxy.core.trimming.budget import BudgetPolicy
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
@@ -22,7 +22,7 @@ def fit_body(
 ) -> Fitted:
     policy = TrimPolicy(budget=BudgetPolicy(), pipeline=build_pipeline(pipeline, options), overflow=overflow)  # type: ignore[arg-type]
     parsed = adapter.parse(body)
-    return fit(adapter, parsed, profile(window, model), tokenizer(model), policy)
+    return fit(adapter, parsed, Counting(profile(window, model), tokenizer(model)), policy)
 
 
 def words(n: int, word: str = "lorem") -> str:

@@ -48,14 +48,14 @@ async def providers(aiohttp_server: Any) -> tuple[FakeUpstream, str]:
 
 def fit_received(fake: FakeUpstream, path_end: str, window: int, model: str = "gpt-4o") -> Any:
     """The last body the SDK sent to a path, through its adapter at `window`."""
-    from proxy.apis.base import fit
+    from proxy.apis.base import Counting, fit
     from proxy.core.plan import TrimPolicy
 
     received = fake.last(path_end)
     endpoint = REGISTRY.endpoint_for(received.path)
     assert endpoint is not None
     parsed = endpoint.parse(received.json())
-    return fit(endpoint.adapter, parsed, profile(window, model), tokenizer(model), TrimPolicy())
+    return fit(endpoint.adapter, parsed, Counting(profile(window, model), tokenizer(model)), TrimPolicy())
 
 
 def history(turns: int) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.core.counting.request_count import RequestCounter
 from proxy.core.plan import Plan, plan_request
 from proxy.server.backends.model_counting import CountedAs, Models
 
@@ -22,6 +23,4 @@ def plan_with(
     """Count and trim `body` for `model`. `counting` replaces the model's own profile and tokenizer
     (the shared cache counts only with the profile's own loaded tokenizer: `Models._counting`)."""
     profile, tokenizer, cache = guard._counting(model, counting)
-    return plan_request(
-        body, profile, tokenizer, guard.policy, cache, context_window=context_window, clock=time.perf_counter
-    )
+    return plan_request(body, RequestCounter(profile, tokenizer, cache), guard.policy, context_window, time.perf_counter)

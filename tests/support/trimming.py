@@ -52,7 +52,7 @@ def fit(
         compaction=CompactionPolicy(budget_note=note, summarize_dropped=summarize),
     )
     p = profile(window)
-    return plan_request(body, p, tokenizer(), policy)
+    return plan_request(body, RequestCounter(p, tokenizer()), policy)
 
 
 def words(n: int, word: str = "lorem") -> str:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.apis.anthropic.messages import MessagesAdapter
-from proxy.apis.base import fit
+from proxy.apis.base import Counting, fit
 from proxy.apis.openai.chat import ChatAdapter
 from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.core.counting.count_cache import CountCache
@@ -315,7 +315,8 @@ class TestTheCoreLeavesSharedMessagesAlone:
         parsed = adapter.parse(reading.value, reading.known)
         profile = registry.profile(parsed.model)
         policy = TrimPolicy(pipeline=build_pipeline([strategy]), overflow="forward")
-        fitted = fit(adapter, parsed, profile, tokenizers.get(profile.tokenizer), policy, CountCache(), 3_000)
+        counting = Counting(profile, tokenizers.get(profile.tokenizer), CountCache(), 3_000)
+        fitted = fit(adapter, parsed, counting, policy)
         assert fitted.plan.result.outcome != "fits"
         prefix.keep(reading)
         kept = prefix._bodies[next(reversed(prefix._bodies))]

@@ -94,6 +94,9 @@ class MessagesAdapter(Adapter):
     writes_inserted: ClassVar[bool] = True
     requires_max_tokens: ClassVar[bool] = True
     resent_array: ClassVar[str | None] = "messages"
+    accounted: ClassVar[frozenset[str]] = fields.MESSAGES
+    reserve_field: ClassVar[str | None] = "max_tokens"
+    reserve_view_field: ClassVar[str | None] = "max_tokens"
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
@@ -122,16 +125,7 @@ class MessagesAdapter(Adapter):
         schema = body.get("output_format")
         if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
             chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema.get("schema")}}
-        return view.parsed(
-            self.name,
-            body,
-            chat,
-            model,
-            accounted=fields.MESSAGES,
-            reserve_field="max_tokens",
-            reserve_view_field="max_tokens",
-            fixed_tokens=fixed,
-        )
+        return view.parsed(self, body, chat, model, fixed_tokens=fixed)
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """Images are priced by Anthropic's rule on this API, whatever the model's family."""

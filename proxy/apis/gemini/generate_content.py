@@ -107,6 +107,9 @@ def count_tokens_answer(total: int) -> dict[str, int]:
 class GenerateContentAdapter(Adapter):
     name: ClassVar[str] = API
     writes_inserted: ClassVar[bool] = True
+    accounted: ClassVar[frozenset[str]] = fields.GEMINI
+    reserve_field: ClassVar[str | None] = "generationConfig.maxOutputTokens"
+    reserve_view_field: ClassVar[str | None] = "max_tokens"  # None in the `Parsed` of a body that sets none
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
@@ -137,19 +140,9 @@ class GenerateContentAdapter(Adapter):
         schema = field(generation or {}, "responseJsonSchema") or field(generation or {}, "responseSchema")
         if schema is not None:
             chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
-        cached = field(body, "cachedContent") is not None
-        if cached:
-            view.estimate("cachedContent: the cached prompt lives on the provider and is not counted")
-        parsed = view.parsed(
-            self.name,
-            body,
-            chat,
-            None,
-            accounted=fields.GEMINI,
-            reserve_field="generationConfig.maxOutputTokens",
-            reserve_view_field="max_tokens",
-            server_state=cached,
-        )
+        if field(body, "cachedContent") is not None:
+            view.provider_holds("cachedContent: the cached prompt lives on the provider and is not counted")
+        parsed = view.parsed(self, body, chat, None)
         return replace(parsed, reserve_view_field="max_tokens" if reserve is not None else None, unseen=tuple(unseen))
 
     def render(

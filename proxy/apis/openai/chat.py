@@ -41,6 +41,7 @@ class ChatAdapter(Adapter):
     name: ClassVar[str] = "chat"
     writes_inserted: ClassVar[bool] = True
     resent_array: ClassVar[str | None] = "messages"
+    accounted: ClassVar[frozenset[str]] = fields.CHAT  # the output reserve's field is the body's: `Parsed` says
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         try:
@@ -64,7 +65,7 @@ class ChatAdapter(Adapter):
             reserve_view_field=reserve,
             message_hashes=hashes,
             shared_messages=known.checked if hashes else 0,
-            unread=unread_fields(checked, fields.CHAT),
+            unread=unread_fields(checked, self.accounted),
             same_as=weakref.ref(known.same) if hashes and known.same is not None else None,
         )
 

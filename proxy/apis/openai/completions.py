@@ -59,6 +59,9 @@ class CompletionsOptions:
 
 class CompletionsAdapter(Adapter):
     name: ClassVar[str] = "completions"
+    accounted: ClassVar[frozenset[str]] = fields.COMPLETIONS
+    reserve_field: ClassVar[str | None] = "max_tokens"
+    reserve_view_field: ClassVar[str | None] = "max_tokens"
 
     def __init__(self, options: CompletionsOptions | None = None) -> None:
         self.options = options or CompletionsOptions()
@@ -92,10 +95,10 @@ class CompletionsAdapter(Adapter):
             stream=stream_flag(body),
             fixed_tokens=token_ids,
             notes=tuple(notes),
-            reserve_field="max_tokens",
-            reserve_view_field="max_tokens",
+            reserve_field=self.reserve_field,
+            reserve_view_field=self.reserve_view_field,
             private={"cuttable": batch == 1 and token_ids == 0},
-            unread=unread_fields(body, fields.COMPLETIONS),
+            unread=unread_fields(body, self.accounted),
         )
 
     def counted_view(self, parsed: Parsed, tokenizer: Tokenizer) -> Mapping[str, Any]:

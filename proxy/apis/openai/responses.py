@@ -70,6 +70,9 @@ class ResponsesAdapter(Adapter):
     name: ClassVar[str] = "responses"
     writes_inserted: ClassVar[bool] = True
     resent_array: ClassVar[str | None] = "input"
+    accounted: ClassVar[frozenset[str]] = fields.RESPONSES
+    reserve_field: ClassVar[str | None] = "max_output_tokens"
+    reserve_view_field: ClassVar[str | None] = "max_completion_tokens"
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
@@ -117,16 +120,7 @@ class ResponsesAdapter(Adapter):
         reserve = output_reserve(body, "max_output_tokens")
         if reserve is not None:
             chat["max_completion_tokens"] = reserve
-        return build.parsed(
-            self.name,
-            body,
-            chat,
-            model,
-            accounted=fields.RESPONSES,
-            reserve_field="max_output_tokens",
-            reserve_view_field="max_completion_tokens",
-            server_state=build.unseen,
-        )
+        return build.parsed(self, body, chat, model)
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """The model's chat framing with what the Responses API writes differently (its assistant

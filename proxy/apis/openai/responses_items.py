@@ -40,13 +40,11 @@ class ItemsBuilder(ViewBuilder):
         self._reasoning: list[int] = []  # reasoning items waiting for the item they precede
         self._reasoning_text: list[str] = []
         self._call_group: int | None = None  # the view message the last call items went into
-        self.unseen = False  # the provider adds content the guard cannot see: the count is no bound
 
     def provider_adds(self, note: str) -> None:
         """Part of what the model reads is added by the provider (hosted tools' instructions and
         results, stored items, hidden reasoning): the count is neither exact nor a bound."""
-        self.unseen = True
-        self.estimate(f"not counted, no bound: {note}")
+        self.provider_holds(f"not counted, no bound: {note}")
 
     def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
         if self._reasoning:

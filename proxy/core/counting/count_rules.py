@@ -36,7 +36,7 @@ from typing import Any
 from proxy.core.costs.images import image_cost, is_media_resolution
 from proxy.core.costs.media import audio_cost, file_cost, video_cost
 from proxy.core.costs.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_framing
-from proxy.core.costs.tools import ToolsCount, response_format_tokens
+from proxy.core.costs.tools import ToolsCount, response_format_tokens, tool_definitions_tokens
 from proxy.core.counting.bounded_text import BoundedText, bounded_text
 from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, count_text
 from proxy.core.counting.openings import Tally
@@ -141,12 +141,12 @@ class CountRules:
         messages: list[Any],
         counts: tuple[MessageCount, ...],
         tally: Tally,
-        tool_count: ToolsCount,
         recording: Token[BoundedText | None],
     ) -> RequestCount:
-        """The request's count from its messages' counts and their sums (`tally`) and its tool
-        definitions' count: the parts outside the messages added, the components split, the
-        notes gathered; `recording` (`note_bounded_text`) ends here, after the last text counted."""
+        """The request's count from its messages' counts and their sums (`tally`): the parts
+        outside the messages (the tool definitions first) counted and added, the components split,
+        the notes gathered; `recording` (`note_bounded_text`) ends here, after the last text counted."""
+        tool_count = self._tool_definitions(body)
         format_count = response_format_tokens(body, self.tokenizer, self.fmt)
         documents = self._documents(body)
         tools, response_format = tool_count.tokens, format_count.tokens
@@ -187,6 +187,10 @@ class CountRules:
             pinned_tokens=tally.pinned,
             notes=tuple(notes),
         )
+
+    def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
+        """The tool definitions' count (`RequestCounter` keeps it in the count cache)."""
+        return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
 
     def _default_system(self, messages: list[Any]) -> int:
         """The template's own system turn, written when no message is a system or developer one."""

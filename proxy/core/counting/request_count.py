@@ -63,10 +63,21 @@ def definitions_hash(fields: tuple[Any, ...]) -> int:
 
 class RequestCounter(CountRules):
     """Counts bodies for one model profile with one tokenizer, reusing what a count cache holds;
-    cheap to build per request."""
+    cheap to build per request. Built for one body as read (`proxy.wire.prefix_reader`), it is
+    given what the reader knew of its messages: `message_hashes`, one per message, the hashes of
+    their bytes as received (keys for the count cache: `_message_keys`), and `shared_messages`,
+    how many of its first messages the reader found in an earlier body's bytes (`request`)."""
 
-    def __init__(self, profile: ModelProfile, tokenizer: Tokenizer, cache: CountCache | None = None) -> None:
+    def __init__(
+        self,
+        profile: ModelProfile,
+        tokenizer: Tokenizer,
+        cache: CountCache | None = None,
+        message_hashes: Sequence[int] = (),
+        shared_messages: int = 0,
+    ) -> None:
         super().__init__(profile, tokenizer, cache)
+        self.message_hashes, self.shared_messages = message_hashes, shared_messages
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
@@ -79,23 +90,24 @@ class RequestCounter(CountRules):
             return hit[1]
         return count_text(self.tokenizer, text, self.cache)
 
-    def request(self, body: Mapping[str, Any], message_hashes: Sequence[int] = (), shared: int = 0) -> RequestCount:
-        """The body's count; `message_hashes` as for `_message_keys`. With them, the counts of
-        the opening it shares with a request counted before are carried (`proxy.core.counting.openings`);
-        `shared`, how many of its first messages the prefix reader found in an earlier body's
-        bytes, is where its siblings part from it."""
+    def request(self, body: Mapping[str, Any]) -> RequestCount:
+        """The body's count. With the hashes of its messages (one per message: those of the
+        body this counter was built for), the counts of the opening it shares with a request
+        counted before are carried (`proxy.core.counting.openings`); `shared_messages` is where
+        its siblings part from it."""
         recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.counting.slices)
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         spend(ITEM_UNITS * len(messages))  # each message is looked up, split into turns and maybe cut
-        counts, tally = self._counts_with_openings(messages, message_hashes, shared)
-        return self.totals(body, messages, counts, tally, self._tool_definitions(body), recording)
+        counts, tally = self._counts_with_openings(messages, self.message_hashes, self.shared_messages)
+        return self.totals(body, messages, counts, tally, recording)
 
     def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
-        """Tool definitions' count, from the cache when the same definitions were counted before:
-        an agent sends the same tools with every request. The key holds the first system message
-        too, which the namespace joins (its hash is the string's own, kept with it: a re-sent
-        system message is the very string read before, `proxy.wire.prefix_reader`)."""
+        """Tool definitions' count (`CountRules.totals` asks), from the cache when the same
+        definitions were counted before: an agent sends the same tools with every request. The
+        key holds the first system message too, which the namespace joins (its hash is the
+        string's own, kept with it: a re-sent system message is the very string read before,
+        `proxy.wire.prefix_reader`)."""
         if self.cache is None or not (body.get("tools") or body.get("functions")):
             return tool_definitions_tokens(body, self.tokenizer, self.fmt, self.cache)
         fields = (body.get("tools"), body.get("functions"), body.get("tool_choice"), body.get("function_call"))
@@ -176,7 +188,7 @@ class RequestCounter(CountRules):
             if opening is not None:
                 break
         if opening is not None and opening.flagged is not None and no_tool_traffic(messages, opening.size, n):
-            return self._extended(opening, opening.flagged, messages, hashes, shared, keys)
+            return self._extended(opening, messages, hashes, shared, keys)
         if opening is not None and opening.size == n:  # the very messages of a request before: a retry
             results = flag_groups(opening.contexts)
             if still_marked_alike(opening, results):  # its counts were made with these marks
@@ -212,7 +224,6 @@ class RequestCounter(CountRules):
     def _extended(
         self,
         opening: Opening,
-        flagged: Mapping[int, ResultContext],
         messages: list[Any],
         hashes: Sequence[int],
         shared: int,
@@ -220,8 +231,10 @@ class RequestCounter(CountRules):
     ) -> tuple[tuple[MessageCount, ...], Tally]:
         """The request is `opening`'s messages and messages that neither make a tool call nor
         answer one (or nothing more: a retry). Its calls, results and marks are then the
-        opening's, as they stand (`flagged`, the opening's own): only the messages after it are
-        read and counted, and the openings it keeps share the opening's tables."""
+        opening's, as they stand (`Opening.flagged`, kept where a request ended): only the messages
+        after it are read and counted, and the openings it keeps share the opening's tables."""
+        flagged = opening.flagged
+        assert flagged is not None, "only an opening kept where a request ended is extended"
         start, n = opening.size, len(messages)
         self._results = flagged
         counts = opening.counts + self._count_messages(messages, hashes, start) if start < n else opening.counts

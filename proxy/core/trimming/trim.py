@@ -1,17 +1,17 @@
-"""Fits a counted request to its budget: runs the strategies in order and says what each removed.
+"""What fitting a counted request to its budget works on and says: `TrimState`, `Removal`, `TrimResult`.
 
-`trim()` takes the body, its `RequestCount` and the configured pipeline, and returns a
+`proxy.core.plan.trim()` runs the configured strategies in order on a `TrimState` and returns a
 `TrimResult`: the body to forward, the tokens before and after, the budget, and one `Removal` per
 message dropped or shortened. A request that already fits comes back as the very same object.
 
-The pipeline works on a `TrimState` that keeps a running total: a strategy that drops a message
+The strategies work on a `TrimState` that keeps a running total: a strategy that drops a message
 subtracts its known count, one that shortens a message recounts that message alone. Nothing
 recounts the whole request per step. A message is reported once: one that is shortened and later
 dropped in the same trim is reported as dropped, with its original tokens.
 
 When the `CompactionPolicy` asks for a budget note or a summary, a trimmed request is cut to leave
-room for them (`TrimState.reserve`); the note is inserted here, the summary later, once the server
-has it (`proxy.core.trimming.compaction`). `TrimResult.cut` says where the history was cut and why.
+room for them (`TrimState.reserve`); the note is inserted by `trim()`, the summary later, once the
+server has it (`proxy.core.trimming.compaction`). `TrimResult.cut` says where the history was cut and why.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ from proxy.core.counting.request_count import RequestCounter
 from proxy.core.record_fields import field_dict
 from proxy.core.trimming.budget import Budget, BudgetPolicy, input_budget, requested_output
 from proxy.core.trimming.cuts import HistoryCut
-from proxy.core.trimming.notes import LONGEST_NOTE, CompactionPolicy, SummaryReport, budget_note, insertion_point
-from proxy.core.trimming.roles import PINNED_ROLES
-from proxy.core.trimming.turns import Conversation, protected_start, split_conversation
+from proxy.core.trimming.notes import SummaryReport, insertion_point
+from proxy.core.trimming.turns import Conversation, split_conversation
 
 RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
@@ -322,76 +321,6 @@ class TrimState:
             key, value = self.output_override
             body[key] = value
         return body, at + len(inserted)
-
-
-def trim(
-    body: Mapping[str, Any],
-    count: RequestCount,
-    counter: RequestCounter,
-    strategies: Sequence[Strategy],
-    policy: BudgetPolicy,
-    context_window: int,
-    overflow: Literal["reject", "forward"] = "reject",
-    compaction: CompactionPolicy | None = None,
-) -> TrimResult:
-    """Cut `body` down to its budget with `strategies`, in order; see the module docstring."""
-    compaction = compaction or CompactionPolicy()
-    tail = protected_start(body.get("messages") or ())
-    if tail is not None:  # most requests fit: decide that without splitting them into turns
-        protected = sum(c.tokens for c in count.messages[tail:] if c.role not in PINNED_ROLES)
-        pinned = count.fixed_tokens + count.pinned_tokens + protected
-        before = input_budget(context_window, body, count.total, pinned, policy)
-        if before.fits:
-            return TrimResult(body, "unchanged", count.total, count.total, before)
-    state = TrimState.start(body, count, counter, policy, context_window)
-    before = state.budget()
-    if before.fits:
-        return TrimResult(body, "unchanged", count.total, count.total, before)
-    note_room = counter.message(LONGEST_NOTE, 0).tokens if compaction.budget_note else 0
-    summary_room = compaction.summary_room(before.input_budget)
-    state.reserve = note_room + summary_room
-    applied: list[str] = []
-    for strategy in strategies:
-        if state.over() <= 0:
-            break
-        seen = len(state.removals)
-        strategy(state)
-        if len(state.removals) > seen:
-            applied.append(strategy.name)
-    after = state.budget()
-    removals = tuple(sorted(state.removals, key=lambda r: (r.index is None, r.index if r.index is not None else 0)))
-    if after.fits:
-        if state.over() > 0:  # the room for the note and summary could not be made: go without them
-            note_room = summary_room = 0
-        inserted: list[Mapping[str, Any]] = []
-        dropped = [r for r in removals if r.kind == "dropped"]
-        shortened = {r.index for r in removals if r.kind != "dropped" and r.index is not None}
-        if note_room and (dropped or shortened):
-            removed = sum(r.tokens for r in removals if r.index is not None)
-            inserted.append(budget_note(len(dropped), len(shortened), removed))
-        note_tokens = sum(counter.message(m, 0).tokens for m in inserted)
-        total = state.total + note_tokens
-        kept, at = state.kept_body(inserted)
-        first = min((r.index for r in removals if r.index is not None), default=len(state.messages))
-        prefix = count.fixed_tokens + sum(state.counts[: min(first, at - len(inserted)) if inserted else first])
-        return TrimResult(
-            kept,
-            "trimmed",
-            count.total,
-            total,
-            replace(after, prompt_tokens=total),
-            removals,
-            tuple(applied),
-            cut=state.cut,
-            note_tokens=note_tokens,
-            summary_room=summary_room if dropped else 0,
-            insert_at=at,
-            inserted=tuple(range(at - len(inserted), at)),
-            prefix_tokens=prefix,
-        )
-    # Nothing more may be cut: the request goes back untouched, rejected or forwarded as it was.
-    outcome: Outcome = "rejected" if overflow == "reject" else "forwarded_over_budget"
-    return TrimResult(body, outcome, count.total, state.total, after, removals, tuple(applied))
 
 
 def _role(message: object) -> str | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from proxy.apis.base import Adapter, Fitted, Parsed, fit
+from proxy.apis.base import Adapter, Counting, Fitted, Parsed, fit
 from proxy.config.budget_and_trim import Mode
 from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache, ScopedCountCache
@@ -162,7 +162,7 @@ class Models:
 
         def made() -> Fitted:
             window, clock = context_window, time.perf_counter
-            return fit(adapter, parsed, profile, tokenizer, policy, cache, context_window=window, clock=clock)
+            return fit(adapter, parsed, Counting(profile, tokenizer, cache, window), policy, clock)
 
         if cache is None:  # counted past the cache (the backend's tokenizer, a calibrated estimate): not kept
             return made()

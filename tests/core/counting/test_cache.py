@@ -123,11 +123,12 @@ class TestCountCacheMemory:
         from proxy.core.counting.openings import Opening
 
         cache = CountCache(max_bytes=64 * 1024)
-        counter = RequestCounter(registry.profile("gpt-4o"), CountingTokenizer(), cache)
+        profile, tokenizer = registry.profile("gpt-4o"), CountingTokenizer()
         for n in range(40):
             messages = [{**m, "content": f"conversation {n} {m['content']}"} for m in _conversation(20)]
             for turn in (18, 19, 20):  # re-sent with a turn more each time: its openings are kept
-                counter.request({"messages": messages[:turn]}, tuple(hash(repr(m)) for m in messages[:turn]))
+                keys = tuple(hash(repr(m)) for m in messages[:turn])
+                RequestCounter(profile, tokenizer, cache, keys).request({"messages": messages[:turn]})
         assert any(isinstance(value, Opening) for value in cache._entries.values())
         assert cache.bytes <= 64 * 1024
         assert cache.bytes == sum(cache.entry_bytes(key, value) for key, value in cache._entries.items())

@@ -70,8 +70,10 @@ def in_turn(registry, tokenizers, model: str, *requests: list[dict[str, Any]]) -
     cache = CountCache()
     count, earlier = None, []
     for messages in requests:
-        counter = RequestCounter(profile, tokenizers.get(profile.tokenizer), cache)
-        count = counter.request({"model": model, "messages": messages}, hashes(messages), shared(earlier, messages))
+        counter = RequestCounter(
+            profile, tokenizers.get(profile.tokenizer), cache, hashes(messages), shared(earlier, messages)
+        )
+        count = counter.request({"model": model, "messages": messages})
         earlier = messages
     assert count is not None
     return count
@@ -118,13 +120,13 @@ class TestCarriedCounts:
         profile = registry.profile(model)
         cache = CountCache()
         messages = [SYSTEM, user("one"), assistant("two"), user("three")]
-        RequestCounter(profile, tokenizers.get(profile.tokenizer), cache).request(
-            {"messages": messages}, hashes(messages)
+        RequestCounter(profile, tokenizers.get(profile.tokenizer), cache, hashes(messages)).request(
+            {"messages": messages}
         )
         counted = cache.misses
         follow_up = [*messages, assistant("four"), user("five")]
-        RequestCounter(profile, tokenizers.get(profile.tokenizer), cache).request(
-            {"messages": follow_up}, hashes(follow_up)
+        RequestCounter(profile, tokenizers.get(profile.tokenizer), cache, hashes(follow_up)).request(
+            {"messages": follow_up}
         )
         openings = [size for size in sizes_to_keep(len(follow_up)) if size > len(messages)]  # past the carried one
         assert cache.misses - counted == 2 + len(openings)  # the two new messages counted, and those openings kept
@@ -135,10 +137,10 @@ class TestCarriedCounts:
         profile = registry.profile(model)
         cache = CountCache()
         messages = [SYSTEM, user("find a and b"), calls("c1", "c2"), result("c1"), result("c2"), assistant("done")]
-        first, again = (RequestCounter(profile, tokenizers.get(profile.tokenizer), cache) for _ in range(2))
-        assert first.request({"messages": messages}, hashes(messages)) == again.request(
-            {"messages": messages}, hashes(messages)
+        first, again = (
+            RequestCounter(profile, tokenizers.get(profile.tokenizer), cache, hashes(messages)) for _ in range(2)
         )
+        assert first.request({"messages": messages}) == again.request({"messages": messages})
         for index in (3, 4):
             assert again.message(messages[index], index) == first.message(messages[index], index)
 
@@ -149,10 +151,10 @@ class TestWhatIsCountedAgain:
         first = [SYSTEM, user("one " * 100), assistant("two " * 100), user("three " * 100)]
         second = [*first, assistant("four " * 100), user("five " * 100)]
         for messages in (first, second):
-            RequestCounter(profile, tokenizer, cache).request({"messages": messages}, hashes(messages))
+            RequestCounter(profile, tokenizer, cache, hashes(messages)).request({"messages": messages})
         encoded = tokenizer.encoded_chars
         edited = [*second[:-1], user("six " * 100)]  # the last question asked again, differently
-        count = RequestCounter(profile, tokenizer, cache).request({"messages": edited}, hashes(edited))
+        count = RequestCounter(profile, tokenizer, cache, hashes(edited)).request({"messages": edited})
         assert tokenizer.encoded_chars - encoded == len("six " * 100)
         assert count == RequestCounter(profile, tokenizer).request({"messages": edited})
 
@@ -161,14 +163,13 @@ class TestWhatIsCountedAgain:
         opening go: the first keeps the opening where they part, and the others carry it."""
         profile = registry.profile("gpt-4o")
         conversation = [SYSTEM, *(user(f"question {i}") if i % 2 else assistant(f"answer {i}") for i in range(40))]
-        first, cache = RequestCounter(profile, CountingTokenizer(), CountCache()), CountCache()
-        first.request({"messages": conversation}, hashes(conversation))  # in another cache: this one lost it
+        first, cache = RequestCounter(profile, CountingTokenizer(), CountCache(), hashes(conversation)), CountCache()
+        first.request({"messages": conversation})  # in another cache: this one lost it
         for client in range(3):
             sibling = [*conversation, assistant(f"nothing new, {client}"), user(f"and for {client}?")]
             looked_up = cache.hits + cache.misses
-            count = RequestCounter(profile, CountingTokenizer(), cache).request(
-                {"messages": sibling}, hashes(sibling), shared=len(conversation)
-            )
+            counter = RequestCounter(profile, CountingTokenizer(), cache, hashes(sibling), len(conversation))
+            count = counter.request({"messages": sibling})
             assert count == RequestCounter(profile, CountingTokenizer()).request({"messages": sibling})
             if client:  # the openings looked up and the two new messages: not each of the 43 (44 looks)
                 assert cache.hits + cache.misses - looked_up <= LOOKED_UP + 2
@@ -198,8 +199,8 @@ class TestWorkFollowsWhatIsNew:
         counts = []
         for earlier, messages in zip([[], *turns], turns, strict=False):
             walked.clear(), marked.clear()
-            counter = RequestCounter(profile, CountingTokenizer(), cache)
-            counts.append(counter.request({"messages": messages}, hashes(messages), shared(earlier, messages)))
+            counter = RequestCounter(profile, CountingTokenizer(), cache, hashes(messages), shared(earlier, messages))
+            counts.append(counter.request({"messages": messages}))
         assert walked == [] and marked == []  # the last turn: no table read
         assert counts == [RequestCounter(profile, CountingTokenizer()).request({"messages": m}) for m in turns]
 
@@ -210,7 +211,7 @@ class TestWorkFollowsWhatIsNew:
 
         def kept(messages):
             cache = CountCache()
-            RequestCounter(profile, CountingTokenizer(), cache).request({"messages": messages}, hashes(messages))
+            RequestCounter(profile, CountingTokenizer(), cache, hashes(messages)).request({"messages": messages})
             (opening,) = (v for v in cache._entries.values() if isinstance(v, Opening))
             return opening
 

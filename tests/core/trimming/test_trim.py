@@ -232,7 +232,7 @@ class TestRejectionMessage:
             "model": "gpt-4",
             "messages": [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}],
         }
-        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        result = plan_request(body, counter, TrimPolicy(budget=BudgetPolicy())).result
         message = result.rejection_message()
         assert message.startswith(f"This request has {result.tokens_before:,} input tokens; after every cut")
         assert "input budget is 6,554 tokens" in message
@@ -242,7 +242,7 @@ class TestRejectionMessage:
 
         counter = counter_for("gpt-4")
         body = {"model": "gpt-4", "max_tokens": 9000, "messages": [{"role": "user", "content": "Say hi."}]}
-        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy()).result
+        result = plan_request(body, counter, TrimPolicy()).result
         assert result.outcome == "rejected"
         assert (
             "leaves no room for input" in result.rejection_message() and "budget is -" not in result.rejection_message()
@@ -259,7 +259,7 @@ class TestRejectionWording:
         counter = counter_for("gpt-4")
         messages = [{"role": "system", "content": "rule " * 9000}, {"role": "user", "content": "hi"}]
         body = {"model": "gpt-4", "messages": messages, **body_fields}
-        return plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        return plan_request(body, counter, TrimPolicy(budget=BudgetPolicy())).result
 
     def test_openai_wording_states_the_window_and_the_messages_tokens(self, counter_for):
         result = self._rejected(counter_for)
@@ -278,7 +278,7 @@ class TestRejectionWording:
         counter = counter_for("gpt-4")
         messages = [{"role": "system", "content": "rule " * 7000}, {"role": "user", "content": "hi"}]
         body = {"model": "gpt-4", "max_tokens": 2000, "messages": messages}
-        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        result = plan_request(body, counter, TrimPolicy(budget=BudgetPolicy())).result
         assert result.outcome == "rejected" and result.tokens_after < 8192
         assert result.rejection_message("openai").startswith(
             f"This model's maximum context length is 8192 tokens. However, you requested "
@@ -295,7 +295,7 @@ class TestRejectionWording:
         counter = counter_for("gpt-4")
         messages = [{"role": "system", "content": "rule " * 6000}, {"role": "user", "content": "hi"}]
         body = {"model": "gpt-4", "max_tokens": 2000, "messages": messages}
-        result = plan_request(body, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        result = plan_request(body, counter, TrimPolicy(budget=BudgetPolicy())).result
         limit = 8192 - 410  # the window less the guard's safety margin
         assert result.outcome == "rejected" and result.tokens_after < limit < result.tokens_after + 2000
         assert result.rejection_message("anthropic").startswith(
@@ -303,7 +303,7 @@ class TestRejectionWording:
             "decrease input length or `max_tokens` and try again."
         )
         retried = {**body, "max_tokens": limit - result.tokens_after - 1000}
-        again = plan_request(retried, counter.profile, counter.tokenizer, TrimPolicy(budget=BudgetPolicy())).result
+        again = plan_request(retried, counter, TrimPolicy(budget=BudgetPolicy())).result
         assert again.outcome == "unchanged"
 
     def test_anthropic_wording_says_the_prompt_is_too_long_against_its_budget(self, counter_for):
