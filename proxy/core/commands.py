@@ -27,7 +27,7 @@ class FindRoute:
 
 
 @dataclass(frozen=True, slots=True)
-class Counting:
+class Chosen:
     """How the request is counted: `source` is the log's `count_source` (`backend`: the server's
     own tokenizer, `model`: the model's exact one, `calibrated`, `estimate`); `recounts`: the
     backend's tokenizer counts again what a trim produced."""
@@ -53,13 +53,13 @@ class Routed:
     upstream_kind: str = "openai"
     backend_kind: str = "generic"
     provider_counts: bool = False
-    counting: Counting | None = None
+    chosen: Chosen | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ChooseTokenizer:
     """Ask whether the backend's own tokenizer counts this request (it may count the body now),
-    else the model's own or an estimate. Reply: `Counting`."""
+    else the model's own or an estimate. Reply: `Chosen`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,4 +195,4 @@ Command = (
     | Reject
     | Relay
 )
-Reply = Routed | Counting | Correction | Plan | Recounted | Summary | Mapping[str, Any] | Delivered | Answered | None
+Reply = Routed | Chosen | Correction | Plan | Recounted | Summary | Mapping[str, Any] | Delivered | Answered | None

@@ -19,7 +19,7 @@ Each command names its reply:
 | -------------------------- | ---------------------------------------------------- | -------------- |
 | `FindRoute()`              | finds the model's route (asks the upstream for the   | `Routed`       |
 |                            | served model's window, loads its vocabulary, once)   |                |
-| `ChooseTokenizer()`        | asks whether the backend's tokenizer counts the body | `Counting`     |
+| `ChooseTokenizer()`        | asks whether the backend's tokenizer counts the body | `Chosen`     |
 | `LookUpCorrection()`       | reads a correction kept for the upstream and model   | `Correction` or None |
 | `PlanFor(window)`          | counts and trims for `window`, renders the API shape | `Plan`         |
 | `ProviderCount(plan)`      | asks the upstream's count endpoint, at the edge only | `Plan` or None |
@@ -51,8 +51,8 @@ from proxy.core.commands import (
     FOR_MODEL_WINDOW,
     LOOK_UP_CORRECTION,
     Answered,
+    Chosen,
     Command,
-    Counting,
     Delivered,
     Note,
     PlanFor,
@@ -171,10 +171,10 @@ class Exchange:
         # The provider a correction names: an Anthropic upstream is counted as an OpenAI-like backend.
         kind = routed.backend_kind
         self.provider = "anthropic" if routed.upstream_kind == "anthropic" else kind if kind != "generic" else None
-        counting: Counting = routed.counting if routed.counting is not None else (yield CHOOSE_TOKENIZER)
-        self.recounts = counting.recounts  # nothing to count again without the backend's tokenizer
+        chosen: Chosen = routed.chosen if routed.chosen is not None else (yield CHOOSE_TOKENIZER)
+        self.recounts = chosen.recounts  # nothing to count again without the backend's tokenizer
         # Bounds straddling the budget: the upstream counts (the backend's own tokenizer needs none).
-        self.provider_counts = counting.source != "backend" and routed.provider_counts
+        self.provider_counts = chosen.source != "backend" and routed.provider_counts
         correction: Correction | None = yield LOOK_UP_CORRECTION
         if correction is not None:
             self.applied, self.window_source = correction, "correction"

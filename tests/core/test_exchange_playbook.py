@@ -11,7 +11,7 @@ from weakref import WeakKeyDictionary
 from proxy.core.commands import (
     Answered,
     ChooseTokenizer,
-    Counting,
+    Chosen,
     Delivered,
     FindRoute,
     LookUpCorrection,
@@ -79,7 +79,7 @@ def exchange(
             "model_map",
             opt_in_window=window,
             provider_counts=provider_counts,
-            counting=Counting(source, recounts=recounts),
+            chosen=Chosen(source, recounts=recounts),
         ),
         correction,
     )
@@ -405,7 +405,7 @@ class TestDecidedFromTheRoute:
     server found; the server only finds the route, asks the backend and looks the correction up."""
 
     def test_the_route_is_found_first_and_a_correction_looked_up_before_the_first_plan(self):
-        routed = Routed(WINDOW, "model_map", counting=Counting("model"))
+        routed = Routed(WINDOW, "model_map", chosen=Chosen("model"))
         machine = Exchange("enforce")
         assert Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> None << PlanFor(None)
         assert (machine.known_window, machine.window_source, machine.recounts) == (WINDOW, "model_map", False)
@@ -418,7 +418,7 @@ class TestDecidedFromTheRoute:
             << FindRoute()
             >> routed
             << ChooseTokenizer()
-            >> Counting("backend", recounts=True)
+            >> Chosen("backend", recounts=True)
             << LookUpCorrection()
             >> None
             << PlanFor(None)
@@ -427,16 +427,16 @@ class TestDecidedFromTheRoute:
 
     def test_a_larger_window_opted_into_replaces_the_model_maps_and_a_smaller_one_does_not(self):
         larger, smaller = Exchange("enforce"), Exchange("enforce")
-        opted = Routed(200_000, "model_map", opt_in_window=1_000_000, counting=Counting("model"))
+        opted = Routed(200_000, "model_map", opt_in_window=1_000_000, chosen=Chosen("model"))
         assert Playbook(larger) << FindRoute() >> opted << LookUpCorrection() >> None << PlanFor(1_000_000)
         assert (larger.known_window, larger.window_source) == (1_000_000, "opt_in")
-        less = Routed(200_000, "model_map", opt_in_window=100_000, counting=Counting("model"))
+        less = Routed(200_000, "model_map", opt_in_window=100_000, chosen=Chosen("model"))
         assert Playbook(smaller) << FindRoute() >> less << LookUpCorrection() >> None << PlanFor(None)
         assert (smaller.known_window, smaller.window_source) == (200_000, "model_map")
 
     def test_an_opt_in_header_does_not_override_a_window_the_config_or_the_server_states(self):
         machine = Exchange("enforce")
-        stated = Routed(32_768, "backend", opt_in_window=1_000_000, counting=Counting("model"))
+        stated = Routed(32_768, "backend", opt_in_window=1_000_000, chosen=Chosen("model"))
         assert Playbook(machine) << FindRoute() >> stated << LookUpCorrection() >> None << PlanFor(None)
         assert machine.known_window == 32_768
 
@@ -446,12 +446,12 @@ class TestDecidedFromTheRoute:
         learned = earlier.learned
         assert learned is not None
         machine = Exchange("enforce")
-        routed = Routed(WINDOW, "model_map", counting=Counting("model"))
+        routed = Routed(WINDOW, "model_map", chosen=Chosen("model"))
         assert Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> learned << PlanFor(learned.window)
         assert (machine.applied, machine.window_source) == (learned, "correction")
 
     def test_a_fallback_window_and_a_missing_vocabulary_are_noted(self):
-        routed = Routed(8192, "fallback", vocabulary_missing="llama-models", counting=Counting("estimate"))
+        routed = Routed(8192, "fallback", vocabulary_missing="llama-models", chosen=Chosen("estimate"))
         assert (
             Playbook(Exchange("enforce"))
             << FindRoute()
@@ -469,7 +469,7 @@ class TestDecidedFromTheRoute:
         def provider(upstream_kind: str, backend_kind: str) -> str | None:
             machine = Exchange("enforce")
             routed = Routed(WINDOW, "model_map", upstream_kind=upstream_kind, backend_kind=backend_kind)
-            assert Playbook(machine) << FindRoute() >> routed << ChooseTokenizer() >> Counting("model")
+            assert Playbook(machine) << FindRoute() >> routed << ChooseTokenizer() >> Chosen("model")
             return machine.provider
 
         assert provider("anthropic", "generic") == "anthropic"
@@ -478,6 +478,6 @@ class TestDecidedFromTheRoute:
 
     def test_under_mode_off_the_route_is_still_found_for_the_record_and_the_request_sent_as_it_came(self):
         machine = Exchange("off")
-        routed = Routed(WINDOW, "config", counting=Counting("model"))
+        routed = Routed(WINDOW, "config", chosen=Chosen("model"))
         assert Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> None << Send(None, None)
         assert machine.window_source == "config"

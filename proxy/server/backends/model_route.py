@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.commands import Counting, Routed
+from proxy.core.commands import Chosen, Routed
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.trimming.budget import BudgetPolicy
@@ -122,7 +122,7 @@ async def model_route(
         upstream_kind=upstream.kind,
         backend_kind=backend.kind,
         provider_counts=upstream.provider_count,
-        counting=None if choice is None else counting_of(choice),
+        chosen=None if choice is None else chosen_of(choice),
     )
     budget = budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens)
     route = ModelRoute(
@@ -144,6 +144,6 @@ async def model_route(
     return route, asked
 
 
-def counting_of(choice: Choice) -> Counting:
-    """How a request counted with `choice` is counted, as the exchange is told (`Counting`)."""
-    return Counting(choice.source, recounts=choice.counter is not None)
+def chosen_of(choice: Choice) -> Chosen:
+    """How a request counted with `choice` is counted, as the exchange is told (`Chosen`)."""
+    return Chosen(choice.source, recounts=choice.counter is not None)

@@ -28,8 +28,8 @@ from proxy.core.commands import (
     DELIVERED_IN_PART,
     Answered,
     ChooseTokenizer,
+    Chosen,
     Command,
-    Counting,
     Delivered,
     FindRoute,
     LookUpCorrection,
@@ -55,7 +55,7 @@ from proxy.core.plan import Plan
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
 from proxy.server.backends.catalogue import Choice, Reach
 from proxy.server.backends.model_counting import CountedAs
-from proxy.server.backends.model_route import ModelRoute, counting_of, model_route
+from proxy.server.backends.model_route import ModelRoute, chosen_of, model_route
 from proxy.server.backends.provider_count import (
     EdgeRequest,
     count_call_headers,
@@ -115,7 +115,7 @@ class Performer:
                 return replace(routed, opt_in_window=opted.context_window)
         return routed
 
-    async def choose_tokenizer(self, command: ChooseTokenizer) -> Counting:
+    async def choose_tokenizer(self, command: ChooseTokenizer) -> Chosen:
         """The backend's own tokenizer when it counts this body, else the model's or an estimate."""
         route, upstream = self.route, self.target.upstream
         session = self.gw.session
@@ -123,7 +123,7 @@ class Performer:
         reach = Reach(session, upstream.name, upstream.base_url, await _service_headers(self.gw, upstream))
         choice = await self.gw.backends.choose(reach, route.served, self.parsed.chat, route.profile, route.local)
         self._chosen(choice)
-        return counting_of(choice)
+        return chosen_of(choice)
 
     async def look_up_correction(self, command: LookUpCorrection) -> Correction | None:
         """A correction learned earlier for the upstream and the served model (Redis when shared)."""
