@@ -1,9 +1,9 @@
 """A recording upstream for the client-compatibility suite: it keeps what reached it and answers in
 each API's shape (chat, Responses, legacy completions, embeddings, Anthropic Messages, Gemini), whole or
 streamed word by word with every event a strict client expects, with text or with a scripted tool
-call, and can break a stream part-way. The answers are built by `tests.support.answers`, shared
-with the suite's fake upstream; what is this upstream's own is the recording, the script and the
-routing of paths.
+call, and can break a stream part-way. The answers are built by `proxy.demo.provider_answers` and
+streamed by `proxy.demo.event_stream`, shared with the suite's fake upstream and the echo; what is
+this upstream's own is the recording, the script and the routing of paths.
 
 It counts nothing with the guard's code: fit is checked by the tests with tiktoken directly.
 """
@@ -17,9 +17,9 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support import answers
-from tests.support.answers import Answer, ToolCall
-from tests.support.upstream import send_stream
+from proxy.demo import provider_answers as answers
+from proxy.demo.event_stream import send_stream
+from proxy.demo.provider_answers import Answer, ToolCall
 
 USAGE = answers.Usage(input=10, output=2)
 

@@ -1,4 +1,4 @@
-"""The answers both fake upstreams give (`tests.support.answers`): a streamed answer spells what
+"""The answers every fake upstream gives (`proxy.demo.provider_answers`): a streamed answer spells what
 the whole one says, in whichever pieces and with whichever details a test asks for, so a client
 that accumulates the stream ends with the answer a test scripted."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.support.answers import (
+from proxy.demo.provider_answers import (
     ToolCall,
     anthropic_events,
     anthropic_message,

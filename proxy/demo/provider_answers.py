@@ -1,12 +1,15 @@
-"""What a provider answers, built in one place for both fake upstreams (the suite's
-`tests.support.upstream` and the client-compatibility suite's `tests.compat.recording_upstream`):
-a chat completion and its stream chunks, a Responses API response and its events, a legacy text
-completion and its chunks, an Anthropic message and its events, an embeddings list.
+"""What a provider answers, in each API's own shape, built in one place for every fake upstream:
+the echo upstream (`proxy.demo.echo`), the suite's (`tests.support.upstream`), the
+client-compatibility suite's (`tests.compat.recording_upstream`) and the benchmark's
+(`bench/servers.py`, which serializes its fixed answer once at start). A chat completion and its
+stream chunks, a Responses API response and its events, a legacy text completion and its chunks,
+an Anthropic message and its events, a Gemini GenerateContentResponse, an embeddings list; and
+`event`/`frames`, the one spelling of a server-sent event.
 
-Plain data in, plain data out (no I/O): each builder takes what differs between the two upstreams
-(ids, model, the answer, how its text is streamed, usage, the details a strict client needs), and
-its defaults are the suite's upstream's answers. A stream is a list of `Event`s, written out by
-`frames`.
+Plain data in, plain data out (no I/O, nothing of the guard imported): each builder takes what
+differs between the upstreams (ids, model, the answer, how its text is streamed, usage, the
+details a strict client needs), and returns a dict the caller may extend (the echo adds its
+report). A stream is a list of `Event`s, written out by `frames`.
 """
 
 from __future__ import annotations
@@ -62,12 +65,16 @@ def words(text: str) -> list[str]:
     return [piece + (" " if i < len(pieces) - 1 else "") for i, piece in enumerate(pieces)]
 
 
+def event(data: dict[str, Any] | str, name: str | None = None) -> bytes:
+    """One server-sent event: `data` as JSON (a string as it is), named when `name` is given."""
+    payload = data if isinstance(data, str) else json.dumps(data)
+    head = "" if name is None else f"event: {name}\n"
+    return f"{head}data: {payload}\n\n".encode()
+
+
 def frames(events: Iterable[Event], done: bool = False) -> list[bytes]:
     """`events` as server-sent event frames, with OpenAI's `[DONE]` last if `done`."""
-    out = [
-        (f"event: {name}\n" if name else "").encode() + f"data: {json.dumps(data)}\n\n".encode()
-        for name, data in events
-    ]
+    out = [event(data, name) for name, data in events]
     return [*out, DONE] if done else out
 
 
