@@ -58,6 +58,13 @@ class Usage:
     def anthropic(self) -> dict[str, int]:
         return {"input_tokens": self.input, "output_tokens": self.output}
 
+    def gemini(self) -> dict[str, int]:
+        return {
+            "promptTokenCount": self.input,
+            "candidatesTokenCount": self.output,
+            "totalTokenCount": self.input + self.output,
+        }
+
 
 def words(text: str) -> list[str]:
     """`text` as a provider streams it word by word, each piece keeping the space after it."""
@@ -122,25 +129,32 @@ def chat_chunks(
     ids: str = "1",
     created: int = 1,
     logprobs: bool = False,
+    usage: Usage | None = None,
 ) -> list[Event]:
     """The chunks streaming `answer`: its text in `pieces` (whole by default), or its tool call in
-    one chunk. `framed` opens with the role and closes with the finish reason, as OpenAI does."""
+    one chunk. `framed` opens with the role and closes with the finish reason, as OpenAI does;
+    `usage` (what `stream_options.include_usage` asks for) adds `"usage": null` to each chunk and
+    a last chunk with no choices that carries it."""
     message, finish = _chat_message(answer, ids)
+    head = {"id": f"chatcmpl-{ids}", "object": "chat.completion.chunk", "created": created, "model": model}
+    if usage is not None:
+        head["usage"] = None
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> Event:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         if logprobs:
             choice["logprobs"] = None
-        head = {"id": f"chatcmpl-{ids}", "object": "chat.completion.chunk", "created": created, "model": model}
         return None, {**head, "choices": [choice]}
 
     if isinstance(answer, ToolCall):
-        body = [chunk({"tool_calls": [{"index": 0, **message["tool_calls"][0]}]})]
+        chunks = [chunk({"tool_calls": [{"index": 0, **message["tool_calls"][0]}]})]
     else:
-        body = [chunk({"content": piece}) for piece in ((answer,) if pieces is None else pieces)]
-    if not framed:
-        return body
-    return [chunk({"role": "assistant", "content": ""}), *body, chunk({}, finish)]
+        chunks = [chunk({"content": piece}) for piece in ((answer,) if pieces is None else pieces)]
+    if framed:
+        chunks = [chunk({"role": "assistant", "content": ""}), *chunks, chunk({}, finish)]
+    if usage is not None:
+        chunks.append((None, {**head, "choices": [], "usage": usage.chat()}))
+    return chunks
 
 
 # -- OpenAI legacy text completions ---------------------------------------------------------
@@ -156,13 +170,17 @@ def text_completion(
 
 
 def text_completion_chunks(
-    model: str | None, pieces: Sequence[str], *, ids: str = "1", created: int = 1
+    model: str | None, pieces: Sequence[str], *, ids: str = "1", created: int = 1, usage: Usage | None = None
 ) -> list[Event]:
-    """The chunks streaming a text completion in `pieces`, the last naming the finish reason."""
+    """The chunks streaming a text completion in `pieces`, the last naming the finish reason; with
+    `usage`, then a chunk with no choices that carries it."""
     head = {"id": f"cmpl-{ids}", "object": "text_completion", "created": created, "model": model}
     choices = [{"text": piece, "index": 0, "logprobs": None, "finish_reason": None} for piece in pieces]
     choices.append({"text": "", "index": 0, "logprobs": None, "finish_reason": "stop"})
-    return [(None, {**head, "choices": [choice]}) for choice in choices]
+    chunks: list[Event] = [(None, {**head, "choices": [choice]}) for choice in choices]
+    if usage is not None:
+        chunks.append((None, {**head, "choices": [], "usage": usage.chat()}))
+    return chunks
 
 
 # -- OpenAI Responses -----------------------------------------------------------------------
@@ -195,9 +213,11 @@ def response(
     tools: Sequence[Any] = (),
     every_field: bool = False,
     previous_response_id: str | None = None,
+    **more: Any,
 ) -> dict[str, Any]:
     """A Response holding `output`. `every_field` adds the fields OpenAI always writes (`error`,
-    `incomplete_details`, `previous_response_id`, and `usage` null until completed)."""
+    `incomplete_details`, `previous_response_id`, and `usage` null until completed); `more` adds
+    or replaces top-level fields (what a Response repeats of its request: `instructions`, ...)."""
     answer = {
         "id": f"resp_{ids}",
         "object": "response",
@@ -213,7 +233,7 @@ def response(
     if every_field:
         answer |= {"error": None, "incomplete_details": None, "previous_response_id": previous_response_id}
         answer["usage"] = usage.responses() if status == "completed" else None
-    return answer
+    return answer | more
 
 
 def response_events(
@@ -226,20 +246,22 @@ def response_events(
 ) -> list[Event]:
     """The events streaming a Response of one `item` (`fields` as `response` takes them): its text
     in `pieces` (whole by default). `part_events` adds what OpenAI sends around the text
-    (`content_part.added`/`.done`, `output_text.done`) and a call's arguments
-    (`function_call_arguments.delta`/`.done`), each item first added empty."""
+    (`response.in_progress`, `content_part.added`/`.done`, `output_text.done`) and a call's
+    arguments (`function_call_arguments.delta`/`.done`), each item first added empty and in progress."""
     events: list[Event] = []
 
     def event(kind: str, **data: Any) -> None:
         events.append((kind, {"type": kind, **data}))
 
     event("response.created", response=response(model, [], status="in_progress", **fields))
+    if part_events:
+        event("response.in_progress", response=response(model, [], status="in_progress", **fields))
     where = {"item_id": item["id"], "output_index": 0}
     if item["type"] == "message":
         text = item["content"][0]["text"]
         part = {**where, "content_index": 0}
         if part_events:
-            event("response.output_item.added", output_index=0, item={**item, "content": []})
+            event("response.output_item.added", output_index=0, item={**item, "status": "in_progress", "content": []})
             event("response.content_part.added", **part, part={**item["content"][0], "text": ""})
         else:
             event("response.output_item.added", output_index=0, item=item)
@@ -249,7 +271,7 @@ def response_events(
             event("response.output_text.done", **part, text=text, logprobs=[])
             event("response.content_part.done", **part, part=item["content"][0])
     elif part_events:
-        event("response.output_item.added", output_index=0, item={**item, "arguments": ""})
+        event("response.output_item.added", output_index=0, item={**item, "status": "in_progress", "arguments": ""})
         event("response.function_call_arguments.delta", **where, delta=item["arguments"])
         event("response.function_call_arguments.done", **where, arguments=item["arguments"])
     else:
@@ -306,6 +328,37 @@ def anthropic_events(message: dict[str, Any], *, pieces: Sequence[str] | None = 
         ("message_delta", ending),
         ("message_stop", {"type": "message_stop"}),
     ]
+
+
+# -- Gemini generateContent ----------------------------------------------------------------
+
+
+def gemini_response(
+    model: str | None,
+    answer: str | Sequence[dict[str, Any]],
+    *,
+    usage: Usage = Usage(),
+    finished: bool = True,
+    ids: str | None = None,
+) -> dict[str, Any]:
+    """A GenerateContentResponse (or one piece of a stream of them) saying `answer` (a text, or the
+    parts to send as they are: a `functionCall`, ...); `finished` adds the finish reason, `ids` a
+    `responseId`."""
+    parts = [{"text": answer}] if isinstance(answer, str) else list(answer)
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finished:
+        candidate["finishReason"] = "STOP"
+    body = {"candidates": [candidate], "usageMetadata": usage.gemini(), "modelVersion": model}
+    return body if ids is None else {**body, "responseId": ids}
+
+
+def gemini_frames(pieces: Sequence[dict[str, Any]], sse: bool) -> list[bytes]:
+    """A Gemini stream as Google writes it: server-sent events ended by CRLF pairs when the request
+    asked `?alt=sse`, else one JSON array written piece by piece (`[`, then `,` between, then `]`)."""
+    if sse:
+        return [b"data: " + json.dumps(piece).encode() + b"\r\n\r\n" for piece in pieces]
+    array = [(b"[" if k == 0 else b",\r\n") + json.dumps(piece).encode() for k, piece in enumerate(pieces)]
+    return [*array, b"]"]
 
 
 # -- OpenAI embeddings ----------------------------------------------------------------------

@@ -10,10 +10,15 @@ import pytest
 
 from proxy.demo.provider_answers import (
     ToolCall,
+    Usage,
     anthropic_events,
     anthropic_message,
     chat_chunks,
     chat_completion,
+    event,
+    frames,
+    gemini_frames,
+    gemini_response,
     response,
     response_events,
     response_item,
@@ -46,6 +51,58 @@ class TestChatChunks:
         assert all(chunk["logprobs"] is None for chunk in chunks)
 
 
+class TestStreamUsage:
+    """What `stream_options.include_usage` asks for: a last chunk with no choices that carries the
+    usage, and `"usage": null` on every chunk before it."""
+
+    def test_chat_chunks_end_with_the_usage_of_the_whole_answer(self):
+        chunks = [data for _, data in chat_chunks("m", TEXT, pieces=words(TEXT), framed=True, usage=Usage(7, 4))]
+        assert (
+            chunks[-1]["choices"] == []
+            and chunks[-1]["usage"] == chat_completion("m", TEXT, usage=Usage(7, 4))["usage"]
+        )
+        assert all(chunk["usage"] is None for chunk in chunks[:-1])
+
+    def test_text_completion_chunks_end_with_the_usage(self):
+        chunks = [data for _, data in text_completion_chunks("m", words(TEXT), usage=Usage(7, 4))]
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 11
+
+    def test_without_usage_no_chunk_names_it(self):
+        assert not any("usage" in data for _, data in chat_chunks("m", TEXT, framed=True))
+
+
+class TestEvent:
+    def test_a_named_event_has_its_name_line_then_its_data_as_json(self):
+        assert event({"a": 1}, "ping") == b'event: ping\ndata: {"a": 1}\n\n'
+
+    def test_a_string_is_sent_as_it_is(self):
+        assert event("[DONE]") == b"data: [DONE]\n\n" == frames([], done=True)[0]
+
+
+class TestGemini:
+    def test_a_piece_before_the_last_has_no_finish_reason(self):
+        piece = gemini_response("g", "the ", finished=False)
+        assert "finishReason" not in piece["candidates"][0] and piece["candidates"][0]["content"]["parts"] == [
+            {"text": "the "}
+        ]
+
+    def test_parts_are_sent_as_they_are_and_usage_adds_up(self):
+        call = {"functionCall": {"name": "f", "args": {}}}
+        answer = gemini_response("g", [call], usage=Usage(5, 2), ids="r1")
+        assert answer["candidates"][0]["content"]["parts"] == [call] and answer["responseId"] == "r1"
+        assert answer["usageMetadata"] == {"promptTokenCount": 5, "candidatesTokenCount": 2, "totalTokenCount": 7}
+
+    def test_a_stream_without_alt_sse_is_one_json_array(self):
+        pieces = [gemini_response("g", word, finished=False) for word in words(TEXT)]
+        assert json.loads(b"".join(gemini_frames(pieces, sse=False))) == pieces
+
+    def test_a_stream_with_alt_sse_is_events_ended_by_crlf_pairs(self):
+        pieces = [gemini_response("g", word) for word in words(TEXT)]
+        frames_ = gemini_frames(pieces, sse=True)
+        assert all(f.startswith(b"data: ") and f.endswith(b"\r\n\r\n") for f in frames_)
+        assert [json.loads(f[6:]) for f in frames_] == pieces
+
+
 class TestTextCompletionChunks:
     def test_the_pieces_join_to_the_whole_completion_s_text_and_the_last_says_stop(self):
         choices = [data["choices"][0] for _, data in text_completion_chunks("m", words(TEXT))]
@@ -74,7 +131,17 @@ class TestResponseEvents:
         assert "".join(deltas) == TEXT
         assert names.index("response.content_part.added") < names.index("response.output_text.delta")
         assert names.index("response.output_text.done") < names.index("response.content_part.done")
-        assert events[1][1]["item"]["content"] == []
+        added = dict(events)["response.output_item.added"]["item"]
+        assert added["content"] == [] and added["status"] == "in_progress"
+
+    def test_part_events_say_the_response_is_in_progress_after_creating_it(self):
+        events = response_events("m", response_item(TEXT), part_events=True, every_field=True)
+        assert [name for name, _ in events][:2] == ["response.created", "response.in_progress"]
+        assert events[1][1]["response"]["status"] == "in_progress" and events[1][1]["response"]["usage"] is None
+
+    def test_a_response_repeats_the_request_fields_it_is_given(self):
+        answer = response("m", [], instructions="be brief", parallel_tool_calls=False)
+        assert answer["instructions"] == "be brief" and answer["parallel_tool_calls"] is False
 
 
 class TestAnthropicEvents:

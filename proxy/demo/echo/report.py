@@ -1,4 +1,5 @@
-"""What reached the echo upstream: its settings, and the report it answers with (pure data)."""
+"""What reached the echo upstream: its settings, the report it answers with, and the reply every
+API shape renders (pure data)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from proxy.demo.provider_answers import Usage
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,34 @@ class EchoReport:
             parts.append(f"Tool calls: {calls}.")
         parts.append("The conversation is valid." if self.valid else f"INVALID: {'; '.join(self.problems)}.")
         return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer before it takes an API's shape: the report, its text and the token counts."""
+
+    report: EchoReport
+    text: str
+    completion_tokens: int
+    created: int
+    suffix: str  # a random part for the ids the answer carries
+
+    @property
+    def model(self) -> str:
+        return self.report.model
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.report.prompt_tokens
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(input=self.report.prompt_tokens, output=self.completion_tokens)
+
+    @property
+    def echo(self) -> dict[str, Any]:
+        """The report as the answer's extra `echo` field."""
+        return self.report.to_dict()
 
 
 def call_names(message: Mapping[str, Any]) -> list[str]:
