@@ -22,6 +22,7 @@ from proxy.demo.event_stream import send_stream
 from proxy.demo.provider_answers import Answer, ToolCall
 
 USAGE = answers.Usage(input=10, output=2)
+GEMINI_MODEL = "gemini-2.5-flash"  # the modelVersion of every Gemini answer
 
 
 @dataclass
@@ -87,11 +88,12 @@ class RecordingUpstream:
             return await self._stream(request, answers.frames(chunks, done=True))
         if ":generateContent" in path or ":streamGenerateContent" in path:  # Gemini's, at the host's root
             text = answer if isinstance(answer, str) else answer.arguments
-            pieces = [gemini_piece(word, last=False) for word in answers.words(text)[:-1]]
-            pieces.append(gemini_piece(answers.words(text)[-1], last=True))
             if ":generateContent" in path:
-                return web.json_response(gemini_piece(text, last=True))
-            return await self._stream(request, [b"data: " + json.dumps(p).encode() + b"\r\n\r\n" for p in pieces])
+                return web.json_response(answers.gemini_response(GEMINI_MODEL, text, usage=USAGE))
+            *before, last = answers.words(text)
+            pieces = [answers.gemini_response(GEMINI_MODEL, word, usage=USAGE, finished=False) for word in before]
+            pieces.append(answers.gemini_response(GEMINI_MODEL, last, usage=USAGE))
+            return await self._stream(request, answers.gemini_frames(pieces, sse=True))
         if path.endswith("/messages"):
             message = answers.anthropic_message(model, answer, ids=common["ids"], usage=USAGE)
             if not stream:
@@ -111,15 +113,6 @@ class RecordingUpstream:
 
     async def _stream(self, request: web.Request, chunks: list[bytes]) -> web.StreamResponse:
         return await send_stream(request, chunks, break_after=self.break_after)
-
-
-def gemini_piece(text: str, last: bool) -> dict[str, Any]:
-    """A GenerateContentResponse (or a piece of a stream of them) holding `text`."""
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
-    if last:
-        candidate["finishReason"] = "STOP"
-    usage = {"promptTokenCount": USAGE.input, "candidatesTokenCount": USAGE.output, "totalTokenCount": 12}
-    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}
 
 
 def _words(answer: Answer) -> list[str] | None:
