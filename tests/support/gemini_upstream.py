@@ -91,9 +91,7 @@ class FakeGemini:
         received = Received(request.path, request.rel_url.raw_query_string, dict(request.headers), await request.read())
         self.received.append(received)
         if request.path.endswith("/endpoints/openapi/chat/completions"):  # Vertex AI's OpenAI-compatible endpoint
-            message = {"role": "assistant", "content": REPLY}
-            return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})  # fmt: skip
+            return web.json_response(answers.chat_completion("m", REPLY, ids="c", created=0))
         match = _PATH.fullmatch(request.path)
         if match is None or request.method != "POST":
             return _error(404, f"no such path {request.path}", "NOT_FOUND")
