@@ -73,8 +73,9 @@ def words(text: str) -> list[str]:
 
 
 def event(data: dict[str, Any] | str, name: str | None = None) -> bytes:
-    """One server-sent event: `data` as JSON (a string as it is), named when `name` is given."""
-    payload = data if isinstance(data, str) else json.dumps(data)
+    """One server-sent event: `data` as compact JSON, as the providers write it (a string as it
+    is), named when `name` is given."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     head = "" if name is None else f"event: {name}\n"
     return f"{head}data: {payload}\n\n".encode()
 

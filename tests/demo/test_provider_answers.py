@@ -72,8 +72,8 @@ class TestStreamUsage:
 
 
 class TestEvent:
-    def test_a_named_event_has_its_name_line_then_its_data_as_json(self):
-        assert event({"a": 1}, "ping") == b'event: ping\ndata: {"a": 1}\n\n'
+    def test_a_named_event_has_its_name_line_then_its_data_as_compact_json(self):
+        assert event({"a": 1, "b": [2]}, "ping") == b'event: ping\ndata: {"a":1,"b":[2]}\n\n'
 
     def test_a_string_is_sent_as_it_is(self):
         assert event("[DONE]") == b"data: [DONE]\n\n" == frames([], done=True)[0]
