@@ -66,10 +66,11 @@ class Usage:
         }
 
 
-def words(text: str) -> list[str]:
-    """`text` as a provider streams it word by word, each piece keeping the space after it."""
-    pieces = text.split(" ")
-    return [piece + (" " if i < len(pieces) - 1 else "") for i, piece in enumerate(pieces)]
+def words(text: str, per: int = 1) -> list[str]:
+    """`text` as a provider streams it, `per` words a piece, each piece keeping the space after it
+    (joined, the pieces give `text` back)."""
+    split = text.split(" ")
+    return [" ".join(split[i : i + per]) + (" " if i + per < len(split) else "") for i in range(0, len(split), per)]
 
 
 def event(data: dict[str, Any] | str, name: str | None = None) -> bytes:
@@ -365,15 +366,34 @@ def gemini_frames(pieces: Sequence[dict[str, Any]], sse: bool) -> list[bytes]:
 # -- OpenAI embeddings ----------------------------------------------------------------------
 
 
-def embeddings(model: str | None, inputs: Any, *, as_base64: bool = False) -> dict[str, Any]:
-    """One three-number embedding per input (a list of strings or of token lists, or one input),
-    as floats or, with `as_base64`, as base64 of little-endian float32s."""
-    items = inputs if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else [inputs]
-    vector: Any = base64.b64encode(struct.pack("<3f", 0.1, 0.2, 0.3)).decode() if as_base64 else [0.1, 0.2, 0.3]
-    data = [{"object": "embedding", "index": i, "embedding": vector} for i in range(len(items))]
+def embedding_inputs(value: object) -> list[Any] | None:
+    """The inputs of an embeddings request's `input` (one text, one list of token ids, or a list of
+    either), or None when it is none of these."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return [value]  # one input as token ids
+    if isinstance(value, list) and value and all(isinstance(v, (str, list)) for v in value):
+        return value
+    return None
+
+
+def embeddings(
+    model: str | None, vectors: Sequence[Sequence[float]], *, tokens: int, as_base64: bool = False
+) -> dict[str, Any]:
+    """An embeddings list of `vectors`, one per input, as floats or, with `as_base64` (what the
+    openai SDK asks for), as base64 of little-endian float32s; `tokens` the inputs' usage."""
+    data = [
+        {"object": "embedding", "index": i, "embedding": _packed(vector) if as_base64 else list(vector)}
+        for i, vector in enumerate(vectors)
+    ]
     return {
         "object": "list",
         "data": data,
         "model": model,
-        "usage": {"prompt_tokens": len(items), "total_tokens": len(items)},
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
+
+
+def _packed(vector: Sequence[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()

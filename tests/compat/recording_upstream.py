@@ -66,7 +66,9 @@ class RecordingUpstream:
         common: dict[str, Any] = {"ids": f"rec{len(self.received)}", "created": int(time.time())}
         if path.endswith("/embeddings"):
             as_base64 = body.get("encoding_format") == "base64"
-            return web.json_response(answers.embeddings(model, body.get("input"), as_base64=as_base64))
+            inputs = answers.embedding_inputs(body.get("input")) or []
+            vectors = [[0.1, 0.2, 0.3]] * len(inputs)  # one three-number embedding per input
+            return web.json_response(answers.embeddings(model, vectors, tokens=len(inputs), as_base64=as_base64))
         if path.endswith("/chat/completions"):
             if not stream:
                 return web.json_response(answers.chat_completion(model, answer, usage=USAGE, logprobs=True, **common))

@@ -4,7 +4,9 @@ that accumulates the stream ends with the answer a test scripted."""
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 
 import pytest
 
@@ -15,6 +17,8 @@ from proxy.demo.provider_answers import (
     anthropic_message,
     chat_chunks,
     chat_completion,
+    embedding_inputs,
+    embeddings,
     event,
     frames,
     gemini_frames,
@@ -34,6 +38,9 @@ CALL = ToolCall("lookup", '{"q": "rain"}')
 class TestWords:
     def test_pieces_keep_their_spaces_and_join_to_the_text(self):
         assert words(TEXT) == ["the ", "rain ", "in ", "Spain"]
+
+    def test_a_few_words_a_piece_join_to_the_text_too(self):
+        assert words(TEXT, per=3) == ["the rain in ", "Spain"] and words("", per=8) == [""]
 
 
 class TestChatChunks:
@@ -154,3 +161,17 @@ class TestAnthropicEvents:
         (delta,) = [data["delta"] for name, data in anthropic_events(message) if name == "content_block_delta"]
         assert json.loads(delta["partial_json"]) == message["content"][0]["input"] == {"q": "rain"}
         assert anthropic_events(message)[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
+class TestEmbeddings:
+    def test_base64_vectors_decode_to_the_floats_given(self):
+        answer = embeddings("m", [[0.5, -0.25], [1.0, 0.0]], tokens=3, as_base64=True)
+        decoded = [struct.unpack("<2f", base64.b64decode(item["embedding"])) for item in answer["data"]]
+        assert decoded == [(0.5, -0.25), (1.0, 0.0)] and answer["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+
+    @pytest.mark.parametrize(
+        ("value", "inputs"),
+        [("a", ["a"]), ([1, 2], [[1, 2]]), (["a", [1]], ["a", [1]]), (5, None), ([], None), ([{"a": 1}], None)],
+    )
+    def test_an_input_is_one_text_one_token_list_or_a_list_of_either(self, value, inputs):
+        assert embedding_inputs(value) == inputs

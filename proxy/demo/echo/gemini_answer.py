@@ -14,7 +14,7 @@ from aiohttp import web
 
 from proxy.apis.gemini.generate_content import count_tokens_answer, gemini_error
 from proxy.demo import provider_answers as answers
-from proxy.demo.echo.report import Reply, pieces
+from proxy.demo.echo.report import Reply
 from proxy.demo.event_stream import SSE_HEADERS, send_stream
 
 
@@ -30,7 +30,7 @@ async def generate_content(request: web.Request, method: str, reply: Reply) -> w
     if method == "generateContent":
         answer = answers.gemini_response(reply.model, reply.text, usage=reply.usage, ids=ids)
         return web.json_response({**answer, "echo": reply.echo})
-    texts = list(pieces(reply.text)) or [""]
+    texts = reply.pieces  # never empty: an empty text is one empty piece
     so_far = answers.Usage(input=reply.prompt_tokens, output=1)  # each piece carries the usage so far
     chunks = [answers.gemini_response(reply.model, text, usage=so_far, finished=False, ids=ids) for text in texts[:-1]]
     last = answers.gemini_response(reply.model, texts[-1], usage=reply.usage, ids=ids)

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from proxy.apis.anthropic.messages import ERROR_TYPES
 from proxy.demo import provider_answers as answers
-from proxy.demo.echo.report import Reply, pieces
+from proxy.demo.echo.report import Reply
 from proxy.demo.event_stream import send_stream
 
 
@@ -29,7 +29,7 @@ async def messages(request: web.Request, body: Mapping[str, Any], reply: Reply) 
     message = answers.anthropic_message(reply.model, reply.text, ids=f"echo{reply.suffix}", usage=reply.usage)
     if body.get("stream") is not True:
         return web.json_response({**message, "echo": reply.echo})
-    events = answers.anthropic_events(message, pieces=list(pieces(reply.text)))
+    events = answers.anthropic_events(message, pieces=reply.pieces)
     delta = next(data for name, data in events if name == "message_delta")
     delta["echo"] = reply.echo  # with the stop reason and the output tokens
     return await send_stream(request, answers.frames(events))

@@ -8,17 +8,15 @@ set (and `"usage": null` on the others), then `data: [DONE]`.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from proxy.demo import provider_answers as answers
-from proxy.demo.echo.report import Reply, pieces
+from proxy.demo.echo.report import Reply
 from proxy.demo.event_stream import send_stream
 from proxy.errors import BadRequest
 
@@ -38,9 +36,8 @@ async def chat(request: web.Request, body: Mapping[str, Any], reply: Reply) -> w
         )
         return web.json_response({**answer, "echo": reply.echo})
     usage = reply.usage if wants_usage(body) else None
-    text = list(pieces(reply.text))
     chunks = answers.chat_chunks(
-        reply.model, reply.text, pieces=text, framed=True, ids=ids, created=created, logprobs=True, usage=usage
+        reply.model, reply.text, pieces=reply.pieces, framed=True, ids=ids, created=created, logprobs=True, usage=usage
     )
     _, last = chunks[-2 if usage is not None else -1]
     last["echo"] = reply.echo  # on the chunk with the finish reason
@@ -53,45 +50,26 @@ async def completions(request: web.Request, body: Mapping[str, Any], reply: Repl
         answer = answers.text_completion(reply.model, reply.text, ids=ids, created=created, usage=reply.usage)
         return web.json_response({**answer, "echo": reply.echo})
     usage = reply.usage if wants_usage(body) else None
-    text = list(pieces(reply.text))
-    chunks = answers.text_completion_chunks(reply.model, text, ids=ids, created=created, usage=usage)
+    chunks = answers.text_completion_chunks(reply.model, reply.pieces, ids=ids, created=created, usage=usage)
     _, last = chunks[-2 if usage is not None else -1]
     last["echo"] = reply.echo  # on the chunk with the finish reason
     return await send_stream(request, answers.frames(chunks, done=True))
 
 
-def embeddings(body: Mapping[str, Any], count: Any) -> web.Response:
+def embeddings(body: Mapping[str, Any], count: Callable[[str], int]) -> web.Response:
     """A deterministic vector per input (a hash of its text), as floats or as base64 float32s (what
     the openai SDK asks for); `count(text)` gives the tokens of one input."""
-    model = str(body.get("model") or "echo")
-    inputs = _inputs(body.get("input"))
+    inputs = answers.embedding_inputs(body.get("input"))
+    if inputs is None:
+        raise BadRequest("'input' must be a string, an array of strings or an array of token arrays", param="input")
     dimensions = body.get("dimensions")
     size = dimensions if isinstance(dimensions, int) and 0 < dimensions <= 4096 else EMBEDDING_DIMENSIONS
+    texts = [item if isinstance(item, str) else " ".join(map(str, item)) for item in inputs]
+    tokens = sum(count(item) if isinstance(item, str) else len(item) for item in inputs)
+    vectors = [_vector(text, size) for text in texts]
     as_base64 = body.get("encoding_format") == "base64"
-    data, tokens = [], 0
-    for index, item in enumerate(inputs):
-        text = item if isinstance(item, str) else " ".join(map(str, item))
-        tokens += count(text) if isinstance(item, str) else len(item)
-        vector = _vector(text, size)
-        encoded: Any = base64.b64encode(struct.pack(f"<{size}f", *vector)).decode() if as_base64 else vector
-        data.append({"object": "embedding", "index": index, "embedding": encoded})
-    answer = {
-        "object": "list",
-        "data": data,
-        "model": model,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }
+    answer = answers.embeddings(str(body.get("model") or "echo"), vectors, tokens=tokens, as_base64=as_base64)
     return web.json_response({**answer, "created": int(time.time())})
-
-
-def _inputs(value: object) -> Sequence[str | Sequence[int]]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-        return [value]  # one input as token ids
-    if isinstance(value, list) and value and all(isinstance(v, (str, list)) for v in value):
-        return value
-    raise BadRequest("'input' must be a string, an array of strings or an array of token arrays", param="input")
 
 
 def _vector(text: str, size: int) -> list[float]:

@@ -4,11 +4,11 @@ API shape renders (pure data)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from proxy.demo.provider_answers import Usage
+from proxy.demo.provider_answers import Usage, words
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,11 @@ class Reply:
         return Usage(input=self.report.prompt_tokens, output=self.completion_tokens)
 
     @property
+    def pieces(self) -> list[str]:
+        """The text as a stream sends it: a few words a piece."""
+        return words(self.text, per=8)
+
+    @property
     def echo(self) -> dict[str, Any]:
         """The report as the answer's extra `echo` field."""
         return self.report.to_dict()
@@ -122,10 +127,3 @@ def text_of(content: object) -> str:
     if isinstance(content, list):
         return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     return ""
-
-
-def pieces(text: str, words: int = 8) -> Iterator[str]:
-    """The reply in chunks of a few words, spaces kept, so that joining them gives `text` back."""
-    tokens = text.split(" ")
-    for i in range(0, len(tokens), words):
-        yield " ".join(tokens[i : i + words]) + (" " if i + words < len(tokens) else "")

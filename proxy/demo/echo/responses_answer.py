@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.demo import provider_answers as answers
-from proxy.demo.echo.report import Reply, pieces
+from proxy.demo.echo.report import Reply
 from proxy.demo.event_stream import send_stream
 
 
@@ -43,7 +43,7 @@ async def responses(request: web.Request, body: Mapping[str, Any], reply: Reply)
     fields["previous_response_id"] = body.get("previous_response_id")
     if body.get("stream") is not True:
         return web.json_response({**answers.response(reply.model, [item], **fields), "echo": reply.echo})
-    events = answers.response_events(reply.model, item, pieces=list(pieces(reply.text)), part_events=True, **fields)
+    events = answers.response_events(reply.model, item, pieces=reply.pieces, part_events=True, **fields)
     _, completed = events[-1]
     completed["response"]["echo"] = reply.echo
     return await send_stream(request, answers.frames(events))
