@@ -1,6 +1,6 @@
 """A fake Gemini provider for the suite: a real aiohttp app on 127.0.0.1 that records what it
-receives (path, query, headers, body bytes) and answers Gemini's paths at its root as Google does,
-the Developer API's (`/v1beta/models/{m}:method`) and Vertex AI's native ones
+receives (as the suite's fake does: `tests.support.upstream.Received`) and answers Gemini's paths
+at its root as Google does, the Developer API's (`/v1beta/models/{m}:method`) and Vertex AI's native ones
 (`/v1beta1/projects/{p}/locations/{l}/publishers/google/models/{m}:method`) alike:
 
     :generateContent         a GenerateContentResponse
@@ -29,6 +29,7 @@ from aiohttp import web
 from proxy.demo import provider_answers as answers
 from proxy.demo.event_stream import send_stream
 from tests.support.cookbook import encoding
+from tests.support.upstream import Received
 
 ENCODING = encoding("gpt-4")  # cl100k_base, from the files litellm ships
 REPLY = "Hello from Gemini."
@@ -60,17 +61,6 @@ def independent_count(body: dict[str, Any]) -> int:
 
 
 @dataclass
-class Received:
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
 class FakeGemini:
     received: list[Received] = field(default_factory=list)
     limit: int | None = None  # refuse a prompt over this many tokens (its own count), as Gemini words it
@@ -88,7 +78,7 @@ class FakeGemini:
         return [r for r in self.received if "Generate" in r.path or ":generate" in r.path]
 
     async def answer(self, request: web.Request) -> web.StreamResponse:
-        received = Received(request.path, request.rel_url.raw_query_string, dict(request.headers), await request.read())
+        received = await Received.of(request)
         self.received.append(received)
         if request.path.endswith("/endpoints/openapi/chat/completions"):  # Vertex AI's OpenAI-compatible endpoint
             return web.json_response(answers.chat_completion("m", REPLY, ids="c", created=0))

@@ -56,6 +56,18 @@ class Received:
     def json(self) -> Any:
         return json.loads(self.body)
 
+    @classmethod
+    async def of(cls, request: web.Request) -> Received:
+        """What `request` carried, its body read whole (every fake of the suite records this)."""
+        return cls(
+            request.method,
+            request.path,
+            request.query_string,
+            dict(request.headers),
+            await request.read(),
+            request.rel_url.raw_query_string,
+        )
+
 
 def overflow_error(style: str, limit: int, prompt: int) -> tuple[int, dict[str, Any]]:
     if style == "openai":
@@ -134,14 +146,7 @@ class FakeUpstream:
         return next(r for r in reversed(self.received) if r.path.endswith(path_end))
 
     async def _record(self, request: web.Request) -> Received:
-        received = Received(
-            request.method,
-            request.path,
-            request.query_string,
-            dict(request.headers),
-            await request.read(),
-            request.rel_url.raw_query_string,
-        )
+        received = await Received.of(request)
         self.received.append(received)
         self.arrived.set()
         return received
