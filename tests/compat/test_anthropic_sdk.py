@@ -37,9 +37,7 @@ class TestAnthropicSdk:
             client(guard).messages.create(model=CLAUDE_MODEL, max_tokens=2000, system=system, messages=messages)
         error = caught.value.body["error"]
         assert error["type"] == "invalid_request_error" and not guard.upstream.received
-        found = re.search(
-            r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)", error["message"]
-        )
+        found = re.search(r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)", error["message"])
         assert found is not None and error["message"].startswith(found.group(0))
         prompt, asked, limit = map(int, found.groups())
         assert asked == 2000 and prompt < limit < WINDOW and prompt + asked > limit
