@@ -4,7 +4,9 @@
   answers one fixed completion. With `?deltas=N&gap_ms=G` it streams N SSE deltas G ms apart
   instead; with `?bytes=B` it streams B bytes of SSE data as fast as the client takes them.
   The query string, not the body, says what to do, so the upstream never parses a body and
-  costs the same behind every proxy.
+  costs the same behind every proxy. The answer and the delta are built by
+  `proxy.demo.provider_answers` (as every fake upstream's are) once, at import, and the stream is
+  written by `proxy.demo.event_stream`: per request it only sends prepared bytes.
 - `bare PORT UPSTREAM_URL`: the floor for an aiohttp design, a pass-through proxy that reads the
   body, forwards it with the client's headers, and streams the answer back chunk by chunk.
   No parsing, no counting, no logging. Configured as context-guard configures aiohttp (handler
@@ -21,7 +23,6 @@ Run: python bench/servers.py upstream 8001 | python bench/servers.py bare 8002 h
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import sys
 import time
@@ -32,17 +33,18 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-ANSWER = (
-    b'{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4.1",'
-    b'"choices":[{"index":0,"message":{"role":"assistant","content":"Fine."},"finish_reason":"stop"}],'
-    b'"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}'
+from proxy.demo import provider_answers as answers
+from proxy.demo.event_stream import send_stream
+
+CREATED = 1700000000
+ANSWER = orjson.dumps(
+    answers.chat_completion("gpt-4.1", "Fine.", ids="bench", created=CREATED, usage=answers.Usage(10, 2))
 )
-DELTA = (
-    b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"gpt-4.1",'
-    b'"choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}\n\n'
-)
-DONE = b"data: [DONE]\n\n"
+(DELTA,) = answers.frames(answers.chat_chunks("gpt-4.1", "word ", ids="bench", created=CREATED))
+DONE = answers.DONE
+LAST_DELTA = DELTA + DONE  # sent in one write: the stream ends with the last delta, not one gap after it
 BULK_CHUNK = 64 * 1024
+BULK_LINE = b"data: " + b"x" * (BULK_CHUNK - 8) + b"\n\n"
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
     | {"transfer-encoding", "upgrade", "host", "content-length"}
@@ -55,21 +57,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
     size = int(request.query.get("bytes", 0))
     if not deltas and not size:
         return web.Response(body=ANSWER, content_type="application/json")
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
     if deltas:
         gap = float(request.query.get("gap_ms", 0)) / 1000
-        for i in range(deltas):
-            if i and gap:
-                await asyncio.sleep(gap)
-            await response.write(DELTA)
-    else:
-        line = b"data: " + b"x" * (BULK_CHUNK - 8) + b"\n\n"
-        for _ in range(size // BULK_CHUNK):
-            await response.write(line)
-    await response.write(DONE)
-    await response.write_eof()
-    return response
+        return await send_stream(request, [*[DELTA] * (deltas - 1), LAST_DELTA], pause=gap)
+    return await send_stream(request, [*[BULK_LINE] * (size // BULK_CHUNK), DONE])
 
 
 def upstream_app() -> web.Application:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.demo.provider_answers import Answer, ToolCall
 from tests.compat.recording_upstream import RecordingUpstream
 from tests.compat.threaded_guard import guard_in_thread
-from tests.support.answers import Answer, ToolCall
 from tests.support.cookbook import encoding as cookbook_encoding
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,9 +1,9 @@
 """A recording upstream for the client-compatibility suite: it keeps what reached it and answers in
 each API's shape (chat, Responses, legacy completions, embeddings, Anthropic Messages, Gemini), whole or
 streamed word by word with every event a strict client expects, with text or with a scripted tool
-call, and can break a stream part-way. The answers are built by `tests.support.answers`, shared
-with the suite's fake upstream; what is this upstream's own is the recording, the script and the
-routing of paths.
+call, and can break a stream part-way. The answers are built by `proxy.demo.provider_answers` and
+streamed by `proxy.demo.event_stream`, shared with the suite's fake upstream and the echo; what is
+this upstream's own is the recording, the script and the routing of paths.
 
 It counts nothing with the guard's code: fit is checked by the tests with tiktoken directly.
 """
@@ -17,11 +17,12 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support import answers
-from tests.support.answers import Answer, ToolCall
-from tests.support.upstream import send_stream
+from proxy.demo import provider_answers as answers
+from proxy.demo.event_stream import send_stream
+from proxy.demo.provider_answers import Answer, ToolCall
 
 USAGE = answers.Usage(input=10, output=2)
+GEMINI_MODEL = "gemini-2.5-flash"  # the modelVersion of every Gemini answer
 
 
 @dataclass
@@ -65,7 +66,9 @@ class RecordingUpstream:
         common: dict[str, Any] = {"ids": f"rec{len(self.received)}", "created": int(time.time())}
         if path.endswith("/embeddings"):
             as_base64 = body.get("encoding_format") == "base64"
-            return web.json_response(answers.embeddings(model, body.get("input"), as_base64=as_base64))
+            inputs = answers.embedding_inputs(body.get("input")) or []
+            vectors = [[0.1, 0.2, 0.3]] * len(inputs)  # one three-number embedding per input
+            return web.json_response(answers.embeddings(model, vectors, tokens=len(inputs), as_base64=as_base64))
         if path.endswith("/chat/completions"):
             if not stream:
                 return web.json_response(answers.chat_completion(model, answer, usage=USAGE, logprobs=True, **common))
@@ -87,11 +90,12 @@ class RecordingUpstream:
             return await self._stream(request, answers.frames(chunks, done=True))
         if ":generateContent" in path or ":streamGenerateContent" in path:  # Gemini's, at the host's root
             text = answer if isinstance(answer, str) else answer.arguments
-            pieces = [gemini_piece(word, last=False) for word in answers.words(text)[:-1]]
-            pieces.append(gemini_piece(answers.words(text)[-1], last=True))
             if ":generateContent" in path:
-                return web.json_response(gemini_piece(text, last=True))
-            return await self._stream(request, [b"data: " + json.dumps(p).encode() + b"\r\n\r\n" for p in pieces])
+                return web.json_response(answers.gemini_response(GEMINI_MODEL, text, usage=USAGE))
+            *before, last = answers.words(text)
+            pieces = [answers.gemini_response(GEMINI_MODEL, word, usage=USAGE, finished=False) for word in before]
+            pieces.append(answers.gemini_response(GEMINI_MODEL, last, usage=USAGE))
+            return await self._stream(request, answers.gemini_frames(pieces, sse=True))
         if path.endswith("/messages"):
             message = answers.anthropic_message(model, answer, ids=common["ids"], usage=USAGE)
             if not stream:
@@ -111,15 +115,6 @@ class RecordingUpstream:
 
     async def _stream(self, request: web.Request, chunks: list[bytes]) -> web.StreamResponse:
         return await send_stream(request, chunks, break_after=self.break_after)
-
-
-def gemini_piece(text: str, last: bool) -> dict[str, Any]:
-    """A GenerateContentResponse (or a piece of a stream of them) holding `text`."""
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
-    if last:
-        candidate["finishReason"] = "STOP"
-    usage = {"promptTokenCount": USAGE.input, "candidatesTokenCount": USAGE.output, "totalTokenCount": 12}
-    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}
 
 
 def _words(answer: Answer) -> list[str] | None:

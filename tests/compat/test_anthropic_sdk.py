@@ -9,9 +9,9 @@ import anthropic
 import pytest
 from anthropic import Anthropic
 
+from proxy.demo.provider_answers import ToolCall
 from tests.compat.conftest import CLAUDE_MODEL, WINDOW, Servers
 from tests.compat.conversations import HUGE, anthropic_history, anthropic_pairs_intact, tokens
-from tests.support.answers import ToolCall
 
 
 def client(guard: Servers) -> Anthropic:

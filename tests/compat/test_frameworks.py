@@ -11,6 +11,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel
 
+from proxy.demo.provider_answers import ToolCall
 from tests.compat.conftest import CHAT_MODEL, WINDOW, Servers
 from tests.compat.conversations import (
     HUGE,
@@ -21,7 +22,6 @@ from tests.compat.conversations import (
     responses_pairs_intact,
     tokens,
 )
-from tests.support.answers import ToolCall
 
 BIG_RESULT = "sunny and mild with a light breeze from the west " * 600  # about 6,000 tokens
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.demo.provider_answers import ToolCall
 from tests.compat.conftest import CHAT_MODEL, CLAUDE_MODEL, WINDOW, Servers
 from tests.compat.conversations import (
     HUGE,
@@ -21,7 +22,6 @@ from tests.compat.conversations import (
     chat_pairs_intact,
     tokens,
 )
-from tests.support.answers import ToolCall
 
 
 class TestLiteLLM:

@@ -54,7 +54,7 @@ class TestChatCompletions:
         assert any(m.get("tool_calls") for m in arrived) and tokens(arrived) < WINDOW
 
     def test_a_tool_call_answer_is_parsed_by_the_sdk(self, guard):
-        from tests.support.answers import ToolCall
+        from proxy.demo.provider_answers import ToolCall
 
         guard.upstream.script.append(ToolCall("get_weather", '{"city": "Lyon"}'))
         tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]

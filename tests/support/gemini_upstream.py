@@ -1,6 +1,6 @@
 """A fake Gemini provider for the suite: a real aiohttp app on 127.0.0.1 that records what it
-receives (path, query, headers, body bytes) and answers Gemini's paths at its root as Google does,
-the Developer API's (`/v1beta/models/{m}:method`) and Vertex AI's native ones
+receives (as the suite's fake does: `tests.support.upstream.Received`) and answers Gemini's paths
+at its root as Google does, the Developer API's (`/v1beta/models/{m}:method`) and Vertex AI's native ones
 (`/v1beta1/projects/{p}/locations/{l}/publishers/google/models/{m}:method`) alike:
 
     :generateContent         a GenerateContentResponse
@@ -12,7 +12,9 @@ the Developer API's (`/v1beta/models/{m}:method`) and Vertex AI's native ones
 Its count is its own: tiktoken's cl100k_base over every text of the request, and each other part
 (a function call, its response, inline data) as its JSON, never the guard's counter. With `limit`
 set, a request over it is refused with Gemini's own overflow sentence. It can break a stream after
-`break_stream_after` pieces, as a dropped connection would.
+`break_stream_after` pieces, as a dropped connection would. Its answers are built by
+`proxy.demo.provider_answers` and streamed by `proxy.demo.event_stream`, shared with every other
+fake upstream; what is its own is the recording, its count and the scripted failures.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.demo import provider_answers as answers
+from proxy.demo.event_stream import send_stream
 from tests.support.cookbook import encoding
+from tests.support.upstream import Received
 
 ENCODING = encoding("gpt-4")  # cl100k_base, from the files litellm ships
 REPLY = "Hello from Gemini."
@@ -56,17 +61,6 @@ def independent_count(body: dict[str, Any]) -> int:
 
 
 @dataclass
-class Received:
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
 class FakeGemini:
     received: list[Received] = field(default_factory=list)
     limit: int | None = None  # refuse a prompt over this many tokens (its own count), as Gemini words it
@@ -84,12 +78,10 @@ class FakeGemini:
         return [r for r in self.received if "Generate" in r.path or ":generate" in r.path]
 
     async def answer(self, request: web.Request) -> web.StreamResponse:
-        received = Received(request.path, request.rel_url.raw_query_string, dict(request.headers), await request.read())
+        received = await Received.of(request)
         self.received.append(received)
         if request.path.endswith("/endpoints/openapi/chat/completions"):  # Vertex AI's OpenAI-compatible endpoint
-            message = {"role": "assistant", "content": REPLY}
-            return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})  # fmt: skip
+            return web.json_response(answers.chat_completion("m", REPLY, ids="c", created=0))
         match = _PATH.fullmatch(request.path)
         if match is None or request.method != "POST":
             return _error(404, f"no such path {request.path}", "NOT_FOUND")
@@ -101,34 +93,18 @@ class FakeGemini:
         if self.limit is not None and prompt > self.limit:
             message = f"The input token count ({prompt}) exceeds the maximum number of tokens allowed ({self.limit})."
             return _error(400, message, "INVALID_ARGUMENT")
-        pieces = [self._piece(match["model"], prompt, text) for text in ("Hello ", "from ", "Gemini.")]
+        usage = answers.Usage(input=prompt, output=3)
+        pieces = [answers.gemini_response(match["model"], text, usage=usage) for text in ("Hello ", "from ", "Gemini.")]
         if self.call_tool is not None:
             call = {"functionCall": {"name": self.call_tool, "args": {"q": "Paris"}}, "thoughtSignature": "c2lnbmVk"}
-            pieces = [self._piece(match["model"], prompt, None, [call])]
+            pieces = [answers.gemini_response(match["model"], [call], usage=usage)]
         if match["method"] == "generateContent":
-            whole = self._piece(match["model"], prompt, REPLY) if self.call_tool is None else pieces[0]
+            whole = answers.gemini_response(match["model"], REPLY, usage=usage) if self.call_tool is None else pieces[0]
             return web.json_response(whole)
         sse = request.query.get("alt") == "sse"
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream" if sse else "application/json"})
-        await response.prepare(request)
-        for k, piece in enumerate(pieces):
-            if self.break_stream_after is not None and k >= self.break_stream_after:
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            data = json.dumps(piece).encode()
-            await response.write(b"data: " + data + b"\r\n\r\n" if sse else (b"[" if k == 0 else b",\r\n") + data)
-        if not sse:
-            await response.write(b"]")
-        await response.write_eof()
-        return response
-
-    @staticmethod
-    def _piece(model: str, prompt: int, text: str | None, parts: list[Any] | None = None) -> dict[str, Any]:
-        content = {"role": "model", "parts": parts if parts is not None else [{"text": text}]}
-        usage = {"promptTokenCount": prompt, "candidatesTokenCount": 3, "totalTokenCount": prompt + 3}
-        candidate = {"content": content, "finishReason": "STOP", "index": 0}
-        return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": model}
+        headers = {"Content-Type": "text/event-stream" if sse else "application/json"}
+        frames = answers.gemini_frames(pieces, sse)
+        return await send_stream(request, frames, break_after=self.break_stream_after, headers=headers)
 
 
 def _error(status: int, message: str, code: str) -> web.Response:

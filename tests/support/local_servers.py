@@ -1,6 +1,7 @@
 """Fakes of the local servers `examples/local-servers.yaml` names: vLLM, llama.cpp's llama-server
 and Ollama, each a real aiohttp app answering the endpoints the guard asks at start and per
-request, in the shapes of tests/data/backends/ (what those servers answer).
+request, in the shapes of tests/data/backends/ (what those servers answer); a chat completion as
+every fake upstream builds it (`proxy.demo.provider_answers`).
 
 Their tokenizer is a model in plain Python, far from any real vocabulary on purpose: a token is a
 whitespace-separated word, and a chat is rendered as `<|im_start|> role \\n content <|im_end|> \\n`
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from proxy.demo import provider_answers as answers
 
 REPLY = "Answered by a fake local server."
 
@@ -48,11 +51,8 @@ class LocalServer:
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.chats.append(body)
-        usage = {"prompt_tokens": prompt_tokens(body["messages"]), "completion_tokens": 6}
-        usage["total_tokens"] = usage["prompt_tokens"] + 6
-        choice = {"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}
-        answer = {"id": "chatcmpl-local", "object": "chat.completion", "created": 0, "model": body["model"]}
-        return web.json_response({**answer, "choices": [choice], "usage": usage})
+        usage = answers.Usage(input=prompt_tokens(body["messages"]), output=6)
+        return web.json_response(answers.chat_completion(body["model"], REPLY, ids="local", created=0, usage=usage))
 
     def app(self) -> web.Application:
         app = web.Application()

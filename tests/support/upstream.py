@@ -14,7 +14,9 @@ guard forwards on every other path echoed back unchanged, the SDK tests a provid
 
 When a Responses or Anthropic request offers tools and is not already answering a call, the reply
 is a call of the first tool, so an SDK test can run a whole tool loop. The answers themselves are
-built by `tests.support.answers`, which the client-compatibility suite's upstream shares.
+built by `proxy.demo.provider_answers` and streamed by `proxy.demo.event_stream`, shared with the
+echo upstream, the client-compatibility suite's upstream and the benchmark's; what is this fake's
+own is the recording, the scripted failures and its independent count.
 
 It checks that what the guard forwards fits with a count of its own: OpenAI's cookbook rule with
 tiktoken directly (`tests.support.cookbook.cookbook_count`), never the guard's counter, times
@@ -35,7 +37,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support import answers
+from proxy.demo import provider_answers as answers
+from proxy.demo.event_stream import SSE_HEADERS, send_stream
 from tests.support.cookbook import cookbook_count
 
 TOOL_ARGUMENTS = '{"q": "weather"}'  # what a tool call asks, whatever the tool
@@ -52,6 +55,18 @@ class Received:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+    @classmethod
+    async def of(cls, request: web.Request) -> Received:
+        """What `request` carried, its body read whole (every fake of the suite records this)."""
+        return cls(
+            request.method,
+            request.path,
+            request.query_string,
+            dict(request.headers),
+            await request.read(),
+            request.rel_url.raw_query_string,
+        )
 
 
 def overflow_error(style: str, limit: int, prompt: int) -> tuple[int, dict[str, Any]]:
@@ -131,14 +146,7 @@ class FakeUpstream:
         return next(r for r in reversed(self.received) if r.path.endswith(path_end))
 
     async def _record(self, request: web.Request) -> Received:
-        received = Received(
-            request.method,
-            request.path,
-            request.query_string,
-            dict(request.headers),
-            await request.read(),
-            request.rel_url.raw_query_string,
-        )
+        received = await Received.of(request)
         self.received.append(received)
         self.arrived.set()
         return received
@@ -198,7 +206,7 @@ class FakeUpstream:
                 break_after=self.break_stream_after,
                 pause=self.chunk_delay,
                 started=self.stream_started,
-                headers={"x-upstream": "fake"},
+                headers={**SSE_HEADERS, "x-upstream": "fake"},
             )
         except (asyncio.CancelledError, ConnectionResetError):
             self.stream_cancelled.set()
@@ -270,31 +278,3 @@ class FakeUpstream:
             content_type=request.content_type if received.body else "application/json",
             headers={"x-echo-path": request.path, "x-echo-query": request.query_string},
         )
-
-
-async def send_stream(
-    request: web.Request,
-    chunks: list[bytes],
-    *,
-    break_after: int | None = None,
-    pause: float = 0.0,
-    started: asyncio.Event | None = None,
-    headers: dict[str, str] | None = None,
-) -> web.StreamResponse:
-    """Send `chunks` (server-sent event frames) `pause` seconds apart; with `break_after`, close the
-    connection instead of sending that chunk (a crash half-way through). `started` is set once the
-    answer's head is sent."""
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **(headers or {})})
-    await response.prepare(request)
-    if started is not None:
-        started.set()
-    for i, chunk in enumerate(chunks):
-        if i and pause:
-            await asyncio.sleep(pause)
-        if i == break_after:
-            assert request.transport is not None
-            request.transport.close()
-            return response
-        await response.write(chunk)
-    await response.write_eof()
-    return response

@@ -12,12 +12,16 @@ no call without its results).
 The report is the reply's text, for a person reading a chat client, and the answer's extra `echo`
 field, for a program (the SDKs keep unknown fields). It answers, whole or streamed:
 
-    report.py          the settings and the report (pure data)
-    sse.py             server-sent events and the reply every shape renders
-    openai_shapes.py   chat completions, legacy completions, embeddings (OpenAI's shapes)
-    responses.py       the Responses API, with its event sequence
-    messages.py        Anthropic Messages, with its events and its error shape
-    app.py             the routes, the counting, errors in each path's shape, running it
+    report.py            the settings, the report and the reply every shape renders (pure data)
+    openai_shapes.py     chat completions, legacy completions, embeddings (OpenAI's shapes)
+    responses_answer.py  the Responses API, with its event sequence
+    messages_answer.py   Anthropic Messages, with its events and its error shape
+    gemini_answer.py     Gemini's generateContent, streamGenerateContent and countTokens
+    echo_app.py          the routes, the counting, errors in each path's shape, running it
+
+Each answer is built by `proxy.demo.provider_answers` and streamed by `proxy.demo.event_stream`,
+which every fake upstream shares (the tests' and the benchmark's); what is the echo's own is the
+report it adds.
 
 `GET /v1/models` lists the ids in `EchoSettings.models`; any model name is answered.
 """

@@ -1,31 +1,26 @@
 """The echo's answers in OpenAI's older shapes: chat completions, legacy completions, embeddings.
 
-Streams follow OpenAI's: one chunk per few words, the report (`echo`) on the last content chunk,
-a `usage` chunk when `stream_options.include_usage` is set (and `"usage": null` on the others),
-then `data: [DONE]`.
+The answers are built by `proxy.demo.provider_answers`, as every fake upstream builds them, with
+the echo's report added as the `echo` field. Streams follow OpenAI's: one chunk per few words, the
+report on the chunk with the finish reason, a `usage` chunk when `stream_options.include_usage` is
+set (and `"usage": null` on the others), then `data: [DONE]`.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
-from proxy.demo.echo.report import pieces
-from proxy.demo.echo.sse_writer import Reply, event, open_stream
+from proxy.demo import provider_answers as answers
+from proxy.demo.echo.report import Reply
+from proxy.demo.event_stream import send_stream
 from proxy.errors import BadRequest
 
 EMBEDDING_DIMENSIONS = 16
-
-
-def usage(reply: Reply) -> dict[str, int]:
-    total = reply.prompt_tokens + reply.completion_tokens
-    return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens, "total_tokens": total}
 
 
 def wants_usage(body: Mapping[str, Any]) -> bool:
@@ -34,84 +29,47 @@ def wants_usage(body: Mapping[str, Any]) -> bool:
 
 
 async def chat(request: web.Request, body: Mapping[str, Any], reply: Reply) -> web.StreamResponse:
-    head = {"id": f"chatcmpl-echo-{reply.suffix}", "created": reply.created, "model": reply.model}
+    ids, created = f"echo-{reply.suffix}", reply.created
     if body.get("stream") is not True:
-        message = {"role": "assistant", "content": reply.text, "refusal": None}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
-        answer = {**head, "object": "chat.completion", "choices": [choice], "usage": usage(reply)}
-        return web.json_response({**answer, "echo": reply.report.to_dict()})
-    with_usage = wants_usage(body)
-    extra = {"usage": None} if with_usage else {}
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return event({**head, "object": "chat.completion.chunk", "choices": [choice], **extra, **more})
-
-    response = await open_stream(request)
-    await response.write(chunk({"role": "assistant", "content": ""}))
-    for piece in pieces(reply.text):
-        await response.write(chunk({"content": piece}))
-    await response.write(chunk({}, "stop", echo=reply.report.to_dict()))
-    if with_usage:
-        await response.write(event({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(reply)}))
-    await response.write(event("[DONE]"))
-    await response.write_eof()
-    return response
+        answer = answers.chat_completion(
+            reply.model, reply.text, ids=ids, created=created, usage=reply.usage, logprobs=True
+        )
+        return web.json_response({**answer, "echo": reply.echo})
+    usage = reply.usage if wants_usage(body) else None
+    chunks = answers.chat_chunks(
+        reply.model, reply.text, pieces=reply.pieces, framed=True, ids=ids, created=created, logprobs=True, usage=usage
+    )
+    _, last = chunks[-2 if usage is not None else -1]
+    last["echo"] = reply.echo  # on the chunk with the finish reason
+    return await send_stream(request, answers.frames(chunks, done=True))
 
 
 async def completions(request: web.Request, body: Mapping[str, Any], reply: Reply) -> web.StreamResponse:
-    head = {"id": f"cmpl-echo-{reply.suffix}", "object": "text_completion", "created": reply.created}
-    head["model"] = reply.model
-
-    def choice(text: str, finish: str | None) -> dict[str, Any]:
-        return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
-
+    ids, created = f"echo-{reply.suffix}", reply.created
     if body.get("stream") is not True:
-        answer = {**head, "choices": [choice(reply.text, "stop")], "usage": usage(reply)}
-        return web.json_response({**answer, "echo": reply.report.to_dict()})
-    response = await open_stream(request)
-    for piece in pieces(reply.text):
-        await response.write(event({**head, "choices": [choice(piece, None)]}))
-    await response.write(event({**head, "choices": [choice("", "stop")], "echo": reply.report.to_dict()}))
-    if wants_usage(body):
-        await response.write(event({**head, "choices": [], "usage": usage(reply)}))
-    await response.write(event("[DONE]"))
-    await response.write_eof()
-    return response
+        answer = answers.text_completion(reply.model, reply.text, ids=ids, created=created, usage=reply.usage)
+        return web.json_response({**answer, "echo": reply.echo})
+    usage = reply.usage if wants_usage(body) else None
+    chunks = answers.text_completion_chunks(reply.model, reply.pieces, ids=ids, created=created, usage=usage)
+    _, last = chunks[-2 if usage is not None else -1]
+    last["echo"] = reply.echo  # on the chunk with the finish reason
+    return await send_stream(request, answers.frames(chunks, done=True))
 
 
-def embeddings(body: Mapping[str, Any], count: Any) -> web.Response:
+def embeddings(body: Mapping[str, Any], count: Callable[[str], int]) -> web.Response:
     """A deterministic vector per input (a hash of its text), as floats or as base64 float32s (what
     the openai SDK asks for); `count(text)` gives the tokens of one input."""
-    model = str(body.get("model") or "echo")
-    inputs = _inputs(body.get("input"))
+    inputs = answers.embedding_inputs(body.get("input"))
+    if inputs is None:
+        raise BadRequest("'input' must be a string, an array of strings or an array of token arrays", param="input")
     dimensions = body.get("dimensions")
     size = dimensions if isinstance(dimensions, int) and 0 < dimensions <= 4096 else EMBEDDING_DIMENSIONS
+    texts = [item if isinstance(item, str) else " ".join(map(str, item)) for item in inputs]
+    tokens = sum(count(item) if isinstance(item, str) else len(item) for item in inputs)
+    vectors = [_vector(text, size) for text in texts]
     as_base64 = body.get("encoding_format") == "base64"
-    data, tokens = [], 0
-    for index, item in enumerate(inputs):
-        text = item if isinstance(item, str) else " ".join(map(str, item))
-        tokens += count(text) if isinstance(item, str) else len(item)
-        vector = _vector(text, size)
-        encoded: Any = base64.b64encode(struct.pack(f"<{size}f", *vector)).decode() if as_base64 else vector
-        data.append({"object": "embedding", "index": index, "embedding": encoded})
-    answer = {
-        "object": "list",
-        "data": data,
-        "model": model,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }
+    answer = answers.embeddings(str(body.get("model") or "echo"), vectors, tokens=tokens, as_base64=as_base64)
     return web.json_response({**answer, "created": int(time.time())})
-
-
-def _inputs(value: object) -> Sequence[str | Sequence[int]]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-        return [value]  # one input as token ids
-    if isinstance(value, list) and value and all(isinstance(v, (str, list)) for v in value):
-        return value
-    raise BadRequest("'input' must be a string, an array of strings or an array of token arrays", param="input")
 
 
 def _vector(text: str, size: int) -> list[float]:

@@ -1,11 +1,14 @@
-"""What reached the echo upstream: its settings, and the report it answers with (pure data)."""
+"""What reached the echo upstream: its settings, the report it answers with, and the reply every
+API shape renders (pure data)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from proxy.demo.provider_answers import Usage, words
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,39 @@ class EchoReport:
         return " ".join(parts)
 
 
+@dataclass(frozen=True)
+class Reply:
+    """One answer before it takes an API's shape: the report, its text and the token counts."""
+
+    report: EchoReport
+    text: str
+    completion_tokens: int
+    created: int
+    suffix: str  # a random part for the ids the answer carries
+
+    @property
+    def model(self) -> str:
+        return self.report.model
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.report.prompt_tokens
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(input=self.report.prompt_tokens, output=self.completion_tokens)
+
+    @property
+    def pieces(self) -> list[str]:
+        """The text as a stream sends it: a few words a piece."""
+        return words(self.text, per=8)
+
+    @property
+    def echo(self) -> dict[str, Any]:
+        """The report as the answer's extra `echo` field."""
+        return self.report.to_dict()
+
+
 def call_names(message: Mapping[str, Any]) -> list[str]:
     calls = message.get("tool_calls")
     names = []
@@ -91,10 +127,3 @@ def text_of(content: object) -> str:
     if isinstance(content, list):
         return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     return ""
-
-
-def pieces(text: str, words: int = 8) -> Iterator[str]:
-    """The reply in chunks of a few words, spaces kept, so that joining them gives `text` back."""
-    tokens = text.split(" ")
-    for i in range(0, len(tokens), words):
-        yield " ".join(tokens[i : i + words]) + (" " if i + words < len(tokens) else "")

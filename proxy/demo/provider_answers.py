@@ -1,12 +1,15 @@
-"""What a provider answers, built in one place for both fake upstreams (the suite's
-`tests.support.upstream` and the client-compatibility suite's `tests.compat.recording_upstream`):
-a chat completion and its stream chunks, a Responses API response and its events, a legacy text
-completion and its chunks, an Anthropic message and its events, an embeddings list.
+"""What a provider answers, in each API's own shape, built in one place for every fake upstream:
+the echo upstream (`proxy.demo.echo`), the suite's (`tests.support.upstream`), the
+client-compatibility suite's (`tests.compat.recording_upstream`) and the benchmark's
+(`bench/servers.py`, which serializes its fixed answer once at start). A chat completion and its
+stream chunks, a Responses API response and its events, a legacy text completion and its chunks,
+an Anthropic message and its events, a Gemini GenerateContentResponse, an embeddings list; and
+`event`/`frames`, the one spelling of a server-sent event.
 
-Plain data in, plain data out (no I/O): each builder takes what differs between the two upstreams
-(ids, model, the answer, how its text is streamed, usage, the details a strict client needs), and
-its defaults are the suite's upstream's answers. A stream is a list of `Event`s, written out by
-`frames`.
+Plain data in, plain data out (no I/O, nothing of the guard imported): each builder takes what
+differs between the upstreams (ids, model, the answer, how its text is streamed, usage, the
+details a strict client needs), and returns a dict the caller may extend (the echo adds its
+report). A stream is a list of `Event`s, written out by `frames`.
 """
 
 from __future__ import annotations
@@ -55,19 +58,32 @@ class Usage:
     def anthropic(self) -> dict[str, int]:
         return {"input_tokens": self.input, "output_tokens": self.output}
 
+    def gemini(self) -> dict[str, int]:
+        return {
+            "promptTokenCount": self.input,
+            "candidatesTokenCount": self.output,
+            "totalTokenCount": self.input + self.output,
+        }
 
-def words(text: str) -> list[str]:
-    """`text` as a provider streams it word by word, each piece keeping the space after it."""
-    pieces = text.split(" ")
-    return [piece + (" " if i < len(pieces) - 1 else "") for i, piece in enumerate(pieces)]
+
+def words(text: str, per: int = 1) -> list[str]:
+    """`text` as a provider streams it, `per` words a piece, each piece keeping the space after it
+    (joined, the pieces give `text` back)."""
+    split = text.split(" ")
+    return [" ".join(split[i : i + per]) + (" " if i + per < len(split) else "") for i in range(0, len(split), per)]
+
+
+def event(data: dict[str, Any] | str, name: str | None = None) -> bytes:
+    """One server-sent event: `data` as compact JSON, as the providers write it (a string as it
+    is), named when `name` is given."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = "" if name is None else f"event: {name}\n"
+    return f"{head}data: {payload}\n\n".encode()
 
 
 def frames(events: Iterable[Event], done: bool = False) -> list[bytes]:
     """`events` as server-sent event frames, with OpenAI's `[DONE]` last if `done`."""
-    out = [
-        (f"event: {name}\n" if name else "").encode() + f"data: {json.dumps(data)}\n\n".encode()
-        for name, data in events
-    ]
+    out = [event(data, name) for name, data in events]
     return [*out, DONE] if done else out
 
 
@@ -115,25 +131,32 @@ def chat_chunks(
     ids: str = "1",
     created: int = 1,
     logprobs: bool = False,
+    usage: Usage | None = None,
 ) -> list[Event]:
     """The chunks streaming `answer`: its text in `pieces` (whole by default), or its tool call in
-    one chunk. `framed` opens with the role and closes with the finish reason, as OpenAI does."""
+    one chunk. `framed` opens with the role and closes with the finish reason, as OpenAI does;
+    `usage` (what `stream_options.include_usage` asks for) adds `"usage": null` to each chunk and
+    a last chunk with no choices that carries it."""
     message, finish = _chat_message(answer, ids)
+    head = {"id": f"chatcmpl-{ids}", "object": "chat.completion.chunk", "created": created, "model": model}
+    if usage is not None:
+        head["usage"] = None
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> Event:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         if logprobs:
             choice["logprobs"] = None
-        head = {"id": f"chatcmpl-{ids}", "object": "chat.completion.chunk", "created": created, "model": model}
         return None, {**head, "choices": [choice]}
 
     if isinstance(answer, ToolCall):
-        body = [chunk({"tool_calls": [{"index": 0, **message["tool_calls"][0]}]})]
+        chunks = [chunk({"tool_calls": [{"index": 0, **message["tool_calls"][0]}]})]
     else:
-        body = [chunk({"content": piece}) for piece in ((answer,) if pieces is None else pieces)]
-    if not framed:
-        return body
-    return [chunk({"role": "assistant", "content": ""}), *body, chunk({}, finish)]
+        chunks = [chunk({"content": piece}) for piece in ((answer,) if pieces is None else pieces)]
+    if framed:
+        chunks = [chunk({"role": "assistant", "content": ""}), *chunks, chunk({}, finish)]
+    if usage is not None:
+        chunks.append((None, {**head, "choices": [], "usage": usage.chat()}))
+    return chunks
 
 
 # -- OpenAI legacy text completions ---------------------------------------------------------
@@ -149,13 +172,17 @@ def text_completion(
 
 
 def text_completion_chunks(
-    model: str | None, pieces: Sequence[str], *, ids: str = "1", created: int = 1
+    model: str | None, pieces: Sequence[str], *, ids: str = "1", created: int = 1, usage: Usage | None = None
 ) -> list[Event]:
-    """The chunks streaming a text completion in `pieces`, the last naming the finish reason."""
+    """The chunks streaming a text completion in `pieces`, the last naming the finish reason; with
+    `usage`, then a chunk with no choices that carries it."""
     head = {"id": f"cmpl-{ids}", "object": "text_completion", "created": created, "model": model}
     choices = [{"text": piece, "index": 0, "logprobs": None, "finish_reason": None} for piece in pieces]
     choices.append({"text": "", "index": 0, "logprobs": None, "finish_reason": "stop"})
-    return [(None, {**head, "choices": [choice]}) for choice in choices]
+    chunks: list[Event] = [(None, {**head, "choices": [choice]}) for choice in choices]
+    if usage is not None:
+        chunks.append((None, {**head, "choices": [], "usage": usage.chat()}))
+    return chunks
 
 
 # -- OpenAI Responses -----------------------------------------------------------------------
@@ -188,9 +215,11 @@ def response(
     tools: Sequence[Any] = (),
     every_field: bool = False,
     previous_response_id: str | None = None,
+    **more: Any,
 ) -> dict[str, Any]:
     """A Response holding `output`. `every_field` adds the fields OpenAI always writes (`error`,
-    `incomplete_details`, `previous_response_id`, and `usage` null until completed)."""
+    `incomplete_details`, `previous_response_id`, and `usage` null until completed); `more` adds
+    or replaces top-level fields (what a Response repeats of its request: `instructions`, ...)."""
     answer = {
         "id": f"resp_{ids}",
         "object": "response",
@@ -206,7 +235,7 @@ def response(
     if every_field:
         answer |= {"error": None, "incomplete_details": None, "previous_response_id": previous_response_id}
         answer["usage"] = usage.responses() if status == "completed" else None
-    return answer
+    return answer | more
 
 
 def response_events(
@@ -219,20 +248,22 @@ def response_events(
 ) -> list[Event]:
     """The events streaming a Response of one `item` (`fields` as `response` takes them): its text
     in `pieces` (whole by default). `part_events` adds what OpenAI sends around the text
-    (`content_part.added`/`.done`, `output_text.done`) and a call's arguments
-    (`function_call_arguments.delta`/`.done`), each item first added empty."""
+    (`response.in_progress`, `content_part.added`/`.done`, `output_text.done`) and a call's
+    arguments (`function_call_arguments.delta`/`.done`), each item first added empty and in progress."""
     events: list[Event] = []
 
     def event(kind: str, **data: Any) -> None:
         events.append((kind, {"type": kind, **data}))
 
     event("response.created", response=response(model, [], status="in_progress", **fields))
+    if part_events:
+        event("response.in_progress", response=response(model, [], status="in_progress", **fields))
     where = {"item_id": item["id"], "output_index": 0}
     if item["type"] == "message":
         text = item["content"][0]["text"]
         part = {**where, "content_index": 0}
         if part_events:
-            event("response.output_item.added", output_index=0, item={**item, "content": []})
+            event("response.output_item.added", output_index=0, item={**item, "status": "in_progress", "content": []})
             event("response.content_part.added", **part, part={**item["content"][0], "text": ""})
         else:
             event("response.output_item.added", output_index=0, item=item)
@@ -242,7 +273,7 @@ def response_events(
             event("response.output_text.done", **part, text=text, logprobs=[])
             event("response.content_part.done", **part, part=item["content"][0])
     elif part_events:
-        event("response.output_item.added", output_index=0, item={**item, "arguments": ""})
+        event("response.output_item.added", output_index=0, item={**item, "status": "in_progress", "arguments": ""})
         event("response.function_call_arguments.delta", **where, delta=item["arguments"])
         event("response.function_call_arguments.done", **where, arguments=item["arguments"])
     else:
@@ -301,18 +332,68 @@ def anthropic_events(message: dict[str, Any], *, pieces: Sequence[str] | None = 
     ]
 
 
+# -- Gemini generateContent ----------------------------------------------------------------
+
+
+def gemini_response(
+    model: str | None,
+    answer: str | Sequence[dict[str, Any]],
+    *,
+    usage: Usage = Usage(),
+    finished: bool = True,
+    ids: str | None = None,
+) -> dict[str, Any]:
+    """A GenerateContentResponse (or one piece of a stream of them) saying `answer` (a text, or the
+    parts to send as they are: a `functionCall`, ...); `finished` adds the finish reason, `ids` a
+    `responseId`."""
+    parts = [{"text": answer}] if isinstance(answer, str) else list(answer)
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finished:
+        candidate["finishReason"] = "STOP"
+    body = {"candidates": [candidate], "usageMetadata": usage.gemini(), "modelVersion": model}
+    return body if ids is None else {**body, "responseId": ids}
+
+
+def gemini_frames(pieces: Sequence[dict[str, Any]], sse: bool) -> list[bytes]:
+    """A Gemini stream as Google writes it: server-sent events ended by CRLF pairs when the request
+    asked `?alt=sse`, else one JSON array written piece by piece (`[`, then `,` between, then `]`)."""
+    if sse:
+        return [b"data: " + json.dumps(piece).encode() + b"\r\n\r\n" for piece in pieces]
+    array = [(b"[" if k == 0 else b",\r\n") + json.dumps(piece).encode() for k, piece in enumerate(pieces)]
+    return [*array, b"]"]
+
+
 # -- OpenAI embeddings ----------------------------------------------------------------------
 
 
-def embeddings(model: str | None, inputs: Any, *, as_base64: bool = False) -> dict[str, Any]:
-    """One three-number embedding per input (a list of strings or of token lists, or one input),
-    as floats or, with `as_base64`, as base64 of little-endian float32s."""
-    items = inputs if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else [inputs]
-    vector: Any = base64.b64encode(struct.pack("<3f", 0.1, 0.2, 0.3)).decode() if as_base64 else [0.1, 0.2, 0.3]
-    data = [{"object": "embedding", "index": i, "embedding": vector} for i in range(len(items))]
+def embedding_inputs(value: object) -> list[Any] | None:
+    """The inputs of an embeddings request's `input` (one text, one list of token ids, or a list of
+    either), or None when it is none of these."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return [value]  # one input as token ids
+    if isinstance(value, list) and value and all(isinstance(v, (str, list)) for v in value):
+        return value
+    return None
+
+
+def embeddings(
+    model: str | None, vectors: Sequence[Sequence[float]], *, tokens: int, as_base64: bool = False
+) -> dict[str, Any]:
+    """An embeddings list of `vectors`, one per input, as floats or, with `as_base64` (what the
+    openai SDK asks for), as base64 of little-endian float32s; `tokens` the inputs' usage."""
+    data = [
+        {"object": "embedding", "index": i, "embedding": _packed(vector) if as_base64 else list(vector)}
+        for i, vector in enumerate(vectors)
+    ]
     return {
         "object": "list",
         "data": data,
         "model": model,
-        "usage": {"prompt_tokens": len(items), "total_tokens": len(items)},
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
+
+
+def _packed(vector: Sequence[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
