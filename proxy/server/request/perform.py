@@ -145,7 +145,9 @@ class Performer:
         )
 
     async def plan_for(self, command: PlanFor) -> Plan:
-        return await self._performed(self.plan, command.window, command.bound_unfetched)
+        """The plan for the command's window, where this request's counting work runs (`_performed`)."""
+        window, bound, size = command.window, command.bound_unfetched, len(self.raw)
+        return await planned(self.large, self.plan, window, bound, size=size, client=self.client)
 
     async def render(self, command: Render) -> Mapping[str, Any]:
         view = command.view
