@@ -3,7 +3,7 @@
 `proxy.core.counting.edge` decides whether to ask and what (`edge_budget` applies it to a plan);
 this module asks (`provider_counted`), once per request, within the upstream's
 `provider_count_timeout`, and keeps the answer (by upstream, model and body digest, `KEPT` of them)
-so a request re-sent unchanged is not asked about again (`settled`). When the provider's count
+so a request re-sent unchanged is not asked about again; `settled` makes the plan. When the provider's count
 fits the budget, the request goes as the client sent it and the log says the provider's count
 decided (`count_source: provider`); when it does not fit, or the endpoint fails or is late, the
 cut made on the upper bound stands (notes `provider_count_over_budget`, `provider_count_failed`).

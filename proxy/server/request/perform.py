@@ -98,7 +98,7 @@ class Performer:
     async def find_route(self, command: FindRoute) -> Routed:
         """The model's route: kept, else worked out (asking the upstream for the served model's
         window when it was not asked yet); with the window the request opts into by a header
-        (Anthropic's 1M beta), which the exchange weighs."""
+        (Anthropic's 1M beta), which the exchange weighs against the route's."""
         flow, gw, model, api = self.flow, self.gw, self.flow.model or "", self.endpoint.api
         route = gw.model_routes.get(model, api, gw.backends.discoveries)
         if route is None:  # the model's first request, or one that had to ask
@@ -109,18 +109,13 @@ class Performer:
         routed = route.routed
         if route.choice is not None:
             self._chosen(route.choice)
-        if route.window_source == "model_map":
-            opted = opted_in(route.served, self.request.headers)
-            if opted is not None:
-                return replace(routed, opt_in_window=opted.context_window)
-        return routed
+        opted = opted_in(route.served, self.request.headers)
+        return routed if opted is None else replace(routed, opt_in_window=opted.context_window)
 
     async def choose_tokenizer(self, command: ChooseTokenizer) -> Chosen:
         """The backend's own tokenizer when it counts this body, else the model's or an estimate."""
-        route, upstream = self.route, self.target.upstream
-        session = self.gw.session
-        assert session is not None, "the app's upstream session is opened at startup"
-        reach = Reach(session, upstream.name, upstream.base_url, await _service_headers(self.gw, upstream))
+        route = self.route
+        reach = await _reach(self.gw, self.target.upstream)
         choice = await self.gw.backends.choose(reach, route.served, self.parsed.chat, route.profile, route.local)
         self._chosen(choice)
         return chosen_of(choice)
@@ -325,21 +320,21 @@ async def _route_of(gw: Gateway, model: str, target: Target) -> tuple[ModelRoute
     upstream, served = target.upstream, target.model or model
     known, stated = gw.backends.known_window(upstream.name, served)
     if not known:
-        session = gw.session
-        assert session is not None, "the app's upstream session is opened at startup"
-        reach = Reach(session, upstream.name, upstream.base_url, await _service_headers(gw, upstream))
-        stated = await gw.backends.window(reach, served)
+        stated = await gw.backends.window(await _reach(gw, upstream), served)
     route, loaded = await model_route(gw.models, gw.backends, model, target, stated)
     return route, loaded or not known
 
 
-async def _service_headers(gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
-    """The headers the guard's own calls to an upstream carry (tokenize, window): its credential."""
+async def _reach(gw: Gateway, upstream: UpstreamSettings) -> Reach:
+    """How the guard's own calls reach `upstream` (tokenize, a window): the app's session and the
+    headers of the guard's own credential."""
+    session = gw.session
+    assert session is not None, "the app's upstream session is opened at startup"
     try:
         auth = await gw.auths[upstream.name].header(None, False)
     except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
         auth = None
-    return gw.service_headers(upstream, auth)
+    return Reach(session, upstream.name, upstream.base_url, gw.service_headers(upstream, auth))
 
 
 def json_message(body: bytes) -> str:
