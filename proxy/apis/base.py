@@ -68,6 +68,17 @@ class Source:
     parts: tuple[int | None, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class HeldContext:
+    """Context the provider keeps between requests that a request names by id: a stored response
+    (`previous_response_id`), a conversation, a cached prompt (`cachedContent`), an earlier
+    interaction (`previous_interaction_id`). The provider puts it in the prompt; the guard sees only
+    the id, so what it weighs comes from the ledger of answers or the provider's own count."""
+
+    kind: str  # "response", "conversation", "cache", "interaction"
+    id: str
+
+
 class ViewBuilder:
     """The chat view as an adapter builds it: the messages, where each came from, what had to be
     estimated and whether part of the context lives on the provider."""
@@ -78,6 +89,7 @@ class ViewBuilder:
         self.notes: list[str] = []
         self.exact = True
         self.server_state = False  # `Parsed.server_state`
+        self.held: list[HeldContext] = []  # `Parsed.held`
 
     def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
         self.messages.append(message)
@@ -87,9 +99,12 @@ class ViewBuilder:
         self.exact = False
         self.notes.append(note)
 
-    def provider_holds(self, note: str) -> None:
-        """Part of the context lives on the provider and is not counted (`Parsed.server_state`)."""
+    def provider_holds(self, note: str, held: HeldContext | None = None) -> None:
+        """Part of the context lives on the provider and is not counted (`Parsed.server_state`);
+        `held` names it when the request refers to it by id (`Parsed.held`)."""
         self.server_state = True
+        if held is not None:
+            self.held.append(held)
         self.estimate(note)
 
     def parsed(
@@ -117,6 +132,7 @@ class ViewBuilder:
             reserve_field=adapter.reserve_field,
             reserve_view_field=adapter.reserve_view_field,
             unread=unread_fields(body, adapter.accounted),
+            held=tuple(self.held),
         )
 
 
@@ -146,6 +162,8 @@ class Parsed:
     unread: tuple[str, ...] = ()
     # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
     unseen: tuple[str, ...] = ()
+    # Context the provider holds that this request names by id (`HeldContext`), in body order.
+    held: tuple[HeldContext, ...] = ()
     # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`), weakly: the
     # request and plan made for it may be this one's (`proxy.server.request.resent`).
     same_as: Callable[[], object | None] | None = field(default=None, compare=False, repr=False)

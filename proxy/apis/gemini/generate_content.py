@@ -34,6 +34,7 @@ from proxy.apis import fields
 from proxy.apis.base import (
     Adapter,
     Changes,
+    HeldContext,
     InvalidRequest,
     Parsed,
     Source,
@@ -140,8 +141,10 @@ class GenerateContentAdapter(Adapter):
         schema = field(generation or {}, "responseJsonSchema") or field(generation or {}, "responseSchema")
         if schema is not None:
             chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
-        if field(body, "cachedContent") is not None:
-            view.provider_holds("cachedContent: the cached prompt lives on the provider and is not counted")
+        cached = field(body, "cachedContent")
+        if cached is not None:
+            held = HeldContext("cache", cached) if isinstance(cached, str) else None
+            view.provider_holds("cachedContent: the cached prompt lives on the provider and is not counted", held)
         parsed = view.parsed(self, body, chat, None)
         return replace(parsed, reserve_view_field="max_tokens" if reserve is not None else None, unseen=tuple(unseen))
 

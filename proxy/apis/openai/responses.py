@@ -44,6 +44,7 @@ from proxy.apis import fields
 from proxy.apis.base import (
     Adapter,
     Changes,
+    HeldContext,
     InvalidRequest,
     Origin,
     Parsed,
@@ -95,7 +96,7 @@ class ResponsesAdapter(Adapter):
             raise InvalidRequest("'input' must be a string or an array of input items", param="input")
         for key in ("previous_response_id", "conversation", "prompt"):
             if body.get(key) is not None:
-                build.provider_adds(f"{key}: the context the provider holds")
+                build.provider_adds(f"{key}: the context the provider holds", _held(key, body[key]))
         reasoning = body.get("reasoning")
         if isinstance(reasoning, Mapping) and reasoning.get("mode") is not None:
             build.provider_adds(f"reasoning.mode {reasoning['mode']!r}: the instructions the provider adds for it")
@@ -187,3 +188,13 @@ def _write_item(item: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[st
         else:  # an image or file replaced by a marker
             parts[j] = {"type": "output_text" if assistant else "input_text", "text": text}
     return {**item, key: parts}
+
+
+def _held(key: str, value: object) -> HeldContext | None:
+    """The stored response or conversation a request names (a conversation may be given as its id
+    or as `{"id": ...}`); a prompt template is not held context of the conversation."""
+    if key == "conversation" and isinstance(value, Mapping):
+        value = value.get("id")
+    if not isinstance(value, str) or key == "prompt":
+        return None
+    return HeldContext("response" if key == "previous_response_id" else "conversation", value)

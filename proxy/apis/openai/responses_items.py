@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.apis.base import InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
+from proxy.apis.base import HeldContext, InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -41,10 +41,10 @@ class ItemsBuilder(ViewBuilder):
         self._reasoning_text: list[str] = []
         self._call_group: int | None = None  # the view message the last call items went into
 
-    def provider_adds(self, note: str) -> None:
+    def provider_adds(self, note: str, held: HeldContext | None = None) -> None:
         """Part of what the model reads is added by the provider (hosted tools' instructions and
         results, stored items, hidden reasoning): the count is neither exact nor a bound."""
-        self.provider_holds(f"not counted, no bound: {note}")
+        self.provider_holds(f"not counted, no bound: {note}", held)
 
     def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
         if self._reasoning:

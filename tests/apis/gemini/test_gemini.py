@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.apis.base import InvalidRequest
+from proxy.apis.base import HeldContext, InvalidRequest
 from proxy.apis.gemini.generate_content import (
     CountTokensAdapter,
     GenerateContentAdapter,
@@ -117,6 +117,7 @@ class TestParse:
     def test_cached_content_is_server_state(self) -> None:
         parsed = ADAPTER.parse({"contents": [], "cachedContent": "cachedContents/abc"})
         assert parsed.server_state and not parsed.read_whole
+        assert parsed.held == (HeldContext("cache", "cachedContents/abc"),)
 
     def test_tools_tool_config_and_the_reserve_are_read(self) -> None:
         body = {

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.apis.base import InvalidRequest
+from proxy.apis.base import HeldContext, InvalidRequest
 from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.trimming.turns import split_conversation
@@ -162,6 +162,16 @@ class TestParse:
 
     def test_a_conversation_marks_server_state(self) -> None:
         assert ADAPTER.parse({"model": "gpt-4o", "conversation": "conv_1", "input": "hi"}).server_state
+
+    def test_the_stored_response_and_conversation_named_are_held_context(self) -> None:
+        parsed = ADAPTER.parse(
+            {"model": "gpt-4o", "previous_response_id": "resp_1", "conversation": {"id": "conv_1"}, "input": "hi"}
+        )
+        assert parsed.held == (HeldContext("response", "resp_1"), HeldContext("conversation", "conv_1"))
+
+    def test_a_prompt_template_is_not_held_context(self) -> None:
+        parsed = ADAPTER.parse({"model": "gpt-4o", "prompt": {"id": "pmpt_1"}, "input": "hi"})
+        assert parsed.server_state and parsed.held == ()
 
     def test_an_item_reference_is_pinned_and_flagged(self) -> None:
         parsed = ADAPTER.parse(
