@@ -3,9 +3,9 @@
 The server normalises the request path once (`proxy.server.edge.paths`) and hands the canonical
 string here. `endpoint_for()` answers with an `Endpoint`: the adapter, the model the path names
 (an Azure deployment, a Vertex AI publisher model) and whether the proxy answers it itself
-(`/v1/messages/count_tokens`). Paths not listed (`/v1/responses/{id}`, `/v1/responses/compact`,
-`/v1/models`, ...) get None and go through the pass-through policy. Query strings (Azure's
-`api-version`) are not part of the path and are forwarded as they came.
+(`/v1/messages/count_tokens`). Paths not listed (`/v1/responses/{id}`, `/v1/models`, ...) get
+None and go through the pass-through policy. Query strings (Azure's `api-version`) are not part
+of the path and are forwarded as they came.
 
 Where the path names the model (an Azure deployment, a Vertex AI model), that is the model the
 provider serves: it is the request's model for budgets, routes and learned state, whatever the
@@ -16,6 +16,7 @@ refused past `proxy.apis.names.MAX_NAME_CHARS`.
     /v1/chat/completions, /chat/completions, /openai/v1/chat/completions      chat
     /openai/deployments/{deployment}/chat/completions                        chat (model = deployment)
     /v1/responses, /responses, /openai/v1/responses, /openai/responses        responses
+    /v1/responses/compact, /responses/compact, /openai/v1/responses/compact   responses, a compaction request
     /v1/completions, /completions, /openai/v1/completions                    completions
     /openai/deployments/{deployment}/completions                             completions (model = deployment)
     /v1/messages, /messages                                                  messages
@@ -50,7 +51,7 @@ from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.names import bounded_name
 from proxy.apis.openai.chat import ChatAdapter
 from proxy.apis.openai.completions import CompletionsAdapter, CompletionsOptions
-from proxy.apis.openai.responses import ResponsesAdapter
+from proxy.apis.openai.responses import ResponsesAdapter, ResponsesCompactAdapter
 from proxy.apis.unseen import unseen_parts
 
 API_NAMES = ("chat", "responses", "completions", "messages", "generate_content")
@@ -118,7 +119,7 @@ class AdapterRegistry:
         self.gemini = GenerateContentAdapter()
         self.gemini_count = GeminiCountAdapter()
         chat, responses, completions_ = Endpoint(self.chat), Endpoint(self.responses), Endpoint(self.completions)
-        messages = Endpoint(self.messages)
+        messages, compact = Endpoint(self.messages), Endpoint(ResponsesCompactAdapter())
         counting = Endpoint(self.count_tokens, local=True, answer=count_tokens_body)
         self.exact: Mapping[str, Endpoint] = {
             "/v1/chat/completions": chat,
@@ -128,6 +129,7 @@ class AdapterRegistry:
             "/responses": responses,
             "/openai/v1/responses": responses,
             "/openai/responses": responses,
+            **dict.fromkeys(("/v1/responses/compact", "/responses/compact", "/openai/v1/responses/compact"), compact),
             "/v1/completions": completions_,
             "/completions": completions_,
             "/openai/v1/completions": completions_,

@@ -124,9 +124,9 @@ def trim(
     for strategy in policy.pipeline:
         if state.over() <= 0:
             break
-        seen = len(state.removals)
+        seen = (len(state.removals), state.total)
         strategy(state)
-        if len(state.removals) > seen:
+        if (len(state.removals), state.total) != seen:  # it cut something, or cut again what was cut
             applied.append(strategy.name)
     after = state.budget()
     removals = tuple(sorted(state.removals, key=lambda r: (r.index is None, r.index if r.index is not None else 0)))

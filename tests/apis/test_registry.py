@@ -41,7 +41,6 @@ class TestEndpointFor:
         "path",
         [
             "/v1/responses/resp_1",
-            "/v1/responses/compact",
             "/v1/models",
             "/v1/embeddings",
             "/openai/deployments/x/embeddings",
@@ -49,6 +48,16 @@ class TestEndpointFor:
     )
     def test_other_paths_are_left_to_the_pass_through_policy(self, path: str) -> None:
         assert REGISTRY.endpoint_for(path) is None
+
+    @pytest.mark.parametrize("path", ["/v1/responses/compact", "/responses/compact", "/openai/v1/responses/compact"])
+    def test_a_standalone_compaction_is_a_counted_responses_request(self, path: str) -> None:
+        """`/v1/responses/compact` is counted by the Responses adapter, as a compaction request,
+        and goes to an upstream that serves the Responses API."""
+        endpoint = REGISTRY.endpoint_for(path)
+        assert endpoint is not None and endpoint.api == "responses" and not endpoint.local
+        parsed = endpoint.parse({"model": "gpt-4o", "input": [{"role": "user", "content": "hi"}]})
+        assert parsed.messages[-1]["role"] == "user" and parsed.messages[-1]["content"] == ""
+        assert any("compacts with" in note for note in parsed.notes)
 
     def test_an_azure_deployment_names_the_model_when_the_body_does_not(self) -> None:
         endpoint = REGISTRY.endpoint_for("/openai/deployments/prod-gpt4o/chat/completions")

@@ -1,6 +1,12 @@
 """Anthropic Messages content read into the core's chat view: the system prompt and each message,
 block by block (`read_system`, `read_message`).
 
+The newest compaction block that holds a summary (server-side compaction, `compact_20260112`) is
+where Anthropic starts reading: "the API drops all message blocks prior to the compaction block".
+What precedes it is checked and left out of the view (`read_messages`), the block goes in as a
+pinned compaction marker (`proxy.core.trimming.compaction_prompts`), and a cut request drops what
+preceded it first (`drop_before_compaction`): the provider would not have read it anyway.
+
 A user message's tool_result blocks become tool messages answering their tool_use id, ahead of a
 user message holding its other blocks; an assistant message's tool_use blocks become tool_calls
 and its thinking `reasoning_content`; images, documents and server tool results become the
@@ -14,7 +20,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
+from proxy.apis.base import InvalidRequest, Origin, Parsed, ViewBuilder, opaque_part, text_part
+from proxy.core.trimming.compaction_prompts import MARKER
 
 ROLES = frozenset({"user", "assistant"})
 
@@ -36,8 +43,62 @@ def read_system(system: object, view: ViewBuilder) -> None:
     view.add({"role": "system", "content": parts}, (Origin("system"),), tuple(range(len(parts))))
 
 
-def read_message(message: object, i: int, view: ViewBuilder) -> None:
-    """`messages[i]` checked and added to the view, as one message or (with tool results) several."""
+def compaction_start(messages: Sequence[object]) -> tuple[int, int] | None:
+    """Where the provider starts reading `messages`: the message and block of the newest compaction
+    block with a summary (one whose `content` is null is a failed compaction, which Anthropic
+    treats as a no-op); None without one."""
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for j in range(len(content) - 1, -1, -1):
+            block = content[j]
+            if _is_summary(block):
+                return i, j
+    return None
+
+
+def _is_summary(block: object) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "compaction" and isinstance(block.get("content"), str)
+
+
+def read_messages(messages: Sequence[object], view: ViewBuilder) -> None:
+    """Every message checked, and those from the newest compaction block on added to the view."""
+    start = compaction_start(messages)
+    first = 0
+    if start is not None:
+        first, block = start
+        checked = ViewBuilder()  # what precedes the block is checked as the provider checks it, not counted
+        for i in range(first):
+            read_message(messages[i], i, checked)
+        view.private["compaction_start"] = start
+        dropped = f"{first} messages" + (f" and {block} blocks" if block else "")
+        view.notes.append(
+            f"messages.{first}.content.{block}: a compaction block, where the provider starts reading: the "
+            f"{dropped} before it are not counted, and go first when the request is cut"
+        )
+    for i in range(first, len(messages)):
+        read_message(messages[i], i, view, start[1] if start is not None and i == first else None)
+
+
+def drop_before_compaction(parsed: Parsed, whole: set[int], blocks: dict[int, set[int]]) -> None:
+    """Add what precedes the compaction block (`read_messages`) to the messages and blocks a cut
+    drops (`proxy.apis.cut_positions.dropped_origins`)."""
+    start = parsed.private.get("compaction_start")
+    if start is None:
+        return
+    first, block = start
+    whole.update(range(first))
+    if block:
+        blocks.setdefault(first, set()).update(range(block))
+
+
+def read_message(message: object, i: int, view: ViewBuilder, marker: int | None = None) -> None:
+    """`messages[i]` checked and added to the view, as one message or (with tool results) several;
+    an assistant message from its compaction block `marker` on."""
     where = f"messages.{i}"
     if not isinstance(message, Mapping):
         raise InvalidRequest(f"{where}: must be an object", param=where)
@@ -54,7 +115,7 @@ def read_message(message: object, i: int, view: ViewBuilder) -> None:
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
             raise InvalidRequest(f"{where}.content.{j}: must be a block with a 'type'", param=f"{where}.content.{j}")
     if role == "assistant":
-        _assistant(content, i, view)
+        _assistant(content, i, view, marker)
     else:
         _user(content, i, view)
 
@@ -84,12 +145,22 @@ def _user(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> None:
         view.add({"role": "user", "content": parts_list}, tuple(Origin("messages", i, j) for j in others), mapping)
 
 
-def _assistant(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> None:
+def _assistant(content: list[Mapping[str, Any]], i: int, view: ViewBuilder, marker: int | None = None) -> None:
     parts: list[dict[str, Any]] = []
     mapping: list[int | None] = []
     calls: list[dict[str, Any]] = []
     thinking: list[str] = []
-    for j, block in enumerate(content):
+    first = 0
+    if marker is not None:  # the compaction block, pinned; the blocks before it are not read
+        block = content[marker]
+        view.add({"role": "system", "content": block["content"], MARKER: True}, (Origin("messages", i, marker),))
+        if block.get("encrypted_content"):
+            view.estimate(f"messages.{i}.content.{marker}: the compaction block's encrypted_content is not counted")
+        first = marker + 1
+        if first == len(content):
+            return
+    for j in range(first, len(content)):
+        block = content[j]
         kind = block["type"]
         if kind == "tool_use":
             arguments = json.dumps(block.get("input", {}), ensure_ascii=False, default=str)
@@ -109,7 +180,9 @@ def _assistant(content: list[Mapping[str, Any]], i: int, view: ViewBuilder) -> N
         message["tool_calls"] = calls
     if thinking:
         message["reasoning_content"] = "\n".join(thinking)
-    view.add(message, (Origin("messages", i),), tuple(mapping))
+    # After a compaction block, the message's own blocks: a cut of it keeps the block.
+    blocks = tuple(Origin("messages", i, j) for j in range(first, len(content)))
+    view.add(message, (Origin("messages", i),) if marker is None else blocks, tuple(mapping))
 
 
 def _blocks(

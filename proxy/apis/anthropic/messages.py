@@ -39,7 +39,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from proxy.apis import fields
-from proxy.apis.anthropic.anthropic_blocks import read_message, read_system
+from proxy.apis.anthropic.anthropic_blocks import drop_before_compaction, read_messages, read_system
 from proxy.apis.anthropic.anthropic_tools import chat_tools, tool_prompt_tokens
 from proxy.apis.base import (
     Adapter,
@@ -106,8 +106,7 @@ class MessagesAdapter(Adapter):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidRequest("messages: a non-empty array is required", param="messages")
-        for i, message in enumerate(messages):
-            read_message(message, i, view)
+        read_messages(messages, view)
         chat: dict[str, Any] = {"messages": view.messages}
         if model is not None:
             chat["model"] = model
@@ -140,6 +139,7 @@ class MessagesAdapter(Adapter):
         for i, new in changes.replaced.items():
             _write_back(body, messages, parsed.sources[i], parsed.messages[i], new)
         whole, blocks = dropped_origins(parsed, changes, "messages")
+        drop_before_compaction(parsed, whole, blocks)
         # Anthropic has no system messages among the turns: each message the trim added (the budget
         # note, a summary) is a text block opening the user message after the dropped ones.
         notes = inserted_texts(parsed, changes, "messages", len(messages))

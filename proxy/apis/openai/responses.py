@@ -61,7 +61,7 @@ from proxy.apis.openai.responses_items import (
     ItemsBuilder,
     chat_response_format,
     chat_tools,
-    read_item,
+    read_items,
 )
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.work_budget import ITEM_UNITS, spend
@@ -74,6 +74,7 @@ class ResponsesAdapter(Adapter):
     accounted: ClassVar[frozenset[str]] = fields.RESPONSES
     reserve_field: ClassVar[str | None] = "max_output_tokens"
     reserve_view_field: ClassVar[str | None] = "max_completion_tokens"
+    compacts: ClassVar[bool] = False  # every request asks to compact (`ResponsesCompactAdapter`)
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
@@ -89,9 +90,7 @@ class ResponsesAdapter(Adapter):
             build.add({"role": "user", "content": items}, (Origin("input"),))
         elif isinstance(items, list):
             spend(ITEM_UNITS * len(items))  # each item is read: moved to a thread when they are many
-            for k, item in enumerate(items):
-                read_item(build, item, k)
-            build.finish()
+            read_items(build, items)
         elif items is not None:
             raise InvalidRequest("'input' must be a string or an array of input items", param="input")
         for key in ("previous_response_id", "conversation", "prompt"):
@@ -121,7 +120,9 @@ class ResponsesAdapter(Adapter):
         reserve = output_reserve(body, "max_output_tokens")
         if reserve is not None:
             chat["max_completion_tokens"] = reserve
-        return build.parsed(self, body, chat, model)
+        if self.compacts:  # `/responses/compact`: the whole request is the one to compact
+            build.trigger((), "responses/compact")
+        return build.parsed(self, body, chat, model, fixed_tokens=build.marker_tokens)
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """The model's chat framing with what the Responses API writes differently (its assistant
@@ -143,6 +144,8 @@ class ResponsesAdapter(Adapter):
         items: list[Any] = list(raw_items) if isinstance(raw_items, list) else []
         for i, new in changes.replaced.items():
             source = parsed.sources[i]
+            if not source.origins:  # a message of the view's own (the end of a compact request)
+                continue
             primary = source.origins[-1]
             content = new.get("content")
             if primary.field == "instructions" and isinstance(content, str):
@@ -158,6 +161,7 @@ class ResponsesAdapter(Adapter):
                 for origin in parsed.sources[i].origins
                 if origin.field == "input" and origin.index is not None
             }
+            dropped.update(range(parsed.private.get("compaction_start", 0)))  # the provider reads from it on
             # The trim's added messages (the budget note, a summary) as system message items.
             before = inserted_texts(parsed, changes, "input", len(items))
             out: list[Any] = []
@@ -167,6 +171,14 @@ class ResponsesAdapter(Adapter):
                     out.append(item)
             body["input"] = out
         return body
+
+
+class ResponsesCompactAdapter(ResponsesAdapter):
+    """`POST /v1/responses/compact`: a Responses body the provider compacts into a compaction item.
+    The whole request is a compaction request: counted, and fitted as one (its tool results
+    shortened evenly, its opening kept), as if its input ended in a `compaction_trigger`."""
+
+    compacts: ClassVar[bool] = True
 
 
 def _write_item(item: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,10 +14,12 @@ write a cut back (`proxy.apis.openai.responses`).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import HeldContext, InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
+from proxy.core.trimming.compaction_prompts import MARKER, TRIGGER
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -40,6 +42,7 @@ class ItemsBuilder(ViewBuilder):
         self._reasoning: list[int] = []  # reasoning items waiting for the item they precede
         self._reasoning_text: list[str] = []
         self._call_group: int | None = None  # the view message the last call items went into
+        self.marker_tokens = 0  # the bound of the compaction item's encrypted content (`compaction`)
 
     def provider_adds(self, note: str, held: HeldContext | None = None) -> None:
         """Part of what the model reads is added by the provider (hosted tools' instructions and
@@ -73,6 +76,21 @@ class ItemsBuilder(ViewBuilder):
                     self._reasoning_text.append(part["text"])
         if item.get("encrypted_content"):
             self.provider_adds(f"input[{index}]: encrypted reasoning, which the provider decrypts and re-reads")
+
+    def compaction(self, item: Mapping[str, Any], index: int) -> None:
+        """The newest compaction item: a pinned marker, its encrypted content counted at the most it
+        can decode to, one token per byte (a token is at least one byte of text)."""
+        encrypted = item.get("encrypted_content")
+        size = math.ceil(len(encrypted) * 3 / 4) if isinstance(encrypted, str) else 0  # base64 -> bytes
+        self.marker_tokens += size
+        self.estimate(f"input[{index}]: a compaction item, its encrypted content counted as at most {size:,} tokens")
+        self.add({"role": "system", "content": "", MARKER: True}, (Origin("input", index),))
+
+    def trigger(self, origins: Sequence[Origin], where: str) -> None:
+        """A request to compact (Codex's `compaction_trigger` item, a `/responses/compact` request):
+        the latest prompt, with the instructions the provider compacts with, which are not seen."""
+        self.provider_adds(f"{where}: the instructions the provider compacts with")
+        self.add({"role": "user", "content": "", TRIGGER: True}, origins)
 
     def finish(self) -> None:
         if self._reasoning:  # reasoning at the very end: kept as a message of its own
@@ -112,11 +130,38 @@ def read_item(build: ItemsBuilder, item: object, k: int) -> None:
         build.add({"role": "tool", "tool_call_id": call_id, "content": content}, (Origin("input", k),), parts)
     elif kind == "reasoning":
         build.reasoning(item, k)
+    elif kind == "compaction":
+        build.compaction(item, k)
+    elif kind == "compaction_trigger":
+        build.trigger((Origin("input", k),), where)
     elif kind == "item_reference":
         build.provider_adds(f"{where}: item_reference, an item the provider stores")
         build.add({"role": "system", "content": [opaque_part(dict(item))]}, (Origin("input", k),))
     else:
         _other_item(build, item, kind, k)
+
+
+def read_items(build: ItemsBuilder, items: Sequence[object]) -> None:
+    """Every item checked, and those from the newest compaction item on added to the view: the
+    provider reads from it on ("you can drop items that came before the most recent compaction
+    item"); what precedes it goes first when the request is cut (`Parsed.private`)."""
+    start = next((k for k in range(len(items) - 1, -1, -1) if _type(items[k]) == "compaction"), 0)
+    if start:
+        checked = ItemsBuilder()
+        for k in range(start):
+            read_item(checked, items[k], k)
+        build.private["compaction_start"] = start
+        build.notes.append(
+            f"input[{start}]: a compaction item, where the provider starts reading: the {start} items before it "
+            "are not counted, and go first when the request is cut"
+        )
+    for k in range(start, len(items)):
+        read_item(build, items[k], k)
+    build.finish()
+
+
+def _type(item: object) -> object:
+    return item.get("type") if isinstance(item, Mapping) else None
 
 
 def _other_item(build: ItemsBuilder, item: Mapping[str, Any], kind: str, k: int) -> None:

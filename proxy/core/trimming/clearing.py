@@ -93,7 +93,7 @@ class ClearToolResults:
             raise ValueError(f"{self.name}: {exc}") from None
 
     def __call__(self, state: TrimState) -> None:
-        results = _tool_results(state)
+        results = tool_results(state)
         kept = results[len(results) - self.keep_last :] if self.keep_last else []
         old = results[: len(results) - len(kept)]
         if is_compaction_request(state.messages, state.conversation.protected, self.compaction_patterns):
@@ -135,13 +135,6 @@ class ClearToolResults:
         over = state.total - cleared.saved(count) - budget
         return cleared.advance(count, over + step, old) if over > 0 else count
 
-    def _cleared(self, state: TrimState, index: int) -> tuple[Mapping[str, object], int]:
-        """Message `index` with its content replaced by the placeholder, and its tokens."""
-        message = state.messages[index]
-        content = placeholder(_tool_name(state, index), state.counts[index])
-        new = {**message, "content": content}
-        return new, state.counter.message(new, index).tokens
-
     def _shorten_evenly(self, state: TrimState, results: Sequence[int]) -> None:
         """Shorten every tool result to one common cap, the largest that makes the request fit; at
         `compaction_floor` and still over, clear the oldest results."""
@@ -159,9 +152,22 @@ class ClearToolResults:
         for index in results:
             if state.over() <= 0:
                 return
-            message, tokens = self._cleared(state, index)
-            if tokens < state.counts[index]:
-                state.replace(index, message, "cleared", self.name, state.messages[index].get("content"))
+            clear_result(state, index, self.name)
+
+
+def cleared_result(state: TrimState, index: int) -> tuple[Mapping[str, object], int]:
+    """Tool result `index` with its content replaced by the placeholder, and its tokens."""
+    message = state.messages[index]
+    content = placeholder(_tool_name(state, index), state.counts[index])
+    new = {**message, "content": content}
+    return new, state.counter.message(new, index).tokens
+
+
+def clear_result(state: TrimState, index: int, strategy: str) -> None:
+    """Replace tool result `index` with its placeholder, when that saves tokens."""
+    message, tokens = cleared_result(state, index)
+    if tokens < state.counts[index]:
+        state.replace(index, message, "cleared", strategy, state.messages[index].get("content"))
 
 
 class _Clearing:
@@ -175,7 +181,7 @@ class _Clearing:
 
     def placeholder(self, index: int) -> tuple[Mapping[str, object], int]:
         if index not in self._placeholders:
-            self._placeholders[index] = self._strategy._cleared(self._state, index)
+            self._placeholders[index] = cleared_result(self._state, index)
         return self._placeholders[index]
 
     def saved(self, count: int) -> int:
@@ -206,7 +212,7 @@ def _water_level(sizes: Sequence[int], over: int) -> int:
     return low
 
 
-def _tool_results(state: TrimState) -> list[int]:
+def tool_results(state: TrimState) -> list[int]:
     """The tool results of tool exchanges, in order, that are not dropped: in the history and in
     the exchanges after the latest user message."""
     conversation = state.conversation

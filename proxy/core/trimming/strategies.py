@@ -27,15 +27,17 @@ that lists the known ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.trimming.budget import requested_output, thinking_budget
-from proxy.core.trimming.clearing import ClearToolResults
+from proxy.core.trimming.clearing import ClearToolResults, clear_result, tool_results
+from proxy.core.trimming.compaction_prompts import MARKER, is_flagged
 from proxy.core.trimming.history import DropOldestTurns, check_at_least, drop_groups, keep_in_part, unguaranteed
 from proxy.core.trimming.shrink import is_image, shorten_message, without_images
 from proxy.core.trimming.trim import Strategy, TrimState
+from proxy.core.trimming.turns import Turn
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,15 @@ class DropOldToolExchanges:
 @dataclass(frozen=True)
 class DropRecentTurns:
     """Drop the turns the history guarantee kept, oldest first: better a short history than a
-    rejected request. The opening that `drop_oldest_turns` kept goes last, so that the prefix the
-    provider cached stays as long as it can. The last turn to go is kept in part instead, its
-    largest message shortened middle-out, when that makes the room and leaves it at least
-    `min_partial_tokens`."""
+    rejected request. The last turn to go is kept in part instead, its largest message shortened
+    middle-out, when that makes the room and leaves it at least `min_partial_tokens`.
+
+    Then, before anything is refused, fewer of the newest tool exchanges are kept whole: the
+    results of the exchanges after the latest user message are cleared, oldest first, down to the
+    newest one, and those exchanges dropped whole, oldest first, when their calls still do not fit.
+    The opening that `drop_oldest_turns` kept goes after them (so that the prefix the provider
+    cached stays as long as it can; a compaction request keeps it), and the newest result is
+    shortened, as little as it takes, as the very last resort."""
 
     min_partial_tokens: int = 64
     name: str = "drop_recent_turns"
@@ -75,18 +82,44 @@ class DropRecentTurns:
         opening = 0 if end is None else next((n for n, t in enumerate(turns) if t.indices[-1] >= end), 0) + 1
         # A client's compaction request keeps its opening: without it the summary has no task.
         opening = max(opening, 1) if state.compaction_request else opening
-        last = turns[:opening] if not state.compaction_request else turns[:0]
-        for turn in (*turns[opening:], *last):
+        if self._drop_turns(state, turns[opening:]):
+            return
+        newest = self._fewer_exchanges(state)
+        if not state.compaction_request and self._drop_turns(state, turns[:opening]):
+            return
+        if newest is not None and state.over() > 0:
+            shorten_message(state, newest, max(self.min_partial_tokens, state.counts[newest] - state.over()), self.name)
+
+    def _drop_turns(self, state: TrimState, turns: Sequence[Turn]) -> bool:
+        """Drop `turns` in order, the last to go kept in part; whether the request fits."""
+        for turn in turns:
             over = state.over()
             if over <= 0:
-                return
+                return True
             if turn.indices[0] in state.dropped:
                 continue
             tokens = sum(state.counts[i] for i in turn.indices)
             partial = tokens - over >= self.min_partial_tokens
             if partial and keep_in_part(state, turn, tokens - over, self.min_partial_tokens, self.name) is not None:
-                return
+                return True
             drop_groups(state, (turn,), self.name)
+        return state.over() <= 0
+
+    def _fewer_exchanges(self, state: TrimState) -> int | None:
+        """Clear the results of the exchanges after the latest user message but the newest, oldest
+        first, then drop those exchanges whole; returns the newest result (None when there is none)."""
+        tail = set(state.conversation.protected)
+        results = [i for i in tool_results(state) if i in tail]
+        if not results:
+            return None
+        for index in results[:-1]:
+            if state.over() <= 0:
+                break
+            clear_result(state, index, self.name)
+        newest = results[-1]
+        older = (u for u in state.conversation.tail if u.is_tool_exchange and newest not in u.indices)
+        drop_groups(state, older, self.name)
+        return newest
 
 
 @dataclass(frozen=True)
@@ -150,8 +183,9 @@ class ShrinkPinned:
         conversation = state.conversation
         if self.which == "latest_user":
             candidates = [i for i in conversation.protected if _role(state.messages[i]) == "user"][:1]
-        else:
-            candidates = sorted(conversation.pinned, key=lambda i: -state.counts[i])
+        else:  # a compaction marker is what the provider starts from: never cut
+            pinned = (i for i in conversation.pinned if not is_flagged(state.messages[i], MARKER))
+            candidates = sorted(pinned, key=lambda i: -state.counts[i])
         for index in candidates:
             if state.over() <= 0:
                 return

@@ -275,9 +275,12 @@ class TrimState:
         self.messages[index] = message
         self.counts[index] = after
         self.total += after - before
-        if index in self.shortened:  # changed again: still one removal (the first kind), with both savings
+        if index in self.shortened:  # changed again: still one removal, with both savings
             at = self.shortened[index]
-            self.removals[at] = replace(self.removals[at], tokens=self.removals[at].tokens + before - after)
+            first = self.removals[at]
+            # Cleared after it was shortened: what is left of it is the placeholder, and says so.
+            kind, strategy = (kind, strategy) if kind == "cleared" else (first.kind, first.strategy)
+            self.removals[at] = replace(first, kind=kind, strategy=strategy, tokens=first.tokens + before - after)
         else:
             self.shortened[index] = len(self.removals)
             self.removals.append(Removal(index, _role(message), kind, before - after, content_hash(removed), strategy))
