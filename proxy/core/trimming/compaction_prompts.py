@@ -16,7 +16,9 @@ conversation once more with an instruction to summarise it, and replace the hist
 answer. Cutting that request's history leaves the summary without material (the task is lost),
 so the trimming strategies treat it apart (`proxy.core.trimming.clearing`). The prompts recognised:
 
-- Claude Code: "Your task is to create a detailed summary of the conversation so far ..."
+- Claude Code: "Your task is to create a detailed summary of the conversation so far ...", and (2.1)
+  "... of this conversation. This summary will be placed at the start of a continuing session"
+  and, for a partial compaction, "... of the RECENT portion of the conversation"
 - Codex CLI: "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for
   another LLM that will resume the task." (and its older "write a summary/memento ... for the next
   agent" family)
@@ -41,7 +43,7 @@ MARKER = "context_guard_compaction_marker"
 TRIGGER = "context_guard_compaction_trigger"
 
 BUILT_IN = (
-    r"create a detailed summary of the conversation so far",
+    r"create a detailed summary of (?:the conversation so far|this conversation|the recent portion of the conv)",
     r"context checkpoint compaction",
     r"create a handoff summary for another llm",
     r"\bsummari[sz]e (?:the|this|our) (?:entire |whole )?(?:conversation|chat|session)\b",
