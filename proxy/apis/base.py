@@ -90,7 +90,6 @@ class ViewBuilder:
         self.exact = True
         self.server_state = False  # `Parsed.server_state`
         self.held: list[HeldContext] = []  # `Parsed.held`
-        self.private: dict[str, Any] = {}  # `Parsed.private`: what the adapter keeps for render
 
     def add(self, message: dict[str, Any], origins: Sequence[Origin], parts: Sequence[int | None] = ()) -> None:
         self.messages.append(message)
@@ -134,7 +133,6 @@ class ViewBuilder:
             reserve_view_field=adapter.reserve_view_field,
             unread=unread_fields(body, adapter.accounted),
             held=tuple(self.held),
-            private=dict(self.private),
         )
 
 

@@ -74,7 +74,6 @@ def read_messages(messages: Sequence[object], view: ViewBuilder) -> None:
         checked = ViewBuilder()  # what precedes the block is checked as the provider checks it, not counted
         for i in range(first):
             read_message(messages[i], i, checked)
-        view.private["compaction_start"] = start
         dropped = f"{first} messages" + (f" and {block} blocks" if block else "")
         view.notes.append(
             f"messages.{first}.content.{block}: a compaction block, where the provider starts reading: the "
@@ -87,7 +86,7 @@ def read_messages(messages: Sequence[object], view: ViewBuilder) -> None:
 def drop_before_compaction(parsed: Parsed, whole: set[int], blocks: dict[int, set[int]]) -> None:
     """Add what precedes the compaction block (`read_messages`) to the messages and blocks a cut
     drops (`proxy.apis.cut_positions.dropped_origins`)."""
-    start = parsed.private.get("compaction_start")
+    start = compaction_start(parsed.body["messages"])
     if start is None:
         return
     first, block = start

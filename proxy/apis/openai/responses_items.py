@@ -144,13 +144,12 @@ def read_item(build: ItemsBuilder, item: object, k: int) -> None:
 def read_items(build: ItemsBuilder, items: Sequence[object]) -> None:
     """Every item checked, and those from the newest compaction item on added to the view: the
     provider reads from it on ("you can drop items that came before the most recent compaction
-    item"); what precedes it goes first when the request is cut (`Parsed.private`)."""
-    start = next((k for k in range(len(items) - 1, -1, -1) if _type(items[k]) == "compaction"), 0)
+    item"); what precedes it goes first when the request is cut (`compaction_start`)."""
+    start = compaction_start(items)
     if start:
         checked = ItemsBuilder()
         for k in range(start):
             read_item(checked, items[k], k)
-        build.private["compaction_start"] = start
         build.notes.append(
             f"input[{start}]: a compaction item, where the provider starts reading: the {start} items before it "
             "are not counted, and go first when the request is cut"
@@ -160,8 +159,10 @@ def read_items(build: ItemsBuilder, items: Sequence[object]) -> None:
     build.finish()
 
 
-def _type(item: object) -> object:
-    return item.get("type") if isinstance(item, Mapping) else None
+def compaction_start(items: Sequence[object]) -> int:
+    """The position of the newest compaction item, where the provider starts reading; 0 without one."""
+    kinds = (item.get("type") if isinstance(item, Mapping) else None for item in reversed(items))
+    return next((len(items) - 1 - k for k, kind in enumerate(kinds) if kind == "compaction"), 0)
 
 
 def _other_item(build: ItemsBuilder, item: Mapping[str, Any], kind: str, k: int) -> None:
