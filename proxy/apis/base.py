@@ -65,10 +65,9 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class HeldContext:
-    """Context the provider holds and puts in the prompt, that a request names by id: `kind` is
-    "response", "conversation", "cache" (Gemini's cachedContent) or "interaction"."""
+    """Context the provider holds and puts in the prompt, that a request names by id."""
 
-    kind: str
+    kind: str  # "response", "conversation", "cache" (Gemini's cachedContent) or "interaction"
     id: str
 
 
@@ -95,8 +94,7 @@ class ViewBuilder:
     def provider_holds(self, note: str, held: HeldContext | None = None) -> None:
         """Part of the context lives on the provider (`Parsed.server_state`), named by `held`."""
         self.server_state = True
-        if held is not None:
-            self.held.append(held)
+        self.held += [held] if held is not None else []
         self.estimate(note)
 
     def parsed(
