@@ -3,20 +3,15 @@
 The core (`proxy.core`) counts, budgets and trims chat-completions bodies and knows no other
 shape. An adapter stands at the edge between a client's API and the core:
 
-    parse(body)                         -> Parsed: the body validated, its chat-completions view
-                                           (messages, tools, response_format, the output reserve,
-                                           model) and, per view message, where it came from
-    render(parsed, trimmed, removals, inserted)
-                                        -> the cut written back into the ORIGINAL shape: dropped
-                                           view messages drop their items, shortened ones replace
-                                           only the text they shortened, messages the trim added
-                                           (the budget note, a summary) go in where they stand in
-                                           the view, in the API's own form; everything else is
-                                           kept exactly as sent
-    error_body(error)                   -> an error in the API's own shape
-    profile(profile, parsed)            -> the model profile as this API counts it (overheads the
-                                           API adds that no view message carries)
-    pipeline(parsed)                    -> strategies that replace the configured pipeline, or None
+    parse(body)          -> Parsed: the body validated, its chat-completions view (messages, tools,
+                            response_format, the output reserve, model) and where each view message
+                            came from
+    render(parsed, ...)  -> the cut written back into the ORIGINAL shape: dropped view messages drop
+                            their items, shortened ones replace only their text, messages the trim
+                            added go where they stand in the view; everything else is kept as sent
+    error_body(error)    -> an error in the API's own shape
+    profile(profile, p)  -> the model profile as this API counts it (overheads no message carries)
+    pipeline(parsed)     -> strategies that replace the configured pipeline, or None
 
 `fit()` runs one parsed request through `proxy.core.plan.plan_request` and renders the result:
 the one call the server needs. Everything here is pure: no I/O, no aiohttp.
@@ -70,12 +65,9 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class HeldContext:
-    """Context the provider keeps between requests that a request names by id: a stored response
-    (`previous_response_id`), a conversation, a cached prompt (`cachedContent`), an earlier
-    interaction (`previous_interaction_id`). The provider puts it in the prompt; the guard sees only
-    the id, so what it weighs comes from the ledger of answers or the provider's own count."""
+    """Context the provider holds and puts in the prompt, that a request names by id."""
 
-    kind: str  # "response", "conversation", "cache", "interaction"
+    kind: str  # "response", "conversation", "cache" (Gemini's cachedContent) or "interaction"
     id: str
 
 
@@ -100,11 +92,9 @@ class ViewBuilder:
         self.notes.append(note)
 
     def provider_holds(self, note: str, held: HeldContext | None = None) -> None:
-        """Part of the context lives on the provider and is not counted (`Parsed.server_state`);
-        `held` names it when the request refers to it by id (`Parsed.held`)."""
+        """Part of the context lives on the provider (`Parsed.server_state`), named by `held`."""
         self.server_state = True
-        if held is not None:
-            self.held.append(held)
+        self.held += [held] if held is not None else []
         self.estimate(note)
 
     def parsed(

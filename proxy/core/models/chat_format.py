@@ -151,6 +151,13 @@ DEEPSEEK_FORMAT = replace(
     role_extra=(("user", 1), ("assistant", 4), ("system", 1)),
     prompt_bos=0,
 )
+# DeepSeek V3.2 and V4 (their `encoding_dsv32.py` / `encoding_dsv4.py`, no Jinja template): an
+# answer in the history keeps no thinking, `<|Assistant|></think>CONTENT<|end_of_sentence|>` (3),
+# and the reply opens `<|Assistant|></think>` in chat mode or `<|Assistant|><think>` when thinking
+# (2, with the `<|begin_of_sentence|>`: 3). `<think>` and `</think>` are one token each.
+DEEPSEEK_V4_FORMAT = replace(
+    DEEPSEEK_FORMAT, reply_priming=3, role_extra=(("user", 1), ("assistant", 3), ("system", 1))
+)
 # Gemma: `<start_of_turn>ROLE\nCONTENT<end_of_turn>\n` (4 + the role), `<bos>` and the reply's
 # `<start_of_turn>model\n` (4); a system message is joined to the first user turn (counted as its own).
 GEMMA_FORMAT = replace(_OPEN, per_message=4, reply_priming=4)

@@ -16,6 +16,7 @@ from proxy.core.costs.images import AreaCost, FixedTileCost, ImageCostScheme, Re
 from proxy.core.models.chat_format import (
     CLAUDE_FORMAT,
     DEEPSEEK_FORMAT,
+    DEEPSEEK_V4_FORMAT,
     GEMMA_FORMAT,
     LLAMA3_FORMAT,
     LLAMA4_FORMAT,
@@ -183,6 +184,10 @@ OPEN_FAMILIES: tuple[tuple[str, Family], ...] = (
     # DeepSeek V3 and later; the older 100k (deepseek-llm, V2) and 32k (coder) vocabularies are bounded.
     *_each(
         ("*deepseek-llm*", "*deepseek-v2*", "*deepseek-coder-v2*", "*deepseek-coder-[0-9]*", "*deepseek-moe*"), _BOUNDED
+    ),
+    *_each(
+        ("*deepseek-v4*", "*deepseek.v4*", "*deepseek-v3.2*", "*deepseek.v3.2*", "*deepseek-v3-2*", "*deepseek-v3p2*"),
+        _family("deepseek-v3", DEEPSEEK_V4_FORMAT),
     ),
     *_each(("*deepseek*",), _family("deepseek-v3", DEEPSEEK_FORMAT)),
 )

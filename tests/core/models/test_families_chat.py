@@ -5,7 +5,9 @@ the issue measured it (a lone "Hi": 36 tokens for Llama 3.1, 30 for Qwen 2.5).
 Templates: tests/data/families/templates (llama.cpp's models/templates, MIT; LICENSE-llama.cpp).
 Mistral's requests are encoded by mistral-common itself, as Mistral's servers do (Mistral Small 3
 and later: its v7 instruct encoding over the Tekken vocabulary). Llama 4's are written as
-llama-models' `ChatFormat.encode_dialog_prompt` writes them (its module needs torch to import)."""
+llama-models' `ChatFormat.encode_dialog_prompt` writes them (its module needs torch to import).
+DeepSeek V3.2 and V4 ship a Python encoder instead of a template: written here as it writes a chat
+(`_deepseek_v4`), thinking off."""
 
 from __future__ import annotations
 
@@ -64,6 +66,21 @@ def _templated(template: str, bos: str, count: Callable[[], Callable[[str], int]
     return lambda messages: count()(_render(template, messages, bos, **kwargs))
 
 
+def _deepseek_v4(messages: Messages) -> int:
+    """`<|begin_of_sentence|>`, the system prompts as they are, `<|User|>CONTENT`, an earlier answer
+    `<|Assistant|></think>CONTENT<|end_of_sentence|>` (its thinking dropped), and the reply's
+    `<|Assistant|></think>` (DeepSeek V4's `encoding_dsv4.py` in chat mode; V3.2's is the same)."""
+    parts = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>"]
+    parts += ["\n\n".join(m["content"] for m in messages if m["role"] == "system")]
+    for m in messages:
+        if m["role"] == "user":
+            parts.append("<\uff5cUser\uff5c>" + m["content"])
+        elif m["role"] == "assistant":
+            parts.append("<\uff5cAssistant\uff5c></think>" + m["content"] + "<\uff5cend\u2581of\u2581sentence\uff5c>")
+    parts.append("<\uff5cAssistant\uff5c></think>")
+    return _deepseek()("".join(parts))
+
+
 def _llama4(messages: Messages) -> int:
     """`<|begin_of_text|>`, each message `<|header_start|>ROLE<|header_end|>\n\nCONTENT<|eot|>`, and the
     reply's header (llama_models/llama4/chat_format.py)."""
@@ -117,6 +134,9 @@ REAL: dict[str, Callable[[Messages], int]] = {
     "deepseek-ai/DeepSeek-V3.1": _templated("deepseek-ai-DeepSeek-V3.1", "<\uff5cbegin\u2581of\u2581sentence\uff5c>", _deepseek),
     "deepseek-chat": _templated("deepseek-ai-DeepSeek-V3.1", "<\uff5cbegin\u2581of\u2581sentence\uff5c>", _deepseek),
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": _llama4,
+    "deepseek-ai/DeepSeek-V4-Flash": _deepseek_v4,
+    "deepseek-v4-pro": _deepseek_v4,
+    "fireworks_ai/accounts/fireworks/models/deepseek-v3p2": _deepseek_v4,
     "mistralai/Mistral-Nemo-Instruct-2407": _mistral("v3", is_tekken=True),
     "open-mistral-nemo": _mistral("v3", is_tekken=True),
     "mistral-small-latest": _mistral_tekken_v7,
