@@ -25,10 +25,11 @@ follow from the result and its call alone). It follows from the request alone: a
 computes the same, with no state shared.
 
 **A client's compaction request** (its latest user message asks to summarise the conversation,
-or it ends in a compaction trigger: `proxy.core.trimming.compaction_prompts`) is the one request that needs the whole history: clearing would
-leave the summary without material. Its tool results are instead all shortened middle-out to one
-common cap, the largest that fits (the placeholder only below `compaction_floor` tokens each),
-and later strategies may not drop its opening (`TrimState.compaction_request`).
+or it ends in a compaction trigger: `proxy.core.trimming.compaction_prompts`) is the one request
+that needs the whole history: clearing would leave the summary without material. Its tool results
+are instead all shortened middle-out to one common cap, the largest that fits (the placeholder
+only below `compaction_floor` tokens each), and later strategies may not drop its opening
+(`TrimState.compaction_request`).
 
 The chat view is the core's: each adapter maps its own units onto it (chat `tool` messages,
 Responses `function_call_output` items, Anthropic `tool_result` blocks, Gemini function
