@@ -81,8 +81,17 @@ def llama_server(tokenize: str) -> web.Application:
         if tokenize == "ok":
             data = json.loads(body)
             return web.json_response({"tokens": [1] * max(1, len(str(data.get("content", ""))) // 4)})
-        tokens = b"[" + b"1," * (8 * 1024 * 1024) + b"1]"  # 16 MB of token ids
-        return web.Response(body=b'{"tokens": ' + tokens + b"}", content_type="application/json")
+        # 16 MB of token ids, written a chunk at a time as a remote server's bytes arrive: the
+        # fake shares the guard's loop, and one 16 MB write would be the fake's work measured there.
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"tokens": [')
+        ids = b"1," * (CHUNK // 2)
+        for _ in range(8 * 1024 * 1024 // (CHUNK // 2)):
+            await response.write(ids)
+        await response.write(b"1]}")
+        await response.write_eof()
+        return response
 
     async def apply_template(request: web.Request) -> web.Response:
         data = await request.json()
