@@ -68,14 +68,19 @@ def endless_event_upstream(size: int, honest: bool = False) -> web.Application:
     return app
 
 
+TOKENIZE_CALLS = web.AppKey("tokenize_calls", list[bytes])
+
+
 def llama_server(tokenize: str) -> web.Application:
-    """A llama-server that states its window and whose `/tokenize` hangs (`hang`) or answers 16 MB (`huge`)."""
+    """A llama-server that states its window and whose `/tokenize` hangs (`hang`) or answers 16 MB
+    (`huge`); `app[TOKENIZE_CALLS]` holds the body of every `/tokenize` call it received."""
 
     async def props(request: web.Request) -> web.Response:
         return web.json_response({"default_generation_settings": {"n_ctx": 8192}, "model_alias": "local"})
 
     async def tokenize_call(request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        app[TOKENIZE_CALLS].append(body)
         if tokenize == "hang":
             await asyncio.sleep(3600)
         if tokenize == "ok":
@@ -102,6 +107,7 @@ def llama_server(tokenize: str) -> web.Application:
         return web.json_response(ANSWER)
 
     app = web.Application()
+    app[TOKENIZE_CALLS] = []
     app.router.add_get("/props", props)
     app.router.add_post("/tokenize", tokenize_call)
     app.router.add_post("/apply-template", apply_template)
