@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-compat test-components test-real test-image demo lint bench bench-real capacity clean
+.PHONY: run test test-fast test-compat test-components test-real test-image demo lint bench bench-real capacity clean
 
 # maxtext carries Gemini's and Gemma's vocabularies (the `gemma` extra, which pip skips below Python
 # 3.12); the guard reads its data files only, so it is installed without the version check.
@@ -33,6 +33,12 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed
 	PIP=$(BIN)/pip bash scripts/install-vocabs.sh >/dev/null
 	$(BIN)/pytest -q
+
+# The quick check while editing: the pure units (core, API adapters, wire, config, tokenizers), no sockets, under a minute.
+test-fast: $(BIN)/.installed
+	$(BIN)/pytest -q tests/core tests/apis tests/wire tests/config tests/tokenizers \
+	  --ignore=tests/apis/test_sdks.py --ignore=tests/tokenizers/test_vocabulary_missing.py \
+	  --ignore=tests/tokenizers/test_gguf_vocabs.py
 
 # The client libraries (the `compat` extra, instructor without its jiter pin) driven through the
 # guard against a recording upstream: docs/clients.md says what each test asserts. The agent CLIs
