@@ -76,7 +76,8 @@ class TestFairShare:
             assert (await post(chat, body, HONEST))[0] == 200
         base = await prober.baseline(guard)
         async with prober.during(guard) as during:
-            attackers = [asyncio.create_task(post(count, attack, ATTACKER)) for attack in attacks]
+            # Counting both takes the attacker's thread many seconds, more on a loaded machine: a generous timeout.
+            attackers = [asyncio.create_task(post(count, attack, ATTACKER, timeout=300)) for attack in attacks]
             await until(guard, lambda busy, queued, stats: busy == 1 and queued == 1)  # one counts, one waits
             status, answer, _ = await post(chat, honest[2], HONEST)
             waited_behind_them = attackers[1].done()
