@@ -11,11 +11,15 @@ import contextlib
 import json
 import random
 import string
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from proxy.core.cancellation import current_event
+from proxy.server.backends.model_counting import Models
 from proxy.server.threads.placement import large_body_slots
 from tests.adversarial.conftest import GuardServer, anthropic_body_of, body_of, post, prose
 
@@ -37,6 +41,52 @@ async def until(guard: GuardServer, condition: Callable[[int, int, Any], bool]) 
             return
         await asyncio.sleep(0.025)
     raise AssertionError(f"the slots never got there: {await slots(guard)}")
+
+
+@dataclass
+class HeldCount:
+    """A real tokenizer whose counts made in a large-body thread (where a cancel event is bound)
+    wait for `release`: the first such count sets `entered`, so a test knows a job is running and
+    holds it running for as long as it needs."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def guard(self, model_map: Any) -> Callable[[Any], Models]:
+        def make(settings: Any) -> Models:
+            models = Models(settings, model_map)
+            spec = models.profile("gpt-4o").tokenizer
+            models.tokenizers._loaded[spec] = _Held(models.tokenizers.get(spec), self)  # type: ignore[assignment]
+            return models
+
+        return make
+
+
+@dataclass
+class _Held:
+    base: Any
+    gate: HeldCount
+
+    @property
+    def name(self) -> str:
+        return self.base.name  # type: ignore[no-any-return]
+
+    @property
+    def identity(self) -> str:
+        return self.base.identity  # type: ignore[no-any-return]
+
+    @property
+    def exact(self) -> bool:
+        return self.base.exact  # type: ignore[no-any-return]
+
+    def count(self, text: str) -> int:
+        if current_event() is not None and not self.gate.release.is_set():
+            self.gate.entered.set()
+            self.gate.release.wait(60)
+        return self.base.count(text)  # type: ignore[no-any-return]
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return [self.count(t) for t in texts]
 
 
 def letters(size: int) -> str:
@@ -88,31 +138,21 @@ class TestFairShare:
         prober.assert_responsive(base, during)
 
     async def test_a_client_that_hangs_up_stops_its_queued_counting_and_is_told_to_stop_the_running_one(
-        self, serve_guard, settings
+        self, serve_guard, settings, model_map
     ):
-        guard = await serve_guard(settings(server={"client_keys": ["attacker-key"]}))
-        # Words of random letters: cut into slices and encoded whole (a text with no spaces is
-        # bounded at once, and would be done before its client leaves).
-        attacks = [anthropic_body_of(f"{i} " + words(12_000_000), model="gpt-4o") for i in range(2)]
+        gate = HeldCount()
+        guard = await serve_guard(settings(server={"client_keys": ["attacker-key"]}), guard=gate.guard(model_map))
+        # Over server.offload_bytes: parsed and counted in the large-body threads.
+        attacks = [anthropic_body_of(f"{i} " + words(400_000), model="gpt-4o") for i in range(2)]
         count = guard.url("/v1/messages/count_tokens")
 
-        # One client, one thread: the first body counts (for seconds), then the second waits.
-        # Each hang-up is sent on its own and seen to arrive before the next, so that the waiting
-        # job is still waiting when its client leaves (had the running one stopped first, the
-        # waiting one would have started, and been told to stop in its turn).
+        # One client, one thread: the first body's count is held at its first slice, so the second
+        # waits behind it. Each hang-up is sent on its own and seen to arrive before the next, so
+        # that the waiting job is still waiting when its client leaves (had the running one stopped
+        # first, the waiting one would have started, and been told to stop in its turn).
         leave_running, leave_waiting = asyncio.Event(), asyncio.Event()
         running = asyncio.create_task(send_until(count, attacks[0], ATTACKER, leave_running))
-        held: list[tuple[int, float]] = []  # (jobs started, when): a job that has run 0.2 s is a count, not a parse
-
-        def counting(busy: int, queued: int, stats: Any) -> bool:
-            now = asyncio.get_running_loop().time()
-            if busy != 1 or (held and held[-1][0] != stats.started):
-                held.clear()
-            if busy == 1 and not held:
-                held.append((stats.started, now))
-            return bool(held) and now - held[-1][1] >= 0.2
-
-        await until(guard, counting)
+        assert await asyncio.to_thread(gate.entered.wait, 60), "the first body's count never started"
         waiting = asyncio.create_task(send_until(count, attacks[1], ATTACKER, leave_waiting))
         await until(guard, lambda busy, queued, stats: queued == 1)
         leave_waiting.set()
@@ -121,6 +161,7 @@ class TestFairShare:
         leave_running.set()
         await running
         await until(guard, lambda busy, queued, stats: stats.told_to_stop == 1)  # its cancel event set
+        gate.release.set()  # the held slice returns; the count stops at its next checkpoint
         await until(guard, lambda busy, queued, stats: busy == 0)  # held until the work has really returned, then freed
         stats = (await slots(guard))[2]
         assert stats.dropped == 1 and stats.told_to_stop == 1
