@@ -286,10 +286,10 @@ class Prober:
         thread.start()
         try:
             yield stalls
-        finally:
             answered.clear()
             assert await asyncio.to_thread(answered.wait, 30), "/livez gave no answer after the attack"
             assert await asyncio.to_thread(watch.enough.wait, 30), f"the guard's loop ticked too few times: {stalls}"
+        finally:
             watch.stop()
             stop.set()
             await asyncio.to_thread(thread.join, 35)
