@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-compat test-components test-real test-image demo lint bench bench-real capacity clean
+.PHONY: run test test-fast test-compat test-components test-real test-image demo lint bench bench-real capacity clean
 
 # maxtext carries Gemini's and Gemma's vocabularies (the `gemma` extra, which pip skips below Python
 # 3.12); the guard reads its data files only, so it is installed without the version check.
@@ -33,6 +33,14 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed
 	PIP=$(BIN)/pip bash scripts/install-vocabs.sh >/dev/null
 	$(BIN)/pytest -q
+
+# The pure units (core, adapters, wire, config, tokenizers), no sockets, under a minute; FAST_SKIP (sockets, family vocabularies) is left to `make test`.
+FAST_SKIP := tests/apis/test_sdks.py tests/tokenizers/test_vocabulary_missing.py tests/tokenizers/test_gguf_vocabs.py \
+  tests/tokenizers/test_gemma.py tests/core/models/test_families_bounds.py tests/core/models/test_families_chat.py \
+  tests/core/models/test_families_exact.py tests/core/models/test_family_tokenizers.py \
+  tests/apis/openai/test_completions_families.py tests/core/counting/test_llama2_bound.py
+test-fast: $(BIN)/.installed
+	$(BIN)/pytest -q tests/core tests/apis tests/wire tests/config tests/tokenizers $(addprefix --ignore=,$(FAST_SKIP))
 
 # The client libraries (the `compat` extra, instructor without its jiter pin) driven through the
 # guard against a recording upstream: docs/clients.md says what each test asserts. The agent CLIs

@@ -20,7 +20,7 @@ from proxy.tokenizers.vocabularies import Tokenizers
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """On CI (`CI=true`, as .ci/run sets it) a test that skips itself fails: .ci/run installs
     everything the suites need (components, llama.cpp, vocabularies, Docker), so a skip there means
-    something the issue asked to be tested went untested."""
+    something a suite is there to test went untested."""
     outcome = yield
     report = outcome.get_result()
     if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):

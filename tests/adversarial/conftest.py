@@ -1,4 +1,4 @@
-"""The adversarial suite's harness (issue 24): attacks on a real guard, over real sockets.
+"""The adversarial suite's harness: attacks on a real guard, over real sockets.
 
 What it gives a test:
 
@@ -10,19 +10,23 @@ What it gives a test:
   the prober each run in loops of their own, so what the prober measures is the guard's loop
   (all three share this process's GIL: a client that copies a 64 MB answer slows the guard too,
   so an attack's client reads what it must check and lets the rest go).
-- `prober`: asks `/livez` every `PROBE_EVERY` seconds, from a thread and loop of its own, and
-  records each answer's latency.
-  `await prober.baseline()` measures the loop with nothing in flight; `async with prober.during()`
-  measures it while the block runs (the attack); `prober.assert_responsive(baseline, during)`
-  asserts the bound below.
+- `prober`: while an attack runs, watches the guard's loop from inside it (`LoopWatch`: a tick
+  every `PROBE_EVERY` seconds recording how late it ran and the CPU the loop's thread spent since
+  the tick before) and asks `/livez` from a thread and loop of its own.
+  `await prober.baseline(guard)` measures the loop with nothing in flight; `async with
+  prober.during(guard)` measures it while the block runs (the attack);
+  `prober.assert_responsive(baseline, during)` asserts the bounds below.
 - `settings(**sections)`: settings as a YAML file would give them, one upstream `fake`.
 - `body_of(text)`, `post(...)`, `rss_mb()`, `cpu_seconds()`: small measuring helpers.
 
-The bound (issue 24, item 2): `/livez` answers within `LIVEZ_P99_MS` (50 ms) at p99 while an
-attack is in flight. On a shared, loaded 2-core machine the loop's own baseline may already be
-slower, and the prober shares this process (and its GIL) with the attack's client: the test
-asserts p99 under `max(LIVEZ_P99_MS, 3 x baseline p99 + 50 ms)` and, in every case, under
-`LIVEZ_CAP_MS` (150 ms): far below what each attack did to main (0.4 s to 10 s stalls).
+The bounds: while an attack is in flight, `/livez` answers every time it is asked; the guard's
+loop runs no work longer than `LOOP_CPU_MS` (100 ms) at a stretch; and its ticks run late by no
+more than `LATE_CAP_MS` (2 s) at p99. The first two cannot flake: the loop's CPU is its thread's
+own (`time.thread_time`), which neither the machine's load nor the other threads sharing this
+process's GIL (the attack's client, the prober) move. Lateness does move with them, so its bound
+is generous: it catches a thread that holds the GIL for seconds, not a busy machine. An attack
+that did its work on the loop shows as loop CPU far over the bound (count_tokens counting 6 MB
+on the loop held it for seconds).
 
 Adding an attack (the core's: a PDF page count with no `/Count`, `$ref` chains, CPU-heavy text,
 memory per MB): one test per attack in a new `tests/adversarial/test_<attack>.py`, shaped as
@@ -31,9 +35,9 @@ memory per MB): one test per attack in a new `tests/adversarial/test_<attack>.py
         guard = await serve_guard(settings())
         base = await prober.baseline(guard)
         async with prober.during(guard) as during:
-            status, body, seconds = await post(guard.url("/v1/chat/completions"), body_of_pdf(...))
+            status, body, _ = await post(guard.url("/v1/chat/completions"), body_of_pdf(...))
         prober.assert_responsive(base, during)
-        assert status == 200 and ...          # the answer's shape, the honest request's latency
+        assert status == 200 and ...          # the answer's shape
 
 and, for its figures, one entry in `bench/adversarial.py`'s `ATTACKS` (see its docstring).
 Bodies are built in memory, requests go only to 127.0.0.1, and every wait has a timeout.
@@ -63,8 +67,8 @@ from tests.support.upstream import FakeUpstream
 
 T = TypeVar("T")
 
-LIVEZ_P99_MS = 50.0
-LIVEZ_CAP_MS = 150.0
+LOOP_CPU_MS = 100.0
+LATE_CAP_MS = 2000.0
 PROBE_EVERY = 0.01
 CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=60)
 
@@ -174,99 +178,143 @@ async def serve_guard(model_map: Any) -> AsyncIterator[ServeGuard]:
 
 
 @dataclass
-class Latencies:
-    """Latencies of `/livez`, in milliseconds."""
+class Stalls:
+    """What the guard's loop did between ticks `PROBE_EVERY` apart, measured on that loop itself:
+    how late each tick ran by the loop's clock (`late_ms`) and how much CPU the loop's thread spent
+    since the tick before (`busy_ms`); and how `/livez` answered meanwhile."""
 
-    ms: list[float] = field(default_factory=list)
+    late_ms: list[float] = field(default_factory=list)
+    busy_ms: list[float] = field(default_factory=list)
+    answered: int = 0
     failures: int = 0
 
     @property
     def p99(self) -> float:
-        if not self.ms:
+        """The 99th percentile of the ticks' lateness, in ms."""
+        if not self.late_ms:
             return float("inf")
-        ordered = sorted(self.ms)
+        ordered = sorted(self.late_ms)
         return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
     @property
-    def worst(self) -> float:
-        return max(self.ms, default=float("inf"))
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.ms) if self.ms else float("inf")
+    def busiest(self) -> float:
+        """The most CPU the loop's thread spent between two ticks, in ms."""
+        return max(self.busy_ms, default=0.0)
 
     def __str__(self) -> str:
-        return f"{len(self.ms)} probes, median {self.median:.1f} ms, p99 {self.p99:.1f} ms, max {self.worst:.1f} ms"
+        return (
+            f"{len(self.late_ms)} ticks, lateness median {statistics.median(self.late_ms or [0]):.1f} ms, "
+            f"p99 {self.p99:.1f} ms, max {max(self.late_ms, default=0):.1f} ms; the loop's CPU between ticks "
+            f"at most {self.busiest:.1f} ms; /livez answered {self.answered}"
+        )
+
+
+class LoopWatch:
+    """Ticks on the guard's loop every `PROBE_EVERY` seconds and records each tick's lateness (the
+    loop's clock) and its thread's CPU time since the tick before (`time.thread_time`, which other
+    threads and processes do not inflate): a stall is seen where it happens, in the process under
+    test, not through a client's round trip. Runs on the guard's loop; read from the test's."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, into: Stalls, ticks_wanted: int = 0) -> None:
+        self._loop, self._into = loop, into
+        self._due = 0.0
+        self._cpu = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self.ticks_wanted = ticks_wanted
+        self.enough = threading.Event()
+
+    def start(self) -> None:
+        self._loop.call_soon_threadsafe(self._first)
+
+    def _first(self) -> None:
+        self._due, self._cpu = self._loop.time() + PROBE_EVERY, time.thread_time()
+        self._handle = self._loop.call_at(self._due, self._tick)
+
+    def _tick(self) -> None:
+        now, cpu = self._loop.time(), time.thread_time()
+        self._into.late_ms.append((now - self._due) * 1000)
+        self._into.busy_ms.append((cpu - self._cpu) * 1000)
+        if len(self._into.late_ms) >= self.ticks_wanted:
+            self.enough.set()
+        self._due, self._cpu = now + PROBE_EVERY, cpu
+        self._handle = self._loop.call_at(self._due, self._tick)
+
+    def stop(self) -> None:
+        def cancel() -> None:
+            if self._handle is not None:
+                self._handle.cancel()
+
+        self._loop.call_soon_threadsafe(cancel)
 
 
 class Prober:
-    """Asks a guard's `/livez` every `PROBE_EVERY` seconds on one kept-alive connection, from a
-    thread and event loop of its own: neither the guard's work nor the attack's client (which
-    runs in the test's loop) delays the probe itself, so what it measures is the guard's loop."""
+    """While an attack runs: a `LoopWatch` on the guard's loop, and `/livez` asked over one kept-alive
+    connection from a thread and event loop of its own (so neither the guard's work nor the attack's
+    client delays the asking). The bound is asserted on what the watch measured inside the guard's
+    process; `/livez` must answer every time it is asked, and once more after the attack."""
 
     @staticmethod
-    async def _probe(url: str, into: Latencies, stop: threading.Event) -> None:
+    async def _probe(url: str, into: Stalls, stop: threading.Event, answered: threading.Event) -> None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             while not stop.is_set():
-                started = time.perf_counter()
                 try:
                     async with session.get(url) as response:
                         await response.read()
                         ok = response.status == 200
                 except (aiohttp.ClientError, TimeoutError):
                     ok = False
-                elapsed = (time.perf_counter() - started) * 1000
                 if ok:
-                    into.ms.append(elapsed)
+                    into.answered += 1
+                    answered.set()
                 else:
                     into.failures += 1
+                # A pace for the asking, not an ordering: the watch measures the loop on its own.
                 await asyncio.sleep(PROBE_EVERY)
 
     @contextlib.asynccontextmanager
-    async def during(self, guard: GuardServer) -> AsyncIterator[Latencies]:
-        """Latencies measured while the block runs (at least one probe is always made)."""
-        latencies, stop = Latencies(), threading.Event()
+    async def during(self, guard: GuardServer, ticks_wanted: int = 1) -> AsyncIterator[Stalls]:
+        """The guard's loop measured while the block runs; on leaving, it waits for `ticks_wanted`
+        ticks and one `/livez` answer given after the block (each wait bounded by a timeout)."""
+        stalls, stop, answered = Stalls(), threading.Event(), threading.Event()
+        watch = LoopWatch(guard.loop, stalls, ticks_wanted)
+        watch.start()
         thread = threading.Thread(
-            target=lambda: asyncio.run(self._probe(guard.url("/livez"), latencies, stop)), name="prober", daemon=True
+            target=lambda: asyncio.run(self._probe(guard.url("/livez"), stalls, stop, answered)),
+            name="prober",
+            daemon=True,
         )
         thread.start()
         try:
-            yield latencies
+            yield stalls
+            answered.clear()
+            assert await asyncio.to_thread(answered.wait, 30), "/livez gave no answer after the attack"
+            assert await asyncio.to_thread(watch.enough.wait, 30), f"the guard's loop ticked too few times: {stalls}"
         finally:
-            await asyncio.sleep(PROBE_EVERY * 2)
+            watch.stop()
             stop.set()
             await asyncio.to_thread(thread.join, 35)
 
-    async def baseline(self, guard: GuardServer, seconds: float = 0.5) -> Latencies:
-        """Latencies with nothing in flight."""
-        async with self.during(guard) as latencies:
-            await asyncio.sleep(seconds)
-        return latencies
+    async def baseline(self, guard: GuardServer, ticks: int = 50) -> Stalls:
+        """The guard's loop with nothing in flight, over `ticks` ticks."""
+        async with self.during(guard, ticks_wanted=ticks) as stalls:
+            pass
+        return stalls
 
-    @staticmethod
-    def bound(baseline: Latencies) -> float:
-        return min(LIVEZ_CAP_MS, max(LIVEZ_P99_MS, 3 * baseline.p99 + 50))
-
-    def assert_responsive(self, baseline: Latencies, during: Latencies, at_most_ms: float | None = None) -> None:
-        """`at_most_ms`: a bound of the attack's own where its work must hold the GIL in a thread
-        (parsing with orjson builds the objects with the GIL held), in place of the general one."""
-        bound = self.bound(baseline) if at_most_ms is None else min(LIVEZ_CAP_MS, at_most_ms)
+    def assert_responsive(self, baseline: Stalls, during: Stalls, at_most_ms: float | None = None) -> None:
+        """The guard's loop ran no work longer than `LOOP_CPU_MS` at a stretch (or the attack's own
+        `at_most_ms`, when lower), its ticks were never late past `LATE_CAP_MS` at p99, and `/livez`
+        answered every time it was asked. The loop's CPU is the thread's own: the machine's load
+        and the threads that share the GIL do not move it, so that bound holds on a busy machine;
+        the lateness bound is generous, for stalls a thread holding the GIL causes."""
+        cpu_bound = min(LOOP_CPU_MS, at_most_ms or LOOP_CPU_MS)
         assert during.failures == 0, f"/livez failed {during.failures} times during the attack"
-        assert during.p99 <= bound, f"/livez p99 over {bound:.0f} ms during the attack: {during} (baseline {baseline})"
+        assert during.busiest <= cpu_bound, f"the guard's loop worked {during.busiest:.0f} ms at a stretch: {during}"
+        assert during.p99 <= LATE_CAP_MS, f"the guard's loop ran late: {during} (baseline {baseline})"
 
 
 @pytest.fixture
 def prober() -> Prober:
     return Prober()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that times `/livez` is measured again, twice at most, when its bound is missed: the
-    probe shares the process's GIL and the machine's two cores with everything else running, and
-    one scheduling stall can miss the bound. A loop the attack really holds misses it every time."""
-    for item in items:
-        if "prober" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.flaky(reruns=2))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ PDF_TAIL = b"\nendstream\nendobj\n%%EOF\n"
 
 def pdf_without_count(inflated: int) -> bytes:
     """A PDF whose one stream inflates to `inflated` bytes of `/Type/Pages` with no `/Count` and
-    no `>` (main's page-count pattern was quadratic in it)."""
+    no `>`: the text on which a backtracking page-count pattern is quadratic."""
     payload = (b"/Type/Pages " * (inflated // 12 + 1))[:inflated]
     return PDF_HEAD + zlib.compress(payload, 9) + PDF_TAIL
 

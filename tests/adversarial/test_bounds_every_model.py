@@ -1,9 +1,7 @@
-"""Issue 39, item 1: a model counted by a bound (Claude, Gemini, Gemma, unknown names) counts through
-the same safeguards as an OpenAI vocabulary: the work budget, slices, cancellation.
-
-Before, `BoundTokenizer.count` called the raw encoder: a re-sent 1 MiB Claude body held the loop
-490-517 ms, `/v1/messages/count_tokens` did the same with no upstream and no credential, and after
-a 16 MiB Claude client hung up its count went on for 11 s of CPU.
+"""A model counted by a bound (Claude, Gemini, Gemma, unknown names) counts through the same
+safeguards as an OpenAI vocabulary: the work budget (a re-sent conversation and
+`/v1/messages/count_tokens` keep heavy counting off the loop), slices, and cancellation (a count
+whose client hung up stops).
 """
 
 from __future__ import annotations
@@ -36,8 +34,8 @@ def conversation(model: str, turns: int, size: int) -> dict[str, object]:
 
 class TestReSentBoundBodies:
     async def test_a_claude_conversation_over_the_window_re_sent_does_not_hold_the_loop(self, serve_guard, prober):
-        """Its messages' counts are cached, but the cut ones are counted again each time: before,
-        on the loop, with no budget spent (177-186 ms here; gpt-4o's 9 ms)."""
+        """Its messages' counts are cached, but the cut ones are counted again each time: that
+        counting spends from the work budget and leaves the loop when the budget is spent."""
         guard = await serve_guard()
         chat = guard.url("/v1/chat/completions")
         first = conversation(CLAUDE, 8, 1_000_000)  # 1 MB of prose: over Claude's window, trimmed
@@ -86,11 +84,11 @@ class TestHangingUp:
             return await guard.on_guard_loop(lambda: large_body_slots().busy)
 
         sending = asyncio.create_task(hang_up_after(guard.url(COUNT_TOKENS), body, 30))
-        for _ in range(400):  # until its count runs in a large-body thread
+        for _ in range(400):  # until its work runs in a large-body thread (a poll, 10 s at most)
             if await busy():
                 break
             await asyncio.sleep(0.025)
-        await asyncio.sleep(0.3)
+        # Hung up while parsing or while counting: either way no counting goes on after.
         sending.cancel()
         left = cpu_seconds()
         for _ in range(400):
@@ -99,4 +97,5 @@ class TestHangingUp:
             await asyncio.sleep(0.025)
         spent = cpu_seconds() - left
         assert not await busy(), "the count went on after its client left"
+        # CPU time, not wall time (the machine's load does not move it), far under what counting the whole body costs.
         assert spent < 2.0, f"{spent:.1f} s of CPU after the client hung up"

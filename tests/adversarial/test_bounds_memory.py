@@ -1,8 +1,8 @@
-"""Counting a body costs memory proportional to it, whatever its text (docs/security.md).
+"""Counting a body costs memory proportional to it, whatever its text (docs/security.md): prose,
+one short word repeated and CJK alike.
 
 Each body is parsed and counted in a process of its own (`memory_probe.py`), which reports its
-peak RSS above what it held with the body's bytes read. Before slicing, 30 MB bodies peaked at
-377 MB (prose), 807 MB (" a" repeated) and 1.3 GB (CJK).
+peak RSS above what it held with the body's bytes read.
 """
 
 from __future__ import annotations
@@ -50,9 +50,8 @@ class TestPeakMemory:
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak RSS is reset through Linux's /proc")
 class TestPeakMemoryOfABound:
-    """Issue 39: a model counted by a bound (Claude; Gemini, Gemma and unknown names alike) counts
-    through the exact tokenizers' slices. Before, 30 MB of random letters for Claude peaked at
-    +1,358 MB, and the same body as a 30 KB gzip upload at +1,375 MB."""
+    """A model counted by a bound (Claude; Gemini, Gemma and unknown names alike) counts through the
+    exact tokenizers' slices, so its peak memory is bounded by the body's size as theirs is."""
 
     @pytest.mark.parametrize("kind", KINDS)
     def test_a_4_mb_body_counted_for_claude_stays_within_the_bound(self, kind: str) -> None:
@@ -61,17 +60,17 @@ class TestPeakMemoryOfABound:
 
     @pytest.mark.parametrize("model", ["claude-3-5-sonnet-20241022", "gemini-1.5-pro"])
     def test_a_gzip_upload_of_30_mb_of_letters_stays_within_the_bound(self, model: str) -> None:
-        """The bound of issue 39 (six times the body): here the inflated body is not held before, as
-        the uncompressed one is, but made from the upload within the measure."""
+        """Six times the body: here the inflated body is not held before, as the uncompressed one
+        is, but made from the upload within the measure."""
         result = probe("random-letters", 30, model, "gzip")
         assert result["peak_mb"] <= 6 * result["body_mb"], result
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak RSS is reset through Linux's /proc")
 class TestPeakMemoryOfDenseJson:
-    """Issue 39, item 3: 30 MiB of `[],` in a field the guard does not read made +917 MB of parsed
-    objects (+947 MB from a 30 KB gzip upload). Its values are weighed before parsing now: the
-    body is refused, and one just within the density allowed stays under six times its size."""
+    """Dense JSON in a field the guard does not read (30 MiB of `[],`, or a 30 KB gzip upload of it)
+    would parse into objects many times its size: its values are weighed before parsing, the body
+    is refused, and one just within the density allowed stays under six times its size."""
 
     @pytest.mark.parametrize("options", [(), ("gzip",)], ids=["plain", "gzip"])
     def test_30_mb_of_empty_arrays_is_refused_before_it_is_parsed(self, options: tuple[str, ...]) -> None:

@@ -1,6 +1,7 @@
-"""About a million spaces or tabs made tiktoken panic (a `BaseException`): the client got a closed
-connection and 97 lines of Rust backtrace reached the log. Now such a text is counted by a bound
-(one token per byte) and the request is answered, with one JSON log line and nothing else."""
+"""A text of about a million spaces or tabs (which makes tiktoken panic with a `BaseException`)
+is counted by a bound (one token per byte) and the request is answered, with one JSON log line
+and nothing else: no closed connection, no backtrace in the log.
+"""
 
 from __future__ import annotations
 

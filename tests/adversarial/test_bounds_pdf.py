@@ -1,10 +1,8 @@
-"""Issue 24, item 1: a PDF whose page tree states no `/Count` and never closes costs linear work.
+"""A PDF whose page tree states no `/Count` and never closes costs work linear in its bytes.
 
-On main a 789-byte chat body holding such a PDF froze the event loop for 7.5 s (the page-count
-pattern was quadratic in the inflated text). Here the worst such body that is still planned on the
-loop (at most `INLINE_BYTES`) and one that inflates to `FILE_INFLATE_CAP` are sent while `/livez`
-is probed; each is answered with a clean error in the API's shape (the file is counted by its
-inflated bytes: over the window).
+The worst such body that is still planned on the loop (at most `INLINE_BYTES`) and one that
+inflates to `FILE_INFLATE_CAP` are sent while the guard's loop is watched; each is answered with
+a clean error in the API's shape (the file is counted by its inflated bytes: over the window).
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ from tests.adversarial.hostile import chat_with_file, honest_pdf, pdf_no_larger_
 CHAT = "/v1/chat/completions"
 ON_THE_LOOP = pdf_no_larger_than(INLINE_BYTES - 300)  # the body around it stays under INLINE_BYTES
 AT_THE_CAP = pdf_without_count(FILE_INFLATE_CAP)
-# Found by this test (November 2026): the 22 KB body is planned in a thread, but `_PDF_PAGE.findall`
-# scans the 8 MiB inflated text in one C call that holds the GIL (about 140 ms), and the loop waits
-# for it. The fix belongs to the core (scan in slices, or prefilter with `bytes.count`).
+# The body at the cap is planned in a thread, but the page-count scan of its inflated text is one
+# C call that holds the GIL, so the loop waits for it: that shows as lateness, not as the loop's
+# own CPU. Scanning in slices (in the core) would let the loop run between them.
 
 
 async def warmed(guard):  # type: ignore[no-untyped-def]

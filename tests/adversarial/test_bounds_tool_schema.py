@@ -1,10 +1,7 @@
-"""Issue 24, item 1: a tool schema that expands exponentially costs bounded work, and is counted
-by an upper bound that the log and the headers call an estimate.
-
-On main a 2,135-byte tool (`$defs` each referring to the next 3 times, 13 deep) took 4.4 s and
-545 MB and counted 10.6 million tokens; K=4 would be about 55 times worse. Here the K=4 chain is
-sent as a body planned on the loop (at most `INLINE_BYTES`) and as one planned in a thread while
-`/livez` is probed.
+"""A tool schema that expands exponentially (`$defs` each referring to the next K times) costs
+bounded work, keeps the loop free and is counted by an upper bound that the log and the headers
+call an estimate. The K=4 chain is sent as a body planned on the loop (at most `INLINE_BYTES`)
+and as one planned in a thread, while the guard's loop is watched.
 """
 
 from __future__ import annotations
@@ -12,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import threading
 
 import pytest
 
@@ -22,29 +20,47 @@ from tests.adversarial.hostile import chat_with_tool, plain_function, ref_chain
 
 CHAT = "/v1/chat/completions"
 SMALL_CHAIN = ref_chain(4, 13)
-# Found by this test (November 2026): a body of at most INLINE_BYTES is planned on the loop, and the
-# tool renderer's budget (RENDER_BUDGET, 4M characters built) is the same whatever the schema's
-# size, so this 2.3 KB body holds the loop 60-140 ms per request. The fix belongs to the core (a
-# render budget proportional to the function's bytes) or to the shell (tools planned off the loop).
+# A body of at most INLINE_BYTES is planned on the loop, and the tool renderer's budget
+# (RENDER_BUDGET characters built) does not shrink with the schema's size: the small chain is the
+# worst a body planned on the loop can do, the padded one the same chain planned in a thread.
 PADDED_CHAIN = {**SMALL_CHAIN, "description": "Look a record up by its key. " * 200}  # planned in a thread
 
 
+class LogLines(io.StringIO):
+    """The log, as written; each write wakes whoever waits for lines (the guard logs from its own thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self.written:
+            n = super().write(text)
+            self.written.notify_all()
+        return n
+
+    def requests(self) -> list[dict]:
+        lines = [json.loads(line) for line in self.getvalue().splitlines() if line.strip()]
+        return [line for line in lines if line.get("event") == "request"]
+
+
 @pytest.fixture
-def log_lines() -> io.StringIO:
-    stream = io.StringIO()
+def log_lines() -> LogLines:
+    stream = LogLines()
     configure_logging("json", "info", stream=stream)
     return stream
 
 
-async def request_lines(stream: io.StringIO, expected: int) -> list[dict]:
-    """The request log lines, once `expected` are written (a line is written as its answer ends)."""
-    for _ in range(100):
-        lines = [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
-        requests = [line for line in lines if line.get("event") == "request"]
-        if len(requests) >= expected:
-            return requests
-        await asyncio.sleep(0.05)
-    return requests
+async def request_lines(stream: LogLines, expected: int) -> list[dict]:
+    """The request log lines, once `expected` are written (a line is written as its answer ends), or
+    what there is after 5 s."""
+
+    def wait() -> list[dict]:
+        with stream.written:
+            stream.written.wait_for(lambda: len(stream.requests()) >= expected, timeout=5)
+            return stream.requests()
+
+    return await asyncio.to_thread(wait)
 
 
 class TestRefChain:

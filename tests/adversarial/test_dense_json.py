@@ -1,8 +1,6 @@
-"""Issue 39, item 3: dense JSON in a field the guard does not read, sent plain or as a small gzip upload.
-
-Before, 30 MiB of `[],` made +917 MB of parsed objects and an 813 ms loop stall (the parsing
-thread held the GIL); gzipped it is a 30 KB upload. Its values are weighed before parsing now
-(peak memory: tests/adversarial/test_bounds_memory.py), and it is refused in the API's shape.
+"""Dense JSON in a field the guard does not read, sent plain or as a small gzip upload, is
+weighed before it is parsed and refused in the API's shape, with the loop kept free (its peak
+memory: tests/adversarial/test_bounds_memory.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Issue 39, item 4: the provider's count at the budget's edge works on the body off the event loop.
-
-Before, a Claude request at the budget's edge with a 9 MB `mcp_servers` field the guard does not
-read held the loop 818 ms (645 ms on a count-cache hit: the key was a sorted dump and a hash of
-the whole body, made on the loop); the count call's body is now built, serialised and digested
-in the request's share of the threads, and its digest is the cache key.
+"""The provider's count at the budget's edge works on the body off the event loop: for a Claude
+request at the edge carrying a large field the guard does not read (`mcp_servers`), the count
+call's body is built, serialised and digested in the request's share of the threads, and that
+digest is the count cache's key (so a cache hit does not dump or hash the body on the loop).
 """
 
 from __future__ import annotations
@@ -68,6 +66,4 @@ async def test_a_request_at_the_edge_with_a_huge_unread_field_does_not_hold_the_
         answers = [await post(guard.url("/v1/messages"), body) for _ in range(2)]  # the second: a count-cache hit
     assert [status for status, _, _ in answers] == [200, 200], answers[0][1][:300]
     assert fake.counted == 1  # asked once: the second was the cache's
-    # Issue 39 bounds the edge at 150 ms (the count call is built and serialised in a thread; it held the
-    # loop 818 ms before): 66 ms measured once on a quiet machine, over the general 56 ms bound.
-    prober.assert_responsive(base, during, at_most_ms=150)
+    prober.assert_responsive(base, during)

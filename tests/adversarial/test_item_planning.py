@@ -1,8 +1,6 @@
-"""Issue 39, item 7: planning spends from the work budget per item, not only per encoded character.
-
-Before, a re-sent 1 MiB Responses body of one-character items held the loop 150-308 ms: only
-encoded characters spent from the inline budget, so the on-loop try walked every item (a
-lookup and a hash each) before it gave up, and the thread then did it all again.
+"""Planning spends from the work budget per item, not only per encoded character: a re-sent large
+Responses body of one-character items gives up on the loop after a bounded number of items and is
+planned in a thread.
 """
 
 from __future__ import annotations

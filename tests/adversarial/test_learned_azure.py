@@ -1,4 +1,4 @@
-"""Issue 24, item 6: on Azure deployment paths the path names the model.
+"""On Azure deployment paths the path names the model.
 
 Azure serves the deployment the path names and ignores the body's `model`. A client that sends
 `"model": "big"` to `deployments/small` must not teach the window of `small` to `big`: the guard

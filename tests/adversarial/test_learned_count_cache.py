@@ -1,9 +1,9 @@
-"""Issue 24, item 10: no cross-client timing oracle.
+"""No cross-client timing oracle: counts are cached per client.
 
-A count the cache holds answers in a tenth of the time of a count (10.5 ms against 87 ms for
-400 KB): with one cache for everyone, a client could time whether another had sent a text. Counts
-are kept per client (its credential, else its connection) unless the operator opts in to one
-shared cache. Work is asserted by the cache's own hit count, not by the clock.
+A count the cache holds answers much faster than a count: with one cache for everyone, a client
+could time whether another had sent a text. Counts are kept per client (its credential, else its
+connection) unless the operator opts in to one shared cache. Work is asserted by the cache's own
+hit count, not by the clock.
 """
 
 # ruff: noqa: F811  # fixtures imported from tests/server/conftest.py, named again as parameters

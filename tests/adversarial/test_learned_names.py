@@ -1,4 +1,4 @@
-"""Issue 24, item 7: every client-supplied name is bounded and escaped.
+"""Every client-supplied name is bounded and escaped.
 
 A model name keys a profile, a route, learned state, a metrics label, the log line and a row of
 the recent-decisions page: one longer than 256 characters is refused in the API's own shape before

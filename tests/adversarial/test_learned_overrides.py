@@ -1,4 +1,4 @@
-"""Issue 24, item 9: overrides match the normalised name the model map uses.
+"""Overrides match the normalised name the model map uses.
 
 With an override capping `gpt-4o` at 16,000 tokens, a client must not get gpt-4o's full 128,000
 by spelling the name differently; an override for one dated version holds no other.

@@ -1,4 +1,4 @@
-"""Issue 24, item 6: learned state comes only from what was counted.
+"""Learned state comes only from what was counted.
 
 A part the guard cannot see (a file sent by `file_id`) is counted as 0, yet the provider counts
 it: its overflow error then implies a count factor that is about that one request. The guard

@@ -1,4 +1,4 @@
-"""Issue 24: a learned window is never skipped.
+"""A learned window is never skipped.
 
 In front of a llama.cpp server whose window the guard does not know (it assumes the 8,192-token
 fallback), the server's overflow error teaches the window (2,048 stated: 2,007 with the headroom).

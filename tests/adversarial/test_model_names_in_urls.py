@@ -1,10 +1,10 @@
-"""Issue 39, item 2: a client's model name never steers an upstream request off its model's own path.
+"""A client's model name never steers an upstream request off its model's own path.
 
-Before, with `kind: vertex`, the edge count call wrote the client's model name into
-`.../publishers/google/models/{name}:countTokens` unquoted: a name with `..`, `?` or `#` made the
-guard POST the client's body, with the operator's credential, to another project's `:predict`,
-an Anthropic `:rawPredict` or a `:generateContent`. Here every request the upstream receives is
-recorded, and each must be the forwarded request's path or the model's own count path.
+For every upstream kind, a model name holding `..`, `?`, `#` or a `:` verb (which, written
+unquoted into a path such as `.../publishers/google/models/{name}:countTokens`, would send the
+client's body with the operator's credential to another project's `:predict`, an Anthropic
+`:rawPredict` or a `:generateContent`) is sent: every request the upstream receives is recorded,
+and each must be the forwarded request's path or the model's own count path.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Issue 24, item 5: an exception from a native library never escapes as a closed connection.
+"""An exception from a native library never escapes as a closed connection.
 
-About 1M spaces or tabs made tiktoken panic (pyo3's `PanicException`, a `BaseException`): main
-answered with a closed connection, and 97 non-JSON lines reached the log. Here a tokenizer whose
-count raises a `BaseException` subclass stands in for the panic, on every path a count takes (on
-the loop, in the medium-body threads, in the large-body threads) and for each API shape.
+A tokenizer can raise a `BaseException` that is not an `Exception` (tiktoken's Rust panic,
+pyo3's `PanicException`). Here a tokenizer whose count raises a `BaseException` subclass stands in
+for the panic, on every path a count takes (on the loop, in the medium-body threads, in the
+large-body threads) and for each API shape: each is answered with a JSON error in the API's shape,
+and the log gets JSON lines only.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
-"""Issue 24, item 8: a malicious or broken upstream is bounded too.
-
-On main: an SSE event that never ended was buffered without limit and rescanned on every chunk
-(128 MiB: 44.6 s of CPU, 458 MB); a hung `/tokenize` added 30 s to every request (the framing's
-30 s deadline applied, not the 2 s `tokenize_timeout`, and a cancelled wait set no cooldown); a
-16 MB tokenize answer was read whole and parsed on the loop.
+"""A malicious or broken upstream is bounded too: an SSE event that never ends is held only up
+to a bound and then relayed unparsed; a hung `/tokenize` costs one request its `tokenize_timeout`
+(not the framing's longer deadline) and then sets a cooldown, so the next requests do not ask
+it; a huge tokenize answer is not read whole, nor parsed on the loop.
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 import aiohttp
 from hypothesis import given, settings
@@ -18,7 +15,7 @@ from hypothesis import strategies as st
 from proxy.server.backends.profiles import MAX_ANSWER_BYTES
 from proxy.server.upstream.usage import MAX_EVENT_BYTES, UsageTap
 from tests.adversarial.conftest import body_of, make_settings, post
-from tests.adversarial.upstreams import CHUNK, USAGE, endless_event_upstream, llama_server, sse
+from tests.adversarial.upstreams import CHUNK, TOKENIZE_CALLS, USAGE, endless_event_upstream, llama_server, sse
 
 
 class TestEndlessEvent:
@@ -90,24 +87,26 @@ def backend_settings(url: str):
 
 class TestTokenizeBackend:
     async def test_a_hung_tokenize_costs_a_request_at_most_the_tokenize_timeout_and_then_nothing(self, serve_guard):
-        guard = await serve_guard(backend_settings, upstream=llama_server("hang"))
+        """The client's timeout (15 s) is far under the framing's deadline (30 s), which is what a
+        request would wait were `tokenize_timeout` (0.5 s) not applied; the cooldown shows as no
+        further `/tokenize` call."""
+        hung = llama_server("hang")
+        guard = await serve_guard(backend_settings, upstream=hung)
         chat = guard.url("/v1/chat/completions")
-        status, _, first = await post(chat, body_of("hello there", model="local"))
-        assert status == 200 and first < 0.5 + 1.5  # main: 30 s (the framing's deadline)
-        timings = []
-        for _ in range(3):  # the backend cools down: the next requests do not wait for it at all
-            status, _, seconds = await post(chat, body_of("and again", model="local"))
+        status, _, _ = await post(chat, body_of("hello there", model="local"), timeout=15)
+        assert status == 200
+        asked = len(hung[TOKENIZE_CALLS])
+        assert asked >= 1  # the framing's measurement: it hangs
+        for _ in range(3):  # the backend cools down: the next requests do not ask it at all
+            status, _, _ = await post(chat, body_of("and again", model="local"), timeout=15)
             assert status == 200
-            timings.append(seconds)
-        assert max(timings) < 0.5
+        assert len(hung[TOKENIZE_CALLS]) == asked
 
     async def test_a_huge_tokenize_answer_is_not_read_whole_and_the_loop_stays_responsive(self, serve_guard, prober):
         guard = await serve_guard(backend_settings, upstream=llama_server("huge"))
         base = await prober.baseline(guard)
         async with prober.during(guard) as during:
-            started = time.perf_counter()
             status, answer, _ = await post(guard.url("/v1/chat/completions"), body_of("hello", model="local"))
         assert status == 200 and json.loads(answer)["object"] == "chat.completion", answer[:200]
-        assert time.perf_counter() - started < 10
         prober.assert_responsive(base, during)
-        assert MAX_ANSWER_BYTES < 16 * 1024 * 1024  # what made main read it whole is over the bound
+        assert MAX_ANSWER_BYTES < 16 * 1024 * 1024  # the fake's answer is over the bound the guard reads up to

@@ -68,21 +68,35 @@ def endless_event_upstream(size: int, honest: bool = False) -> web.Application:
     return app
 
 
+TOKENIZE_CALLS = web.AppKey("tokenize_calls", list[bytes])
+
+
 def llama_server(tokenize: str) -> web.Application:
-    """A llama-server that states its window and whose `/tokenize` hangs (`hang`) or answers 16 MB (`huge`)."""
+    """A llama-server that states its window and whose `/tokenize` hangs (`hang`) or answers 16 MB
+    (`huge`); `app[TOKENIZE_CALLS]` holds the body of every `/tokenize` call it received."""
 
     async def props(request: web.Request) -> web.Response:
         return web.json_response({"default_generation_settings": {"n_ctx": 8192}, "model_alias": "local"})
 
     async def tokenize_call(request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        app[TOKENIZE_CALLS].append(body)
         if tokenize == "hang":
             await asyncio.sleep(3600)
         if tokenize == "ok":
             data = json.loads(body)
             return web.json_response({"tokens": [1] * max(1, len(str(data.get("content", ""))) // 4)})
-        tokens = b"[" + b"1," * (8 * 1024 * 1024) + b"1]"  # 16 MB of token ids
-        return web.Response(body=b'{"tokens": ' + tokens + b"}", content_type="application/json")
+        # 16 MB of token ids, written a chunk at a time as a remote server's bytes arrive: the
+        # fake shares the guard's loop, and one 16 MB write would be the fake's work measured there.
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"tokens": [')
+        ids = b"1," * (CHUNK // 2)
+        for _ in range(8 * 1024 * 1024 // (CHUNK // 2)):
+            await response.write(ids)
+        await response.write(b"1]}")
+        await response.write_eof()
+        return response
 
     async def apply_template(request: web.Request) -> web.Response:
         data = await request.json()
@@ -93,6 +107,7 @@ def llama_server(tokenize: str) -> web.Application:
         return web.json_response(ANSWER)
 
     app = web.Application()
+    app[TOKENIZE_CALLS] = []
     app.router.add_get("/props", props)
     app.router.add_post("/tokenize", tokenize_call)
     app.router.add_post("/apply-template", apply_template)

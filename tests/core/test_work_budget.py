@@ -107,7 +107,7 @@ class TestOtherStepsSpend:
 
 
 class TestItems:
-    """Issue 39, item 7: a conversation's items spend from the budget, not only its characters."""
+    """A conversation's items spend from the budget, not only its characters."""
 
     def test_a_responses_body_of_many_one_character_items_overspends_before_it_is_read(self):
         body = {"model": "gpt-4o", "input": [{"role": "user", "content": "a"} for _ in range(2_000)]}

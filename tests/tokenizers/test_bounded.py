@@ -1,4 +1,4 @@
-"""`bound:<name>` tokenizers count through the exact tokenizers' path (issue 39): the work budget,
+"""`bound:<name>` tokenizers count through the exact tokenizers' path: the work budget,
 slices, one token per byte where no cut is found, the fallback on a native panic, cancellation."""
 
 from __future__ import annotations

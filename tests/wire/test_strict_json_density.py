@@ -1,4 +1,4 @@
-"""Dense JSON (issue 39, item 3): a body's values are weighed before parsing, strings left out."""
+"""Dense JSON: a body's values are weighed before parsing, strings left out."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from proxy.wire.top_level_model import MAX_DEPTH, PARSED_BYTES, scanned_model, t
 
 
 def parsed_model(raw: bytes) -> str | None:
-    """What the guard read before, a whole parse (`proxy.wire.codec.loads`): the top-level
+    """The reference the scanner is checked against, a whole parse (`proxy.wire.codec.loads`): the top-level
     `model` when it is a string, else None, and None for a body that is not JSON."""
     try:
         value = loads(raw)

@@ -69,7 +69,8 @@ class TestARawPromptPerFamily:
         assert count.total == real(model)(prompt)
 
     def test_a_llama_31_prompt_carries_no_dated_system_block(self):
-        """The issue's case: a 195-token prompt was counted 220 (the chat template's 25)."""
+        """A plain prompt is counted as the prompt alone and its BOS: the chat template's system
+        block (25 tokens) is not added."""
         model, prompt = "meta-llama/Llama-3.1-8B-Instruct", CORPUS["prose_chinese"]
         count = fit_body(CompletionsAdapter(), {"model": model, "prompt": prompt}, 131072, model=model).plan.count
         assert count.total == real(model)(prompt) and count.components["reply_priming"] == 1  # its BOS

@@ -97,8 +97,8 @@ class TestDocumentedWindows:
 
 
 class TestBundledMap:
-    def test_llama_3_1_8b_is_no_longer_given_one_hosts_16k(self) -> None:
-        """The issue's case, on litellm's bundled map."""
+    def test_llama_3_1_8b_has_its_own_window_not_one_hosts_16k(self) -> None:
+        """On litellm's bundled map, a host's smaller window stays that host's entry's."""
         registry = ModelRegistry(load_model_map())
         assert registry.profile("meta-llama/Llama-3.1-8B-Instruct").context_window == 131072
         assert registry.profile("novita/meta-llama/llama-3.1-8b-instruct").context_window == 16384

@@ -1,6 +1,6 @@
 """Whole chat requests, rendered by each family's real template and counted by its real tokenizer,
-against the guard's count: never under, within 1% on conversations of some size, and exact where
-the issue measured it (a lone "Hi": 36 tokens for Llama 3.1, 30 for Qwen 2.5).
+against the guard's count: never under, within 1% on conversations of some size, and exact on the
+smallest request (a lone "Hi": 36 tokens for Llama 3.1, 30 for Qwen 2.5).
 
 Templates: tests/data/families/templates (llama.cpp's models/templates, MIT; LICENSE-llama.cpp).
 Mistral's requests are encoded by mistral-common itself, as Mistral's servers do (Mistral Small 3

@@ -192,7 +192,7 @@ class TestSlowBodies:
         for i in range(0, 40):
             writer.write(CHAT[i : i + 1])
             await writer.drain()
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # a slow client's pace: the deadline under test runs on the server's real clock
             if reader.at_eof() or reader._buffer:  # the answer came: stop trickling
                 break
         response = await asyncio.wait_for(read_response(reader), 5)

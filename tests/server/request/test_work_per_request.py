@@ -63,53 +63,13 @@ REQUESTS = 12
 MARGIN = 0.10
 MODEL = "gpt-4.1"  # o200k_base, a 1M-token window: the body fits and is forwarded as received
 
-# Per warm request, measured at `REQUESTS` requests of each scenario (see the docstring to re-pin).
-# Before session 23 (main at a97417b): same body 301 / 254 / 0, new turn 365 / 378 / 2. Session 23:
-# 289 / 232 / 0 and 350 / 381 / 2, but those figures left out the plan: a body over 4 KiB was
-# planned in a thread, which the hook does not see. Since a warm body is planned on the loop within
-# a budget of new work (issue 28), the plan is counted here: 356 / 366 / 0 and 428 / 523 / 2, of
-# which 94 C calls are the unseen-parts walk's `dict.get` per message (13 us in all; the byte
-# searches it replaced were 4 C calls costing 275 us). Then 354 / 349 / 0 and 425 / 505 / 2: an
-# answer's usage read with orjson alone (no walk over its values). Then 300 / 298 / 0 for a body sent
-# again: its plan is the one made for the same bytes (`proxy.server.request.resent`); a new turn asks
-# for such a plan too (427 / 503 / 2), and its key is worked out only for a body sent again. Then
-# 281 / 167 / 0 for a body sent again: the request parsed for the same bytes is kept too
-# (`proxy.server.request.resent`: no walk, no checks), and the most recent body of its family is
-# compared first; a new turn pays those two looks (430 / 505 / 2). Then 272 / 164 / 0 and
-# 421 / 501 / 2: an exact count is not offered to the provider's count (a command less). Then
-# 274 / 164 / 0 and 424 / 505 / 2: the request and the plans of a body sent again are kept in one
-# table class (`proxy.server.request.resent.KeptPerBody`), a call or two more than two copies of it. Then
-# a new turn 430 / 418 / 2: the messages an earlier body's view held with every part seen are not
-# walked for unseen parts again (87 `dict.get`s fewer), and a body sharing all but its last turn with
-# the most recent body of its family is read from it with no other body looked for (a few calls
-# more than the search it skips, which compared up to four bodies' elements). Then 275 / 165 / 0
-# and 433 / 422 / 2: the prefix reader's bodies of a family are kept in an ordered map instead of
-# a list searched for the body let go (a call or two more here, where few bodies are kept; 20 us
-# less per body let go with 256 kept), and the credential is digested once per request (the two
-# functions that name the client take the digest). Then 256 / 158 / 0 and 414 / 414 / 2: what a
-# model's requests are counted and sent with (route, served model, profile, tokenizer choice,
-# backend, budget policy) is worked out once per model and API and read back (one lookup in place of
-# a dozen: `proxy.server.backends.model_route`). Then 257 / 158 / 0: a kept plan is copied by its own
-# `Plan.again` (a call more than `dataclasses.replace`, which cost 5 us of introspection). Then
-# 258 / 159 / 0 and 415 / 416 / 2: the upstream request's own `update_auto_headers` (a call that
-# replaced aiohttp's header dict and copy for `skip_auto_headers`, 7 us), and the tool
-# definitions' hash reused for the very objects hashed last (a call; the dump it skips grows with
-# the tools). Then 411 / 413 / 2 for a new turn: it looks first for the opening where it parts
-# from the body the prefix reader matched, which the request before kept (one look, not three).
-# Then 407 / 409 / 2: a turn that neither makes nor answers a tool call reads none of the
-# conversation's calls, results and group marks (`RequestCounter._extended`). Then 408 for a new
-# turn: `proxy.apis.base.fit` takes what the request is counted with as one `Counting` (profile,
-# tokenizer, cache, window) in place of four parameters, one dataclass made per fitted request
-# (measured 419 -> 420 on a base, dff8d5a, already measuring 419; a body sent again takes a kept plan and
-# makes none). Then, re-pinned once after issue 40's move (the tree regrouped, the request's state
-# in one `Flow`, the decision inside the exchange): 277 / 155 / 0 and 428 / 408 / 2. Of that, 258 -> 269
-# and 408 -> 419 came with the regrouping and the Flow (last stop, within the margin, not re-pinned
-# then), and +8 / +9 with the decision as commands: `FindRoute` and `LookUpCorrection` are two more
-# rounds of the exchange's loop (its `send`, the generator's step, the dispatch and the command's
-# method), where `prepared()` worked them out inline.
-# The C calls move
-# by a fifth of a call per request from run to run (a timer-driven call now and then): pinned at the
-# figure rounded up.
+# Per warm request, measured at `REQUESTS` requests of each scenario (see the docstring to re-pin):
+# the guard's Python calls, C calls and encoder calls. A body sent again takes the plan kept for the
+# same bytes and encodes nothing; a new turn encodes its new message and the reply's priming. The
+# figures are pinned so that work added to every request fails here, naming the scenario; what moved
+# them, change by change, is in bench/changes.md and the commit log. The C calls move by a fifth of
+# a call per request from run to run (a timer-driven call now and then): pinned at the figure
+# rounded up.
 PINNED: dict[str, dict[str, float]] = {
     "same body": {"python_calls": 277, "c_calls": 156, "encodes": 0},
     "new turn": {"python_calls": 428, "c_calls": 409, "encodes": 2},
