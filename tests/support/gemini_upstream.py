@@ -174,6 +174,8 @@ class FakeGemini:
             return web.json_response({"files": []})
         if request.method == "GET" and request.path.rstrip("/").endswith("/models"):
             return web.json_response({"models": [{"name": "models/gemini-2.5-flash"}]})
+        if request.method == "GET" and "/models/" in request.path and ":" not in request.path:
+            return web.json_response({"name": "models/" + request.path.rpartition("/")[2]})
         return None
 
 
