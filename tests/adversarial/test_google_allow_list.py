@@ -57,7 +57,7 @@ class TestGeneratingMethods:
             f"/v1beta/models/{FLASH}:generatecontent",
             f"/v1beta/models/{FLASH}%3AGenerateContent",
             f"/v1/v1beta/models/{FLASH}:generateContent",
-            f"/v1beta/tunedModels/mine:generateContent",
+            "/v1beta/tunedModels/mine:generateContent",
             f"/upload/v1beta/models/{FLASH}:generateContent",
         ],
     )

@@ -115,8 +115,8 @@ class TestListings:
 class TestWhatDoesNotPass:
     async def test_batch_generation_is_refused_in_google_s_shape_and_reaches_no_upstream(self, client, google, request):
         provider, _ = google
-        with pytest.raises(errors.ClientError) as refused:
-            await client.aio.models._api_client.async_request(  # noqa: SLF001 (the SDK has no public batch call by path)
+        with pytest.raises(errors.ClientError) as refused:  # the SDK's own request path, as `batches.create` uses it
+            await client.aio.models._api_client.async_request(
                 "post", f"models/{FLASH}:batchGenerateContent", {"requests": []}, None
             )
         assert refused.value.code == 404 and refused.value.status == "NOT_FOUND"
