@@ -7,7 +7,8 @@ with the official `openai` SDK, a short chat that fits; an agent conversation wh
 result cannot fit; the same conversation one turn later; and that one again, streamed; then, with
 the official `anthropic` SDK (plain HTTP where it is not installed), that conversation as
 Anthropic Messages to a Claude model; as Gemini's generateContent to a Gemini model, on the
-Developer API's path; and as an interaction with that model (Google's Interactions API). For each it prints a short before/after table, built from the guard's
+Developer API's path; and as an interaction with that model (Google's Interactions API). For each
+it prints a short before/after table, built from the guard's
 `x-context-guard-*` headers, its log event and the echo's account of what arrived, followed by the
 guard's real log line.
 

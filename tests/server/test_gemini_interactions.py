@@ -131,3 +131,11 @@ class TestInteractionsThroughTheGuard:
         await client.aio.interactions.create(model=FLASH, input="And then?", previous_interaction_id="int_1")
         sent = provider.received[-1].json()
         assert sent["previous_interaction_id"] == "int_1" and "store" not in sent
+
+    async def test_a_stream_the_provider_breaks_ends_with_the_apis_own_error_event(self, client, fake):
+        provider, _ = fake
+        provider.break_stream_after = 3
+        stream = await client.aio.interactions.create(model=FLASH, input="Hello?", stream=True)
+        events = [event async for event in stream]
+        assert events[-1].event_type == "error" and events[-1].error.code == "unavailable"
+        assert "interaction.completed" not in [event.event_type for event in events]

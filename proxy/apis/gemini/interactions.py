@@ -179,7 +179,8 @@ def _model(body: Mapping[str, Any]) -> str:
         )
     if not isinstance(model, str) or not model:
         raise InvalidRequest("model: a non-empty string is required", param="model")
-    return model.rpartition("/")[2] if model.startswith("models/") else model
+    # Google's resource names (`models/x`, `projects/p/locations/l/publishers/google/models/x`): the model is `x`.
+    return model.rpartition("/")[2] if model.startswith(("models/", "projects/", "publishers/")) else model
 
 
 def _read_input(value: object, view: ViewBuilder) -> None:

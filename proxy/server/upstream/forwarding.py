@@ -3,6 +3,7 @@ timing, relaying the answer, and the paths forwarded untouched (pass-through).""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -225,22 +226,26 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
 
 
 def _passthrough_target(gw: Gateway, model: str | None, google: GooglePath | None, request: web.Request) -> Target:
+    """The model's route; for a Google path that names no model (or one no Google upstream
+    serves), the first Google upstream a route names (Vertex AI's for a path naming a project);
+    else the default route's."""
+    routed = None
     if model:
-        try:
-            return gw.router.route(model)
-        except ModelNotRouted:
-            pass
+        with contextlib.suppress(ModelNotRouted):
+            routed = gw.router.route(model)
     asks_google = google is not None and (
         google.google_only or any(name in request.headers for name in _GOOGLE_SIGNS) or "key" in request.query
     )
-    if asks_google:  # a Google path naming no model: the first Google upstream a route names (Vertex's for a project)
+    if routed is not None and (routed.upstream.kind in GOOGLE_KINDS or not asks_google):
+        return routed
+    if asks_google:
         kinds = ("vertex", "gemini") if google is not None and google.project is not None else ("gemini", "vertex")
         upstreams = [gw.settings.upstreams[route.upstream] for route in gw.router.routes]
         for kind in kinds:
             found = next((u for u in upstreams if u.kind == kind), None)
             if found is not None:
                 return Target(found, None)
-    return gw.router.default()
+    return routed or gw.router.default()
 
 
 # Headers only Google's clients send (google-genai's key header and its client id).
