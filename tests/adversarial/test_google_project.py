@@ -138,3 +138,19 @@ class TestWhatTravelsBesideTheToken:
         sent = provider.received[-1]
         assert status == 200 and sent.headers["Authorization"] == "Bearer adc-token"
         assert "key=" not in sent.query and "alt=sse" in sent.query  # control: the rest of the query
+
+
+class TestVertexsOpenAIEndpoint:
+    async def test_control_an_openai_shaped_path_goes_under_the_base_url_in_the_configured_project(self, vertex):
+        guard, provider = await vertex(token_command="printf operator-token")
+        await call(guard.url("/v1/embeddings"), body={"model": "text-embedding-005", "input": "hi"})
+        assert provider.received[-1].path == f"{OWN}/endpoints/openapi/embeddings"
+        assert provider.received[-1].headers["Authorization"] == "Bearer operator-token"
+
+    async def test_its_chat_endpoint_is_not_reachable_uncounted_by_a_longer_spelling(self, vertex):
+        """With a base at the host's root (express mode), `/v1/v1/projects/.../chat/completions` would land on it."""
+        guard, provider = await vertex(base="", api_key_env="VERTEX_KEY")
+        path = f"/v1{OWN}/endpoints/openapi/chat/completions"
+        status, answer = await call(guard.url(path), body={"model": "google/gemini-2.5-flash", "messages": []})
+        assert status == 404 and "generates" in answer["error"]["message"]
+        assert provider.received == []

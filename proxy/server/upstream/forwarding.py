@@ -13,6 +13,7 @@ from aiohttp import web
 
 from proxy.apis.gemini.google_paths import GooglePath, generation_method, google_path, passes
 from proxy.apis.names import MAX_NAME_CHARS
+from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
@@ -88,7 +89,7 @@ class UpstreamCall:
             query = without_parameter(query, "key")
         route = request[PATH_ROUTE]
         endpoint = route.endpoint
-        if (endpoint is not None and endpoint.at_host_root) or (endpoint is None and upstream.kind in GOOGLE_KINDS):
+        if endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
             # Google's paths carry their own version and project: at the host's root, as written.
             segments = route.path.segments
             if endpoint is not None:
@@ -211,7 +212,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     target = _passthrough_target(gw, model, google, request)
     flow.target, flow.model = target, model
     upstream = target.upstream
-    if upstream.kind in GOOGLE_KINDS:
+    if native_google(upstream, request):
         if google is None or not passes(google, request.method):
             raise PathNotFound(
                 f"context-guard does not forward {path} to upstream {upstream.name!r}: of Google's APIs it passes "
@@ -233,9 +234,7 @@ def _passthrough_target(gw: Gateway, model: str | None, google: GooglePath | Non
     if model:
         with contextlib.suppress(ModelNotRouted):
             routed = gw.router.route(model)
-    asks_google = google is not None and (
-        google.google_only or any(name in request.headers for name in _GOOGLE_SIGNS) or "key" in request.query
-    )
+    asks_google = _asks_google(google, request)
     if routed is not None and (routed.upstream.kind in GOOGLE_KINDS or not asks_google):
         return routed
     if asks_google:
@@ -246,6 +245,23 @@ def _passthrough_target(gw: Gateway, model: str | None, google: GooglePath | Non
             if found is not None:
                 return Target(found, None)
     return routed or gw.router.default()
+
+
+def native_google(upstream: UpstreamSettings, request: web.Request) -> bool:
+    """Whether a forwarded request goes to Google's native API (its allow-list, at the host's root,
+    under the path as written): always to a Gemini upstream, and to a Vertex AI upstream for a
+    path of Google's own; an OpenAI-shaped path (`/v1/embeddings`) goes to Vertex AI's
+    OpenAI-compatible endpoint under the base URL, as to any OpenAI upstream."""
+    if upstream.kind == "gemini":
+        return True
+    return upstream.kind == "vertex" and _asks_google(google_path(request[PATH_ROUTE].path.segments), request)
+
+
+def _asks_google(google: GooglePath | None, request: web.Request) -> bool:
+    """A path of Google's own, or one OpenAI has too (`/v1/models`) sent the way Google's clients send it."""
+    return google is not None and (
+        google.google_only or any(name in request.headers for name in _GOOGLE_SIGNS) or "key" in request.query
+    )
 
 
 # Headers only Google's clients send (google-genai's key header and its client id).
