@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from proxy.apis.gemini.google_paths import GooglePath, generation_method, google_path, passes
 from proxy.apis.names import MAX_NAME_CHARS
@@ -97,7 +98,7 @@ class UpstreamCall:
             url = host_root_url(upstream.base_url, segments, query)
         else:
             url = upstream_url(upstream.base_url, route.path, query)
-        if (why := outside_project(upstream, tuple(s for s in url.path.split("/") if s))) is not None:
+        if upstream.kind in GOOGLE_KINDS and (why := outside_project(upstream, _segments(url))) is not None:
             raise HTTPRefusal(f"context-guard does not send this request: {why}", 403, code="project_refused")
         headers = request_headers(request.headers, upstream, auth, keys)
         if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
@@ -156,6 +157,10 @@ class UpstreamCall:
         self._flow.upstream_ms += (time.perf_counter() - self._started) * 1000
         if isinstance(exc, GuardError):  # the upstream's failures, as upstream_failure() mapped them
             self._flow.gw.metrics.upstream_errors.labels(self._upstream.name, type(exc).__name__).inc()
+
+
+def _segments(url: URL) -> tuple[str, ...]:
+    return tuple(segment for segment in url.path.split("/") if segment)
 
 
 def upstream_call(flow: Flow, payload: bytes) -> UpstreamCall:
