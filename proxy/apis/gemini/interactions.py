@@ -242,7 +242,9 @@ def _written_contents(
         return contents
     for j, text in shortened_texts(old_parts, new_parts):
         target = parts[j] if j < len(parts) else None
-        if target is not None:
-            contents[target] = {**contents[target], "text": text} if contents[target].get("type") == "text" else {
-                "type": "text", "text": text}  # fmt: skip
+        if target is None:
+            continue
+        before = contents[target]
+        # A shortened text keeps its other fields; a medium cut to a marker becomes that text.
+        contents[target] = {**before, "text": text} if before.get("type") == "text" else {"type": "text", "text": text}
     return contents
