@@ -82,7 +82,8 @@ def generation_method(segments: tuple[str, ...]) -> str | None:
     """The generating method a path names in any segment (`models/x:GenerateContent`), or None."""
     for segment in segments:
         _, colon, method = segment.rpartition(":")
-        if colon and method.lower() in GENERATING:
+        # Letters only, in any case: `:generateContent `, `:generate_content` are the same method to a lenient server.
+        if colon and "".join(c for c in method.lower() if c.isascii() and c.isalpha()) in GENERATING:
             return method
     return None
 

@@ -27,7 +27,8 @@ class TestReading:
     @pytest.mark.parametrize(
         "path",
         ["/v1beta/models/m:batchGenerateContent", "/v1/models/m:GENERATECONTENT", "/v1/x/y:predictLongRunning",
-         "/v1/projects/p/locations/l/publishers/google/models/m:rawPredict"],
+         "/v1/projects/p/locations/l/publishers/google/models/m:rawPredict", "/v1/models/m:generate_content ",
+         "/v1/projects/p/locations/l/endpoints/123:streamGenerateContent"],
     )  # fmt: skip
     def test_a_generating_method_is_found_in_any_case(self, path: str) -> None:
         assert generation_method(segments(path)) is not None
