@@ -139,3 +139,14 @@ class TestInteractionsThroughTheGuard:
         events = [event async for event in stream]
         assert events[-1].event_type == "error" and events[-1].error.code == "unavailable"
         assert "interaction.completed" not in [event.event_type for event in events]
+
+    async def test_the_provider_s_overflow_is_read_and_the_interaction_sent_again_within_its_limit(self, client, fake):
+        """The provider's window is smaller than the guard was told: its refusal (Gemini's sentence
+        in the Interactions shape) teaches the guard, which cuts and sends once more."""
+        provider, _ = fake
+        provider.limit = 1200
+        assert their_count({"input": steps(4)}) > 1200
+        answer = await client.aio.interactions.create(model=FLASH, input=steps(4))
+        sent = [r.json() for r in provider.received if r.path.endswith("/interactions")]
+        assert answer.output_text == REPLY and len(sent) == 2
+        assert their_count(sent[-1]) <= 1200 and sent[-1]["input"][-1] == steps(4)[-1]
