@@ -122,3 +122,19 @@ class TestWhatDoesNotPass:
         assert refused.value.code == 404 and refused.value.status == "NOT_FOUND"
         assert "batchGenerateContent" in refused.value.message
         assert provider.received == [] and request.node.other.received == []
+
+
+class TestWithoutAGoogleUpstream:
+    async def test_google_genai_prints_what_the_guard_refused_not_404_none(self, aiohttp_server, model_map):
+        other = FakeGemini()
+        other_root = str((await aiohttp_server(other.app())).make_url("")).rstrip("/")
+        data = {"upstreams": {"openai": {"base_url": f"{other_root}/v1", "kind": "openai"}}}
+        settings = settings_from_dict(data, "test.yaml", {})
+        server: TestServer = await aiohttp_server(create_app(settings, Models(settings, model_map)))
+        options = types.HttpOptions(base_url=str(server.make_url("")).rstrip("/"))
+        google = genai.Client(api_key="client-key", http_options=options)
+        with pytest.raises(errors.ClientError) as refused:
+            await google.aio.caches.list()
+        assert refused.value.code == 404 and refused.value.status == "NOT_FOUND"
+        assert "/v1/cachedContents" in refused.value.message and "not Google's" in refused.value.message
+        assert other.received == []
