@@ -104,17 +104,20 @@ CLIENT_CREDENTIAL_HEADERS = frozenset({*CLIENT_KEY_HEADERS, "x-goog-user-project
 GOOGLE_KINDS = frozenset({"gemini", "vertex"})
 
 
-def outside_project(upstream: UpstreamSettings, segments: tuple[str, ...]) -> str | None:
+def outside_project(upstream: UpstreamSettings, segments: tuple[str, ...], own: str | None = None) -> str | None:
     """Why a call to `upstream` on the path `segments` would use the operator's credential outside
     the project the config gives it, or None when it would not. The project and location come from
-    the upstream's base URL (`.../v1/projects/{p}/locations/{l}/...`); with none there, the guard
-    cannot tell the operator's project from another, and a path naming any project is refused."""
+    the upstream's base URL (`.../v1/projects/{p}/locations/{l}/...`), else the project is the one
+    the credential itself names (`own`: Application Default Credentials say theirs); with neither,
+    the guard cannot tell the operator's project from another, and a path naming any is refused."""
     if upstream.kind not in GOOGLE_KINDS or not injects_credential(upstream):
         return None
     named = _scope(segments)
     if named is None:
         return None
     configured = _scope(tuple(s for s in upstream.base_url.split("://", 1)[-1].split("/")[1:] if s))
+    if configured is None and own is not None:
+        configured = (own, None)
     if configured is None:
         return (
             f"upstream {upstream.name!r} holds the operator's credential and its base_url names no project, so "
@@ -157,6 +160,11 @@ class UpstreamAuth:
         self._lock = asyncio.Lock()
         self._log = log if log is not None else get_logger()
         self._adc = AdcTokens() if upstream.auth == "adc" else None
+
+    @property
+    def project(self) -> str | None:
+        """The Google project the guard's credential names of itself (ADC's, once it was read)."""
+        return self._adc.project if self._adc is not None else None
 
     @property
     def uses_token(self) -> bool:

@@ -98,8 +98,10 @@ class UpstreamCall:
             url = host_root_url(upstream.base_url, segments, query)
         else:
             url = upstream_url(upstream.base_url, route.path, query)
-        if upstream.kind in GOOGLE_KINDS and (why := outside_project(upstream, _segments(url))) is not None:
-            raise HTTPRefusal(f"context-guard does not send this request: {why}", 403, code="project_refused")
+        if upstream.kind in GOOGLE_KINDS:  # the operator's credential stays in its project
+            why = outside_project(upstream, _segments(url), gw.auths[upstream.name].project)
+            if why is not None:
+                raise HTTPRefusal(f"context-guard does not send this request: {why}", 403, code="project_refused")
         headers = request_headers(request.headers, upstream, auth, keys)
         if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
             headers["x-request-id"] = record.request_id

@@ -33,6 +33,11 @@ class TestOutsideProject:
         assert "base_url" in (outside_project(upstream, segments("/v1/projects/any/locations/l/x")) or "")
         assert outside_project(upstream, segments("/v1/publishers/google/models/m:generateContent")) is None
 
+    def test_with_no_project_in_the_base_url_the_credential_s_own_project_is_the_one(self) -> None:
+        upstream = vertex("https://aiplatform.googleapis.com", auth="adc")
+        assert outside_project(upstream, segments("/v1/projects/adcs/locations/l/x"), own="adcs") is None
+        assert outside_project(upstream, segments("/v1/projects/other/locations/l/x"), own="adcs") is not None
+
     def test_with_the_client_s_own_credential_the_project_is_the_client_s_business(self) -> None:
         assert outside_project(vertex(), segments("/v1/projects/theirs/locations/l/x")) is None
 
