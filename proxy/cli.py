@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--context-window", type=int, help="override the model's context window")
         sub.add_argument(
             "--api",
-            choices=("chat", "responses", "completions", "messages", "generate_content"),
+            choices=("chat", "responses", "completions", "messages", "generate_content", "interactions"),
             help="the request's API shape (default: detected from the body)",
         )
         sub.set_defaults(run=run)

@@ -80,7 +80,7 @@ class ContextLengthExceeded(GuardError):
         """The guard's refusal of `result`, worded as the provider of `api` words its own overflow
         (so client libraries classify it as one), with the guard's budget in the headers too."""
         anthropic = api in ("messages", "count_tokens")
-        gemini = api.startswith("generate_content")
+        gemini = api.startswith("generate_content") or api == "interactions"
         budget = result.budget
         report = {
             **headers,

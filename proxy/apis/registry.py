@@ -30,6 +30,8 @@ refused past `proxy.apis.names.MAX_NAME_CHARS`.
     /v1/projects/{p}/locations/{l}/publishers/google/models/{model}:generateContent (and /v1beta1/...,
     :streamGenerateContent; express mode: /v1/publishers/google/models/...)  generate_content (Vertex AI)
     .../models/{model}:countTokens (either)                                  generate_content, answered locally
+    /v1beta/interactions, /v1/interactions; Vertex AI's
+    /v1beta1/projects/{p}/locations/{l}/interactions (and /v1/...)          interactions (model from the body)
 
 A Gemini path's model is checked (`proxy.apis.gemini.generate_content.model_name`) before anything uses it, and
 such a request goes to the upstream's host, under the path as the client wrote it
@@ -47,6 +49,7 @@ from proxy.apis.anthropic.messages import CountTokensAdapter, MessagesAdapter, c
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
 from proxy.apis.gemini.generate_content import CountTokensAdapter as GeminiCountAdapter
 from proxy.apis.gemini.generate_content import GenerateContentAdapter, count_tokens_answer, model_name
+from proxy.apis.gemini.interactions import InteractionsAdapter
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.names import bounded_name
 from proxy.apis.openai.chat import ChatAdapter
@@ -54,7 +57,7 @@ from proxy.apis.openai.completions import CompletionsAdapter, CompletionsOptions
 from proxy.apis.openai.responses import ResponsesAdapter, ResponsesCompactAdapter
 from proxy.apis.unseen import unseen_parts
 
-API_NAMES = ("chat", "responses", "completions", "messages", "generate_content")
+API_NAMES = ("chat", "responses", "completions", "messages", "generate_content", "interactions")
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ class Endpoint:
     def upstream_segments(self, segments: tuple[str, ...], served: str | None) -> tuple[str, ...]:
         """A Google path's segments as sent upstream: the last one names the model that serves
         the request (after a route's rename, its last component), checked again."""
-        if not self.at_host_root or not segments or served is None or served == self.path_model:
+        if not self.at_host_root or self.path_model is None or not segments or served in (None, self.path_model):
             return segments
         method = segments[-1].rpartition(":")[2]
         return (*segments[:-1], f"{model_name(served.rpartition('/')[2])}:{method}")
@@ -118,6 +121,7 @@ class AdapterRegistry:
         self.count_tokens = CountTokensAdapter()
         self.gemini = GenerateContentAdapter()
         self.gemini_count = GeminiCountAdapter()
+        self.interactions = InteractionsAdapter()
         chat, responses, completions_ = Endpoint(self.chat), Endpoint(self.responses), Endpoint(self.completions)
         messages, compact = Endpoint(self.messages), Endpoint(ResponsesCompactAdapter())
         counting = Endpoint(self.count_tokens, local=True, answer=count_tokens_body)
@@ -137,13 +141,20 @@ class AdapterRegistry:
             "/messages": messages,
             "/v1/messages/count_tokens": counting,
             "/messages/count_tokens": counting,
+            **self._interactions_paths(),
         }
 
     @property
     def adapters(self) -> tuple[Adapter, ...]:
         """Every adapter, once (the body readers of `proxy.wire.readers` keep one reader each)."""
         return (self.chat, self.responses, self.completions, self.messages, self.count_tokens, self.gemini,
-                self.gemini_count)  # fmt: skip
+                self.gemini_count, self.interactions)  # fmt: skip
+
+    def _interactions_paths(self) -> dict[str, Endpoint]:
+        """Google's Interactions API on the Developer API's versions (google-genai sends `/v1`):
+        sent to the upstream's host under the path as written."""
+        interactions = Endpoint(self.interactions, at_host_root=True)
+        return {f"/{version}/interactions": interactions for version in ("v1", "v1beta", "v1alpha")}
 
     def endpoint_for(self, path: str) -> Endpoint | None:
         """The endpoint for a canonical path, or None for a path no adapter counts."""
@@ -157,6 +168,8 @@ class AdapterRegistry:
         match = _GEMINI.fullmatch(path)
         if match:
             return self._gemini(match["model"] or match["vmodel"], match["method"] or match["vmethod"])
+        if _VERTEX_INTERACTIONS.fullmatch(path):
+            return Endpoint(self.interactions, at_host_root=True)
         match = _VERTEX_CLAUDE.fullmatch(path)
         if match and match["model"] == "count-tokens":
             return Endpoint(self.count_tokens, local=True, answer=count_tokens_body)
@@ -182,6 +195,7 @@ class AdapterRegistry:
             "completions": self.completions,
             "messages": self.messages,
             "generate_content": self.gemini,
+            "interactions": self.interactions,
         }
         if api not in adapters:
             raise ValueError(f"unknown API {api!r}; known: {', '.join(API_NAMES)}")
@@ -219,6 +233,8 @@ _GEMINI = re.compile(
     rf"|/(?:v1|v1beta1)/(?:projects/{_SEGMENT}/locations/{_SEGMENT}/)?publishers/google/models/(?P<vmodel>[^/:]+)"
     r":(?P<vmethod>generateContent|streamGenerateContent|countTokens)"
 )
+# Vertex AI's Interactions API: a project's and location's (google-genai with vertexai=True sends v1beta1).
+_VERTEX_INTERACTIONS = re.compile(rf"/(?:v1|v1beta1)/projects/{_SEGMENT}/locations/{_SEGMENT}/interactions")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 
 

@@ -13,6 +13,8 @@ partial answer passes for a whole one:
                         the anthropic SDK skips unnamed events and raises on this one
     generate_content    `data: {"error": {"code", "message", "status"}}`: google-genai raises
                         `APIError` (by its code) on any chunk that is Google's error object
+    interactions        `event: error` with `{"event_type": "error", "error": {"code", "message"}}`:
+                        the Interactions stream's own error event
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def broken_stream_event(api: str, message: str) -> bytes:
     if api.startswith("generate_content"):
         google = {"error": {"code": 502, "message": message, "status": "UNAVAILABLE"}}
         return b"data: " + json.dumps(google).encode() + b"\n\n"
+    if api == "interactions":
+        data = {"event_type": "error", "error": {"code": "unavailable", "message": message}}
+        return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
     if api == "responses":
         data = {"type": "error", "code": BROKEN_CODE, "message": message, "param": None, "error": error}
         return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"

@@ -20,7 +20,7 @@ DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
 # How each kind behaves as a backend (proxy.server.backends.profiles); hosted APIs are never probed.
 # Gemini's Developer API words its limits as Vertex AI does.
 _BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai", "gemini": "vertex"}
-ApiName = Literal["chat", "responses", "completions", "messages", "generate_content"]
+ApiName = Literal["chat", "responses", "completions", "messages", "generate_content", "interactions"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,14 +82,14 @@ KIND_APIS: Mapping[str, tuple[str, ...]] = {
     "azure": ("chat", "responses", "completions"),
     # Vertex AI: its OpenAI-compatible endpoint and its native `publishers/google` paths (served
     # from the host's root whatever the base URL's path: `proxy.server.edge.paths.host_root_url`).
-    "vertex": ("chat", "generate_content"),
-    "gemini": ("generate_content",),  # the Gemini Developer API, base URL at the host's root
+    "vertex": ("chat", "generate_content", "interactions"),
+    "gemini": ("generate_content", "interactions"),  # the Gemini Developer API, base URL at the host's root
     "vllm": ("chat", "responses", "completions"),
     "llamacpp": ("chat", "completions"),
     "ollama": ("chat", "completions"),
     "anthropic": ("messages",),
-    "generic": ("chat", "responses", "completions", "messages", "generate_content"),
-    "echo": ("chat", "responses", "completions", "messages", "generate_content"),
+    "generic": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
+    "echo": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
     "auto": ("chat", "responses", "completions", "messages"),
 }
 

@@ -2,12 +2,13 @@
 
 It starts, in this one process and on free loopback ports, the built-in echo upstream
 (`proxy.demo.echo`, which calls no model and answers with what reached it) and the guard in
-front of it, with three models given a small window. It then sends six requests through the guard:
+front of it, with three models given a small window. It then sends seven requests through the guard:
 with the official `openai` SDK, a short chat that fits; an agent conversation whose large tool
 result cannot fit; the same conversation one turn later; and that one again, streamed; then, with
 the official `anthropic` SDK (plain HTTP where it is not installed), that conversation as
-Anthropic Messages to a Claude model; and as Gemini's generateContent to a Gemini model, on the
-Developer API's path. For each it prints a short before/after table, built from the guard's
+Anthropic Messages to a Claude model; as Gemini's generateContent to a Gemini model, on the
+Developer API's path; and as an interaction with that model (Google's Interactions API). For each
+it prints a short before/after table, built from the guard's
 `x-context-guard-*` headers, its log event and the echo's account of what arrived, followed by the
 guard's real log line.
 
@@ -31,7 +32,7 @@ from aiohttp import web
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.demo.anthropic_request import sdk_installed, send_messages
 from proxy.demo.echo import running_echo, with_echo_upstream
-from proxy.demo.native_shapes import GEMINI, as_anthropic, send_gemini
+from proxy.demo.native_shapes import GEMINI, as_anthropic, send_gemini, send_interaction
 from proxy.logging import configure_logging
 from proxy.server.backends.model_counting import Models
 from proxy.server.process.app import create_app
@@ -61,6 +62,7 @@ class Step:
     stream: bool = False
     anthropic: bool = False  # sent with the anthropic SDK, as Messages to `CLAUDE`
     gemini: bool = False  # sent as Gemini's generateContent to `GEMINI` (`proxy.demo.native_shapes`)
+    interaction: bool = False  # sent as an interaction with `GEMINI` (Google's Interactions API)
 
 
 @dataclass
@@ -122,8 +124,9 @@ async def _run(out: TextIO) -> int:
             async with client:
                 for number, step in enumerate(steps(), start=1):
                     request_id = f"demo-{number}"
-                    if step.gemini:
-                        sent = await send_gemini(guard_url.removesuffix("/v1"), step.messages, TOOLS, request_id)
+                    if step.gemini or step.interaction:
+                        send = send_gemini if step.gemini else send_interaction
+                        sent = await send(guard_url.removesuffix("/v1"), step.messages, TOOLS, request_id)
                         one = Seen(step, request_id, *sent)
                     elif step.anthropic:
                         one = await _send_anthropic(guard_url.removesuffix("/v1"), step, request_id)
@@ -360,4 +363,5 @@ def steps() -> list[Step]:
         Step("The same, streamed", one_turn_later, stream=True),
         Step(f"The same as Anthropic Messages to {CLAUDE}, {client}", one_turn_later, anthropic=True),
         Step(f"The same as Gemini's generateContent to {GEMINI}, on its own path", one_turn_later, gemini=True),
+        Step(f"The same as an interaction with {GEMINI} (Google's Interactions API)", one_turn_later, interaction=True),
     ]

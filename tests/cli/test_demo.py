@@ -124,8 +124,8 @@ class TestDemo:
         assert demo.code == 0, demo.out + demo.err
         assert demo.err == ""
 
-    def test_it_sends_six_requests_and_every_one_was_answered_by_the_echo_upstream(self, demo):
-        assert [r.number for r in demo.requests] == [1, 2, 3, 4, 5, 6]
+    def test_it_sends_seven_requests_and_every_one_was_answered_by_the_echo_upstream(self, demo):
+        assert [r.number for r in demo.requests] == [1, 2, 3, 4, 5, 6, 7]
         for request in demo.requests:
             assert request.log["status"] == 200 and request.log["upstream_status"] == 200, request.title
             assert "NOT ANSWERED" not in "\n".join(request.lines)
@@ -163,6 +163,12 @@ class TestDemo:
         messages = demo.requests[4]
         assert messages.log["kind"] == "messages" and messages.log["outcome"] == "trimmed"
         assert messages.echo_prompt_tokens <= messages.log["budget"] and ", valid; tool calls: " in messages.echo_line
+
+    def test_the_interaction_is_cut_to_fit_and_arrives_valid(self, demo):
+        interaction = demo.requests[6]
+        assert interaction.log["kind"] == "interactions" and interaction.log["outcome"] == "trimmed"
+        assert interaction.log["path"] == "/v1beta/interactions"
+        assert interaction.echo_prompt_tokens <= interaction.log["budget"] and ", valid; tool calls: " in interaction.echo_line
 
     def test_the_gemini_request_on_its_own_path_is_cut_to_fit_and_arrives_valid(self, demo):
         gemini = demo.requests[5]

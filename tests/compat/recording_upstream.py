@@ -1,5 +1,6 @@
 """A recording upstream for the client-compatibility suite: it keeps what reached it and answers in
-each API's shape (chat, Responses, legacy completions, embeddings, Anthropic Messages, Gemini), whole or
+each API's shape (chat, Responses, legacy completions, embeddings, Anthropic Messages, Gemini, Google's
+Interactions), whole or
 streamed word by word with every event a strict client expects, with text or with a scripted tool
 call, and can break a stream part-way. The answers are built by `proxy.demo.provider_answers` and
 streamed by `proxy.demo.event_stream`, shared with the suite's fake upstream and the echo; what is
@@ -17,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.demo import interaction_answers
 from proxy.demo import provider_answers as answers
 from proxy.demo.event_stream import send_stream
 from proxy.demo.provider_answers import Answer, ToolCall
@@ -88,6 +90,12 @@ class RecordingUpstream:
                 return web.json_response(answers.text_completion(model, text, usage=USAGE, **common))
             chunks = answers.text_completion_chunks(model, answers.words(text), **common)
             return await self._stream(request, answers.frames(chunks, done=True))
+        if path.endswith("/interactions"):  # Google's Interactions API, at the host's root
+            text = answer if isinstance(answer, str) else answer.arguments
+            whole = interaction_answers.interaction(model, text, counts=USAGE, ids=common["ids"])
+            if not stream:
+                return web.json_response(whole)
+            return await self._stream(request, interaction_answers.interaction_frames(whole, answers.words(text)))
         if ":generateContent" in path or ":streamGenerateContent" in path:  # Gemini's, at the host's root
             text = answer if isinstance(answer, str) else answer.arguments
             if ":generateContent" in path:

@@ -1,7 +1,8 @@
 """Google's clients through the guard: google-genai with an API key (the Developer API's paths) and
 with vertexai=True (Vertex AI's native paths), and langchain-google-genai: a long conversation
 arrives within the window with its latest turn, the overflow is a ClientError in Google's words,
-and a broken stream raises."""
+and a broken stream raises; google-genai's `interactions` (whole and streamed) are answered and
+cut the same way."""
 
 from __future__ import annotations
 
@@ -73,6 +74,22 @@ class TestGoogleGenai:
         with pytest.raises(errors.APIError):
             for _ in google.models.generate_content_stream(model=GEMINI_MODEL, contents="hi"):
                 pass
+
+    def test_a_long_interaction_arrives_within_the_window_with_its_latest_input(self, guard, google):
+        kinds = {"user": "user_input", "model": "model_output"}
+        steps = [{"type": kinds[c.role], "content": [{"type": "text", "text": c.parts[0].text}]} for c in history()]
+        answer = google.interactions.create(model=GEMINI_MODEL, input=steps)
+        arrived = guard.upstream.last
+        assert answer.output_text == "ok" and arrived.path.endswith("/interactions")
+        assert tokens(arrived.body["input"]) < WINDOW < tokens(steps)
+        assert arrived.body["input"][-1]["content"][0]["text"] == "And at sunset?"
+        assert guard.last_log()["outcome"] == "trimmed"
+
+    def test_a_streamed_interaction_is_read_to_its_end(self, guard, google):
+        guard.upstream.script.append("clear skies ahead")
+        events = list(google.interactions.create(model=GEMINI_MODEL, input="And at sunset?", stream=True))
+        text = "".join(e.delta.text for e in events if e.event_type == "step.delta")
+        assert text.split() == ["clear", "skies", "ahead"] and events[-1].event_type == "interaction.completed"
 
     def test_count_tokens_is_answered_by_the_guard(self, guard, google):
         counted = google.models.count_tokens(model=GEMINI_MODEL, contents="how many tokens is this?")

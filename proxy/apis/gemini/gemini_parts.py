@@ -226,3 +226,9 @@ def _inline(inline: object, view: ViewBuilder, where: str, resolution: str) -> d
             "input_video": {"seconds": seconds, "tokens_per_second": VIDEO_TOKENS_PER_SECOND},
         }
     return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}", "detail": resolution}}
+
+
+def media_part(mime: str, data: str, view: ViewBuilder, where: str, resolution: str = "high") -> dict[str, Any]:
+    """The view part of media sent inline as `data` (base64) of type `mime`, priced as an
+    `inlineData` part is (other shapes of Google's APIs send media this way too)."""
+    return _inline({"data": data, "mimeType": mime}, view, where, resolution)

@@ -32,7 +32,7 @@ UPSTREAM_NAME = "echo"  # how the guard's log lines and metrics name it
 START_TIMEOUT_SECONDS = 30.0
 SERVED = (
     "POST /v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings, /v1/messages, "
-    "Gemini's models/{model}:generateContent (streamGenerateContent, countTokens); GET /v1/models"
+    "Gemini's models/{model}:generateContent (streamGenerateContent, countTokens) and interactions; GET /v1/models"
 )
 
 _Render = Callable[[web.Request, Mapping[str, Any], Reply], Awaitable[web.StreamResponse]]
@@ -128,11 +128,14 @@ class EchoUpstream:
     async def gemini(self, request: web.Request) -> web.StreamResponse:
         """Gemini's paths (the model and the method from the path, as the guard reads them)."""
         endpoint = self.apis.endpoint_for(request.path)
-        if endpoint is None or not endpoint.at_host_root or endpoint.path_model is None:
+        if endpoint is None or not endpoint.at_host_root:
             raise web.HTTPNotFound()
         body = _json_object(await request.read())
         with bad_body_errors():
             parsed = endpoint.parse(body)
+        if endpoint.path_model is None:  # the Interactions API: the model is the body's
+            report = self.inspect({**parsed.chat, "model": parsed.model}, endpoint.adapter, parsed)
+            return await gemini_answer.interaction(request, body, self._reply(report))
         report = self.inspect({**parsed.chat, "model": endpoint.path_model}, endpoint.adapter, parsed)
         return await gemini_answer.generate_content(request, request.path.rpartition(":")[2], self._reply(report))
 
@@ -171,6 +174,8 @@ async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse
     error = _error if not request.path.rstrip("/").endswith("/messages") else _anthropic_error
     if ":" in request.path.rpartition("/")[2]:  # Gemini's `models/{model}:method`
         error = _google_error
+    elif request.path.endswith("/interactions"):
+        error = _interactions_error
     try:
         return await handler(request)
     except GuardError as exc:
@@ -202,6 +207,10 @@ def _anthropic_error(status: int, message: str, *_: str | None) -> web.Response:
 
 def _google_error(status: int, message: str, *_: str | None) -> web.Response:
     return gemini_answer.google_error(status, message)
+
+
+def _interactions_error(status: int, message: str, *_: str | None) -> web.Response:
+    return gemini_answer.interactions_failure(status, message)
 
 
 def with_echo_upstream(settings: Settings, url: str) -> Settings:

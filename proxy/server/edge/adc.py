@@ -43,6 +43,7 @@ class AdcTokens:
         self._scopes = scopes
         self._now = now  # None: `utc_now`, looked up when called (a test moves it)
         self._credentials: Any = None  # google.auth.credentials.Credentials, once found
+        self.project: str | None = None  # the project the credentials belong to, once found (None: not said)
         self._refreshing: asyncio.Task[str] | None = None
 
     async def token(self) -> str:
@@ -83,8 +84,8 @@ class AdcTokens:
             raise AdcError(f"auth: adc needs the google-auth package with requests: {exc}") from None
         try:
             if self._credentials is None:
-                credentials, _project = google.auth.default(scopes=list(self._scopes))
-                self._credentials = credentials
+                credentials, project = google.auth.default(scopes=list(self._scopes))
+                self._credentials, self.project = credentials, project or None
             self._credentials.refresh(google.auth.transport.requests.Request())
         except google.auth.exceptions.GoogleAuthError as exc:
             raise AdcError(f"Application Default Credentials: {type(exc).__name__}: {exc}"[:500]) from None

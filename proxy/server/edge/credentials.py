@@ -93,8 +93,50 @@ def without_parameter(query_string: str, name: str) -> str:
 
 
 def injects_credential(upstream: UpstreamSettings) -> bool:
-    """Whether the guard sends `upstream` a credential of its own (a token, or a key it holds)."""
-    return bool(upstream.token_command or upstream.token_file or upstream.api_key_env)
+    """Whether the guard sends `upstream` a credential of its own (a token from ADC, a command or a
+    file, or a key it holds)."""
+    return bool(upstream.token_command or upstream.token_file or upstream.api_key_env or upstream.auth)
+
+
+# Headers that name a credential or the project a call is billed to: a client's never travel beside
+# the operator's credential (Google's `x-goog-user-project` moves a call's quota and billing).
+CLIENT_CREDENTIAL_HEADERS = frozenset({*CLIENT_KEY_HEADERS, "x-goog-user-project"})
+GOOGLE_KINDS = frozenset({"gemini", "vertex"})
+
+
+def outside_project(upstream: UpstreamSettings, segments: tuple[str, ...], own: str | None = None) -> str | None:
+    """Why a call to `upstream` on the path `segments` would use the operator's credential outside
+    the project the config gives it, or None when it would not. The project and location come from
+    the upstream's base URL (`.../v1/projects/{p}/locations/{l}/...`), else the project is the one
+    the credential itself names (`own`: Application Default Credentials say theirs); with neither,
+    the guard cannot tell the operator's project from another, and a path naming any is refused."""
+    if upstream.kind not in GOOGLE_KINDS or not injects_credential(upstream):
+        return None
+    named = _scope(segments)
+    if named is None:
+        return None
+    configured = _scope(tuple(s for s in upstream.base_url.split("://", 1)[-1].split("/")[1:] if s))
+    if configured is None and own is not None:
+        configured = (own, None)
+    if configured is None:
+        return (
+            f"upstream {upstream.name!r} holds the operator's credential and its base_url names no project, so "
+            "context-guard sends no path that names one; the operator can name the project and location in base_url"
+        )
+    if named[0] != configured[0]:
+        return f"project {named[0][:64]!r} is not the project upstream {upstream.name!r} serves"
+    if named[1] is not None and configured[1] is not None and named[1] != configured[1]:
+        return f"location {named[1][:64]!r} is not the location upstream {upstream.name!r} serves"
+    return None
+
+
+def _scope(segments: tuple[str, ...]) -> tuple[str, str | None] | None:
+    """The project and location a path names (`projects/{p}[/locations/{l}]`), or None."""
+    for k, segment in enumerate(segments[:-1]):
+        if segment == "projects":
+            location = segments[k + 3] if k + 3 < len(segments) and segments[k + 2] == "locations" else None
+            return segments[k + 1], location
+    return None
 
 
 def names_a_client_key(value: str, keys: Iterable[str]) -> bool:
@@ -118,6 +160,11 @@ class UpstreamAuth:
         self._lock = asyncio.Lock()
         self._log = log if log is not None else get_logger()
         self._adc = AdcTokens() if upstream.auth == "adc" else None
+
+    @property
+    def project(self) -> str | None:
+        """The Google project the guard's credential names of itself (ADC's, once it was read)."""
+        return self._adc.project if self._adc is not None else None
 
     @property
     def uses_token(self) -> bool:

@@ -25,14 +25,16 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
 from aiohttp import web
 from yarl import URL
 
+from proxy.apis.gemini.generate_content import gemini_error
+from proxy.apis.gemini.google_paths import generation_method, google_path, is_google_shaped
 from proxy.apis.registry import Endpoint, endpoint_api
-from proxy.errors import BadRequest, MethodNotAllowed, PathNotFound
+from proxy.errors import BadRequest, GuardError, MethodNotAllowed, PathNotFound
 
 API_PREFIX = "/v1"  # the client-facing API version; the upstream's base URL carries its own
 
@@ -182,16 +184,36 @@ def route_for(
 ) -> PathRoute:
     """The route for `path`; 405 for a method the path does not take, 404 for a path that is
     neither counted (`guarded(path)` gives its endpoint), answered here (`local(path)` names it:
-    `proxy.server.edge.local_paths.local_name`), nor allowed through."""
+    `proxy.server.edge.local_paths.local_name`), nor allowed through. A path that asks a model to
+    generate in a way no adapter counts (`:batchGenerateContent`, `:predict`, `:GenerateContent`,
+    `/v1/v1beta/...:generateContent`) is refused whatever the policy; Google's own paths (a
+    version only Google uses, a resource only Google has) are forwarded unless the policy is
+    `none`, and then only those on Google's allow-list (`proxy.apis.gemini.google_paths`)."""
     if (endpoint := guarded(path.value)) is not None:
         _check_method(method, GUARDED_METHODS, path)
         return PathRoute("guarded", path, endpoint_api(endpoint), endpoint)
     if (name := local(path.value)) is not None:
         _check_method(method, LOCAL_METHODS, path)
         return PathRoute("local", path, name)
+    if (generating := generation_method(path.segments)) is not None:
+        raise PathNotFound(
+            f"context-guard does not forward {path.value}: :{generating} runs a model in a way the guard does "
+            "not count; use :generateContent or :streamGenerateContent on the model's own path"
+        )
+    google = google_path(path.segments)
+    if policy.mode != "none" and google is not None and google.google_only:
+        return PathRoute("forward", path)
     if policy.allows(path):
         return PathRoute("forward", path)
     raise PathNotFound(f"context-guard does not serve or forward {path.value}")
+
+
+def error_body(error: GuardError, path: str) -> dict[str, Any]:
+    """`error` in the shape a client of `path` reads, for a path no adapter speaks: Google's
+    (`{"error": {"code", "message", "status"}}`) on Google's own paths, OpenAI's elsewhere."""
+    if is_google_shaped(CanonicalPath(path).segments):
+        return gemini_error(error.status, error.message)
+    return error.to_openai()
 
 
 def _check_method(method: str, allowed: frozenset[str], path: CanonicalPath) -> None:

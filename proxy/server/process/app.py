@@ -41,6 +41,7 @@ from proxy.server.edge.paths import (
     PassthroughPolicy,
     PathRoute,
     canonical_path,
+    error_body,
     route_for,
 )
 from proxy.server.edge.request_ids import new_request_id
@@ -286,14 +287,15 @@ def _write(gateway: Gateway, record: RequestRecord, recent: RecentDecisions) -> 
 
 
 def error_response(error: GuardError, request: web.Request) -> web.Response:
-    """`error` in the shape of the API the request spoke, as its adapter renders it (OpenAI's for
-    a request no adapter reads: a pass-through or local path, or one refused before its route)."""
+    """`error` in the shape of the API the request spoke, as its adapter renders it; for a request
+    no adapter reads (a pass-through or local path, or one refused before its route), Google's on
+    Google's own paths and OpenAI's elsewhere (`proxy.server.edge.paths.error_body`)."""
     record = request[FLOW].record
     if error.status >= 500 and record.request_id not in error.message:  # what the operator's log is searched by
         error.message = f"{error.message} (request id {record.request_id})"
     route = request.get(PATH_ROUTE)
     endpoint = route.endpoint if route is not None else None
-    body = endpoint.adapter.error_body(error) if endpoint is not None else error.to_openai()
+    body = endpoint.adapter.error_body(error) if endpoint is not None else error_body(error, record.path)
     response = web.json_response(body, status=error.status)
     response.headers.update(error.headers)
     response.headers["x-request-id"] = record.request_id

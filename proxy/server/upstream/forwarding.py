@@ -3,19 +3,37 @@ timing, relaying the answer, and the paths forwarded untouched (pass-through).""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
+from proxy.apis.gemini.google_paths import GooglePath, generation_method, google_path, passes
 from proxy.apis.names import MAX_NAME_CHARS
-from proxy.errors import BadRequest, GuardError, ModelNotRouted, PathNotFound
+from proxy.config.upstreams import UpstreamSettings
+from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
-from proxy.server.edge.credentials import credential_digest, injects_credential, without_client_keys, without_parameter
-from proxy.server.edge.paths import PATH_ROUTE, counted_when_sent, host_root_url, upstream_url
+from proxy.server.edge.credentials import (
+    GOOGLE_KINDS,
+    credential_digest,
+    injects_credential,
+    outside_project,
+    without_client_keys,
+    without_parameter,
+)
+from proxy.server.edge.paths import (
+    PATH_ROUTE,
+    CanonicalPath,
+    canonical_path,
+    counted_when_sent,
+    host_root_url,
+    upstream_url,
+)
 from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
@@ -68,14 +86,22 @@ class UpstreamCall:
         keys = gw.settings.server.client_keys
         auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
         query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
+        if query and injects_credential(upstream):  # a client's `?key=` never travels beside the operator's credential
+            query = without_parameter(query, "key")
         route = request[PATH_ROUTE]
-        if route.endpoint is not None and route.endpoint.at_host_root:  # Google's paths: at the host's root
-            if query and injects_credential(upstream):  # the client's `?key=` is not the one that goes
-                query = without_parameter(query, "key")
-            segments = route.endpoint.upstream_segments(route.path.segments, flow.target.model)
+        endpoint = route.endpoint
+        if endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
+            # Google's paths carry their own version and project: at the host's root, as written.
+            segments = route.path.segments
+            if endpoint is not None:
+                segments = endpoint.upstream_segments(segments, flow.target.model)
             url = host_root_url(upstream.base_url, segments, query)
         else:
             url = upstream_url(upstream.base_url, route.path, query)
+        if upstream.kind in GOOGLE_KINDS:  # the operator's credential stays in its project
+            why = outside_project(upstream, _segments(url), gw.auths[upstream.name].project)
+            if why is not None:
+                raise HTTPRefusal(f"context-guard does not send this request: {why}", 403, code="project_refused")
         headers = request_headers(request.headers, upstream, auth, keys)
         if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
             headers["x-request-id"] = record.request_id
@@ -135,6 +161,10 @@ class UpstreamCall:
             self._flow.gw.metrics.upstream_errors.labels(self._upstream.name, type(exc).__name__).inc()
 
 
+def _segments(url: URL) -> tuple[str, ...]:
+    return tuple(segment for segment in url.path.split("/") if segment)
+
+
 def upstream_call(flow: Flow, payload: bytes) -> UpstreamCall:
     """The call `UpstreamCall` describes, for `async with`."""
     return UpstreamCall(flow, payload)
@@ -172,26 +202,95 @@ async def probe_overflow(flow: Flow, sent: Mapping[str, Any]) -> tuple[int, byte
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other path the passthrough policy allows: forwarded untouched (method, query, headers,
-    body), routed by the body's `model` when it names one, else to the default upstream."""
+    body), routed by the body's `model` when it names one (Google's resource names, `models/x`,
+    read as the model `x`), else a Google path to the first Google upstream the routes name, and
+    anything else to the default upstream. To a Google upstream only Google's allow-list passes
+    (`proxy.apis.gemini.google_paths`), under the path as written; to any other, nothing that
+    lands on a path that generates."""
     flow = request[FLOW]
     gw, record = flow.gw, flow.record
     record.kind = "passthrough"
     raw = await read_body(request, gw.settings.server.max_body_bytes)
-    model = await _sniffed_model(request, gw, raw)
-    try:
-        target = gw.router.route(model) if model else gw.router.default()
-    except ModelNotRouted:
-        target = gw.router.default()
-    flow.target, flow.model = target, model
     path = request[PATH_ROUTE].path
-    counted = counted_when_sent(target.upstream.base_url, path, gw.apis.api_for)
-    if counted is not None:
-        raise PathNotFound(
-            f"context-guard does not forward {path}: upstream {target.upstream.name!r} would receive it as "
-            f"{counted}, which the guard counts; send it to that API's own path"
-        )
+    google = google_path(path.segments)
+    model = await _sniffed_model(request, gw, raw)
+    if model and google is not None:
+        model = model.rpartition("/")[2]  # `models/gemini-2.5-flash`, `projects/.../models/gemini-2.5-flash`
+    target = _passthrough_target(gw, model, google, request)
+    flow.target, flow.model = target, model
+    upstream = target.upstream
+    if native_google(upstream, request):
+        if google is None or not passes(google, request.method):
+            raise PathNotFound(
+                f"context-guard does not forward {path} to upstream {upstream.name!r}: of Google's APIs it passes "
+                "only cachedContents, files, model listings and stored interactions uncounted"
+            )
+    elif google is not None and google.google_only:
+        raise PathNotFound(f"context-guard does not forward {path}: upstream {upstream.name!r} is not Google's")
+    else:
+        _refuse_counted_or_generating(upstream.base_url, path, gw)
     async with upstream_call(flow, raw) as response:
         return await relay_answer(flow, response, {"x-request-id": record.request_id})
+
+
+def _passthrough_target(gw: Gateway, model: str | None, google: GooglePath | None, request: web.Request) -> Target:
+    """The model's route; for a Google path that names no model (or one no Google upstream
+    serves), the first Google upstream a route names (Vertex AI's for a path naming a project);
+    else the default route's."""
+    routed = None
+    if model:
+        with contextlib.suppress(ModelNotRouted):
+            routed = gw.router.route(model)
+    asks_google = _asks_google(google, request)
+    if routed is not None and (routed.upstream.kind in GOOGLE_KINDS or not asks_google):
+        return routed
+    if asks_google:
+        kinds = ("vertex", "gemini") if google is not None and google.project is not None else ("gemini", "vertex")
+        upstreams = [gw.settings.upstreams[route.upstream] for route in gw.router.routes]
+        for kind in kinds:
+            found = next((u for u in upstreams if u.kind == kind), None)
+            if found is not None:
+                return Target(found, None)
+    return routed or gw.router.default()
+
+
+def native_google(upstream: UpstreamSettings, request: web.Request) -> bool:
+    """Whether a forwarded request goes to Google's native API (its allow-list, at the host's root,
+    under the path as written): always to a Gemini upstream, and to a Vertex AI upstream for a
+    path of Google's own; an OpenAI-shaped path (`/v1/embeddings`) goes to Vertex AI's
+    OpenAI-compatible endpoint under the base URL, as to any OpenAI upstream."""
+    if upstream.kind == "gemini":
+        return True
+    return upstream.kind == "vertex" and _asks_google(google_path(request[PATH_ROUTE].path.segments), request)
+
+
+def _asks_google(google: GooglePath | None, request: web.Request) -> bool:
+    """A path of Google's own, or one OpenAI has too (`/v1/models`) sent the way Google's clients send it."""
+    return google is not None and (
+        google.google_only or any(name in request.headers for name in _GOOGLE_SIGNS) or "key" in request.query
+    )
+
+
+# Headers only Google's clients send (google-genai's key header and its client id).
+_GOOGLE_SIGNS = ("x-goog-api-key", "x-goog-api-client")
+
+
+def _refuse_counted_or_generating(base_url: str, path: CanonicalPath, gw: Gateway) -> None:
+    """Refuse a forwarded path that an upstream's base URL would land on a counted endpoint, or on
+    one that generates uncounted: with a base at the host's root, `/v1/v1/projects/.../endpoints/
+    openapi/chat/completions` would reach Vertex AI's OpenAI-compatible endpoint."""
+    counted = counted_when_sent(base_url, path, gw.apis.api_for)
+    if counted is not None:
+        raise PathNotFound(
+            f"context-guard does not forward {path}: it would be received as {counted}, which the guard "
+            "counts; send it to that API's own path"
+        )
+    try:
+        sent = canonical_path(upstream_url(base_url, path).raw_path).segments
+    except ValueError:
+        return
+    if generation_method(sent) is not None or sent[-2:] == ("chat", "completions") or sent[-1:] == ("interactions",):
+        raise PathNotFound(f"context-guard does not forward {path}: it would reach an endpoint that generates")
 
 
 async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes) -> str | None:

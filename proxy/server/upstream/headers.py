@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.config.upstreams import UpstreamSettings
-from proxy.server.edge.credentials import names_a_client_key
+from proxy.server.edge.credentials import CLIENT_CREDENTIAL_HEADERS, injects_credential, names_a_client_key
 from proxy.server.observation.record import REPORT_PREFIX  # the guard's own headers never leave it
 
 HOP_BY_HOP = frozenset(
@@ -63,6 +63,8 @@ def request_headers(
     keys = tuple(client_keys)
     named = connection_named(client)
     dropped = _REQUEST_DROPPED | named if named else _REQUEST_DROPPED
+    if injects_credential(upstream) and authorization is not None and authorization != client.get("Authorization"):
+        dropped = dropped | CLIENT_CREDENTIAL_HEADERS  # the operator's: no key or project of the client's beside it
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client.items():
         lower = name.lower()

@@ -378,3 +378,40 @@ class TestGeminiPaths:
             reply.text is not None and reply.text.startswith("Echo from context-guard") and "1 messages" in reply.text
         )
         assert streamed.startswith("Echo from context-guard")
+
+
+class TestInteractionsPath:
+    """The echo answers Google's Interactions API as Google does, whole and streamed, and google-genai reads it."""
+
+    BODY: dict[str, Any] = {"model": "gemini-2.5-flash", "input": "Hello", "system_instruction": "Be brief."}  # noqa: RUF012
+
+    async def test_a_whole_interaction_reports_what_arrived(self, client):
+        answer = await (await client.post("/v1beta/interactions", json=self.BODY)).json()
+        assert answer["status"] == "completed" and answer["echo"]["roles"] == ["system", "user"]
+        assert answer["steps"][0]["content"][0]["text"].startswith("Echo from context-guard")
+        assert answer["usage"]["total_input_tokens"] > 0
+
+    async def test_a_stream_is_named_events_ending_with_the_completed_interaction(self, client):
+        text = await (await client.post("/v1/interactions", json={**self.BODY, "stream": True})).text()
+        names = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+        assert names[0] == "interaction.created" and names[-1] == "interaction.completed" and "step.delta" in names
+
+    async def test_errors_take_the_interactions_shape(self, client):
+        refused = await client.post("/v1/interactions", json={"model": "gemini-2.5-flash", "input": 7})
+        assert refused.status == 400 and (await refused.json())["error"]["code"] == "invalid_request"
+
+    async def test_google_genai_reads_it_through_the_guard(self, start_proxy):
+        from google import genai
+        from google.genai import types
+
+        from proxy.config.settings import settings_from_dict
+        from proxy.demo.echo import with_echo_upstream
+
+        async with running_echo() as echo_url:
+            proxy = await start_proxy(with_echo_upstream(settings_from_dict({}, "<test>", {}), echo_url))
+            options = types.HttpOptions(base_url=str(proxy.make_url("")).rstrip("/"))
+            google = genai.Client(api_key="no-key-needed", http_options=options)
+            answer = await google.aio.interactions.create(model="gemini-2.5-flash", input="Hello")
+            stream = await google.aio.interactions.create(model="gemini-2.5-flash", input="Hello", stream=True)
+            streamed = "".join([e.delta.text async for e in stream if e.event_type == "step.delta"])
+        assert answer.output_text.startswith("Echo from context-guard") and streamed.startswith("Echo from context-guard")

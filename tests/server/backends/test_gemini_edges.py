@@ -70,7 +70,7 @@ class TestOriginStory:
         contents.append({"role": "user", "parts": [{"text": "Summarise the history above."}]})
         raw = json.dumps({"contents": contents, "generationConfig": {"maxOutputTokens": 8192}}).encode()
         assert len(raw) > 11_000_000
-        path = "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent"
+        path = "/v1/projects/my-project/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent"
         started = time.perf_counter()
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{server.make_url('')}{path}".replace("//v1", "/v1"), data=raw) as response:

@@ -165,6 +165,25 @@ class TestServiceAccountThroughTheGuard:
         assert upstream.received[-1].headers["Authorization"] == "Bearer ya29.local-1"
 
 
+    async def test_with_no_project_in_the_base_url_the_token_goes_only_into_the_credentials_own_project(
+        self, start_proxy, upstream, token_server
+    ):
+        """The service account's file says `project_id: project`; a path naming another is refused in Google's shape."""
+        proxy = await vertex_with_adc(start_proxy, upstream)
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        model = "publishers/google/models/gemini-2.5-flash:generateContent"
+        async with aiohttp.ClientSession() as session:
+            own = f"/v1/projects/project/locations/us-central1/{model}"
+            async with session.post(proxy.make_url(own), json=body) as response:
+                await response.read()
+            other = f"/v1/projects/other/locations/us-central1/{model}"
+            async with session.post(proxy.make_url(other), json=body) as response:
+                refused = response.status, await response.json()
+        assert [r.path for r in upstream.received] == [own]
+        assert upstream.received[0].headers["Authorization"] == "Bearer ya29.local-1"
+        assert refused[0] == 403 and refused[1]["error"]["status"] == "PERMISSION_DENIED"
+
+
 class TestGcloudUserCredentials:
     async def test_without_a_credentials_file_gclouds_application_default_login_is_used(
         self, token_server, tmp_path, monkeypatch
