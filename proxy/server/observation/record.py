@@ -136,6 +136,8 @@ def count_headers(kind: str, held_source: str | None, held_tokens: int) -> dict[
         headers[HELD_HEADER] = held_source
         headers[HELD_TOKENS_HEADER] = str(held_tokens)
     return headers
+
+
 _BEFORE, _AFTER, _BUDGET, _REMOVED, _MODE = (
     f"{REPORT_PREFIX}{name}" for name in ("tokens-before", "tokens-after", "budget", "removed", "mode")
 )

@@ -22,7 +22,7 @@ from aiohttp import web
 from proxy.apis.base import HeldContext, Parsed
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.commands import Held
-from proxy.errors import GuardError
+from proxy.errors import ContextLengthExceeded, GuardError
 from proxy.server.backends.profiles import BackendDown, answered_json
 from proxy.server.backends.provider_count import EdgeRequest, Placed, count_call_headers, provider_counted
 from proxy.server.request.flow import Flow
@@ -129,3 +129,14 @@ def count_kind(exact: bool, parsed: Parsed, source: str, held: bool) -> str:
     if parsed.exact and not parsed.server_state and source not in ("calibrated", "estimate"):
         return "upper-bound"
     return "estimate"
+
+
+def held_refusal(refusal: ContextLengthExceeded, held: int) -> ContextLengthExceeded:
+    """The guard's refusal of a request, saying how much of its count the provider holds: what
+    the client can do differs, since the held part is not in its body."""
+    if held:
+        refusal.message += (
+            f" Of those, {held:,} are held by the provider (the stored response, conversation or cache the "
+            'request names) and cannot be cut: start anew, or send truncation "auto" where the API has it.'
+        )
+    return refusal

@@ -67,7 +67,7 @@ from proxy.server.backends.provider_count import (
 from proxy.server.observation.record import count_headers, note, report_headers
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
-from proxy.server.request.held import count_call_headers_for, count_kind, learned, looked_up
+from proxy.server.request.held import count_call_headers_for, count_kind, held_refusal, learned, looked_up
 from proxy.server.threads.placement import performed, planned
 from proxy.server.upstream import answers
 from proxy.server.upstream.answers import UsageReader, first_event
@@ -162,7 +162,8 @@ class Performer:
     async def reject(self, command: Reject) -> None:
         self.flow.outcome = "rejected"
         headers = report_headers(command.plan, self.flow.mode) | self._count_headers()
-        raise ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
+        refusal = ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
+        raise held_refusal(refusal, self.flow.exchange.held_tokens if self.flow.exchange is not None else 0)
 
     async def _performed(self, work: Callable[..., T], *args: Any) -> T:
         """This request's counting work (plans, recounts): sized by the whole body, since a
