@@ -149,8 +149,9 @@ class Exchange:
             return
         window = min(self.applied.window, self.known_window) if self.applied else self.window
         plan = yield from self._first_plan(window)
-        # Once, on the first plan, when it is a bound: the provider's own count at the budget's edge.
-        if self.provider_counts and not plan.count.exact:
+        # Once, on the first plan, when it is a bound: the provider's own count at the budget's edge
+        # (not with held context counted in: some count endpoints leave it out, e.g. Gemini's cache).
+        if self.provider_counts and not plan.count.exact and not self.held_tokens:
             counted: Plan | None = yield ProviderCount(plan)
             plan = plan if counted is None else counted
         while True:

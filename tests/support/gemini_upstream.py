@@ -6,11 +6,13 @@ at its root as Google does, the Developer API's (`/v1beta/models/{m}:method`) an
     :generateContent         a GenerateContentResponse
     :streamGenerateContent   the same in pieces: server-sent events with `?alt=sse`, else a JSON array
     :countTokens             {"totalTokens": N}
+    POST/GET .../cachedContents[/{id}]   a cached content made and told (its `totalTokenCount`, `expireTime`)
     .../endpoints/openapi/chat/completions   a chat completion (Vertex AI's OpenAI-compatible endpoint)
     anything else            404 in Google's shape
 
 Its count is its own: tiktoken's cl100k_base over every text of the request, and each other part
-(a function call, its response, inline data) as its JSON, never the guard's counter. With `limit`
+(a function call, its response, inline data) as its JSON, never the guard's counter; a request
+naming a `cachedContent` counts the cache's tokens too, as Google does. With `limit`
 set, a request over it is refused with Gemini's own overflow sentence. It can break a stream after
 `break_stream_after` pieces, as a dropped connection would. Its answers are built by
 `proxy.demo.provider_answers` and streamed by `proxy.demo.event_stream`, shared with every other
@@ -33,6 +35,7 @@ from tests.support.upstream import Received
 
 ENCODING = encoding("gpt-4")  # cl100k_base, from the files litellm ships
 REPLY = "Hello from Gemini."
+_CACHE = re.compile(r"/v1(?:beta)?/cachedContents(?:/(?P<name>[\w-]+))?")
 _PATH = re.compile(
     r"/[^/]+/(?:(?:projects/[^/]+/locations/[^/]+/)?publishers/google/)?models/(?P<model>[^/:]+):(?P<method>\w+)"
 )
@@ -66,6 +69,21 @@ class FakeGemini:
     limit: int | None = None  # refuse a prompt over this many tokens (its own count), as Gemini words it
     break_stream_after: int | None = None  # close the connection after this many stream pieces
     call_tool: str | None = None  # answer with a call of this function (with a thought signature)
+    caches: dict[str, int] = field(default_factory=dict)  # cached contents by name, and their tokens
+
+    def cache(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Keep `body` (a CachedContent to create) and answer as Google does, with its size."""
+        name = f"cachedContents/cache{len(self.caches) + 1}"
+        self.caches[name] = independent_count(body)
+        return self.cached(name)
+
+    def cached(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "model": "models/gemini-2.5-flash",
+            "usageMetadata": {"totalTokenCount": self.caches[name]},
+            "expireTime": "2099-01-01T00:00:00.123456789Z",
+        }
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -80,6 +98,13 @@ class FakeGemini:
     async def answer(self, request: web.Request) -> web.StreamResponse:
         received = await Received.of(request)
         self.received.append(received)
+        cache = _CACHE.fullmatch(request.path)
+        if cache is not None:
+            if request.method == "POST" and cache["name"] is None:
+                return web.json_response(self.cache(received.json()))
+            if request.method == "GET" and f"cachedContents/{cache['name']}" in self.caches:
+                return web.json_response(self.cached(f"cachedContents/{cache['name']}"))
+            return _error(404, f"no such cached content {request.path}", "NOT_FOUND")
         if request.path.endswith("/endpoints/openapi/chat/completions"):  # Vertex AI's OpenAI-compatible endpoint
             return web.json_response(answers.chat_completion("m", REPLY, ids="c", created=0))
         match = _PATH.fullmatch(request.path)
@@ -89,11 +114,12 @@ class FakeGemini:
         if match["method"] == "countTokens":
             inner = body.get("generateContentRequest", body)
             return web.json_response({"totalTokens": independent_count(inner)})
-        prompt = independent_count(body)
+        held = self.caches.get(str(body.get("cachedContent")), 0)
+        prompt = independent_count(body) + held
         if self.limit is not None and prompt > self.limit:
             message = f"The input token count ({prompt}) exceeds the maximum number of tokens allowed ({self.limit})."
             return _error(400, message, "INVALID_ARGUMENT")
-        usage = answers.Usage(input=prompt, output=3)
+        usage = answers.Usage(input=prompt, output=3)  # Google's promptTokenCount holds the cache's tokens
         pieces = [answers.gemini_response(match["model"], text, usage=usage) for text in ("Hello ", "from ", "Gemini.")]
         if self.call_tool is not None:
             call = {"functionCall": {"name": self.call_tool, "args": {"q": "Paris"}}, "thoughtSignature": "c2lnbmVk"}

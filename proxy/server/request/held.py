@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -74,7 +75,8 @@ async def looked_up(flow: Flow, headers: Mapping[str, str], placed: Placed) -> H
 async def _whole_count(flow: Flow, headers: Mapping[str, str], placed: Placed) -> int | None:
     """The provider's count of the whole request, held context included (its count endpoint)."""
     gw, route = flow.gw, flow.route
-    assert route is not None and gw.session is not None, "a held lookup follows the route, on an open session"
+    if route is None or gw.session is None:  # a count endpoint answered locally: no route was worked out
+        return None
     edge = EdgeRequest.of(flow.target.upstream, route.served, flow.parsed, gw.backends.discoveries)
     return await provider_counted(gw.provider_counts, gw.session, headers, edge, placed)
 
@@ -140,3 +142,22 @@ def held_refusal(refusal: ContextLengthExceeded, held: int) -> ContextLengthExce
             'request names) and cannot be cut: start anew, or send truncation "auto" where the API has it.'
         )
     return refusal
+
+
+async def counted_with_held(flow: Flow, total: int, exact: bool) -> tuple[int, str]:
+    """A count the guard answers itself (Gemini's `:countTokens`) with the cache the request names
+    added, as the provider counts it, and what kind of count that is (`COUNT_HEADER`): `exact` or
+    `upper-bound` as the sent part's count is, `incomplete` when the cache could not be sized."""
+    gw = flow.gw
+    if not hasattr(flow, "target"):  # a count endpoint is not routed to be sent: the cache is asked where it would go
+        flow.target = gw.router.route(flow.model or "")
+    headers = await count_call_headers_for(flow.request, gw, flow.target.upstream)
+    held = await looked_up(flow, headers, _inline)
+    if held.tokens is None or held.source in ("unknown", "partial"):
+        return total + (held.tokens or 0), "incomplete"
+    others = [note for note in flow.parsed.notes if not note.startswith("cachedContent")]
+    return total + held.tokens, "exact" if exact and not others else "upper-bound"
+
+
+async def _inline(work: Callable[[], Any]) -> Any:
+    return work()
