@@ -217,7 +217,7 @@ class Exchange:
             held: Held = yield LOOK_UP_HELD
             self.held = held
             self.held_tokens = held.tokens or 0
-            if held.tokens is None:
+            if (held.tokens is None and held.whole is None) or held.source == "partial":  # counted as sent, or in part
                 yield Note(f"held_{held.source}")
         first = PlanFor(window, held=self.held_tokens) if window is not None or self.held_tokens else FOR_MODEL_WINDOW
         plan: Plan = yield first

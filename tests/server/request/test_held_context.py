@@ -11,6 +11,8 @@ client asked the provider to truncate.
 
 from __future__ import annotations
 
+import base64
+import os
 from typing import Any
 
 import openai
@@ -216,3 +218,24 @@ class TestAChainOverTheWindow:
         assert "context-guard counted" in refused.value.message
         line = (await logs.written("request", len(provider.received)))[-1]
         assert line["upstream_overflow"] == {"provider": "openai"}
+
+
+class TestEncryptedReasoning:
+    async def test_is_counted_by_what_its_ciphertext_can_decode_to_and_flagged(
+        self, aiohttp_server, model_map, provider
+    ):
+        """Codex sends its reasoning back as `encrypted_content`: 8,000 base64 characters decode to at
+        most 6,000 bytes, so at most 6,000 tokens; the count says it is not exact."""
+        sdk = client(await guard(aiohttp_server, model_map, provider))
+        cipher = base64.b64encode(os.urandom(6_000)).decode()
+        items = [
+            {"role": "user", "content": "Plan the migration."},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": cipher},
+            {"role": "assistant", "content": "First, the schema."},
+            {"role": "user", "content": "And then?"},
+        ]
+        raw = await sdk.responses.with_raw_response.create(
+            model=MODEL, input=items, store=False, include=["reasoning.encrypted_content"], max_output_tokens=RESERVE
+        )
+        assert int(raw.headers["x-context-guard-tokens-before"]) >= 6_000
+        assert raw.headers["x-context-guard-count"] != "exact"
