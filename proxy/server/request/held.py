@@ -120,17 +120,35 @@ async def count_call_headers_for(request: web.Request, gw: Gateway, upstream: Up
     return count_call_headers(request.headers, upstream, auth, keys)
 
 
-def count_kind(exact: bool, parsed: Parsed, source: str, held: bool) -> str:
-    """What kind of count a plan's is: `exact`; `upper-bound` (a bound tokenizer; a ciphertext's
-    size); `estimate` (parts estimated, a calibrated estimate, held context sized from the
-    provider's reports); `incomplete` (what the provider adds is not counted at all)."""
-    if exact and not held:
-        return "exact"
-    if parsed.server_state and not parsed.held:
+# Notes of what the guard now counts after all: held context by id, encrypted reasoning by its bound.
+_COUNTED_AFTER_ALL = (
+    "previous_response_id:",
+    "conversation:",
+    "previous_interaction_id",
+    "cachedContent:",
+    "encrypted reasoning",
+)
+
+
+def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None, opaque: bool) -> str:
+    """What kind of count a plan's is (`COUNT_HEADER`): `exact`; `upper-bound` (a bound tokenizer,
+    a part the adapter bounded, a ciphertext's size); `estimate` (parts estimated, a calibrated
+    estimate, held context sized from the provider's reports in the ledger); `incomplete` (what
+    the provider adds is not counted at all). `exact`: the tokenizer's count is; `held`: where the
+    held context's size came from; `opaque`: a ciphertext was bounded."""
+    kinds = set()
+    for note in parsed.notes:
+        if note.startswith(("not counted", "cachedContent")):
+            kinds.add("counted" if any(part in note for part in _COUNTED_AFTER_ALL) else "incomplete")
+        elif "upper bound" in note:
+            kinds.add("upper-bound")
+        elif not note.startswith("truncation"):
+            kinds.add("estimate")
+    if held in ("unknown", "partial") or "incomplete" in kinds:
         return "incomplete"
-    if parsed.exact and not parsed.server_state and source not in ("calibrated", "estimate"):
-        return "upper-bound"
-    return "estimate"
+    if "estimate" in kinds or source in ("calibrated", "estimate") or held == "ledger":
+        return "estimate"
+    return "exact" if exact and not opaque and "upper-bound" not in kinds else "upper-bound"
 
 
 def held_refusal(refusal: ContextLengthExceeded, held: int) -> ContextLengthExceeded:

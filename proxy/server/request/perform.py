@@ -193,7 +193,9 @@ class Performer:
         fitted = self.gw.models.fit(self.endpoint.adapter, parsed, window, self._counted, self.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
             note(record, "estimate")
-        self.count_kind = count_kind(fitted.exact and choice.tokenizer.exact, parsed, choice.source, held > 0)
+        held_from = self.flow.exchange.held if self.flow.exchange is not None else None
+        exact, source = fitted.plan.count.exact and choice.tokenizer.exact, held_from.source if held_from else None
+        self.count_kind = count_kind(exact, parsed, choice.source, source, opaque > 0)
         if self.parsed.server_state:
             note(record, "server_state")
         return fitted.plan
@@ -311,10 +313,10 @@ class Performer:
     def _count_headers(self) -> dict[str, str]:
         """What kind of count the guard's is, and the held context it includes (`count_headers`)."""
         exchange = self.flow.exchange
-        held = exchange.held if exchange is not None else None
-        tokens = exchange.held_tokens if exchange is not None else 0
-        kind = "incomplete" if held is not None and held.source in ("unknown", "partial") else self.count_kind
-        return count_headers(kind, held.source if held is not None else None, tokens)
+        if exchange is None or exchange.plan is None:  # nothing counted (`mode: off`)
+            return {}
+        held = exchange.held
+        return count_headers(self.count_kind, held.source if held is not None else None, exchange.held_tokens)
 
     def _previews(self, plan: Plan | None) -> None:
         """With `log.content_preview_chars` set, the start of each message `plan` removed (operator opt-in)."""

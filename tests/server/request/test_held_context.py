@@ -94,6 +94,8 @@ class TestAResponsesChain:
         for (counted, _), provider_count in zip(seen, provider.stored.counted, strict=True):
             assert within_band(counted, provider_count), (counted, provider_count)
         assert [headers.get("x-context-guard-held") for _, headers in seen] == [None] + ["ledger"] * 5
+        # The first call is counted by gpt-4o's own tokenizer; the others carry the provider's reports.
+        assert [headers["x-context-guard-count"] for _, headers in seen] == ["exact"] + ["estimate"] * 5
         assert provider.stored.counted[-1] > 5 * provider.stored.counted[0]  # the chain is what weighs
 
     async def test_a_streamed_chain_is_counted_from_its_completed_events(self, aiohttp_server, model_map, provider):
@@ -122,6 +124,7 @@ class TestAResponsesChain:
             model=MODEL, input=paragraph(9), max_output_tokens=RESERVE, previous_response_id=previous
         )
         assert raw.headers["x-context-guard-held"] == "provider"
+        assert raw.headers["x-context-guard-count"] == "exact"  # the provider's count of the whole, and its own
         assert within_band(int(raw.headers["x-context-guard-tokens-before"]), provider.stored.counted[-1])
         assert any(r.path.endswith("/responses/input_tokens") for r in provider.received)
         assert seen
@@ -238,4 +241,4 @@ class TestEncryptedReasoning:
             model=MODEL, input=items, store=False, include=["reasoning.encrypted_content"], max_output_tokens=RESERVE
         )
         assert int(raw.headers["x-context-guard-tokens-before"]) >= 6_000
-        assert raw.headers["x-context-guard-count"] != "exact"
+        assert raw.headers["x-context-guard-count"] == "upper-bound"
