@@ -15,6 +15,7 @@ import base64
 import os
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
@@ -221,6 +222,11 @@ class TestAChainOverTheWindow:
         assert "context-guard counted" in refused.value.message
         line = (await logs.written("request", len(provider.received)))[-1]
         assert line["upstream_overflow"] == {"provider": "openai"}
+        async with aiohttp.ClientSession() as session:
+            async with session.get(str(sdk.base_url).replace("/v1/", "/metrics")) as response:
+                metrics = await response.text()
+        assert 'context_guard_upstream_overflows_total{model="gpt-4o",numbers="no"} 1.0' in metrics
+        assert 'context_guard_provider_prompt_tokens_total{model="gpt-4o"}' in metrics
 
 
 class TestEncryptedReasoning:
