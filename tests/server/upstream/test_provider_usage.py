@@ -75,6 +75,20 @@ class TestTheLogLineCarriesTheProvidersCount:
         assert line["provider_output_tokens"] == 3
 
 
+class TestThePageCarriesTheProvidersCount:
+    async def test_each_row_has_the_upstreams_prompt_tokens_beside_the_guards(self, start_proxy, provider, logs):
+        proxy = await start_proxy(gateway_settings(provider.url))
+        path, body = shaped("responses", False)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(proxy.make_url(path), json=body, headers={"x-api-key": "k"}) as response:
+                assert response.status == 200
+            await logs.written("request")
+            async with session.get(proxy.make_url("/context-guard/recent.json")) as response:
+                (row,) = (await response.json())["rows"]
+        assert row["provider_prompt_tokens"] == provider.stored.counted[-1]
+        assert row["tokens_after"] is not None
+
+
 class TestEachSpellingOfUsage:
     def test_chat_with_its_cached_tokens(self):
         usage = usage_of(
