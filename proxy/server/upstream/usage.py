@@ -2,9 +2,10 @@
 
 Every API spells its usage its own way; `usage_of()` reads any of them from a whole answer or from
 one streamed event (chat completions' and legacy completions' `usage.prompt_tokens`, Responses'
-`usage.input_tokens` (also inside `response.completed`), Anthropic's `usage.input_tokens` plus its
-cache reads and writes (`message_start`, then `message_delta`), Gemini's `usageMetadata`
-(`promptTokenCount`, `cachedContentTokenCount`, `candidatesTokenCount`), Interactions' `usage`).
+`usage.input_tokens` (also inside `response.completed`), Interactions' `usage.total_input_tokens`,
+Anthropic's `usage.input_tokens` plus its cache reads and writes (`message_start`, then
+`message_delta`), Gemini's `usageMetadata` (`promptTokenCount`, `cachedContentTokenCount`,
+`candidatesTokenCount`)).
 `held_of()` reads what the answer says the provider keeps for a later request to name by id: a
 stored response and the conversation it was added to (their size: the answer's input + output), an
 interaction, a cached prompt (`cachedContents`: its `totalTokenCount`, until its `expireTime`).
@@ -87,7 +88,7 @@ def _merged(before: Usage | None, after: Usage) -> Usage:
 
 def _inner(payload: dict[str, object]) -> dict[str, object]:
     """The answer inside a streamed event that wraps it (`response.completed`, `message_start`)."""
-    for key in ("response", "message"):
+    for key in ("response", "message", "interaction"):
         inner = payload.get(key)
         if type(inner) is dict and ("usage" in inner or "id" in inner):
             return inner
@@ -149,6 +150,9 @@ def held_of(payload: object, usage: Usage | None) -> list[HeldReport]:
             return _cache(payload, name)
         payload = _inner(payload)
         kind = payload.get("object")
+    usage_spelled = payload.get("usage")
+    if kind is None and type(usage_spelled) is dict and "total_input_tokens" in usage_spelled:
+        kind = "interaction"  # an Interaction says its kind by its usage's spelling where it names none
     if kind != "response" and kind != "interaction":
         return []
     ident = payload.get("id")

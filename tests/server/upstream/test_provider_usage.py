@@ -199,6 +199,14 @@ class TestWhatAnAnswerSaysIsHeld:
         assert (held.kind, held.id, held.tokens) == ("cache", "cachedContents/abc", 20000)
         assert held.expires_at == pytest.approx(1893456000.123456)
 
+    def test_an_interaction_weighs_its_input_and_output(self):
+        answer = {
+            "id": "int_1",
+            "status": "completed",
+            "usage": {"total_input_tokens": 300, "total_output_tokens": 20, "total_tokens": 320},
+        }
+        assert reported_from_body(_json(answer)).held == [HeldReport("interaction", "int_1", 320)]
+
     def test_a_chat_completion_holds_nothing(self):
         assert (
             reported_from_body(
