@@ -146,7 +146,9 @@ def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None, opaqu
             kinds.add("estimate")
     if held in ("unknown", "partial") or "incomplete" in kinds:
         return "incomplete"
-    if "estimate" in kinds or source in ("calibrated", "estimate") or held == "ledger":
+    # A cache's size is the provider's own count; a chain's, its last answer's input + output.
+    chained = held == "ledger" and any(context.kind != "cache" for context in parsed.held)
+    if "estimate" in kinds or source in ("calibrated", "estimate") or chained:
         return "estimate"
     return "exact" if exact and not opaque and "upper-bound" not in kinds else "upper-bound"
 
