@@ -185,7 +185,7 @@ class Performer:
         choice, record, parsed = self.choice, self.record, self.parsed
         if bound_unfetched:
             choice.bound_unfetched()
-        opaque = ciphertext_tokens(parsed.body) if parsed.api == "responses" else 0
+        opaque = ciphertext_tokens(parsed.body)  # a body without Responses' reasoning items has none
         if opaque:
             note(record, "ciphertext_bound")
         if held or opaque:
