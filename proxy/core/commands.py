@@ -1,9 +1,10 @@
 """What the exchange asks the server, and what the server answers: one frozen dataclass each.
 
 `proxy.core.exchange.Exchange` yields a command and is sent its reply; each command's docstring
-names the reply. The first three work out what the request is counted with (its route, the
-tokenizer, a correction learned earlier); the exchange decides from their replies, the server
-only looks things up and asks. The rest plan, count, send and answer.
+names the reply. The first four work out what the request is counted with (its route, the
+tokenizer, a correction learned earlier, what the context the provider holds for it weighs); the
+exchange decides from their replies, the server only looks things up and asks. The rest plan,
+count, send and answer.
 """
 
 from __future__ import annotations
@@ -69,13 +70,33 @@ class LookUpCorrection:
 
 
 @dataclass(frozen=True, slots=True)
+class LookUpHeld:
+    """What the context the provider holds for this request weighs (the stored response, the
+    conversation, the cache it names by id): from the ledger of answers the guard relayed, else
+    from the provider's own count. Reply: `Held`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What the held context weighs: `tokens` (None: unknown), where that came from (`ledger`,
+    `provider`, `unknown`); or, when the provider's count endpoint counted the whole request
+    instead (held and sent together), that count as `whole`."""
+
+    tokens: int | None
+    source: str
+    whole: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PlanFor:
     """Count and trim the request for `window` (None: the model's own), written back in its API's
-    shape; with `bound_unfetched`, texts the backend has not counted are bounded from above from
-    now on (the last plan must not undercount because an estimate ran low). Reply: the `Plan`."""
+    shape; `held`: tokens the provider adds from what it holds, counted with what was sent but
+    never cut; with `bound_unfetched`, texts the backend has not counted are bounded from above
+    from now on (the last plan must not undercount because an estimate ran low). Reply: the `Plan`."""
 
     window: int | None
     bound_unfetched: bool = False
+    held: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +199,14 @@ class Remember:
 
 FOR_MODEL_WINDOW = PlanFor(None)  # most requests' first plan, made once
 FIND_ROUTE, CHOOSE_TOKENIZER, LOOK_UP_CORRECTION = FindRoute(), ChooseTokenizer(), LookUpCorrection()
+LOOK_UP_HELD = LookUpHeld()
 DELIVERED, DELIVERED_IN_PART = Delivered(whole=True), Delivered(whole=False)
 
 Command = (
     FindRoute
     | ChooseTokenizer
     | LookUpCorrection
+    | LookUpHeld
     | PlanFor
     | ProviderCount
     | Recount
@@ -195,4 +218,6 @@ Command = (
     | Reject
     | Relay
 )
-Reply = Routed | Chosen | Correction | Plan | Recounted | Summary | Mapping[str, Any] | Delivered | Answered | None
+Reply = (
+    Routed | Chosen | Correction | Held | Plan | Recounted | Summary | Mapping[str, Any] | Delivered | Answered | None
+)

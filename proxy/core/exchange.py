@@ -21,7 +21,10 @@ Each command names its reply:
 |                            | served model's window, loads its vocabulary, once)   |                |
 | `ChooseTokenizer()`        | asks whether the backend's tokenizer counts the body | `Chosen`     |
 | `LookUpCorrection()`       | reads a correction kept for the upstream and model   | `Correction` or None |
-| `PlanFor(window)`          | counts and trims for `window`, renders the API shape | `Plan`         |
+| `LookUpHeld()`             | what the context the provider holds for the request  | `Held`         |
+|                            | weighs (only asked of a request that names some)     |                |
+| `PlanFor(window, held)`    | counts and trims for `window`, renders the API shape | `Plan`         |
+|                            | (`held` tokens counted with it, never cut)           |                |
 | `ProviderCount(plan)`      | asks the upstream's count endpoint, at the edge only | `Plan` or None |
 |                            | (a plan made from a bound, never an exact count)     |                |
 | `Recount(body)`            | has the backend's tokenizer count `body`             | `Recounted` or None (cannot now) |
@@ -34,8 +37,15 @@ Each command names its reply:
 |                            | not hold the request, which is then refused)         |                |
 | `Reject(plan)`, `Relay()`  | answers 400 / relays the upstream's own answer       | (the end)      |
 
+A request that names context the provider holds (a stored response, a conversation, a cache) is
+counted as held + sent: what is held cannot be cut, so the plan cuts what was sent where that is
+enough and is refused otherwise, unless the client asked the provider to truncate (`truncation:
+"auto"`): then it goes as it came, noted `provider_truncates`. When the held part is unknown the
+request is counted as sent (its notes say so).
+
 At most one retry, and only when the upstream's own error says the context was exceeded in a
-plausible way; see `proxy.core.learning.corrections`. With the backend's own tokenizer (`recounts`), what a
+plausible way; see `proxy.core.learning.corrections`. An overflow error is kept (`overflow`) for
+the record whether it taught anything or not. With the backend's own tokenizer (`recounts`), what a
 trim produced is counted by the backend too, for up to `BACKEND_ROUNDS` re-plans.
 """
 
@@ -50,10 +60,12 @@ from proxy.core.commands import (
     FIND_ROUTE,
     FOR_MODEL_WINDOW,
     LOOK_UP_CORRECTION,
+    LOOK_UP_HELD,
     Answered,
     Chosen,
     Command,
     Delivered,
+    Held,
     Note,
     PlanFor,
     ProviderCount,
@@ -69,7 +81,7 @@ from proxy.core.commands import (
     Summarise,
     Summary,
 )
-from proxy.core.learning.corrections import Correction, CorrectionPolicy, parse_overflow
+from proxy.core.learning.corrections import Correction, CorrectionPolicy, Overflow, parse_overflow
 from proxy.core.plan import Plan
 from proxy.core.trimming.compaction import summary_request, with_summary
 
@@ -89,8 +101,12 @@ class Exchange:
         read_whole: bool = True,
         chat: Mapping[str, Any] | None = None,
         self_correct: CorrectionPolicy | None = DEFAULT_POLICY,
+        holds: tuple[bool, bool] = (False, False),
     ) -> None:
         self.mode = mode
+        # Whether the request names context the provider holds, and whether it asked the provider
+        # to truncate what does not fit (`truncation: "auto"`).
+        self.holds, self.provider_truncates = holds
         # Whether the request's count covered everything the upstream may put in its prompt: only
         # then is a count factor its error implies about the model, not about this request.
         self.read_whole = read_whole
@@ -108,6 +124,9 @@ class Exchange:
         self.attempt = 0
         self.learned: Correction | None = None  # measured from this request's upstream error
         self.ignored_overflow: str | None = None  # why an overflow error taught nothing
+        self.overflow: Overflow | None = None  # the upstream's overflow error, as read, if one came
+        self.held: Held | None = None  # what the held context weighs, once looked up
+        self.held_tokens = 0  # counted with every plan, never cut
         self._steps = self._run()
 
     def start(self) -> Command:
@@ -123,13 +142,16 @@ class Exchange:
         yield from self._decided()
         self.attempt = 1
         if self.mode == "off":
-            if isinstance((yield Send(None, None)), Answered):
+            answered = yield Send(None, None)
+            if isinstance(answered, Answered):
+                self._overflowed(answered)
                 yield Relay()
             return
         window = min(self.applied.window, self.known_window) if self.applied else self.window
-        plan: Plan = yield PlanFor(window) if window is not None else FOR_MODEL_WINDOW
-        # Once, on the first plan, when it is a bound: the provider's own count at the budget's edge.
-        if self.provider_counts and not plan.count.exact:
+        plan = yield from self._first_plan(window)
+        # Once, on the first plan, when it is a bound: the provider's own count at the budget's edge
+        # (not with held context counted in: some count endpoints leave it out, e.g. Gemini's cache).
+        if self.provider_counts and not plan.count.exact and not self.held_tokens:
             counted: Plan | None = yield ProviderCount(plan)
             plan = plan if counted is None else counted
         while True:
@@ -137,6 +159,10 @@ class Exchange:
             plan = yield from self._summarised(plan)
             self.plan = plan
             decision = self._decide(plan)
+            if isinstance(decision, Reject) and self.provider_truncates and self.held_tokens:
+                # What the provider holds does not fit, and the client asked it to drop the oldest.
+                yield Note("provider_truncates")
+                decision = Send(None, plan, self.attempt, "forwarded_provider_truncates")
             if isinstance(decision, Reject):
                 kept = self._refused_retry()
                 if kept is not None:
@@ -183,6 +209,24 @@ class Exchange:
         if routed.vocabulary_missing is not None:  # counted with the family's bound
             yield Note(f"vocabulary_missing:{routed.vocabulary_missing}")
 
+    def _first_plan(self, window: int | None) -> Generator[Command, Any, Plan]:
+        """The first plan, counting what the provider holds for the request with what was sent:
+        the held size the server found; or, where the provider counted the whole request, the
+        difference between its count and the count of what was sent (never below nothing)."""
+        if self.holds:
+            held: Held = yield LOOK_UP_HELD
+            self.held = held
+            self.held_tokens = held.tokens or 0
+            if (held.tokens is None and held.whole is None) or held.source == "partial":  # counted as sent, or in part
+                yield Note(f"held_{held.source}")
+        first = PlanFor(window, held=self.held_tokens) if window is not None or self.held_tokens else FOR_MODEL_WINDOW
+        plan: Plan = yield first
+        whole = self.held.whole if self.held is not None else None
+        if whole is not None and whole > plan.count.total:
+            self.held_tokens = whole - plan.count.total
+            plan = yield PlanFor(window, held=self.held_tokens)
+        return plan
+
     def _decide(self, plan: Plan) -> Send | Reject:
         result = plan.result
         if self.mode != "enforce":
@@ -208,7 +252,7 @@ class Exchange:
             if recounted is None:
                 break
             yield Note("estimate", present=False)  # said again below, or by the re-made plan, when still true
-            tokens = recounted.tokens
+            tokens = recounted.tokens + self.held_tokens if recounted.tokens is not None else None
             if tokens is not None and tokens <= plan.result.budget.input_budget:
                 if not plan.count.exact:
                     yield Note("estimate")
@@ -218,7 +262,8 @@ class Exchange:
                     yield Note("backend_count_over_budget")
                     return replace(plan, result=replace(plan.result, tokens_after=tokens))
                 break
-            plan = yield PlanFor(plan.result.budget.context_window, bound_unfetched=round_ == BACKEND_ROUNDS - 1)
+            window, last = plan.result.budget.context_window, round_ == BACKEND_ROUNDS - 1
+            plan = yield PlanFor(window, bound_unfetched=last, held=self.held_tokens)
         return plan
 
     def _summarised(self, plan: Plan) -> Generator[Command, Any, Plan]:
@@ -237,10 +282,8 @@ class Exchange:
 
     def _corrected(self, plan: Plan, answered: Answered) -> Generator[Command, Any, Plan | None]:
         """The plan for a retry after the upstream's error, or None: relay the error as it came."""
-        if self._policy is None or self.attempt > 1:
-            return None
-        overflow = parse_overflow(answered.status, answered.error_body, answered.sent)
-        if overflow is None:
+        overflow = self._overflowed(answered)
+        if self._policy is None or self.attempt > 1 or overflow is None:
             return None
         if self.provider is not None:  # llama-cpp-python words its errors as OpenAI does
             overflow = replace(overflow, provider=self.provider)
@@ -252,13 +295,21 @@ class Exchange:
             self.ignored_overflow = "implausible"
             return None
         self.learned = correction
-        retry: Plan = yield PlanFor(min(correction.window, budget.context_window))  # never looser than what overflowed
+        # Never looser than what overflowed.
+        retry: Plan = yield PlanFor(min(correction.window, budget.context_window), held=self.held_tokens)
         if retry.result.outcome not in ("trimmed", "rejected"):
             # `overflow: forward` and still too long, or nothing the guard can cut: sending it again cannot help.
             self.ignored_overflow = "not_retried"
             return None
         self.attempt = 2
         return retry
+
+    def _overflowed(self, answered: Answered) -> Overflow | None:
+        """The overflow the upstream's error describes (kept for the record), or None."""
+        overflow = parse_overflow(answered.status, answered.error_body, answered.sent)
+        if overflow is not None:
+            self.overflow = overflow
+        return overflow
 
     def _succeeded(self) -> Correction | None:
         """The correction to remember for the model, if a retry won (of a request not read whole,

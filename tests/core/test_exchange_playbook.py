@@ -14,7 +14,9 @@ from proxy.core.commands import (
     Chosen,
     Delivered,
     FindRoute,
+    Held,
     LookUpCorrection,
+    LookUpHeld,
     Note,
     PlanFor,
     ProviderCount,
@@ -223,7 +225,16 @@ class TestSelfCorrection:
     def test_an_overflow_that_states_no_smaller_window_and_cannot_be_retried_teaches_nothing(self):
         system = {"role": "system", "content": words(5_000)}
         huge = fit({"model": "gpt-4o", "messages": [system, {"role": "user", "content": "Hi"}]}, 4_000)
-        assert book(exchange()) << PlanFor(None) >> FITS << Send >> overflow(WINDOW, 20_000) << PlanFor >> huge << Reject(huge)
+        assert (
+            book(exchange())
+            << PlanFor(None)
+            >> FITS
+            << Send
+            >> overflow(WINDOW, 20_000)
+            << PlanFor
+            >> huge
+            << Reject(huge)
+        )
 
 
 class TestOptedWindow:
@@ -481,3 +492,61 @@ class TestDecidedFromTheRoute:
         routed = Routed(WINDOW, "config", chosen=Chosen("model"))
         assert Playbook(machine) << FindRoute() >> routed << LookUpCorrection() >> None << Send(None, None)
         assert machine.window_source == "config"
+
+
+class TestHeldContext:
+    """A request that names context the provider holds: counted as held + sent, the held part never cut."""
+
+    def test_the_held_size_is_looked_up_and_every_plan_counts_it(self):
+        machine = exchange(holds=(True, False))
+        assert book(machine) << LookUpHeld() >> Held(4_000, "ledger") << PlanFor(None, held=4_000)
+        assert machine.held_tokens == 4_000
+
+    def test_a_request_that_names_none_asks_nothing(self):
+        assert book(exchange()) << PlanFor(None)
+
+    def test_a_count_of_the_whole_request_gives_the_held_part_as_the_difference(self):
+        """OpenAI's input_tokens counts held and sent together: the held part is what the sent one leaves."""
+        machine = exchange(holds=(True, False))
+        sent = FITS.count.total
+        playbook = book(machine) << LookUpHeld() >> Held(None, "provider", whole=sent + 2_500)
+        assert playbook << PlanFor(None) >> FITS << PlanFor(None, held=2_500)
+
+    def test_an_unknown_held_size_is_noted_and_the_request_counted_as_sent(self):
+        machine = exchange(holds=(True, False))
+        playbook = book(machine) << LookUpHeld() >> Held(None, "unknown") << Note("held_unknown") >> None
+        assert playbook << PlanFor(None) >> FITS << Send(None, FITS, 1, "unchanged")
+
+    def test_held_context_over_the_budget_is_refused_before_anything_is_sent(self):
+        machine = exchange(holds=(True, False))
+        rejected = fit(conversation(1), 1_000)
+        rejected = replace(rejected, result=replace(rejected.result, outcome="rejected"))
+        assert (
+            book(machine) << LookUpHeld() >> Held(20_000, "ledger") << PlanFor(None, held=20_000) >> rejected << Reject
+        )
+
+    def test_with_truncation_auto_it_is_forwarded_as_it_came_and_noted(self):
+        machine = exchange(holds=(True, True))
+        rejected = fit(conversation(1), 1_000)
+        rejected = replace(rejected, result=replace(rejected.result, outcome="rejected"))
+        playbook = book(machine) << LookUpHeld() >> Held(20_000, "ledger") << PlanFor(None, held=20_000) >> rejected
+        assert playbook << Note("provider_truncates") >> None << Send(None, rejected, 1, "forwarded_provider_truncates")
+
+    def test_no_provider_count_at_the_edge_with_held_context_counted_in(self):
+        """Some count endpoints leave the held part out (Gemini's, of a cache): their count would undercount."""
+        machine = exchange(holds=(True, False), provider_counts=True)
+        bounded = replace(FITS, count=replace(FITS.count, exact=False))
+        playbook = book(machine) << LookUpHeld() >> Held(1_000, "ledger") << PlanFor(None, held=1_000) >> bounded
+        assert playbook << Send(None, bounded, 1, "unchanged")
+
+    def test_an_overflow_without_numbers_is_kept_for_the_record(self):
+        machine = exchange(self_correct=None)
+        error = {
+            "error": {
+                "message": "Your input exceeds the context window of this model.",
+                "code": "context_length_exceeded",
+            }
+        }
+        answered = Answered(400, json.dumps(error).encode(), b"{}")
+        assert book(machine) << PlanFor(None) >> FITS << Send >> answered << Relay()
+        assert machine.overflow is not None and machine.overflow.prompt_tokens is None

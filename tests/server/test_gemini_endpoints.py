@@ -49,13 +49,27 @@ async def guard_for(aiohttp_server: Any, model_map: Any, google_upstream: dict[s
 async def client(
     request: Any, google: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
 ) -> genai.Client:
+    return await _client(request.param, request, google, aiohttp_server, model_map, monkeypatch)
+
+
+@pytest.fixture
+async def developer_client(
+    request: Any, google: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
+) -> genai.Client:
+    """The Developer API's client alone: Vertex AI has no files API."""
+    return await _client("developer", request, google, aiohttp_server, model_map, monkeypatch)
+
+
+async def _client(
+    kind: str, request: Any, google: Any, aiohttp_server: Any, model_map: Any, monkeypatch: pytest.MonkeyPatch
+) -> genai.Client:
     monkeypatch.setenv("GEMINI_KEY", "server-key")
     _, root = google
     other = FakeGemini()  # the catch-all (OpenAI) upstream: it records what reaches it, and nothing of Google's should
     other_server = await aiohttp_server(other.app())
     other_root = str(other_server.make_url("")).rstrip("/")
     request.node.other = other
-    if request.param == "developer":
+    if kind == "developer":
         upstream = {"base_url": root, "kind": "gemini", "api_key_env": "GEMINI_KEY"}
         url = await guard_for(aiohttp_server, model_map, upstream, other_root)
         return genai.Client(api_key="client-key", http_options=types.HttpOptions(base_url=url))
@@ -104,11 +118,11 @@ class TestListings:
         assert listed == ["models/gemini-2.5-flash"]
         assert provider.received[-1].method == "GET" and request.node.other.received == []
 
-    async def test_files_are_listed_by_the_google_upstream_on_the_developer_api(self, client, google, request):
+    async def test_files_are_listed_by_the_google_upstream_on_the_developer_api(
+        self, developer_client, google, request
+    ):
         provider, _ = google
-        if client.vertexai:
-            pytest.skip("Vertex AI has no files API")
-        assert [f async for f in await client.aio.files.list()] == []
+        assert [f async for f in await developer_client.aio.files.list()] == []
         assert provider.received[-1].path == "/v1/files" and request.node.other.received == []
 
 

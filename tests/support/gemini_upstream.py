@@ -15,7 +15,8 @@ at its root as Google does, the Developer API's (`/v1beta/models/{m}:method`) an
     anything else            404 in Google's shape
 
 Its count is its own: tiktoken's cl100k_base over every text of the request, and each other part
-(a function call, its response, inline data) as its JSON, never the guard's counter. With `limit`
+(a function call, its response, inline data) as its JSON, never the guard's counter; a request
+naming a `cachedContent` counts the cache's tokens too, as Google does. With `limit`
 set, a request over it is refused with Gemini's own overflow sentence. It can break a stream after
 `break_stream_after` pieces, as a dropped connection would. Its answers are built by
 `proxy.demo.provider_answers` and streamed by `proxy.demo.event_stream`, shared with every other
@@ -90,8 +91,19 @@ class FakeGemini:
     limit: int | None = None  # refuse a prompt over this many tokens (its own count), as Gemini words it
     break_stream_after: int | None = None  # close the connection after this many stream pieces
     call_tool: str | None = None  # answer with a call of this function (with a thought signature)
-
     caches: dict[str, dict[str, Any]] = field(default_factory=dict)  # what cachedContents holds, by name
+
+    def cache(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Keep `body` (a CachedContent to create) and answer as Google does, with its size."""
+        name = f"cachedContents/c{len(self.caches)}"
+        usage = {"totalTokenCount": independent_count(body)}
+        expires = "2099-01-01T00:00:00.123456789Z"
+        self.caches[name] = {"name": name, "model": body.get("model"), "usageMetadata": usage, "expireTime": expires}
+        return self.caches[name]
+
+    def cached_tokens(self, name: str) -> int:
+        """The tokens a cache holds (its `usageMetadata.totalTokenCount`), 0 for no such cache."""
+        return int(self.caches.get(name, {}).get("usageMetadata", {}).get("totalTokenCount", 0))
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -120,11 +132,12 @@ class FakeGemini:
         if match["method"] == "countTokens":
             inner = body.get("generateContentRequest", body)
             return web.json_response({"totalTokens": independent_count(inner)})
-        prompt = independent_count(body)
+        held = self.cached_tokens(str(body.get("cachedContent")))
+        prompt = independent_count(body) + held
         if self.limit is not None and prompt > self.limit:
             message = f"The input token count ({prompt}) exceeds the maximum number of tokens allowed ({self.limit})."
             return _error(400, message, "INVALID_ARGUMENT")
-        usage = answers.Usage(input=prompt, output=3)
+        usage = answers.Usage(input=prompt, output=3)  # Google's promptTokenCount holds the cache's tokens
         pieces = [answers.gemini_response(match["model"], text, usage=usage) for text in ("Hello ", "from ", "Gemini.")]
         if self.call_tool is not None:
             call = {"functionCall": {"name": self.call_tool, "args": {"q": "Paris"}}, "thoughtSignature": "c2lnbmVk"}
@@ -155,11 +168,7 @@ class FakeGemini:
         if len(tail) == 2:
             name = "cachedContents" + tail[1]
             if request.method == "POST" and not tail[1]:
-                body = received.json()
-                name = f"cachedContents/c{len(self.caches)}"
-                tokens = independent_count({"contents": body.get("contents") or []})
-                self.caches[name] = {"name": name, "model": body.get("model"), "usageMetadata": {"totalTokenCount": tokens}}
-                return web.json_response(self.caches[name])
+                return web.json_response(self.cache(received.json()))
             if not tail[1]:
                 return web.json_response({"cachedContents": list(self.caches.values())})
             if name not in self.caches:

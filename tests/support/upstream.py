@@ -3,7 +3,9 @@
 the provider would, in JSON or as a server-sent event stream when the body asks for `stream`:
 
     POST /v1/chat/completions, /openai/deployments/{d}/chat/completions   chat completion
-    POST /v1/responses                                                    Response (message or function_call)
+    POST /v1/responses                                                    Response (message or function_call),
+                                                                          stored: `tests.support.stored_responses`
+    POST /v1/responses/input_tokens, /v1/conversations                    its count; a new conversation
     POST /v1/completions, /openai/deployments/{d}/completions             text completion
     POST /v1/messages                                                     Anthropic message (text or tool_use)
     POST /v1/messages/count_tokens                                        {"input_tokens": ...}
@@ -40,6 +42,7 @@ from aiohttp import web
 from proxy.demo import provider_answers as answers
 from proxy.demo.event_stream import SSE_HEADERS, send_stream
 from tests.support.cookbook import cookbook_count
+from tests.support.stored_responses import StoredResponses, output_tokens
 
 TOOL_ARGUMENTS = '{"q": "weather"}'  # what a tool call asks, whatever the tool
 
@@ -127,6 +130,7 @@ class FakeUpstream:
     stream_started: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = ""  # its base URL, set by the fixture that starts it
     every_shape: bool = False  # answer every shape below, not only /v1/chat/completions (the rest echoed)
+    stored: StoredResponses = field(default_factory=StoredResponses)  # what the Responses API keeps
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -134,6 +138,8 @@ class FakeUpstream:
         if self.every_shape:
             app.router.add_post("/openai/deployments/{deployment}/chat/completions", self.chat)
             app.router.add_post("/v1/responses", self.responses)
+            app.router.add_post("/v1/responses/input_tokens", self.input_tokens)
+            app.router.add_post("/v1/conversations", self.conversations)
             app.router.add_post("/v1/completions", self.completions)
             app.router.add_post("/openai/deployments/{deployment}/completions", self.completions)
             app.router.add_post("/v1/messages", self.messages)
@@ -198,7 +204,10 @@ class FakeUpstream:
 
     async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         pieces = [f"part{i} " for i in range(self.stream_chunks)]
-        chunks = answers.chat_chunks(body.get("model"), "".join(pieces), pieces=pieces)
+        options = body.get("stream_options")
+        asked = isinstance(options, dict) and options.get("include_usage") is True  # the usage chunk, last
+        usage = answers.Usage(self.provider_count(body), self.stream_chunks) if asked else None
+        chunks = answers.chat_chunks(body.get("model"), "".join(pieces), pieces=pieces, usage=usage)
         try:
             return await send_stream(
                 request,
@@ -225,15 +234,38 @@ class FakeUpstream:
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         body = (await self._record(request)).json()
+        owner = request.headers.get("Authorization", "")
+        prompt, refused = self.stored.prompt(body, owner)
+        if refused is not None:
+            return refused
         items = body.get("input") if isinstance(body.get("input"), list) else []
         answering = bool(items) and isinstance(items[-1], dict) and items[-1].get("type") == "function_call_output"
         tools = [t for t in body.get("tools") or () if t.get("type") == "function"]
         answer = answers.ToolCall(tools[0]["name"], TOOL_ARGUMENTS) if tools and not answering else self.reply_text
         item, model = answers.response_item(answer), body.get("model")
-        fields = {"tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", [])}
+        output = output_tokens(self.reply_text if isinstance(answer, str) else TOOL_ARGUMENTS)
+        ids = str(len(self.stored.responses) + 1)
+        conversation = self.stored.keep(f"resp_{ids}", body, owner, prompt + output)
+        self.stored.counted.append(prompt)
+        fields: dict[str, Any] = {"tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", [])}
+        fields |= {"ids": ids, "usage": answers.Usage(prompt, output)}
+        if conversation is not None:
+            fields["conversation"] = {"id": conversation}
         if not body.get("stream"):
             return web.json_response(answers.response(model, [item], **fields))
         return await send_stream(request, answers.frames(answers.response_events(model, item, **fields)))
+
+    async def input_tokens(self, request: web.Request) -> web.StreamResponse:
+        body = (await self._record(request)).json()
+        held, missing = self.stored.held(body, request.headers.get("Authorization", ""))
+        if missing is not None:
+            return missing
+        counted = held + self.stored.sent_tokens(body)
+        return web.json_response({"object": "response.input_tokens", "input_tokens": counted})
+
+    async def conversations(self, request: web.Request) -> web.StreamResponse:
+        await self._record(request)
+        return web.json_response(self.stored.create_conversation(request.headers.get("Authorization", "")))
 
     # -- Anthropic Messages -------------------------------------------------------------------
 

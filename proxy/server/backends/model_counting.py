@@ -168,7 +168,8 @@ class Models:
             return made()
 
         def key() -> Hashable:  # what else the plan depended on
-            return (adapter.name, model, context_window, profile, tokenizer.identity, id(base), policy.budget, client)
+            budget, fixed = policy.budget, parsed.fixed_tokens  # fixed: held context counted with it
+            return (adapter.name, model, context_window, profile, tokenizer.identity, id(base), budget, client, fixed)
 
         return self.resent.fitted(parsed, key, made)
 

@@ -59,6 +59,26 @@ class Metrics:
             ["model", "result"],
             registry=r,
         )
+        # The provider's count beside the guard's, over the requests whose answer reported usage:
+        # their ratio is how close the guard's count runs to the provider's.
+        self.provider_prompt_tokens = Counter(
+            "context_guard_provider_prompt_tokens",
+            "Prompt tokens the upstreams' usage reported, for requests whose answers carried it.",
+            ["model"],
+            registry=r,
+        )
+        self.counted_prompt_tokens = Counter(
+            "context_guard_counted_prompt_tokens",
+            "Prompt tokens the guard counted (as sent) for the same requests.",
+            ["model"],
+            registry=r,
+        )
+        self.upstream_overflows = Counter(
+            "context_guard_upstream_overflows",
+            "Upstream context-length errors, by whether the error said the provider's count.",
+            ["model", "numbers"],
+            registry=r,
+        )
         self.corrected_window = Gauge(
             "context_guard_corrected_window_tokens",
             "The window a remembered self-correction gives a model on an upstream.",
@@ -99,6 +119,12 @@ class Metrics:
             self.corrections.labels(model, "remembered" if record.status < 400 else "retried").inc()
         if record.correction_note:
             self.corrections.labels(model, record.correction_note).inc()
+        if record.provider_prompt_tokens is not None:
+            self.provider_prompt_tokens.labels(model).inc(record.provider_prompt_tokens)
+            self.counted_prompt_tokens.labels(model).inc(result.tokens_after)
+        if record.upstream_overflow is not None:
+            numbers = "yes" if record.upstream_overflow.get("prompt_tokens") is not None else "no"
+            self.upstream_overflows.labels(model, numbers).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -53,6 +53,7 @@ class Decision:
         "model",
         "notes",
         "outcome",
+        "provider_prompt_tokens",
         "request_id",
         "served_model",
         "status",
@@ -72,6 +73,7 @@ class Decision:
         correction = record.learned_correction or record.applied_correction
         self.corrected_window = correction.window if correction is not None else None
         self.total_ms = record.total_ms
+        self.provider_prompt_tokens = record.provider_prompt_tokens  # the upstream's usage, beside tokens_after
         plan = record.plan
         if plan is None:
             self.tokens_before = self.tokens_after = self.budget = None
@@ -171,7 +173,7 @@ class Folded:
 DECISION_FIELDS = (
     "at", "request_id", "kind", "outcome", "status", "model", "served_model", "upstream", "mode", "tokens_before",
     "tokens_after", "budget", "removed_count", "removed_tokens", "by_strategy", "removed", "notes",
-    "corrected_window", "total_ms", "worker",
+    "corrected_window", "provider_prompt_tokens", "total_ms", "worker",
 )  # fmt: skip
 _FOLDED_FIELDS = frozenset({"removed_count", "removed_tokens", "by_strategy", "removed", "notes"})
 

@@ -61,6 +61,11 @@ class RequestRecord:
     count_source: str | None = None  # backend (the server's tokenizer), model, calibrated or estimate
     calibration: float | None = None  # the factor a calibrated estimate was scaled by
     provider_prompt_tokens: int | None = None  # what the upstream's usage said it counted
+    provider_cached_tokens: int | None = None  # of which it read from its cache
+    provider_output_tokens: int | None = None  # what it said the answer took
+    held_tokens: int | None = None  # what the context the provider holds for the request weighs
+    held_source: str | None = None  # ledger, provider, partial or unknown (None: it names none)
+    upstream_overflow: dict[str, Any] | None = None  # an overflow error the upstream answered, as read
     notes: list[str] = field(default_factory=list)  # e.g. fallback_window, estimate, server_state
     unread_fields: tuple[str, ...] = ()  # top-level fields the guard could not count (names only)
     unseen_parts: tuple[str, ...] = ()  # where the parts are whose content the guard cannot see
@@ -116,8 +121,23 @@ def _outcome_for_status(status: int, kind: str) -> str:
     return "forwarded" if kind != "local" else "answered"
 
 
-# On a count the guard answers itself (Anthropic's count_tokens): `exact`, or `upper-bound`.
+# What kind of count the guard's is, on every guarded answer and on a count it answers itself:
+# `exact`; `upper-bound` (a bound tokenizer, a ciphertext's size); `estimate` (parts estimated, or
+# held context sized from the provider's reports); `incomplete` (some of what the provider reads
+# is not counted at all: held context the guard could not size, hosted tools' additions).
 COUNT_HEADER = f"{REPORT_PREFIX}count"
+HELD_HEADER, HELD_TOKENS_HEADER = f"{REPORT_PREFIX}held", f"{REPORT_PREFIX}held-tokens"
+
+
+def count_headers(kind: str, held_source: str | None, held_tokens: int) -> dict[str, str]:
+    """The headers saying what kind of count the guard's is, and what of it the provider holds."""
+    headers = {COUNT_HEADER: kind}
+    if held_source is not None:
+        headers[HELD_HEADER] = held_source
+        headers[HELD_TOKENS_HEADER] = str(held_tokens)
+    return headers
+
+
 _BEFORE, _AFTER, _BUDGET, _REMOVED, _MODE = (
     f"{REPORT_PREFIX}{name}" for name in ("tokens-before", "tokens-after", "budget", "removed", "mode")
 )
@@ -272,6 +292,11 @@ def log_event(record: RequestRecord, max_line_bytes: int) -> dict[str, Any]:
         ("count_source", record.count_source),
         ("calibration", round(record.calibration, 4) if record.calibration is not None else None),
         ("provider_prompt_tokens", record.provider_prompt_tokens),
+        ("provider_cached_tokens", record.provider_cached_tokens),
+        ("provider_output_tokens", record.provider_output_tokens),
+        ("held_tokens", record.held_tokens),
+        ("held_source", record.held_source),
+        ("upstream_overflow", record.upstream_overflow),
         ("applied_correction", _dict(record.applied_correction)),
         ("self_correction", _dict(record.learned_correction)),
         ("self_correction_ignored", record.correction_note),

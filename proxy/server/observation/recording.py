@@ -5,13 +5,15 @@ mode, the route, the tokenizer's choice, the exchange with the window it decided
 applied, and the outcome it reached); `fill` copies that into the `RequestRecord` once, when the
 `records` middleware closes it, so that the log line, the metrics and the page read one finished
 record; so do the upstream call's status and time and what the relay saw (a broken stream, a client
-gone, the whole answer delivered). What the edge opens the record with (id, method, path, kind),
-the error the middleware answered with, the notes and the opt-in previews are written where they
-happen.
+gone, the whole answer delivered), the upstream's usage beside the guard's count, what the provider
+holds for the request and an overflow the upstream answered. What the edge opens the record with
+(id, method, path, kind), the error the middleware answered with, the notes and the opt-in
+previews are written where they happen.
 """
 
 from __future__ import annotations
 
+from proxy.core.record_fields import field_dict
 from proxy.server.observation.record import RequestRecord, note
 from proxy.server.request.flow import Flow
 
@@ -58,8 +60,15 @@ def fill(record: RequestRecord, flow: Flow) -> None:
         record.calibration = choice.calibration.factor
     if flow.calibration is not None:  # learned from this request's usage
         record.calibration = flow.calibration
-    if flow.prompt_tokens is not None:  # what the upstream's usage said it counted
-        record.provider_prompt_tokens = flow.prompt_tokens
+    usage = flow.usage
+    if usage is not None:  # what the upstream's usage said it counted, beside the guard's count
+        record.provider_prompt_tokens, record.provider_cached_tokens = usage.prompt_tokens, usage.cached_tokens
+        record.provider_output_tokens = usage.completion_tokens
+    if exchange.held is not None:  # what the provider holds for it, and where that came from
+        record.held_tokens, record.held_source = exchange.held_tokens, exchange.held.source
+    overflow = exchange.overflow
+    if overflow is not None:  # the upstream said the context was exceeded (with or without numbers)
+        record.upstream_overflow = {k: v for k, v in field_dict(overflow).items() if v is not None}
     if exchange.applied is not None:
         record.applied_correction = exchange.applied
     record.plan, record.attempts = exchange.plan, exchange.attempt

@@ -5,8 +5,8 @@ gateway it is served by (one for the whole request, even across a reload) and it
 Each step after it reads what it needs from the flow and adds what it worked out: the handler the
 client, its scope and the parsed body; `proxy.server.request.perform.prepared` the upstream target, the
 mode and the exchange (which decides the window, where it came from and a correction applied);
-`Performer` the model's route, the tokenizer's choice, the outcome and what the upstream's usage
-taught. The steps take the flow, not the pieces of it one by
+`Performer` the model's route, the tokenizer's choice, the outcome, the upstream's usage and what
+it taught. The steps take the flow, not the pieces of it one by
 one, and the record is written from it in one place (`proxy.server.observation.recording.fill`).
 """
 
@@ -26,6 +26,7 @@ from proxy.server.backends.model_route import ModelRoute
 from proxy.server.observation.record import RequestRecord
 from proxy.server.request.gateway import Gateway
 from proxy.server.upstream.routing import Target
+from proxy.server.upstream.usage import Usage
 
 
 class Flow:
@@ -48,7 +49,6 @@ class Flow:
         "outcome",
         "parsed",
         "plan",
-        "prompt_tokens",
         "provider_counted",
         "raw",
         "record",
@@ -59,6 +59,7 @@ class Flow:
         "target",
         "upstream_ms",
         "upstream_status",
+        "usage",
     )
     target: Target  # the upstream it is sent to
     endpoint: Endpoint  # the API adapter its path names
@@ -78,7 +79,7 @@ class Flow:
         self.plan: Plan | None = None  # a plan made outside an exchange (a count endpoint)
         self.outcome: str | None = None  # what the guard did (forwarded, trimmed, rejected, counted, ...)
         self.provider_counted = False  # the upstream's own count decided its plan
-        self.prompt_tokens: int | None = None  # what the upstream's usage said it counted
+        self.usage: Usage | None = None  # what the upstream's answer said it counted
         self.calibration: float | None = None  # the estimate's factor its usage taught
         self.upstream_status: int | None = None  # the status line of its (last) upstream call
         self.upstream_ms = 0.0  # the time its upstream calls took

@@ -29,6 +29,7 @@ from proxy.server.request.summariser import Summariser
 from proxy.server.upstream.headers import request_headers
 from proxy.server.upstream.routing import Router
 from proxy.state import MemoryStore, StateStore
+from proxy.state.held_ledger import HeldLedger
 from proxy.state.shared_corrections import SharedCorrections
 from proxy.wire.readers import BodyReaders
 
@@ -63,6 +64,11 @@ class Gateway:
     @functools.cached_property
     def corrections(self) -> SharedCorrections:
         return SharedCorrections(self.store, self.settings.self_correction.ttl_seconds)
+
+    @functools.cached_property
+    def ledger(self) -> HeldLedger:
+        """What the provider holds for each client (stored responses, conversations, caches), in the same store."""
+        return HeldLedger(self.store)
 
     @functools.cached_property
     def correction_policy(self) -> CorrectionPolicy | None:

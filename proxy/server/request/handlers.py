@@ -28,6 +28,7 @@ from proxy.server.edge.paths import PATH_ROUTE
 from proxy.server.observation.record import COUNT_HEADER
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import GATEWAY, MODE_HEADER, Gateway
+from proxy.server.request.held import counted_with_held
 from proxy.server.request.perform import prepared
 from proxy.server.request.resent import earlier_body
 from proxy.server.threads.placement import performed, planned
@@ -91,10 +92,13 @@ async def _count_tokens(flow: Flow) -> web.Response:
     fitted = await planned(flow.large, fit, adapter, parsed, None, None, scope, size=size, client=client)
     flow.plan, flow.outcome = fitted.plan, "counted"
     assert endpoint.answer is not None, "a local endpoint says how it answers"
-    response = web.json_response(endpoint.answer(fitted.plan.count.total))
+    total, kind = fitted.plan.count.total, "exact" if fitted.exact else "upper-bound"
+    if parsed.held:  # a cache it names: added as the provider counts it (`proxy.server.request.held`)
+        total, kind = await counted_with_held(flow, total, fitted.plan.count.exact)
+    response = web.json_response(endpoint.answer(total))
     response.headers["x-request-id"] = record.request_id
-    # The body has no field for it: a count that is an upper bound (no tokenizer of the model ships) says so here.
-    response.headers[COUNT_HEADER] = "exact" if fitted.exact else "upper-bound"
+    # The body has no field for it: what kind of count this is (an upper bound where no tokenizer of the model ships).
+    response.headers[COUNT_HEADER] = kind
     return response
 
 

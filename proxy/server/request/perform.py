@@ -13,7 +13,6 @@ threads, each within the client's fair share of them, is decided in one place: `
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -32,7 +31,9 @@ from proxy.core.commands import (
     Command,
     Delivered,
     FindRoute,
+    Held,
     LookUpCorrection,
+    LookUpHeld,
     Note,
     PlanFor,
     ProviderCount,
@@ -48,6 +49,7 @@ from proxy.core.commands import (
     Summarise,
     Summary,
 )
+from proxy.core.counting.ciphertext import ciphertext_tokens
 from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import opted_in
@@ -58,14 +60,14 @@ from proxy.server.backends.model_counting import CountedAs
 from proxy.server.backends.model_route import ModelRoute, chosen_of, model_route
 from proxy.server.backends.provider_count import (
     EdgeRequest,
-    count_call_headers,
     edge_budget,
     provider_counted,
     settled,
 )
-from proxy.server.observation.record import note, report_headers
+from proxy.server.observation.record import count_headers, note, report_headers
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
+from proxy.server.request.held import count_call_headers_for, count_kind, held_refusal, learned, looked_up
 from proxy.server.threads.placement import performed, planned
 from proxy.server.upstream import answers
 from proxy.server.upstream.answers import UsageReader, first_event
@@ -73,7 +75,7 @@ from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow,
 from proxy.server.upstream.headers import request_headers
 from proxy.server.upstream.routing import Target
 from proxy.server.upstream.streams import ask_for_usage
-from proxy.server.upstream.upstream_errors import decoded, read_error_body
+from proxy.server.upstream.upstream_errors import decoded, json_message, overflow_told, read_error_body
 
 T = TypeVar("T")
 
@@ -91,6 +93,7 @@ class Performer:
         self._counted: CountedAs | None = None  # what the plans count the request as, once chosen
         self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
+        self.count_kind = "exact"  # what kind of count the latest plan's is (`COUNT_HEADER`)
 
     async def perform(self, command: Command) -> Reply:
         return await _PERFORMED[type(command)](self, command)
@@ -142,7 +145,12 @@ class Performer:
     async def plan_for(self, command: PlanFor) -> Plan:
         """The plan for the command's window, where this request's counting work runs (`_performed`)."""
         window, bound, size = command.window, command.bound_unfetched, len(self.raw)
-        return await planned(self.large, self.plan, window, bound, size=size, client=self.client)
+        return await planned(self.large, self.plan, window, bound, command.held, size=size, client=self.client)
+
+    async def look_up_held(self, command: LookUpHeld) -> Held:
+        """What the context the provider holds for this request weighs (`proxy.server.request.held`)."""
+        headers = await count_call_headers_for(self.request, self.gw, self.target.upstream)
+        return await looked_up(self.flow, headers, self._placed)
 
     async def render(self, command: Render) -> Mapping[str, Any]:
         view = command.view
@@ -153,8 +161,9 @@ class Performer:
 
     async def reject(self, command: Reject) -> None:
         self.flow.outcome = "rejected"
-        headers = report_headers(command.plan, self.flow.mode)
-        raise ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
+        headers = report_headers(command.plan, self.flow.mode) | self._count_headers()
+        refusal = ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
+        raise held_refusal(refusal, self.flow.exchange.held_tokens if self.flow.exchange is not None else 0)
 
     async def _performed(self, work: Callable[..., T], *args: Any) -> T:
         """This request's counting work (plans, recounts): sized by the whole body, since a
@@ -167,16 +176,26 @@ class Performer:
         on the loop for a body of at most `INLINE_BYTES`, else in the client's share of the threads."""
         return await performed(self.large, work, size=len(self.raw), client=self.client)
 
-    def plan(self, window: int | None, bound_unfetched: bool = False) -> Plan:
+    def plan(self, window: int | None, bound_unfetched: bool = False, held: int = 0) -> Plan:
         """Count and trim for `window` with the tokenizer the choice names (the backend's own, the
         model's, or a calibrated estimate) and the upstream's budget policy, written back in the
-        API's own shape (`Plan.body`)."""
-        choice, record = self.choice, self.record
+        API's own shape (`Plan.body`). `held` tokens the provider adds, and the bound of what it
+        decrypts (`proxy.core.counting.ciphertext.ciphertext_tokens`), are counted as the API's fixed
+        tokens: with the request, never cut."""
+        choice, record, parsed = self.choice, self.record, self.parsed
         if bound_unfetched:
             choice.bound_unfetched()
-        fitted = self.gw.models.fit(self.endpoint.adapter, self.parsed, window, self._counted, self.scope)
+        opaque = ciphertext_tokens(parsed.body)  # a body without Responses' reasoning items has none
+        if opaque:
+            note(record, "ciphertext_bound")
+        if held or opaque:
+            parsed = replace(parsed, fixed_tokens=parsed.fixed_tokens + held + opaque)
+        fitted = self.gw.models.fit(self.endpoint.adapter, parsed, window, self._counted, self.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
             note(record, "estimate")
+        held_from = self.flow.exchange.held if self.flow.exchange is not None else None
+        exact, source = fitted.plan.count.exact and choice.tokenizer.exact, held_from.source if held_from else None
+        self.count_kind = count_kind(exact, parsed, choice.source, source, opaque > 0)
         if self.parsed.server_state:
             note(record, "server_state")
         return fitted.plan
@@ -200,7 +219,7 @@ class Performer:
             return None
         session = gw.session
         assert session is not None, "the app's upstream session is opened at startup"
-        headers = await _count_call_headers(self.request, gw, upstream)
+        headers = await count_call_headers_for(self.request, gw, upstream)
         counted = await provider_counted(gw.provider_counts, session, headers, edge, self._placed)
         made = settled(plan, edge, budget, counted, self.record.notes)
         if made is not None:
@@ -226,6 +245,7 @@ class Performer:
         exchange = flow.exchange
         assert exchange is not None, "a send is an exchange's command"
         extra = {"x-request-id": record.request_id, **report_headers(exchange.plan, flow.mode)}
+        extra |= self._count_headers()
         raw_error = b""
         async with upstream_call(self.flow, payload) as response:
             if response.status < 400:
@@ -239,6 +259,7 @@ class Performer:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
                             flow.delivered, flow.client_gone = True, False
                     self._learn(reader, sent)
+                    await learned(flow, reader.reported)
                     if gw.settings.log.content_preview_chars > 0:
                         self._previews(exchange.plan)
                     return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
@@ -259,6 +280,12 @@ class Performer:
         response, raw_error, error_body, extra = self._failed
         if response.status < 400:  # an empty or error stream the guard cannot fix
             raise UpstreamUnavailable(f"upstream {self.target.upstream.name!r}: {json_message(error_body)}")
+        exchange = self.flow.exchange
+        told = overflow_told(error_body, exchange.overflow, exchange.plan) if exchange is not None else None
+        if told is not None:  # the body as inflated: its encoding header no longer applies
+            self.response = buffered(response, told, extra)
+            self.response.headers.popall("Content-Encoding", None)
+            return
         self.response = buffered(response, raw_error, extra)
 
     async def remember(self, command: Remember) -> None:
@@ -268,19 +295,28 @@ class Performer:
         gw.metrics.corrected_window.labels(name, gw.models.model_label(served)).set(kept.window)
 
     def _learn(self, reader: UsageReader, sent: Mapping[str, Any]) -> None:
-        """An estimate learns from the prompt tokens the upstream reports (chat completions), when
-        everything the upstream may have put in the prompt was counted: a field the guard does not
-        read (vLLM's `documents`) would otherwise teach every other request its size."""
+        """The usage the upstream reports is the record's, whatever the API; an estimate learns
+        from its prompt tokens (chat completions), when everything the upstream may have put in
+        the prompt was counted: a field the guard does not read (vLLM's `documents`) would
+        otherwise teach every other request its size."""
         flow, parsed, usage = self.flow, self.parsed, reader.usage
-        if usage is None or parsed.api != "chat" or flow.client_gone or flow.stream_broken:
+        if usage is None:
             return
-        flow.prompt_tokens = usage.prompt_tokens
-        if not parsed.read_whole:
+        flow.usage = usage
+        if parsed.api != "chat" or flow.client_gone or flow.stream_broken or not parsed.read_whole:
             return
         gw = self.gw
         learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.scope))
         if learned is not None:
             flow.calibration = learned.factor
+
+    def _count_headers(self) -> dict[str, str]:
+        """What kind of count the guard's is, and the held context it includes (`count_headers`)."""
+        exchange = self.flow.exchange
+        if exchange is None or exchange.plan is None:  # nothing counted (`mode: off`)
+            return {}
+        held = exchange.held
+        return count_headers(self.count_kind, held.source if held is not None else None, exchange.held_tokens)
 
     def _previews(self, plan: Plan | None) -> None:
         """With `log.content_preview_chars` set, the start of each message `plan` removed (operator opt-in)."""
@@ -310,6 +346,7 @@ def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         read_whole=parsed.read_whole,
         chat=parsed.chat if summarises else None,
         self_correct=gw.correction_policy,
+        holds=(bool(parsed.held), parsed.body.get("truncation") == "auto"),
     )
     return performer, exchange
 
@@ -337,16 +374,6 @@ async def _reach(gw: Gateway, upstream: UpstreamSettings) -> Reach:
     return Reach(session, upstream.name, upstream.base_url, gw.service_headers(upstream, auth))
 
 
-def json_message(body: bytes) -> str:
-    """The message of an OpenAI-shaped error body, for the guard's own error saying what came."""
-    try:
-        error = json.loads(body).get("error") or {}
-    except (ValueError, AttributeError):
-        return "an answer the guard cannot read"
-    message = error.get("message") if isinstance(error, dict) else None
-    return message if isinstance(message, str) else "an answer the guard cannot read"
-
-
 def _message_text(message: object) -> str:
     content = message.get("content") if isinstance(message, Mapping) else None
     if isinstance(content, list):
@@ -354,20 +381,11 @@ def _message_text(message: object) -> str:
     return content if isinstance(content, str) else ""
 
 
-async def _count_call_headers(request: web.Request, gw: Gateway, upstream: UpstreamSettings) -> Mapping[str, str]:
-    """The headers of a provider count call: the forwarded request's credential and nothing else."""
-    keys = gw.settings.server.client_keys
-    try:
-        auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
-    except GuardError:  # no credential now: the call goes without, fails, and the upper bound stands
-        auth = None
-    return count_call_headers(request.headers, upstream, auth, keys)
-
-
 _PERFORMED: dict[type, Callable[[Performer, Any], Awaitable[Reply]]] = {
     FindRoute: Performer.find_route,
     ChooseTokenizer: Performer.choose_tokenizer,
     LookUpCorrection: Performer.look_up_correction,
+    LookUpHeld: Performer.look_up_held,
     PlanFor: Performer.plan_for,
     ProviderCount: Performer.provider_count,
     Recount: Performer.recount,

@@ -4,8 +4,10 @@ Two things the handler needs from an answer with a success status:
 - `first_event()`: how a stream began. A server may send the status line and then nothing (an
   over-window stream on llama-cpp-python) or an error event; the client's response is not
   committed until the first event is known, so those are handled like an error status.
-- `UsageReader`: the `usage.prompt_tokens` the upstream reports (from the usage chunk of a stream,
-  or the body of a whole answer), to calibrate estimated counts. A usage chunk the guard asked for
+- `UsageReader`: the usage the upstream reports in any API's spelling, and what it says it now
+  holds (a stored response, a conversation, a cache: `proxy.server.upstream.usage`), from a
+  stream's events or the body of a whole answer: the record shows the provider's count beside the
+  guard's, an estimate calibrates from it, the ledger of held context learns from it. A usage chunk the guard asked for
   on the client's behalf is taken out of what the client sees. It also knows when the client has
   had the whole answer (a stream's `[DONE]`, a body's last byte): a client that leaves after
   that has been answered, not cut off.
@@ -21,7 +23,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from proxy.server.upstream.sse import FirstEvent, is_event_stream, peek_first_event
-from proxy.server.upstream.usage import Usage, UsageTap, usage_from_body
+from proxy.server.upstream.usage import Reported, Usage, UsageTap, reported_from_body
 
 MAX_USAGE_BODY = 4 * 1024 * 1024  # a whole answer larger than this is relayed unread
 PARSE_ON_LOOP_BYTES = 64 * 1024  # a whole answer larger than this is read for its usage in a thread
@@ -50,12 +52,16 @@ class UsageReader:
         self._tap = UsageTap(strip, self.encoding) if self.stream else None
         self._body = bytearray()
         self._unread = False  # the body grew past MAX_USAGE_BODY: no usage is read from it
-        self._whole: Usage | None = None
+        self._whole = Reported()
         self.delivered = False  # the client has been sent the whole answer
 
     @property
+    def reported(self) -> Reported:
+        return self._tap.reported if self._tap is not None else self._whole
+
+    @property
     def usage(self) -> Usage | None:
-        return self._tap.usage if self._tap is not None else self._whole
+        return self.reported.usage
 
     async def relayed(self, head: bytes, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         """`head` (bytes already read) and the rest of `response`, as they come."""
@@ -82,9 +88,9 @@ class UsageReader:
         elif not self._unread:
             body = bytes(self._body)
             if len(body) > PARSE_ON_LOOP_BYTES:  # parsed in a thread: the loop serves others meanwhile
-                self._whole = await asyncio.to_thread(usage_from_body, body, self.encoding)
+                self._whole = await asyncio.to_thread(reported_from_body, body, self.encoding)
             else:
-                self._whole = usage_from_body(body, self.encoding)
+                self._whole = reported_from_body(body, self.encoding)
         self.delivered = True
 
     @property

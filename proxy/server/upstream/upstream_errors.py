@@ -2,15 +2,19 @@
 
 aiohttp's errors are translated by `upstream_errors()`: refused or reset connections become
 `UpstreamUnavailable` (502), timeouts `UpstreamTimeout` (504). An error body is read bounded, and
-inflated bounded, for its message."""
+inflated bounded, for its message; an overflow error without numbers gets the guard's count added
+to its message (`with_guard_count`)."""
 
 from __future__ import annotations
 
 import functools
+import json
 
 import aiohttp
 
 from proxy.config.upstreams import UpstreamSettings
+from proxy.core.learning.corrections import Overflow
+from proxy.core.plan import Plan
 from proxy.errors import GuardError, UpstreamTimeout, UpstreamUnavailable
 from proxy.server.edge import decoding
 
@@ -69,3 +73,35 @@ def decoded(body: bytes, content_encoding: str | None) -> bytes:
     as they come. Anything it cannot decode comes back as it was; at most `MAX_DECODED_ERROR_BODY`
     bytes of it are inflated."""
     return decoding.decoded(body, content_encoding, MAX_DECODED_ERROR_BODY)
+
+
+def overflow_told(error_body: bytes, overflow: Overflow | None, plan: Plan | None) -> bytes | None:
+    """An overflow error the provider gave without its count (OpenAI Responses' "Your input exceeds
+    the context window of this model"), with the guard's own count of `plan` said after its
+    message: the body as JSON again, every other field kept; None when there is nothing to add
+    (another error, a count given, no plan, no message to add to)."""
+    if overflow is None or overflow.prompt_tokens is not None or plan is None:
+        return None
+    result = plan.result
+    tokens, budget, window = result.tokens_after, result.budget.input_budget, result.budget.context_window
+    try:
+        data = json.loads(error_body)
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(error, dict) or not isinstance(message, str):
+        return None
+    said = f" (context-guard counted {tokens:,} input tokens; its input budget is {budget:,}"
+    said += f" of a {window:,}-token window)"
+    return json.dumps({**data, "error": {**error, "message": message + said}}).encode()
+
+
+def json_message(body: bytes) -> str:
+    """The message of an OpenAI-shaped error body, for the guard's own error saying what came."""
+    try:
+        error = json.loads(body).get("error") or {}
+    except (ValueError, AttributeError):
+        return "an answer the guard cannot read"
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else "an answer the guard cannot read"

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import aiohttp
 import openai
 import pytest
 
 from proxy.core.learning.corrections import Correction, Overflow, parse_overflow
+from proxy.server.upstream.upstream_errors import overflow_told
 from tests.server.conftest import gateway_settings, long_conversation
+from tests.support.trimming import fit, words
 from tests.support.upstream import overflow_error
 
 
@@ -145,7 +148,9 @@ class TestNoClientCanPoisonTheWindow:
 
     async def test_overflow_wording_the_upstream_echoes_from_the_request_teaches_nothing(self, proxy, upstream, logs):
         upstream.echo_field = "user"
-        status, payload, _ = await chat(proxy, {"model": "gpt-4", "messages": long_conversation(2), "user": self.POISON})
+        status, payload, _ = await chat(
+            proxy, {"model": "gpt-4", "messages": long_conversation(2), "user": self.POISON}
+        )
         assert status == 400 and self.POISON in payload["error"]["message"] and len(upstream.received) == 1
         upstream.echo_field = None
         status, _, headers = await chat(proxy, {"model": "gpt-4", "messages": long_conversation()})
@@ -229,3 +234,35 @@ class TestNoClientCanPoisonTheWindow:
         async with aiohttp.ClientSession() as session, session.get(proxy.make_url("/metrics")) as r:
             text = await r.text()
         assert 'context_guard_corrected_window_tokens{model="gpt-4",upstream="fake"}' in text
+
+
+class TestAnOverflowWithoutNumbers:
+    """OpenAI's Responses API refuses an over-window input without its count: the guard says its own."""
+
+    @staticmethod
+    def plan() -> Any:
+        return fit({"model": "gpt-4o", "messages": [{"role": "user", "content": words(50)}]}, 8_000)
+
+    def test_the_guards_count_is_said_after_the_providers_message(self):
+        body = {
+            "error": {
+                "message": "Your input exceeds the context window of this model.",
+                "code": "context_length_exceeded",
+                "param": "input",
+            }
+        }
+        plan = self.plan()
+        told = overflow_told(json.dumps(body).encode(), Overflow("openai", None, None), plan)
+        assert told is not None
+        error = json.loads(told)["error"]
+        assert error["message"].startswith(
+            "Your input exceeds the context window of this model. (context-guard counted "
+        )
+        assert f"{plan.result.tokens_after:,} input tokens" in error["message"]
+        assert (error["code"], error["param"]) == ("context_length_exceeded", "input")
+
+    def test_an_overflow_with_the_providers_numbers_or_another_error_is_left_as_it_came(self):
+        body = json.dumps({"error": {"message": "m"}}).encode()
+        assert overflow_told(body, Overflow("openai", 8192, 9000), self.plan()) is None
+        assert overflow_told(body, None, self.plan()) is None
+        assert overflow_told(b"not json", Overflow("openai", None, None), self.plan()) is None
