@@ -41,9 +41,13 @@ from typing import Any, ClassVar
 from proxy.apis import fields
 from proxy.apis.anthropic.anthropic_blocks import read_message, read_system
 from proxy.apis.anthropic.anthropic_tools import chat_tools, tool_prompt_tokens
+from proxy.apis.anthropic.applied_edits import StreamedAnswer, WholeAnswer
+from proxy.apis.anthropic.context_edits import Edit, apply_edits, requested_edits, without_edits
 from proxy.apis.base import (
     Adapter,
+    AnswerAmendment,
     Changes,
+    EditedRequest,
     InvalidRequest,
     Parsed,
     Source,
@@ -57,9 +61,12 @@ from proxy.apis.base import (
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.costs.images import AreaCost
+from proxy.core.counting.edge import bound_ratio_of, lower_bound
+from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile
 from proxy.errors import GuardError
 
+EDITS = "context_edits"  # `Parsed.private`: the context edits a request asks for
 ANTHROPIC_IMAGES = AreaCost(pixels_per_token=750, max_long_side=1568, max_tokens=1600)
 
 # Anthropic's error type per HTTP status (its SDKs raise by status, and read `error.type`).
@@ -125,7 +132,39 @@ class MessagesAdapter(Adapter):
         schema = body.get("output_format")
         if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
             chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema.get("schema")}}
-        return view.parsed(self, body, chat, model, fixed_tokens=fixed)
+        parsed = view.parsed(self, body, chat, model, fixed_tokens=fixed)
+        edits = requested_edits(body) if "context_management" in body else None
+        return parsed if edits is None else replace(parsed, private={**parsed.private, EDITS: edits})
+
+    def edited(self, parsed: Parsed, counter: RequestCounter, by_guard: bool) -> EditedRequest | None:
+        """The request once Anthropic's context edits it asks for have run (`context_edits`): by
+        the provider, whose token trigger is taken to fire only when the least it can count
+        exceeds it, or (`by_guard`) by the guard, for an upstream that cannot, on the guard's own
+        count; then the field goes, and what was cleared is added to the answer."""
+        edits: tuple[Edit, ...] | None = parsed.private.get(EDITS)
+        if edits is None:
+            return None
+        counted: list[int] = []
+
+        def input_tokens() -> int:
+            if not counted:
+                counted.append(counter.request(parsed.chat).total)
+            if by_guard:
+                return counted[0]
+            least = lower_bound(counted[0], counter.tokenizer.exact, bound_ratio_of(counter.tokenizer))
+            return least if least is not None else 0
+
+        result = apply_edits(parsed.body, edits, input_tokens, counter.tokenizer.count)
+        original = counted[0] if counted and result.applied else None
+        target = parsed if not result.applied else self.parse(result.body).with_model(parsed.model)
+        if not by_guard:
+            return EditedRequest(target, original)
+        sent = without_edits(target.body)
+        answer = {"context_management": {"applied_edits": list(result.applied)}} if result.applied else None
+        return EditedRequest(replace(target, body=sent), original, sent, answer)
+
+    def answer_amendment(self, fields: Mapping[str, Any], stream: bool) -> AnswerAmendment | None:
+        return StreamedAnswer(fields) if stream else WholeAnswer(fields)
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """Images are priced by Anthropic's rule on this API, whatever the model's family."""
@@ -169,10 +208,16 @@ class MessagesAdapter(Adapter):
 
 class CountTokensAdapter(MessagesAdapter):
     """`/v1/messages/count_tokens`: the Messages body without `max_tokens`, answered locally
-    with `count_tokens_body(total)`."""
+    with `count_tokens_body(total)`; with the count before its context edits, when it asks for
+    any, as Anthropic answers it."""
 
     name: ClassVar[str] = "messages.count_tokens"
     requires_max_tokens: ClassVar[bool] = False
+
+    def count_answer(self, answer: Mapping[str, Any], original_tokens: int | None) -> Mapping[str, Any]:
+        if original_tokens is None:
+            return answer
+        return {**answer, "context_management": {"original_input_tokens": original_tokens}}
 
 
 def _write_back(

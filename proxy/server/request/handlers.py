@@ -91,7 +91,7 @@ async def _count_tokens(flow: Flow) -> web.Response:
     fitted = await planned(flow.large, fit, adapter, parsed, None, None, scope, size=size, client=client)
     flow.plan, flow.outcome = fitted.plan, "counted"
     assert endpoint.answer is not None, "a local endpoint says how it answers"
-    response = web.json_response(endpoint.answer(fitted.plan.count.total))
+    response = web.json_response(adapter.count_answer(endpoint.answer(fitted.plan.count.total), fitted.original_tokens))
     response.headers["x-request-id"] = record.request_id
     # The body has no field for it: a count that is an upper bound (no tokenizer of the model ships) says so here.
     response.headers[COUNT_HEADER] = "exact" if fitted.exact else "upper-bound"

@@ -131,7 +131,8 @@ class Performer:
         self.choice = self.flow.choice = choice
         counted = route.counted
         if counted is None or choice is not route.choice:  # chosen for this request
-            counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget)
+            by_guard = self.target.upstream.edits_by_guard
+            counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget, by_guard)
         self._counted = counted
         self._learns = (
             self.endpoint.api == "chat"
@@ -177,6 +178,8 @@ class Performer:
         fitted = self.gw.models.fit(self.endpoint.adapter, self.parsed, window, self._counted, self.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
             note(record, "estimate")
+        if fitted.original_tokens is not None:  # counted as the provider sees it after its context edits
+            note(record, "context_edits:guard" if self.target.upstream.edits_by_guard else "context_edits:provider")
         if self.parsed.server_state:
             note(record, "server_state")
         return fitted.plan

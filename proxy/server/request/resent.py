@@ -32,7 +32,8 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from proxy.apis.base import Fitted, Parsed
+from proxy.apis.base import Parsed
+from proxy.apis.fitting import Fitted
 from proxy.core.plan import Plan
 
 V = TypeVar("V")
