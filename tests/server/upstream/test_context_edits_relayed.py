@@ -134,6 +134,7 @@ class TestAnUpstreamThatEdits:
         )
         assert counted.context_management is not None
         assert counted.input_tokens < WINDOW < counted.context_management.original_input_tokens
+        assert not [r for r in provider.received if r.path.endswith("/count_tokens")]
 
 
 class TestAnUpstreamThatCannotEdit:
