@@ -48,6 +48,16 @@ Sizes = Callable[[str], int]  # the tokens of a text, by the request's tokenizer
 
 
 @dataclass(frozen=True, slots=True)
+class TokenSizes:
+    """A text's tokens at most and at least (the same for an exact count, or one the guard acts
+    on itself). Thinking cleared before a token trigger is taken at its most (the trigger then
+    fires later), what clearing tool results frees at its least (`clear_at_least` then holds later)."""
+
+    most: Sizes
+    least: Sizes
+
+
+@dataclass(frozen=True, slots=True)
 class ClearThinking:
     keep: int | None  # the newest assistant turns whose thinking stays; None: all of it
 
@@ -72,10 +82,6 @@ class Edited:
 
     body: Mapping[str, Any]
     applied: tuple[dict[str, Any], ...]
-
-    @property
-    def cleared_tokens(self) -> int:
-        return sum(int(edit["cleared_input_tokens"]) for edit in self.applied)
 
 
 def requested_edits(body: Mapping[str, Any]) -> tuple[Edit, ...]:
@@ -104,7 +110,7 @@ def requested_edits(body: Mapping[str, Any]) -> tuple[Edit, ...]:
 
 
 def apply_edits(
-    body: Mapping[str, Any], edits: Sequence[Edit], input_tokens: Callable[[], int], sizes: Sizes
+    body: Mapping[str, Any], edits: Sequence[Edit], input_tokens: Callable[[], int], sizes: TokenSizes
 ) -> Edited:
     """`body` as the provider will see it after `edits`. `input_tokens()` is the prompt's count
     before them, asked only when a token trigger needs it (the caller gives the least the provider
@@ -113,10 +119,10 @@ def apply_edits(
     applied: list[dict[str, Any]] = []
     for edit in edits:
         if isinstance(edit, ClearThinking):
-            report = _cleared_thinking(messages, edit, sizes)
+            report = _cleared_thinking(messages, edit, sizes.most)
         else:
             cleared = sum(int(r["cleared_input_tokens"]) for r in applied)
-            report = _cleared_tool_uses(messages, edit, partial(_less, input_tokens, cleared), sizes)
+            report = _cleared_tool_uses(messages, edit, partial(_less, input_tokens, cleared), sizes.least)
         if report is not None:
             applied.append(report)
     if not applied:

@@ -42,7 +42,7 @@ from proxy.apis import fields
 from proxy.apis.anthropic.anthropic_blocks import read_message, read_system
 from proxy.apis.anthropic.anthropic_tools import chat_tools, tool_prompt_tokens
 from proxy.apis.anthropic.applied_edits import StreamedAnswer, WholeAnswer
-from proxy.apis.anthropic.context_edits import Edit, apply_edits, requested_edits, without_edits
+from proxy.apis.anthropic.context_edits import Edit, TokenSizes, apply_edits, requested_edits, without_edits
 from proxy.apis.base import (
     Adapter,
     AnswerAmendment,
@@ -145,16 +145,18 @@ class MessagesAdapter(Adapter):
         if edits is None:
             return None
         counted: list[int] = []
+        count, exact, ratio = counter.tokenizer.count, counter.tokenizer.exact, bound_ratio_of(counter.tokenizer)
+
+        def least(tokens: int) -> int:  # what the provider counts at least, for a count the guard acts on
+            return tokens if by_guard else lower_bound(tokens, exact, ratio) or 0
 
         def input_tokens() -> int:
             if not counted:
                 counted.append(counter.request(parsed.chat).total)
-            if by_guard:
-                return counted[0]
-            least = lower_bound(counted[0], counter.tokenizer.exact, bound_ratio_of(counter.tokenizer))
-            return least if least is not None else 0
+            return least(counted[0])
 
-        result = apply_edits(parsed.body, edits, input_tokens, counter.tokenizer.count)
+        sizes = TokenSizes(count, lambda text: least(count(text)))
+        result = apply_edits(parsed.body, edits, input_tokens, sizes)
         original = counted[0] if counted and result.applied else None
         target = parsed if not result.applied else self.parse(result.body).with_model(parsed.model)
         if not by_guard:

@@ -13,6 +13,7 @@ from proxy.apis.anthropic.context_edits import (
     CLEARED,
     ClearThinking,
     ClearToolUses,
+    TokenSizes,
     apply_edits,
     requested_edits,
     without_beta,
@@ -32,9 +33,12 @@ CLAUDE_CODE = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}  #
 READ = {"name": "read", "description": "Read a file", "input_schema": {"type": "object"}}
 
 
-def sizes(text: str) -> int:
+def words_of(text: str) -> int:
     """A stand-in tokenizer for the pure functions: one token a word."""
     return len(text.split())
+
+
+sizes = TokenSizes(words_of, words_of)
 
 
 def tool_loop(results: int, words_each: int, management: Any = None, name: str = "read") -> dict[str, Any]:
@@ -133,7 +137,7 @@ class TestClearToolUses:
         contents = results_of(dict(edited.body))
         assert contents[:21] == [CLEARED] * 21 and contents[21:] == results_of(body)[21:]
         assert edited.applied == (
-            {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 21, "cleared_input_tokens": 21 * (102 - sizes(CLEARED))},
+            {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 21, "cleared_input_tokens": 21 * (102 - words_of(CLEARED))},
         )
         assert results_of(body)[0] != CLEARED  # the body given is left as it was
 
@@ -280,6 +284,17 @@ class TestCountedAfterTheEdits:
         high = clear_tool_uses(trigger={"type": "input_tokens", "value": total - 10}, keep={"type": "tool_uses", "value": 3})
         assert fitted({**body, "context_management": high}, WINDOW * 4).plan.count.total == total
         assert fitted({**body, "context_management": high}, WINDOW * 4, by_guard=True).plan.count.total < total
+
+    def test_an_uncertain_clear_at_least_is_taken_not_to_hold_for_a_provider(self) -> None:
+        """What clearing frees is taken at its least: the provider surely clears only when that is enough."""
+        management = clear_tool_uses(
+            trigger={"type": "input_tokens", "value": 6000},
+            clear_at_least={"type": "input_tokens", "value": 15_000},
+        )
+        body = tool_loop(24, 700, management)
+        total = fitted(tool_loop(24, 700), WINDOW).plan.count.total
+        assert fitted(body, WINDOW * 4).plan.count.total == total
+        assert fitted(body, WINDOW * 4, by_guard=True).plan.count.total < total - 15_000
 
     def test_the_count_endpoint_answers_with_the_count_before_the_edits_too(self) -> None:
         body = {k: v for k, v in tool_loop(24, 700, TRIGGER).items() if k != "max_tokens"}

@@ -102,6 +102,14 @@ class TestAnUpstreamThatEdits:
         (event,) = logs.events("request")
         assert "context_edits:provider" in event["notes"] and event["outcome"] == "unchanged"
 
+    async def test_claude_codes_request_arrives_as_sent(self, start_proxy: Proxy, provider: FakeUpstream) -> None:
+        client = await guarded(start_proxy, provider, "anthropic")
+        messages = tool_loop(3, 50)
+        await create(client, messages, CLAUDE_CODE)
+        received = provider.last("/v1/messages")
+        assert received.json()["context_management"] == CLAUDE_CODE and received.json()["messages"] == messages
+        assert received.headers["anthropic-beta"] == f"interleaved-thinking-2025-05-14,{BETA}"
+
     async def test_what_still_does_not_fit_once_cleared_is_cut_and_never_sent_over(
         self, start_proxy: Proxy, provider: FakeUpstream
     ) -> None:
