@@ -18,6 +18,10 @@
     max_tokens                         -> max_tokens (the output reserve)
     thinking                           -> thinking (not counted: its budget_tokens is what a
                                           clamp of max_tokens must stay above)
+    context_management                 -> the context edits it asks for: the request is counted
+                                          as the provider will see it once they ran, or they are
+                                          applied by the guard for an upstream that cannot
+                                          (`edited`; `proxy.apis.anthropic.context_edits`)
 
 A tool_use and the tool_result answering it are one atomic unit for the core even though they
 sit in different messages. Rendering drops and shortens blocks in place, then joins any two
