@@ -22,12 +22,14 @@ from proxy.core.plan import Plan, TrimPolicy, plan_request
 class Fitted:
     """A request counted, trimmed and written back: `body` is what to forward (the very body
     received when nothing changed), `plan` what the core decided; `original_tokens`, the count
-    before the edits the request asks the provider for (None: it asks for none)."""
+    before the edits the request asks the provider for (None: it asks for none), and `edited`
+    the request after them, which a later rendering of the plan's view writes into."""
 
     parsed: Parsed
     plan: Plan
     body: Mapping[str, Any]
     original_tokens: int | None = None
+    edited: Parsed | None = None  # what the plan counts and cuts, when not `parsed` (after its edits)
 
     @property
     def changed(self) -> bool:
@@ -103,6 +105,6 @@ def _edited_fit(adapter: Adapter, parsed: Parsed, edited: EditedRequest, plan: P
     if result.outcome != "trimmed":
         body = parsed.body if edited.send is None else edited.send
         plan = replace(plan, body=body, rewritten=edited.send is not None, answer=edited.answer)
-        return Fitted(parsed, plan, body, original)
+        return Fitted(parsed, plan, body, original, edited.parsed)
     body = adapter.render(edited.parsed, result.body, result.removals, result.inserted)
-    return Fitted(parsed, replace(plan, body=body, answer=edited.answer), body, original)
+    return Fitted(parsed, replace(plan, body=body, answer=edited.answer), body, original, edited.parsed)

@@ -89,6 +89,7 @@ class Performer:
         self.client, self.scope, self.target = flow.client, flow.scope, flow.target
         self.response: web.StreamResponse | None = None
         self._counted: CountedAs | None = None  # what the plans count the request as, once chosen
+        self._rendered = flow.parsed  # what a plan's view is written into: the request after its context edits
         self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
 
@@ -147,7 +148,7 @@ class Performer:
 
     async def render(self, command: Render) -> Mapping[str, Any]:
         view = command.view
-        return self.endpoint.adapter.render(self.parsed, view.body, view.removals, view.inserted)
+        return self.endpoint.adapter.render(self._rendered, view.body, view.removals, view.inserted)
 
     async def note(self, command: Note) -> None:
         note(self.record, command.name, command.present)
@@ -178,6 +179,7 @@ class Performer:
         fitted = self.gw.models.fit(self.endpoint.adapter, self.parsed, window, self._counted, self.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
             note(record, "estimate")
+        self._rendered = fitted.edited or self.parsed
         if fitted.original_tokens is not None:  # counted as the provider sees it after its context edits
             note(record, "context_edits:guard" if self.target.upstream.edits_by_guard else "context_edits:provider")
         if self.parsed.server_state:
