@@ -340,11 +340,13 @@ def _cleared_tool_uses(
             cleared_tokens += freed
     if not cleared_uses or cleared_tokens < edit.clear_at_least:
         return None
-    for i in sorted({i for i, _ in changes}):
+    by_message: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for (i, j), block in changes.items():
+        by_message.setdefault(i, []).append((j, block))
+    for i, blocks in by_message.items():
         content = list(messages[i]["content"])
-        for (k, j), block in changes.items():
-            if k == i:
-                content[j] = block
+        for j, block in blocks:
+            content[j] = block
         messages[i] = {**messages[i], "content": content}
     return {"type": CLEAR_TOOL_USES, "cleared_tool_uses": cleared_uses, "cleared_input_tokens": cleared_tokens}
 

@@ -149,7 +149,7 @@ class MessagesAdapter(Adapter):
         if edits is None:
             return None
         counted: list[int] = []
-        count, exact, ratio = counter.tokenizer.count, counter.tokenizer.exact, bound_ratio_of(counter.tokenizer)
+        count, exact, ratio = counter.text, counter.tokenizer.exact, bound_ratio_of(counter.tokenizer)
 
         def least(tokens: int) -> int:  # what the provider counts at least, for a count the guard acts on
             return tokens if by_guard else lower_bound(tokens, exact, ratio) or 0
