@@ -12,24 +12,25 @@ shape. An adapter stands at the edge between a client's API and the core:
     error_body(error)    -> an error in the API's own shape
     profile(profile, p)  -> the model profile as this API counts it (overheads no message carries)
     pipeline(parsed)     -> strategies that replace the configured pipeline, or None
+    edited(parsed, c, g) -> the request as the provider sees it once the context edits it asks for
+                            ran (Anthropic's context editing), or None
 
-`fit()` runs one parsed request through `proxy.core.plan.plan_request` and renders the result:
-the one call the server needs. Everything here is pure: no I/O, no aiohttp.
+`proxy.apis.fitting.fit()` runs one parsed request through `proxy.core.plan.plan_request` and
+renders the result: the one call the server needs. Everything here is pure: no I/O, no aiohttp.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
-from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.plan import InvalidBody, Plan, TrimPolicy, plan_request
+from proxy.core.plan import InvalidBody
 from proxy.core.trimming.trim import Removal, Strategy
 from proxy.errors import GuardError
 
@@ -277,75 +278,49 @@ class Adapter:
         """Strategies that replace the configured pipeline for this request; None keeps it."""
         return None
 
+    def edited(self, parsed: Parsed, counter: RequestCounter, by_guard: bool) -> EditedRequest | None:
+        """The request once the edits it asks the provider for have run, counted with `counter`;
+        `by_guard`: the upstream cannot run them, the guard does. None: it asks for none."""
+        return None
+
+    def count_answer(self, answer: Mapping[str, Any], original_tokens: int | None) -> Mapping[str, Any]:
+        """A local count endpoint's `answer`, with what the API adds to it: the count before the
+        edits the request asks the provider for (`original_tokens`; None: it asks for none)."""
+        return answer
+
+    def answer_amendment(self, fields: Mapping[str, Any], stream: bool) -> AnswerAmendment | None:
+        """What writes `fields` (`EditedRequest.answer`) into the provider's answer, a stream's or
+        a whole body's; None: this API has nowhere to put them."""
+        return None
+
     def counted_view(self, parsed: Parsed, tokenizer: Tokenizer) -> Mapping[str, Any]:
         """The chat view the core counts, once the tokenizer is known (`parsed.chat` unless the
         view depends on counts)."""
         return parsed.chat
 
 
+class AnswerAmendment(Protocol):
+    """Fields written into a provider's answer as it is relayed: each chunk fed in comes out
+    amended (b"" while held back), and `finish` gives what is still held at its end."""
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+
 @dataclass(frozen=True)
-class Fitted:
-    """A request counted, trimmed and written back: `body` is what to forward (the very body
-    received when nothing changed), `plan` what the core decided."""
+class EditedRequest:
+    """A request as its provider will see it once the edits it asks the provider for have run
+    (`Adapter.edited`): `parsed` is what is counted and cut; `send`, the body to send when it fits
+    (None: the body as received, which the provider edits itself); `original_tokens`, its count
+    before the edits (None: the same as after them, nothing was cleared); `answer`, fields the
+    guard adds to the provider's answer (what it cleared in the provider's place), in the API's
+    own shape."""
 
     parsed: Parsed
-    plan: Plan
-    body: Mapping[str, Any]
-
-    @property
-    def changed(self) -> bool:
-        return self.body is not self.parsed.body
-
-    @property
-    def exact(self) -> bool:
-        return self.plan.count.exact and self.parsed.exact and not self.parsed.server_state
-
-    def report(self) -> dict[str, Any]:
-        """What a log line or a trim report says about this request beyond the core's plan: its
-        API, whether the count is exact, and where in the original body each removal was (the
-        core's indices are positions in the view). Never content."""
-        parsed = self.parsed
-        return {
-            "api": parsed.api,
-            "exact": self.exact,
-            "server_state": parsed.server_state,
-            "notes": [*parsed.notes, *self.plan.count.notes],
-            "removed": [
-                {**r.to_dict(), "origin": parsed.where(r.index) if r.index is not None else parsed.reserve_field}
-                for r in self.plan.result.removals
-            ],
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Counting:
-    """What a request is counted and budgeted with: the model's profile, the tokenizer (the
-    model's own, the backend's, or a calibrated estimate), the count cache to go through (None:
-    past it) and the window when it is not the profile's (a learned correction)."""
-
-    profile: ModelProfile
-    tokenizer: Tokenizer
-    cache: CountCache | None = None
-    context_window: int | None = None
-
-
-def fit(
-    adapter: Adapter, parsed: Parsed, counting: Counting, policy: TrimPolicy, clock: Callable[[], float] | None = None
-) -> Fitted:
-    """Count and trim `parsed` with the core, and render the result in the API's own shape. The
-    adapter may replace the policy's strategies for this request (`Adapter.pipeline`)."""
-    tokenizer = counting.tokenizer
-    profile = adapter.profile(counting.profile, parsed)
-    counter = RequestCounter(profile, tokenizer, counting.cache, parsed.message_hashes, parsed.shared_messages)
-    pipeline = adapter.pipeline(parsed)
-    if pipeline is not None:
-        policy = replace(policy, pipeline=pipeline)
-    plan = plan_request(adapter.counted_view(parsed, tokenizer), counter, policy, counting.context_window, clock)
-    result = plan.result
-    if result.outcome != "trimmed":  # the body as received goes (a chat body is the plan's own view)
-        return Fitted(parsed, plan if plan.request is parsed.body else replace(plan, body=parsed.body), parsed.body)
-    body = adapter.render(parsed, result.body, result.removals, result.inserted)
-    return Fitted(parsed, replace(plan, body=body), body)
+    original_tokens: int | None
+    send: Mapping[str, Any] | None = None
+    answer: Mapping[str, Any] | None = None
 
 
 def require_object(body: object) -> Mapping[str, Any]:

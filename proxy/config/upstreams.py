@@ -20,6 +20,8 @@ DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
 # How each kind behaves as a backend (proxy.server.backends.profiles); hosted APIs are never probed.
 # Gemini's Developer API words its limits as Vertex AI does.
 _BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai", "gemini": "vertex"}
+# Kinds whose API applies Anthropic's context edits itself (`UpstreamSettings.context_edits`).
+EDITING_KINDS = frozenset({"anthropic"})
 ApiName = Literal["chat", "responses", "completions", "messages", "generate_content", "interactions"]
 
 
@@ -54,6 +56,12 @@ class UpstreamSettings:
     # metadata server on GKE and Cloud Run, gcloud's user credentials), refreshed before it expires.
     auth: Literal["adc"] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    # Who applies the context edits a Messages request asks for (Anthropic's `context_management`):
+    # `provider` (the upstream does, as Anthropic's API does: the guard counts the request after
+    # them and forwards it as sent) or `guard` (the upstream cannot: the guard applies them, strips
+    # the field and the beta flag, and adds what it cleared to the answer). None: by kind, the
+    # `anthropic` kind `provider`, every other kind `guard`.
+    context_edits: Literal["provider", "guard"] | None = None
     connect_timeout: PositiveFloat = 10.0
     read_timeout: PositiveFloat = 600.0
 
@@ -72,6 +80,11 @@ class UpstreamSettings:
 
         kind = _BACKEND_KIND.get(self.kind, self.kind)
         return carried(BackendOptions, self, kind=kind)  # the kinds map onto the backend kinds above
+
+    @property
+    def edits_by_guard(self) -> bool:
+        """Whether the guard applies a request's context edits itself (`context_edits`)."""
+        return (self.context_edits or ("provider" if self.kind in EDITING_KINDS else "guard")) == "guard"
 
     def serves(self, api: str) -> bool:
         return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])

@@ -233,7 +233,7 @@ class Exchange:
             return Send(None, plan, self.attempt, f"dry_run_{result.outcome}")
         if result.outcome == "rejected":
             return Reject(plan)
-        return Send(plan.request if result.changed else None, plan, self.attempt, result.outcome)
+        return Send(plan.request if result.changed or plan.rewritten else None, plan, self.attempt, result.outcome)
 
     def _recounted(self, plan: Plan) -> Generator[Command, Any, Plan]:
         """With the backend's tokenizer, what the trim produced (a shortened message, its marker, a

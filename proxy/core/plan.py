@@ -48,6 +48,11 @@ class Plan:
     # The request to forward in its API's own shape (the adapter's rendering of `result`, which is
     # the cut in the chat view the core counts); None: `result.body` is it.
     body: Mapping[str, Any] | None = None
+    # `body` differs from the body received though nothing was cut (edits the guard made where the
+    # upstream cannot: it is sent as `request`); and fields the guard adds to the upstream's answer
+    # for them, in the API's own shape (`proxy.apis.base.EditedRequest`).
+    rewritten: bool = False
+    answer: Mapping[str, Any] | None = None
 
     @property
     def request(self) -> Mapping[str, Any]:
@@ -57,7 +62,7 @@ class Plan:
     def again(self, body: Mapping[str, Any], count_seconds: float) -> Plan:
         """This plan for a body sent again (`proxy.server.request.resent`): `body` sent, the lookup's time
         as the count's and none as the trim's (every field named: a copy by `replace` cost 5 us)."""
-        return Plan(self.count, self.result, count_seconds, 0.0, self.counter, body)
+        return Plan(self.count, self.result, count_seconds, 0.0, self.counter, body, self.rewritten, self.answer)
 
 
 def validate_body(body: object, checked_messages: int = 0) -> Mapping[str, Any]:

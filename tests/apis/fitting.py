@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.apis.base import Adapter, Counting, Fitted, fit
+from proxy.apis.base import Adapter
+from proxy.apis.fitting import Counting, Fitted, fit
 from proxy.core.plan import TrimPolicy
 from proxy.core.trimming.budget import BudgetPolicy
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline

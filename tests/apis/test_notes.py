@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from proxy.apis.anthropic.messages import MessagesAdapter
-from proxy.apis.base import Adapter, Fitted
+from proxy.apis.base import Adapter
+from proxy.apis.fitting import Fitted
 from proxy.apis.openai.completions import CompletionsAdapter
 from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.config.settings import settings_from_dict

@@ -48,7 +48,7 @@ async def providers(aiohttp_server: Any) -> tuple[FakeUpstream, str]:
 
 def fit_received(fake: FakeUpstream, path_end: str, window: int, model: str = "gpt-4o") -> Any:
     """The last body the SDK sent to a path, through its adapter at `window`."""
-    from proxy.apis.base import Counting, fit
+    from proxy.apis.fitting import Counting, fit
     from proxy.core.plan import TrimPolicy
 
     received = fake.last(path_end)

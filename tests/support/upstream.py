@@ -131,6 +131,9 @@ class FakeUpstream:
     url: str = ""  # its base URL, set by the fixture that starts it
     every_shape: bool = False  # answer every shape below, not only /v1/chat/completions (the rest echoed)
     stored: StoredResponses = field(default_factory=StoredResponses)  # what the Responses API keeps
+    # Apply a Messages body's `clear_tool_uses_20250919` edit before the `limit` check, and report
+    # it in `context_management.applied_edits`, as Anthropic's API does (`_context_edits`).
+    edits_context: bool = False
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -271,6 +274,9 @@ class FakeUpstream:
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body = (await self._record(request)).json()
+        applied = self._context_edits(body) if self.edits_context and "context_management" in body else None
+        if applied is not None:
+            body, edits = applied
         if self.limit is not None and (tokens := self.provider_count(body)) > self.limit:
             error = {
                 "type": "invalid_request_error",
@@ -291,9 +297,42 @@ class FakeUpstream:
         tools = body.get("tools") or []
         answer = answers.ToolCall(tools[0]["name"], TOOL_ARGUMENTS) if tools and not answering else self.reply_text
         message = answers.anthropic_message(body.get("model"), answer)
+        managed = {"context_management": {"applied_edits": edits}} if applied is not None else {}
         if not body.get("stream"):
-            return web.json_response(message)
-        return await send_stream(request, answers.frames(answers.anthropic_events(message)))
+            return web.json_response({**message, **managed})
+        events = [(n, {**d, **managed} if n == "message_delta" else d) for n, d in answers.anthropic_events(message)]
+        return await send_stream(request, answers.frames(events))
+
+    def _context_edits(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """`body` once its `clear_tool_uses_20250919` edit ran as Anthropic documents it (over the
+        trigger, every tool result but the newest `keep` replaced by a placeholder), and the edits
+        applied. Written here apart from the guard's own, with only the trigger and keep read."""
+        edits: list[dict[str, Any]] = []
+        for edit in body["context_management"].get("edits") or ():
+            if edit.get("type") != "clear_tool_uses_20250919":
+                continue
+            trigger = (edit.get("trigger") or {}).get("value", 100_000)
+            keep = (edit.get("keep") or {}).get("value", 3)
+            before = self.provider_count(body)
+            if before <= trigger:
+                continue
+            places = [
+                (i, j)
+                for i, message in enumerate(body["messages"])
+                if isinstance(message["content"], list)
+                for j, block in enumerate(message["content"])
+                if block.get("type") == "tool_result"
+            ]
+            cleared = places[: max(0, len(places) - keep)]
+            messages = [dict(m) for m in body["messages"]]
+            for i, j in cleared:
+                messages[i]["content"] = [
+                    {**b, "content": "[cleared]"} if k == j else b for k, b in enumerate(messages[i]["content"])
+                ]
+            body = {**body, "messages": messages}
+            tokens = before - self.provider_count(body)
+            edits.append({"type": edit["type"], "cleared_tool_uses": len(cleared), "cleared_input_tokens": tokens})
+        return body, edits
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
         received = await self._record(request)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.apis.anthropic.messages import MessagesAdapter
-from proxy.apis.base import Counting, fit
+from proxy.apis.fitting import Counting, fit
 from proxy.apis.openai.chat import ChatAdapter
 from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.core.counting.count_cache import CountCache

@@ -18,6 +18,10 @@
     max_tokens                         -> max_tokens (the output reserve)
     thinking                           -> thinking (not counted: its budget_tokens is what a
                                           clamp of max_tokens must stay above)
+    context_management                 -> the context edits it asks for: the request is counted
+                                          as the provider will see it once they ran, or they are
+                                          applied by the guard for an upstream that cannot
+                                          (`edited`; `proxy.apis.anthropic.context_edits`)
 
 A tool_use and the tool_result answering it are one atomic unit for the core even though they
 sit in different messages. Rendering drops and shortens blocks in place, then joins any two
@@ -41,9 +45,13 @@ from typing import Any, ClassVar
 from proxy.apis import fields
 from proxy.apis.anthropic.anthropic_blocks import drop_before_compaction, read_messages, read_system
 from proxy.apis.anthropic.anthropic_tools import chat_tools, tool_prompt_tokens
+from proxy.apis.anthropic.applied_edits import StreamedAnswer, WholeAnswer
+from proxy.apis.anthropic.context_edits import Edit, TokenSizes, apply_edits, requested_edits, without_edits
 from proxy.apis.base import (
     Adapter,
+    AnswerAmendment,
     Changes,
+    EditedRequest,
     InvalidRequest,
     Parsed,
     Source,
@@ -57,9 +65,12 @@ from proxy.apis.base import (
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.costs.images import AreaCost
+from proxy.core.counting.edge import bound_ratio_of, lower_bound
+from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile
 from proxy.errors import GuardError
 
+EDITS = "context_edits"  # `Parsed.private`: the context edits a request asks for
 ANTHROPIC_IMAGES = AreaCost(pixels_per_token=750, max_long_side=1568, max_tokens=1600)
 
 # Anthropic's error type per HTTP status (its SDKs raise by status, and read `error.type`).
@@ -124,7 +135,41 @@ class MessagesAdapter(Adapter):
         schema = body.get("output_format")
         if isinstance(schema, Mapping) and schema.get("type") == "json_schema":
             chat["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema.get("schema")}}
-        return view.parsed(self, body, chat, model, fixed_tokens=fixed)
+        parsed = view.parsed(self, body, chat, model, fixed_tokens=fixed)
+        edits = requested_edits(body) if "context_management" in body else None
+        return parsed if edits is None else replace(parsed, private={**parsed.private, EDITS: edits})
+
+    def edited(self, parsed: Parsed, counter: RequestCounter, by_guard: bool) -> EditedRequest | None:
+        """The request once Anthropic's context edits it asks for have run (`context_edits`): by
+        the provider, whose token trigger is taken to fire only when the least it can count
+        exceeds it, or (`by_guard`) by the guard, for an upstream that cannot, on the guard's own
+        count; then the field goes, and what was cleared is added to the answer."""
+        edits: tuple[Edit, ...] | None = parsed.private.get(EDITS)
+        if edits is None:
+            return None
+        counted: list[int] = []
+        count, exact, ratio = counter.text, counter.tokenizer.exact, bound_ratio_of(counter.tokenizer)
+
+        def least(tokens: int) -> int:  # what the provider counts at least, for a count the guard acts on
+            return tokens if by_guard else lower_bound(tokens, exact, ratio) or 0
+
+        def input_tokens() -> int:
+            if not counted:
+                counted.append(counter.request(parsed.chat).total)
+            return least(counted[0])
+
+        sizes = TokenSizes(count, lambda text: least(count(text)))
+        result = apply_edits(parsed.body, edits, input_tokens, sizes)
+        original = counted[0] if counted and result.applied else None
+        target = parsed if not result.applied else self.parse(result.body).with_model(parsed.model)
+        if not by_guard:
+            return EditedRequest(target, original)
+        sent = without_edits(target.body)
+        answer = {"context_management": {"applied_edits": list(result.applied)}} if result.applied else None
+        return EditedRequest(replace(target, body=sent), original, sent, answer)
+
+    def answer_amendment(self, fields: Mapping[str, Any], stream: bool) -> AnswerAmendment | None:
+        return StreamedAnswer(fields) if stream else WholeAnswer(fields)
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """Images are priced by Anthropic's rule on this API, whatever the model's family."""
@@ -169,10 +214,16 @@ class MessagesAdapter(Adapter):
 
 class CountTokensAdapter(MessagesAdapter):
     """`/v1/messages/count_tokens`: the Messages body without `max_tokens`, answered locally
-    with `count_tokens_body(total)`."""
+    with `count_tokens_body(total)`; with the count before its context edits, when it asks for
+    any, as Anthropic answers it."""
 
     name: ClassVar[str] = "messages.count_tokens"
     requires_max_tokens: ClassVar[bool] = False
+
+    def count_answer(self, answer: Mapping[str, Any], original_tokens: int | None) -> Mapping[str, Any]:
+        if original_tokens is None:
+            return answer
+        return {**answer, "context_management": {"original_input_tokens": original_tokens}}
 
 
 def _write_back(

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from proxy.apis.base import Adapter, Counting, Fitted, Parsed, fit
+from proxy.apis.base import Adapter, Parsed
+from proxy.apis.fitting import Counting, Fitted, fit
 from proxy.config.budget_and_trim import Mode
 from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache, ScopedCountCache
@@ -43,12 +44,14 @@ class CountedAs:
     """What one request is counted as, where it is not its own model's default (`Models.fit`): the
     model that serves it (after a rename), the profile and tokenizer its upstream's choice names (a
     window the backend states, the backend's tokenizer, a calibrated estimate) and the upstream's
-    budget policy (None: the configured one)."""
+    budget policy (None: the configured one); whether the guard applies the context edits a request
+    asks of the provider, for an upstream that cannot (`UpstreamSettings.edits_by_guard`)."""
 
     model: str
     profile: ModelProfile
     tokenizer: Tokenizer
     budget: BudgetPolicy | None = None
+    edits_by_guard: bool = False
 
 
 class Models:
@@ -160,16 +163,18 @@ class Models:
         if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one
             policy = replace(policy, budget=budget)
 
+        by_guard = counted is not None and counted.edits_by_guard
+
         def made() -> Fitted:
             window, clock = context_window, time.perf_counter
-            return fit(adapter, parsed, Counting(profile, tokenizer, cache, window), policy, clock)
+            return fit(adapter, parsed, Counting(profile, tokenizer, cache, window, by_guard), policy, clock)
 
         if cache is None:  # counted past the cache (the backend's tokenizer, a calibrated estimate): not kept
             return made()
 
         def key() -> Hashable:  # what else the plan depended on
-            budget, fixed = policy.budget, parsed.fixed_tokens  # fixed: held context counted with it
-            return (adapter.name, model, context_window, profile, tokenizer.identity, id(base), budget, client, fixed)
+            budget, fixed, identity = policy.budget, parsed.fixed_tokens, tokenizer.identity  # fixed: held context
+            return (adapter.name, model, context_window, profile, identity, id(base), budget, client, fixed, by_guard)
 
         return self.resent.fitted(parsed, key, made)
 

@@ -125,6 +125,7 @@ async def model_route(
         chosen=None if choice is None else chosen_of(choice),
     )
     budget = budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens)
+    by_guard = upstream.edits_by_guard  # context edits the upstream cannot apply: the guard does
     route = ModelRoute(
         target=target,
         served=served,
@@ -139,7 +140,7 @@ async def model_route(
         budget=budget,
         discovery=counting.discoveries.get(upstream.name),
         routed=routed,
-        counted=None if choice is None else CountedAs(served, choice.profile, choice.tokenizer, budget),
+        counted=None if choice is None else CountedAs(served, choice.profile, choice.tokenizer, budget, by_guard),
     )
     return route, asked
 

@@ -95,7 +95,7 @@ async def _count_tokens(flow: Flow) -> web.Response:
     total, kind = fitted.plan.count.total, "exact" if fitted.exact else "upper-bound"
     if parsed.held:  # a cache it names: added as the provider counts it (`proxy.server.request.held`)
         total, kind = await counted_with_held(flow, total, fitted.plan.count.exact)
-    response = web.json_response(endpoint.answer(total))
+    response = web.json_response(adapter.count_answer(endpoint.answer(total), fitted.original_tokens))
     response.headers["x-request-id"] = record.request_id
     # The body has no field for it: what kind of count this is (an upper bound where no tokenizer of the model ships).
     response.headers[COUNT_HEADER] = kind

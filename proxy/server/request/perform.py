@@ -91,6 +91,7 @@ class Performer:
         self.client, self.scope, self.target = flow.client, flow.scope, flow.target
         self.response: web.StreamResponse | None = None
         self._counted: CountedAs | None = None  # what the plans count the request as, once chosen
+        self._rendered = flow.parsed  # what a plan's view is written into: the request after its context edits
         self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
         self.count_kind = "exact"  # what kind of count the latest plan's is (`COUNT_HEADER`)
@@ -134,7 +135,8 @@ class Performer:
         self.choice = self.flow.choice = choice
         counted = route.counted
         if counted is None or choice is not route.choice:  # chosen for this request
-            counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget)
+            by_guard = self.target.upstream.edits_by_guard
+            counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget, by_guard)
         self._counted = counted
         self._learns = (
             self.endpoint.api == "chat"
@@ -154,7 +156,7 @@ class Performer:
 
     async def render(self, command: Render) -> Mapping[str, Any]:
         view = command.view
-        return self.endpoint.adapter.render(self.parsed, view.body, view.removals, view.inserted)
+        return self.endpoint.adapter.render(self._rendered, view.body, view.removals, view.inserted)
 
     async def note(self, command: Note) -> None:
         note(self.record, command.name, command.present)
@@ -196,6 +198,9 @@ class Performer:
         held_from = self.flow.exchange.held if self.flow.exchange is not None else None
         exact, source = fitted.plan.count.exact and choice.tokenizer.exact, held_from.source if held_from else None
         self.count_kind = count_kind(exact, parsed, choice.source, source, opaque > 0)
+        self._rendered = fitted.edited or self.parsed
+        if fitted.original_tokens is not None:  # counted as the provider sees it after its context edits
+            note(record, "context_edits:guard" if self.target.upstream.edits_by_guard else "context_edits:provider")
         if self.parsed.server_state:
             note(record, "server_state")
         return fitted.plan

@@ -32,7 +32,8 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from proxy.apis.base import Fitted, Parsed
+from proxy.apis.base import Parsed
+from proxy.apis.fitting import Fitted
 from proxy.core.plan import Plan
 
 V = TypeVar("V")
@@ -80,7 +81,8 @@ class ResentPlans:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._plans: KeptPerBody[Plan] = KeptPerBody(PLANS_PER_BODY)
+        # A plan, with the count before the context edits the request asks for (`Fitted.original_tokens`).
+        self._plans: KeptPerBody[tuple[Plan, int | None]] = KeptPerBody(PLANS_PER_BODY)
 
     def fitted(self, parsed: Parsed, key_of: Callable[[], Hashable], make: Callable[[], Fitted]) -> Fitted:
         """The plan kept for `parsed`'s earlier body and `key_of()` (what else the plan depended
@@ -93,11 +95,12 @@ class ResentPlans:
         key = key_of()
         kept = self._plans.get(same, key)
         if kept is not None:
-            seconds = self._clock() - started
-            return Fitted(parsed, kept.again(parsed.body, seconds), parsed.body)
+            plan, original = kept
+            body = plan.request if plan.rewritten else parsed.body  # the edits the guard made, made again
+            return Fitted(parsed, plan.again(body, self._clock() - started), body, original)
         fitted = make()
         if not fitted.plan.result.changed:
-            self._plans.put(same, key, fitted.plan)
+            self._plans.put(same, key, (fitted.plan, fitted.original_tokens))
         return fitted
 
     def __len__(self) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from proxy.apis.anthropic.context_edits import without_beta
 from proxy.config.upstreams import UpstreamSettings
 from proxy.server.edge.credentials import CLIENT_CREDENTIAL_HEADERS, injects_credential, names_a_client_key
 from proxy.server.observation.record import REPORT_PREFIX  # the guard's own headers never leave it
@@ -83,6 +84,10 @@ def request_headers(
         headers["Authorization"] = authorization
     if upstream.kind == "anthropic":
         headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+    if upstream.edits_by_guard and "anthropic-beta" in headers:  # the guard applies the edits, not the upstream
+        betas = without_beta(",".join(headers.popall("anthropic-beta")))
+        if betas:
+            headers["anthropic-beta"] = betas
     return headers
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
+from proxy.apis.base import AnswerAmendment
 from proxy.apis.stream_errors import broken_stream_event
 from proxy.server.request.flow import Flow
 from proxy.server.upstream.headers import response_headers
@@ -45,13 +46,15 @@ async def relay(
     out = (web.StreamResponse if eager else _HeadersWithFirstBytes)(status=response.status, reason=response.reason)
     out.headers.update(response_headers(response.headers))
     out.headers.update(extra_headers)
-    if response.content_length is not None:  # a whole body of known size keeps its length; streams stay chunked
+    amendment = _amendment(flow, response)
+    if response.content_length is not None and amendment is None:  # a whole body keeps its length; streams stay chunked
         out.content_length = response.content_length
     request = flow.request
     await out.prepare(request)
     relayed = Relayed(out)
+    source = response.content.iter_any() if chunks is None else chunks
     try:
-        async for chunk in response.content.iter_any() if chunks is None else chunks:
+        async for chunk in source if amendment is None else _amended(source, amendment):
             await out.write(chunk)
     except ConnectionResetError:
         relayed.client_gone = True
@@ -67,6 +70,29 @@ async def relay(
     with contextlib.suppress(ConnectionResetError):
         await out.write_eof()
     return relayed
+
+
+def _amendment(flow: Flow, response: aiohttp.ClientResponse) -> AnswerAmendment | None:
+    """What writes into a successful answer the fields the guard adds to it (what its own context
+    edits cleared, for an upstream that cannot edit: `Plan.answer`), in the client's API's shape;
+    None when it adds none. A compressed answer is relayed as it came."""
+    exchange = flow.exchange
+    plan = exchange.plan if exchange is not None else None
+    if plan is None or not plan.answer or response.status >= 400:
+        return None
+    if response.headers.get("Content-Encoding", "identity").lower() != "identity":
+        return None
+    return flow.endpoint.adapter.answer_amendment(plan.answer, is_event_stream(response))
+
+
+async def _amended(chunks: AsyncIterator[bytes], amendment: AnswerAmendment) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        out = amendment.feed(chunk)
+        if out:
+            yield out
+    rest = amendment.finish()
+    if rest:
+        yield rest
 
 
 class _HeadersWithFirstBytes(web.StreamResponse):

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import weakref
 from typing import Any
 
 import orjson
 import pytest
 
 from bench.conversations import agent_conversation
+from proxy.apis.anthropic.messages import MessagesAdapter
+from proxy.apis.fitting import Counting, fit
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
+from proxy.core.plan import TrimPolicy
 from proxy.server.backends import model_counting
 from proxy.server.backends.model_counting import Models
+from proxy.server.request.resent import ResentPlans
 from proxy.wire.readers import BodyReaders
+from tests.support.trimming import profile, tokenizer
 
 ENDPOINT = AdapterRegistry().endpoint_for("/v1/chat/completions")
 assert ENDPOINT is not None
@@ -121,3 +127,33 @@ class TestResentPlans:
         del client, readers
         gc.collect()
         assert len(models.resent) == 0
+
+
+class TestResentEditedBodies:
+    def test_a_body_the_guard_edits_goes_edited_again_with_its_count_before_the_edits(self) -> None:
+        """For an upstream that cannot edit, the kept plan's edited body is what is sent again."""
+        adapter = MessagesAdapter()
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hello"}],
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        }
+        parsed = adapter.parse(body)
+        counting = Counting(profile(16_000, "claude-sonnet-4-5"), tokenizer("claude-sonnet-4-5"), edits_by_guard=True)
+        made = fit(adapter, parsed, counting, TrimPolicy())
+        earlier = _Body()
+        again = dataclasses.replace(parsed, same_as=weakref.ref(earlier))
+        plans = ResentPlans(lambda: 0.0)
+        plans.fitted(again, lambda: "key", lambda: made)
+
+        def planned_again() -> Any:
+            raise AssertionError("the kept plan is used")
+
+        reused = plans.fitted(again, lambda: "key", planned_again)
+        assert reused.body == made.body and "context_management" not in reused.body
+        assert reused.plan.rewritten and reused.original_tokens == made.original_tokens is not None
+
+
+class _Body:
+    """An earlier body, as the prefix reader keeps it (weakly referenced)."""

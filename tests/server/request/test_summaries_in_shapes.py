@@ -48,3 +48,39 @@ class TestResponsesSummaries:
         assert await post(proxy, "/v1/responses", responses_body(more)) == 200
         assert [r.path for r in upstream.received][2:] == ["/v1/responses"]  # no second summariser call
         assert logs.events("request")[-1]["summary"]["status"] == "reused"
+
+
+def messages_body(messages: list[dict[str, str]]) -> dict[str, Any]:
+    """Anthropic Messages with thinking before every answer, and Claude's edit that keeps it for the last turn only."""
+    turns: list[dict[str, Any]] = []
+    for k, m in enumerate(messages[1:]):
+        if m["role"] == "assistant":
+            thought = {"type": "thinking", "thinking": f"Thought {k}: " + "let me think " * 40, "signature": f"s{k}"}
+            turns.append({"role": "assistant", "content": [thought, {"type": "text", "text": m["content"]}]})
+        else:
+            turns.append(m)
+    edits = {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]}
+    return {
+        "model": "gpt-4",
+        "max_tokens": 256,
+        "system": messages[0]["content"],
+        "messages": turns,
+        "context_management": edits,
+    }
+
+
+class TestMessagesSummaries:
+    async def test_a_summary_is_written_into_the_request_after_its_context_edits(self, start_proxy, upstream, logs):
+        """An upstream that cannot edit: the guard's edits and its summary arrive together, the field gone."""
+        proxy = await start_proxy(gateway_settings(upstream.url, trim=TRIM))
+        messages = long_conversation()
+        assert await post(proxy, "/v1/messages", messages_body(messages)) == 200
+        assert [r.path for r in upstream.received] == ["/v1/chat/completions", "/v1/messages"]
+        sent = upstream.received[-1].json()
+        assert "context_management" not in sent
+        assert any("Hello from upstream." in json.dumps(m) for m in sent["messages"])  # the summary
+        assert sent["messages"][-1] == {"role": "user", "content": messages[-1]["content"]}
+        answers = [m for m in sent["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)]
+        thought = [any(b["type"] == "thinking" for b in m["content"]) for m in answers]
+        assert len(answers) > 1 and thought == [False] * (len(answers) - 1) + [True]  # the last turn's alone
+        assert logs.events("request")[-1]["summary"]["status"] == "produced"

@@ -1,0 +1,110 @@
+"""One parsed request through the core, in its API's own shape: `fit()` counts and trims it with
+`proxy.core.plan.plan_request` and has the adapter render the cut (`Fitted`), the one call the
+server needs; `Counting` says what it is counted with. A request that asks the provider for edits
+of its own (Anthropic's context editing, `Adapter.edited`) is counted as the provider will see it
+once they ran. Pure: no I/O, no aiohttp."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.apis.base import Adapter, EditedRequest, Parsed
+from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.request_count import RequestCounter
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.models.model_registry import ModelProfile
+from proxy.core.plan import Plan, TrimPolicy, plan_request
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A request counted, trimmed and written back: `body` is what to forward (the very body
+    received when nothing changed), `plan` what the core decided; `original_tokens`, the count
+    before the edits the request asks the provider for (None: it asks for none), and `edited`
+    the request after them, which a later rendering of the plan's view writes into."""
+
+    parsed: Parsed
+    plan: Plan
+    body: Mapping[str, Any]
+    original_tokens: int | None = None
+    edited: Parsed | None = None  # what the plan counts and cuts, when not `parsed` (after its edits)
+
+    @property
+    def changed(self) -> bool:
+        return self.body is not self.parsed.body
+
+    @property
+    def exact(self) -> bool:
+        return self.plan.count.exact and self.parsed.exact and not self.parsed.server_state
+
+    def report(self) -> dict[str, Any]:
+        """What a log line or a trim report says about this request beyond the core's plan: its
+        API, whether the count is exact, and where in the original body each removal was (the
+        core's indices are positions in the view). Never content."""
+        parsed = self.parsed
+        return {
+            "api": parsed.api,
+            "exact": self.exact,
+            "server_state": parsed.server_state,
+            "notes": [*parsed.notes, *self.plan.count.notes],
+            "removed": [
+                {**r.to_dict(), "origin": parsed.where(r.index) if r.index is not None else parsed.reserve_field}
+                for r in self.plan.result.removals
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Counting:
+    """What a request is counted and budgeted with: the model's profile, the tokenizer (the
+    model's own, the backend's, or a calibrated estimate), the count cache to go through (None:
+    past it) and the window when it is not the profile's (a learned correction)."""
+
+    profile: ModelProfile
+    tokenizer: Tokenizer
+    cache: CountCache | None = None
+    context_window: int | None = None
+    # The upstream cannot apply the edits a request asks of the provider (Anthropic's context
+    # editing): the guard applies them and sends the edited body (`Adapter.edited`).
+    edits_by_guard: bool = False
+
+
+def fit(
+    adapter: Adapter, parsed: Parsed, counting: Counting, policy: TrimPolicy, clock: Callable[[], float] | None = None
+) -> Fitted:
+    """Count and trim `parsed` with the core, and render the result in the API's own shape. The
+    adapter may replace the policy's strategies for this request (`Adapter.pipeline`)."""
+    tokenizer = counting.tokenizer
+    profile = adapter.profile(counting.profile, parsed)
+    counter = RequestCounter(profile, tokenizer, counting.cache, parsed.message_hashes, parsed.shared_messages)
+    pipeline = adapter.pipeline(parsed)
+    if pipeline is not None:
+        policy = replace(policy, pipeline=pipeline)
+    edited = adapter.edited(parsed, counter, counting.edits_by_guard)
+    if edited is not None:  # counted as the provider will see it (other messages: a counter of their own)
+        if edited.parsed.chat is not parsed.chat:
+            counter = RequestCounter(profile, tokenizer, counting.cache)
+        view = adapter.counted_view(edited.parsed, tokenizer)
+        return _edited_fit(adapter, parsed, edited, plan_request(view, counter, policy, counting.context_window, clock))
+    plan = plan_request(adapter.counted_view(parsed, tokenizer), counter, policy, counting.context_window, clock)
+    result = plan.result
+    if result.outcome != "trimmed":  # the body as received goes (a chat body is the plan's own view)
+        return Fitted(parsed, plan if plan.request is parsed.body else replace(plan, body=parsed.body), parsed.body)
+    body = adapter.render(parsed, result.body, result.removals, result.inserted)
+    return Fitted(parsed, replace(plan, body=body), body)
+
+
+def _edited_fit(adapter: Adapter, parsed: Parsed, edited: EditedRequest, plan: Plan) -> Fitted:
+    """`fit` for a request counted after its edits (`plan`): what still does not fit was cut from
+    the edited body; what fits goes as `edited.send` says (the body as received, for a provider
+    that edits it itself)."""
+    result = plan.result
+    original = plan.count.total if edited.original_tokens is None else edited.original_tokens
+    if result.outcome != "trimmed":
+        body = parsed.body if edited.send is None else edited.send
+        plan = replace(plan, body=body, rewritten=edited.send is not None, answer=edited.answer)
+        return Fitted(parsed, plan, body, original, edited.parsed)
+    body = adapter.render(edited.parsed, result.body, result.removals, result.inserted)
+    return Fitted(parsed, replace(plan, body=body, answer=edited.answer), body, original, edited.parsed)
