@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
+from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "assistant"})
 
@@ -28,6 +29,7 @@ def read_system(system: object, view: ViewBuilder) -> None:
         return
     if not isinstance(system, list):
         raise InvalidRequest("system: must be a string or an array of text blocks", param="system")
+    spend(BLOCK_UNITS * len(system))
     parts = []
     for j, block in enumerate(system):
         if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
@@ -50,6 +52,7 @@ def read_message(message: object, i: int, view: ViewBuilder) -> None:
         return
     if not isinstance(content, list):
         raise InvalidRequest(f"{where}.content: must be a string or an array of blocks", param=f"{where}.content")
+    spend(BLOCK_UNITS * len(content))
     for j, block in enumerate(content):
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
             raise InvalidRequest(f"{where}.content.{j}: must be a block with a 'type'", param=f"{where}.content.{j}")

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
+from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "model", "function"})  # `function`: the v1beta name of a user turn answering calls
 
@@ -171,6 +172,7 @@ def _parts_of(content: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]
     parts = content.get("parts", [])
     if not isinstance(parts, list):
         raise InvalidRequest(f"{where}.parts: must be a list", param=f"{where}.parts")
+    spend(BLOCK_UNITS * len(parts))
     for j, part in enumerate(parts):
         if not isinstance(part, Mapping):
             raise InvalidRequest(f"{where}.parts[{j}]: must be an object", param=f"{where}.parts[{j}]")
