@@ -59,6 +59,9 @@ AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
 VIDEO_ASSUMED_BYTES_PER_SECOND = 2000  # 16 kbit/s: below any watchable video's rate
 VIDEO_METADATA_PER_SECOND = 10  # 258 + 32 + 10 = Gemini's "about 300 tokens per second"
 VIDEO_FPS_MOST = 24.0  # Gemini samples at most this many frames a second, whatever is asked
+# A day: a length past it (however long a header claims) is counted as a day, over any window at
+# any rate, so that a forged header's count stays a finite "over", not a 1e15 in the metrics.
+MEDIA_SECONDS_MOST = 86_400.0
 # Inflated bytes read of one file (a PDF's streams, a zipped document's members), at most: more
 # text than any model's window holds (2.8M tokens at a token per 3 bytes), and tens of
 # milliseconds to inflate at worst, on the loop when the body is small (a compressed bomb must not
@@ -97,6 +100,7 @@ def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
     seconds, proven = audio_seconds(_b64_decode(data))
     if not proven:
         seconds = max(seconds, len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND)
+    seconds = min(seconds, MEDIA_SECONDS_MOST)
     tokens = math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
     note = [] if proven else [f"audio length estimated from its size ({seconds:.1f} s)"]
     note.append(f"audio of {seconds:.1f} s priced at {AUDIO_TOKENS_PER_SECOND} tokens/s, the highest published rate")
@@ -116,6 +120,7 @@ def video_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, i
     seconds, proven = video_seconds(_b64_decode(data))
     if not proven:
         seconds = max(seconds, len(data) * 3 / 4 / VIDEO_ASSUMED_BYTES_PER_SECOND)
+    seconds = min(seconds, MEDIA_SECONDS_MOST)
     fps = spec.get("fps")
     fps = min(float(fps), VIDEO_FPS_MOST) if isinstance(fps, int | float) and fps > 0 else 1.0
     detail = spec.get("detail")

@@ -31,6 +31,11 @@ from dataclasses import dataclass
 PAGES_MOST = 10_000
 NODES_READ = 20_000  # page tree nodes walked at most (a real tree of 10,000 pages has ~10,200)
 _DEPTH = 32  # nesting of arrays and dictionaries read, at most
+# Bytes of the file per syntax step (a token, a string's parenthesis) read, over all its objects:
+# a forged file whose objects overlap (an unclosed string holding `N 0 obj (` a thousand times)
+# would otherwise be read again from each of them. qpdf's 1,000-page files take a step per 16 bytes.
+_BYTES_PER_STEP = 4
+_STEPS_PER_OBJECT = 8  # an object's header and its first tokens: what reading one costs at least
 _OBJ = re.compile(rb"(\d{1,10})[ \t\r\n\f\x00]+\d{1,5}[ \t\r\n\f\x00]+obj\b")
 _TRAILER = re.compile(rb"trailer[ \t\r\n\f\x00]*<<")
 _STREAM = re.compile(rb"[ \t\r\n\f\x00]*stream(\r\n|\n|\r)")
@@ -59,7 +64,10 @@ class _Unreadable(Exception):
 
 def pdf_pages(raw: bytes, inflate_cap: int) -> PdfPages:
     """The pages of PDF `raw`, reading at most `inflate_cap` inflated bytes of object streams."""
-    objects, roots, unread_stream = _objects(raw, inflate_cap)
+    steps = [len(raw) // _BYTES_PER_STEP + 10_000]
+    objects, roots, unread_stream = _objects(raw, inflate_cap, steps)
+    if steps[0] <= 0:  # not read to its end: nothing is proven, and its objects are not all known
+        return PdfPages(PAGES_MOST, False)
     counted = [_tree_pages(objects, root) for root in roots]
     if counted and all(c is not None for c in counted):
         pages = max(c for c in counted if c is not None)
@@ -68,15 +76,16 @@ def pdf_pages(raw: bytes, inflate_cap: int) -> PdfPages:
     return PdfPages(bound, False)
 
 
-def _objects(raw: bytes, inflate_cap: int) -> tuple[dict[int, object], list[object], bool]:
+def _objects(raw: bytes, inflate_cap: int, steps: list[int]) -> tuple[dict[int, object], list[object], bool]:
     """Every indirect object found (a later definition of a number replacing an earlier one, as an
     update does), the roots the trailers name, and whether an object stream could not be read."""
     objects: dict[int, object] = {}
     roots: list[object] = []
     streams: list[tuple[dict[str, object], int]] = []
     for found in _OBJ.finditer(raw):
+        steps[0] -= _STEPS_PER_OBJECT
         try:
-            value, end = _Parser(raw).value(found.end(), 0)
+            value, end = _Parser(raw, steps).value(found.end(), 0)
         except (_Unreadable, IndexError, ValueError, RecursionError):
             continue
         objects[int(found.group(1))] = value
@@ -86,7 +95,7 @@ def _objects(raw: bytes, inflate_cap: int) -> tuple[dict[int, object], list[obje
                 streams.append((value, stream.end()))
     for found in _TRAILER.finditer(raw):
         try:
-            trailer, _ = _Parser(raw).value(found.end() - 2, 0)
+            trailer, _ = _Parser(raw, steps).value(found.end() - 2, 0)
         except (_Unreadable, IndexError, ValueError, RecursionError):
             continue
         if isinstance(trailer, dict) and "Root" in trailer:
@@ -102,7 +111,8 @@ def _objects(raw: bytes, inflate_cap: int) -> tuple[dict[int, object], list[obje
             unread = True
             continue
         left -= len(data)
-        objects.update(_stream_objects(data, head))
+        steps[0] += len(data) // _BYTES_PER_STEP
+        objects.update(_stream_objects(data, head, steps))
     return objects, roots, unread
 
 
@@ -126,12 +136,12 @@ def _inflated(raw: bytes, head: dict[str, object], start: int, room: int) -> byt
     return None if len(data) > room else data
 
 
-def _stream_objects(data: bytes, head: dict[str, object]) -> Iterator[tuple[int, object]]:
+def _stream_objects(data: bytes, head: dict[str, object], steps: list[int]) -> Iterator[tuple[int, object]]:
     """The objects of an object stream: `N` pairs of (object number, offset from `/First`)."""
     count, first = head.get("N"), head.get("First")
     if not isinstance(count, int) or not isinstance(first, int) or count < 0 or first < 0:
         return
-    parser = _Parser(data)
+    parser = _Parser(data, steps)
     numbers = re.findall(rb"\d+", data[:first])
     for k in range(min(count, len(numbers) // 2)):
         try:
@@ -179,16 +189,18 @@ class _Parser:
     """PDF object syntax (ISO 32000-1, 7.3): dictionaries (keys as unescaped names), arrays,
     references, names, numbers; strings, booleans and null read past as None."""
 
-    __slots__ = ("data",)
+    __slots__ = ("data", "steps")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, steps: list[int]) -> None:
         self.data = data
+        self.steps = steps  # shared by every parser of the file: what is left of its budget
 
     def value(self, at: int, depth: int) -> tuple[object, int]:
         data = self.data
         at = self._skip(at)
-        if depth > _DEPTH:
-            raise _Unreadable("nested too deep")
+        self.steps[0] -= 1
+        if depth > _DEPTH or self.steps[0] <= 0:
+            raise _Unreadable("nested too deep, or read too long")
         head = data[at : at + 2]
         if head == b"<<":
             return self._dictionary(at + 2, depth)
@@ -247,6 +259,9 @@ class _Parser:
         """The end of a literal string: balanced parentheses, a backslash escaping the next byte."""
         data, level = self.data, 0
         while True:
+            self.steps[0] -= 1
+            if self.steps[0] <= 0:
+                raise _Unreadable("read too long")
             found = _STRING_MARK.search(data, at)
             if found is None:
                 raise _Unreadable("a string that does not end")

@@ -165,18 +165,18 @@ def _matroska(raw: bytes) -> tuple[float, bool]:
             return 0.0, False
         data = raw[data_at : data_at + size]
         if ident == _TIMECODE_SCALE:
-            scale = int.from_bytes(data, "big") or scale
-        elif ident == _DURATION and size in (4, 8):
+            scale = int.from_bytes(data[:8], "big") or scale
+        elif ident == _DURATION and len(data) == size and size in (4, 8):
             stated = struct.unpack(">f" if size == 4 else ">d", data)[0]
         elif ident == _TIMECODE:
-            cluster_time = int.from_bytes(data, "big")
+            cluster_time = int.from_bytes(data[:8], "big")
         elif ident in (_SIMPLE_BLOCK, _BLOCK):
             track = _vint(data, 0, keep_marker=False)
             if track is not None and track[1] + 2 <= len(data):
                 block_at = cluster_time + struct.unpack_from(">h", data, track[1])[0]
                 latest = max(latest, block_at)
         elif ident == _BLOCK_DURATION:
-            latest = max(latest, block_at + int.from_bytes(data, "big"))
+            latest = max(latest, block_at + int.from_bytes(data[:8], "big"))
         at = data_at + size
     if stated != stated or stated in (float("inf"), float("-inf")):  # NaN or infinite: not a length
         stated = 0.0
