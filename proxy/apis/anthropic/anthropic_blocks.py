@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
+from proxy.core.costs.images import ANTHROPIC_IMAGE_SIDE_MOST, side_over
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "assistant"})
@@ -146,7 +147,12 @@ def _block(block: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str,
     source = block.get("source")
     source = source if isinstance(source, Mapping) else {}
     if kind == "image":
-        return {"type": "image_url", "image_url": {"url": _source_url(source), "detail": "auto"}}
+        url = _source_url(source)
+        if side_over(url, ANTHROPIC_IMAGE_SIDE_MOST) is not None:  # refused as Anthropic refuses it
+            most = ANTHROPIC_IMAGE_SIDE_MOST
+            message = f"At least one of the image dimensions exceed max allowed size: {most} pixels"
+            raise InvalidRequest(f"{where}.source.base64.data: {message}", param=f"{where}.source")
+        return {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
     if kind == "document":
         if source.get("type") == "text" and isinstance(source.get("data"), str):
             return text_part(source["data"])

@@ -238,6 +238,18 @@ class ResolutionCost:
         return max(tokens, int(asked)) if asked.isdigit() else tokens
 
 
+# Anthropic refuses an image with a side over 8,000 px ("Images larger than 8000x8000 px will be
+# rejected": https://docs.claude.com/en/docs/build-with-claude/vision, "Evaluate image size").
+ANTHROPIC_IMAGE_SIDE_MOST = 8000
+
+
+def side_over(url: str, most: int) -> tuple[int, int] | None:
+    """The size of a `data:` URL image with a side over `most` px (as its header states it), else
+    None: the image a provider with that limit refuses."""
+    size = data_url_image_size(url) if url.startswith("data:") else None
+    return size if size is not None and max(size) > most else None
+
+
 def image_cost(url: str, detail: str, scheme: ImageCostScheme) -> ImageCost:
     """Price one `image_url` part. Unknown sizes are priced at the scheme's maximum."""
     size = data_url_image_size(url) if url.startswith("data:") else None
