@@ -71,6 +71,13 @@ class TestPdfPages:
         assert status != 400, answer[:300]
 
 
+    async def test_a_file_that_is_not_a_pdf_is_counted_by_its_text_not_as_pages(self, serve_guard):
+        """A plain-text file sent inline: never one 258-token page, whatever its size."""
+        guard = await serve_guard()
+        text = ("The quick brown fox jumps over the lazy dog. " * 8000).encode()
+        assert await count(guard, FLASH, "text/plain", text) >= len(text) // 4
+
+
 class TestVideoLength:
     @pytest.mark.parametrize(
         ("container", "codec", "sound"), [("mp4", "libx264", "aac"), ("mov", "libx264", "aac"), ("webm", "libvpx", "libopus")]

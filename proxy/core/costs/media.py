@@ -151,7 +151,7 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
     detail = spec.get("detail")
     detail = detail if isinstance(detail, str) else "high"
     per_page = images.page_cost(detail)
-    if per_page is not None and not raw.startswith(_ZIP_MAGIC):  # a page's documented cost, its text in it
+    if per_page is not None and b"%PDF-" in raw[:1024]:  # a PDF page's documented cost, its text in it
         counted = pdf_pages(raw, FILE_INFLATE_CAP)
         tokens = counted.pages * per_page
         how = "read from its page tree" if counted.proven else "a bound: its page tree could not be walked"
