@@ -114,7 +114,13 @@ class TestAudioLength:
 
     @pytest.mark.parametrize(
         ("container", "codec", "mime", "rate"),
-        [("mp3", "libmp3lame", "audio/mp3", 16_000), ("flac", "flac", "audio/flac", 16_000), ("ogg", "libopus", "audio/ogg", 48_000)],
+        [
+            ("mp3", "libmp3lame", "audio/mp3", 16_000),
+            ("flac", "flac", "audio/flac", 16_000),
+            ("ogg", "libopus", "audio/ogg", 48_000),
+            ("ipod", "aac", "audio/mp4", 16_000),  # M4A: AAC in an MP4 container
+            ("webm", "libopus", "audio/webm", 48_000),
+        ],
     )
     async def test_compressed_audio_counts_its_length_at_32_a_second(self, serve_guard, container, codec, mime, rate):
         guard = await serve_guard()

@@ -5,7 +5,8 @@ file's own structure is bounded, and the part's note says it is an estimate.
 - **Audio** (`input_audio`): Gemini documents 32 tokens per second ("Understand and count
   tokens", https://ai.google.dev/gemini-api/docs/tokens), the highest published rate (OpenAI
   publishes none, so its audio is priced at it too); the length is read from the format's own
-  structure (`proxy.core.costs.audio_lengths`: WAV, MP3, FLAC, Ogg); audio of another format, or
+  structure (`proxy.core.costs.audio_lengths`: WAV, MP3, FLAC, Ogg; M4A and WebM audio by their
+  containers, `proxy.core.costs.video_lengths`); audio of another format, or
   one that cannot be followed, is assumed to be 16 kbit/s, a lower rate than any common codec's.
 - **Video** (`input_video` with `data`): the length is read from the container
   (`proxy.core.costs.video_lengths`: MP4, MOV, WebM, Matroska) and each second costs `fps`
@@ -97,7 +98,10 @@ def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
     if not isinstance(data, str):
         return 0, 0, ["audio part without data; not counted"]
     spend(len(data))  # decoded and walked: work that grows with the audio
-    seconds, proven = audio_seconds(_b64_decode(data))
+    raw = _b64_decode(data)
+    seconds, proven = audio_seconds(raw)
+    if not proven:  # sound in a video container (M4A is MP4, WebM audio is Matroska)
+        seconds, proven = video_seconds(raw)
     if not proven:
         seconds = max(seconds, len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND)
     seconds = min(seconds, MEDIA_SECONDS_MOST)

@@ -148,8 +148,8 @@ def _matroska(raw: bytes) -> tuple[float, bool]:
     block_at = 0  # the time of the block last read (for its group's `BlockDuration`)
     while at < len(raw):
         read += 1
-        if read > ELEMENTS_READ:
-            return 0.0, False
+        if read > ELEMENTS_READ:  # what was read so far, not proven (the caller bounds the rest)
+            return max(stated if stated == stated else 0.0, float(latest)) * scale / 1e9, False
         element = _vint(raw, at, keep_marker=True)
         if element is None:
             break
