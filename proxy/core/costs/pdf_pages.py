@@ -11,10 +11,11 @@ reader rebuilds a damaged table the same way): every `N G obj` in the file, and 
 object stream (`/Type /ObjStm`, Flate-compressed, which holds the page objects of most PDFs written
 since 1.5). Names are read with their `#xx` escapes (`/P#61ge` is `/Page`).
 
-When the tree cannot be walked (no root, a reference that leads nowhere, a cycle, an object stream
-compressed otherwise than by Flate, more nodes than `NODES_READ`), the pages are bounded: a page is
-an indirect object (a `/Kids` entry is a reference), so a file has at most as many pages as
-objects; with an object stream that could not be read, at most `PAGES_MOST`. `PdfPages.proven`
+When the tree cannot be walked (no root, a reference that leads nowhere, an object stream
+compressed otherwise than by Flate), the pages are bounded: by what any walk or root's `/Count`
+showed and by the file's objects (a page is an object; a tree that lists one several times is
+walked whole), or, with an object stream that could not be read, a cycle or more nodes than
+`NODES_READ`, by `PAGES_MOST`. `PdfPages.proven`
 says which it is. Pages are never counted past `PAGES_MOST`: more than any window holds at any
 provider's rate, and a finite number however large the file claims.
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 # rate, more tokens than any window: a count past it says only "over".
 PAGES_MOST = 10_000
 NODES_READ = 20_000  # page tree nodes walked at most (a real tree of 10,000 pages has ~10,200)
+_TREE_DEPTH = 64  # levels of a page tree walked at most (a real one has a few)
 _DEPTH = 32  # nesting of arrays and dictionaries read, at most
 # Bytes of the file per syntax step (a token, a string's parenthesis) read, over all its objects:
 # a forged file whose objects overlap (an unclosed string holding `N 0 obj (` a thousand times)
@@ -68,12 +70,13 @@ def pdf_pages(raw: bytes, inflate_cap: int) -> PdfPages:
     objects, roots, unread_stream = _objects(raw, inflate_cap, steps)
     if steps[0] <= 0:  # not read to its end: nothing is proven, and its objects are not all known
         return PdfPages(PAGES_MOST, False)
-    counted = [_tree_pages(objects, root) for root in roots]
-    if counted and all(c is not None for c in counted):
-        pages = max(c for c in counted if c is not None)
-        return PdfPages(max(1, min(pages, PAGES_MOST)), True)
-    bound = PAGES_MOST if unread_stream else max(1, min(len(objects), PAGES_MOST))
-    return PdfPages(bound, False)
+    walks = [_tree_pages(objects, root) for root in roots]
+    seen = max((pages for pages, _ in walks), default=0)  # what any walk or root's `/Count` showed
+    if walks and all(proven for _, proven in walks):
+        return PdfPages(max(1, min(seen, PAGES_MOST)), True)
+    if unread_stream or seen >= PAGES_MOST:
+        return PdfPages(PAGES_MOST, False)
+    return PdfPages(max(1, min(max(seen, len(objects)), PAGES_MOST)), False)
 
 
 def _objects(raw: bytes, inflate_cap: int, steps: list[int]) -> tuple[dict[int, object], list[object], bool]:
@@ -151,34 +154,39 @@ def _stream_objects(data: bytes, head: dict[str, object], steps: list[int]) -> I
         yield int(numbers[2 * k]), value
 
 
-def _tree_pages(objects: dict[int, object], root: object) -> int | None:
-    """The pages under the catalog `root` names: the larger of the root node's `/Count` and the
-    leaves walked; None when the tree cannot be walked."""
+def _tree_pages(objects: dict[int, object], root: object) -> tuple[int, bool]:
+    """(pages, proven) under the catalog `root` names: the larger of the root node's `/Count` and
+    the leaves walked, every occurrence of a kid counted (a page listed twice is shown twice). Not
+    proven when the tree cannot be walked: a reference that leads nowhere, a node in its own
+    ancestry (a cycle: then `PAGES_MOST`, as a reader that follows it never ends), more than
+    `NODES_READ` nodes or `_TREE_DEPTH` levels (then `PAGES_MOST`: shared nodes can list more pages
+    than there are objects)."""
     catalog = _resolved(objects, root)
-    top = _resolved(objects, catalog.get("Pages")) if isinstance(catalog, dict) else None
+    reference = catalog.get("Pages") if isinstance(catalog, dict) else None
+    top = _resolved(objects, reference)
     if not isinstance(top, dict):
-        return None
+        return 0, False
     stated = _resolved(objects, top.get("Count"))
+    stated = stated if isinstance(stated, int) and stated > 0 else 0
     leaves, nodes = 0, 0
-    seen: set[int] = set()
-    stack: list[object] = [catalog.get("Pages") if isinstance(catalog, dict) else None]
+    stack: list[tuple[object, tuple[int, ...]]] = [(reference, ())]  # a kid and its ancestors' numbers
     while stack:
-        entry = stack.pop()
+        entry, ancestors = stack.pop()
         nodes += 1
-        if nodes > NODES_READ or not isinstance(entry, Ref) or entry.number in seen:
-            return None  # a direct kid, a cycle or a shared node: not a tree any reader agrees on
-        seen.add(entry.number)
-        node = objects.get(entry.number)
+        if nodes > NODES_READ or len(ancestors) > _TREE_DEPTH or (isinstance(entry, Ref) and entry.number in ancestors):
+            return PAGES_MOST, False
+        node = _resolved(objects, entry)
         if not isinstance(node, dict):
-            return None
+            return max(leaves, stated), False
         kids = _resolved(objects, node.get("Kids"))
         if node.get("Type") == "Pages" or (node.get("Type") != "Page" and isinstance(kids, list)):
             if not isinstance(kids, list):
-                return None
-            stack.extend(kids)
+                return max(leaves, stated), False
+            inner = (*ancestors, entry.number) if isinstance(entry, Ref) else ancestors
+            stack.extend((kid, inner) for kid in kids)
         else:
             leaves += 1
-    return max(leaves, stated if isinstance(stated, int) else 0)
+    return max(leaves, stated), True
 
 
 def _resolved(objects: dict[int, object], value: object) -> object:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from proxy.core.costs.audio_lengths import audio_seconds
-from proxy.core.costs.pdf_pages import PAGES_MOST, pdf_pages
+from proxy.core.costs.pdf_pages import PAGES_MOST, PdfPages, pdf_pages
 from proxy.core.costs.video_lengths import video_seconds
 from tests.adversarial.media_files import audio, pdf, video, with_junk_before_format
 
@@ -67,6 +67,19 @@ class TestPdfPages:
     def test_a_real_file_reads_its_page_tree(self, object_streams):
         assert pdf_pages(pdf(37, object_streams), 1 << 20).pages == 37
 
+    def test_a_page_listed_many_times_counts_each_time_whatever_the_count_says(self):
+        """One page object listed 1,000 times in `/Kids` (a reader shows 1,000 pages), its root's
+        `/Count` saying 1: a 6 KB file of 1,000 pages."""
+        counted = pdf_pages(listed_pages(1000, count=1), 1 << 20)
+        assert counted == PdfPages(1000, True)
+
+    def test_a_count_above_the_leaves_is_taken(self):
+        assert pdf_pages(listed_pages(3, count=700), 1 << 20) == PdfPages(700, True)
+
+    def test_a_tree_in_its_own_ancestry_is_bounded_by_the_most_pages(self):
+        cyclic = listed_pages(3, count=3).replace(b"/Kids [3 0 R", b"/Kids [2 0 R 3 0 R")
+        assert pdf_pages(cyclic, 1 << 20) == PdfPages(PAGES_MOST, False)
+
     def test_objects_that_overlap_are_read_within_a_budget_and_bounded(self):
         """An unclosed string holding `1 0 obj (` sixty thousand times: read once, not from each."""
         counted = pdf_pages(b"%PDF-1.4\n" + b"1 0 obj (" * 60_000, 1 << 20)
@@ -76,6 +89,17 @@ class TestPdfPages:
         raw = b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n2 0 obj << /Type /Page >> endobj\n3 0 obj 7 endobj\n"
         counted = pdf_pages(raw, 1 << 20)
         assert counted.pages == 3 and not counted.proven
+
+
+def listed_pages(listed: int, count: int) -> bytes:
+    """A PDF whose page tree lists one page object `listed` times and states `/Count count`."""
+    kids = b" ".join(b"3 0 R" for _ in range(listed))
+    return (
+        b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
+        b"2 0 obj << /Type /Pages /Kids [" + kids + b"] /Count " + str(count).encode() + b" >> endobj\n"
+        b"3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >> endobj\n"
+        b"trailer << /Root 1 0 R /Size 4 >>\n%%EOF\n"
+    )
 
 
 def damaged(data: bytes, rng: random.Random) -> bytes:
