@@ -1,7 +1,7 @@
 """Media files made by real encoders, in memory, for the media-rate tests: PDFs written by qpdf
 (pikepdf), with or without object streams; video and audio written by FFmpeg's muxers and encoders
 (PyAV's wheels carry them): H.264 in MP4 and MOV, VP8 in WebM, AAC and Opus sound, PCM WAV, MP3
-(LAME), FLAC, Opus in Ogg."""
+(LAME), AAC (ADTS, M4A), FLAC, Opus in Ogg."""
 
 from __future__ import annotations
 

@@ -118,6 +118,7 @@ class TestAudioLength:
             ("mp3", "libmp3lame", "audio/mp3", 16_000),
             ("flac", "flac", "audio/flac", 16_000),
             ("ogg", "libopus", "audio/ogg", 48_000),
+            ("adts", "aac", "audio/aac", 16_000),
             ("ipod", "aac", "audio/mp4", 16_000),  # M4A: AAC in an MP4 container
             ("webm", "libopus", "audio/webm", 48_000),
         ],

@@ -5,6 +5,7 @@
            the slower of the stated byte rate and the one the sample rate, channels and sample
            size give
     MP3    every MPEG audio frame walked (after an ID3v2 tag): its samples at its sample rate
+    AAC    every ADTS frame walked: 1,024 samples a raw block at its (core) sample rate
     FLAC   STREAMINFO's total samples at its sample rate
     Ogg    the largest granule position of any page (Vorbis, Opus: less its pre-skip, FLAC,
            Speex), at the stream's rate from its first packet
@@ -18,8 +19,9 @@ cannot frame past its start (a damaged stretch) is counted at the lowest bitrate
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
-MP3_FRAMES_READ = 600_000  # frames walked at most (a 10 h MP3 at 44.1 kHz has 470,000)
+MP3_FRAMES_READ = 600_000  # MP3 or AAC frames walked at most (a 10 h MP3 at 44.1 kHz has 470,000)
 OGG_PAGES_READ = 400_000
 RIFF_CHUNKS_READ = 10_000
 _LOWEST_BYTES_PER_SECOND = 1000  # 8 kbit/s: MPEG-2 layer III's lowest bitrate
@@ -44,7 +46,9 @@ def audio_seconds(raw: bytes) -> tuple[float, bool]:
     if raw[start : start + 4] == b"fLaC":
         return _flac(raw, start + 4)
     if _mp3_frame(raw, start) is not None:
-        return _mp3(raw, start)
+        return _frames(raw, start, _mp3_frame)
+    if _adts_frame(raw, start) is not None:
+        return _frames(raw, start, _adts_frame)
     return 0.0, False
 
 
@@ -92,10 +96,24 @@ def _mp3_frame(raw: bytes, at: int) -> tuple[int, int, int] | None:
     return samples // 8 * kbps * 1000 // rate + padding, samples, rate
 
 
-def _mp3(raw: bytes, at: int) -> tuple[float, bool]:
+_ADTS_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
+
+
+def _adts_frame(raw: bytes, at: int) -> tuple[int, int, int] | None:
+    """(frame bytes, samples, sample rate) of the ADTS (AAC) frame header at `at`, or None."""
+    if at + 7 > len(raw) or raw[at] != 0xFF or raw[at + 1] & 0xF6 != 0xF0:  # sync, layer 0
+        return None
+    rate_index = (raw[at + 2] >> 2) & 0xF
+    size = (raw[at + 3] & 3) << 11 | raw[at + 4] << 3 | raw[at + 5] >> 5
+    if rate_index >= len(_ADTS_RATES) or size < 7:
+        return None
+    return size, 1024 * ((raw[at + 6] & 3) + 1), _ADTS_RATES[rate_index]
+
+
+def _frames(raw: bytes, at: int, frame_at: Callable[[bytes, int], tuple[int, int, int] | None]) -> tuple[float, bool]:
     seconds = 0.0
     for _ in range(MP3_FRAMES_READ):
-        frame = _mp3_frame(raw, at)
+        frame = frame_at(raw, at)
         if frame is None:
             break
         size, samples, rate = frame

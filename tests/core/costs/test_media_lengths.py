@@ -18,7 +18,13 @@ from tests.adversarial.media_files import audio, pdf, video, with_junk_before_fo
 class TestAudioSeconds:
     @pytest.mark.parametrize(
         ("container", "codec", "rate"),
-        [("wav", "pcm_s16le", 16_000), ("mp3", "libmp3lame", 16_000), ("flac", "flac", 16_000), ("ogg", "libopus", 48_000)],
+        [
+            ("wav", "pcm_s16le", 16_000),
+            ("mp3", "libmp3lame", 16_000),
+            ("adts", "aac", 16_000),
+            ("flac", "flac", 16_000),
+            ("ogg", "libopus", 48_000),
+        ],
     )
     def test_a_real_file_reads_its_length(self, container, codec, rate):
         seconds, proven = audio_seconds(audio(container, codec, 7, rate))
@@ -124,6 +130,7 @@ class TestDamagedFiles:
         [
             (lambda raw: audio_seconds(raw)[0], lambda: audio("mp3", "libmp3lame", 2)),
             (lambda raw: audio_seconds(raw)[0], lambda: audio("ogg", "libopus", 2, 48_000)),
+            (lambda raw: audio_seconds(raw)[0], lambda: audio("adts", "aac", 2)),
             (lambda raw: audio_seconds(raw)[0], lambda: audio("wav", "pcm_s16le", 2)),
             (lambda raw: video_seconds(raw)[0], lambda: video("mp4", "libx264", 4, "aac")),
             (lambda raw: video_seconds(raw)[0], lambda: video("webm", "libvpx", 3, "libopus")),
