@@ -161,9 +161,9 @@ class Parsed:
 
     @property
     def read_whole(self) -> bool:
-        """Whether everything the upstream may put in the prompt was counted exactly or bounded from
-        above: what it says about this request (a count, its usage) may be learned for the model."""
-        return not self.unread and not self.server_state and not self.unseen
+        """Whether everything the upstream may put in the prompt was counted exactly or bounded, no
+        part estimated: what it says about this request (a count, its usage) may be learned."""
+        return self.exact and not self.unread and not self.server_state and not self.unseen
 
     @property
     def messages(self) -> list[Any]:

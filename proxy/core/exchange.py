@@ -312,11 +312,13 @@ class Exchange:
         return overflow
 
     def _succeeded(self) -> Correction | None:
-        """The correction to remember for the model, if a retry won (of a request not read whole,
-        only the window the provider stated)."""
+        """The correction to remember for the model, if a retry won (of a request not read whole or
+        counted with an estimate, only the window the provider stated)."""
         if self.attempt != 2 or self.learned is None:
             return None
-        return self.learned if self.read_whole else self.learned.limit_only(self.known_window)
+        # A count with an estimated part (media, an opaque item) fell short for this request's parts.
+        whole = self.read_whole and not (self.plan is not None and self.plan.count.estimated)
+        return self.learned if whole else self.learned.limit_only(self.known_window)
 
     def _refused_retry(self) -> Correction | None:
         """The correction to remember when the guard refused the retry: the smaller window the

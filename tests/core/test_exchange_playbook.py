@@ -202,6 +202,23 @@ class TestSelfCorrection:
             << (lambda c: isinstance(c, Remember) and c.correction.factor == 1.0 and c.correction.limit == 4096)
         )
 
+    def test_a_request_counted_with_an_estimate_remembers_only_the_stated_window(self):
+        """Its count had a part whose size was estimated (a medium): the provider's count, half as
+        much again as the guard's, is about that request alone."""
+        estimated = replace(TRIMMED, count=replace(TRIMMED.count, estimated=True))
+        assert (
+            book(exchange())
+            << PlanFor(None)
+            >> FITS
+            << Send
+            >> overflow(4096, 9000)
+            << PlanFor
+            >> estimated
+            << Send
+            >> Delivered()
+            << (lambda c: isinstance(c, Remember) and c.correction.factor == 1.0 and c.correction.limit == 4096)
+        )
+
     def test_a_smaller_window_the_retry_cannot_fit_is_kept_and_the_request_refused(self):
         """The provider's stated window is too small for what may not be cut: no retry proves it,
         but every later request would otherwise be sent for the window just refused."""

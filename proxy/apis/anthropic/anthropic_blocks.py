@@ -21,7 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, Parsed, ViewBuilder, opaque_part, text_part
+from proxy.core.costs.images import ANTHROPIC_IMAGE_SIDE_MOST, side_over
 from proxy.core.trimming.compaction_prompts import MARKER
+from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "assistant"})
 
@@ -35,6 +37,7 @@ def read_system(system: object, view: ViewBuilder) -> None:
         return
     if not isinstance(system, list):
         raise InvalidRequest("system: must be a string or an array of text blocks", param="system")
+    spend(BLOCK_UNITS * len(system))
     parts = []
     for j, block in enumerate(system):
         if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
@@ -110,6 +113,7 @@ def read_message(message: object, i: int, view: ViewBuilder, marker: int | None 
         return
     if not isinstance(content, list):
         raise InvalidRequest(f"{where}.content: must be a string or an array of blocks", param=f"{where}.content")
+    spend(BLOCK_UNITS * len(content))
     for j, block in enumerate(content):
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
             raise InvalidRequest(f"{where}.content.{j}: must be a block with a 'type'", param=f"{where}.content.{j}")
@@ -215,7 +219,12 @@ def _block(block: Mapping[str, Any], view: ViewBuilder, where: str) -> dict[str,
     source = block.get("source")
     source = source if isinstance(source, Mapping) else {}
     if kind == "image":
-        return {"type": "image_url", "image_url": {"url": _source_url(source), "detail": "auto"}}
+        url = _source_url(source)
+        if side_over(url, ANTHROPIC_IMAGE_SIDE_MOST) is not None:  # refused as Anthropic refuses it
+            most = ANTHROPIC_IMAGE_SIDE_MOST
+            message = f"At least one of the image dimensions exceed max allowed size: {most} pixels"
+            raise InvalidRequest(f"{where}.source.base64.data: {message}", param=f"{where}.source")
+        return {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
     if kind == "document":
         if source.get("type") == "text" and isinstance(source.get("data"), str):
             return text_part(source["data"])

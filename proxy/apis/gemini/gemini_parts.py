@@ -9,8 +9,8 @@ part (`read_system`, `Turns.read`).
                    `thoughtSignature`, executable code and its result are counted as their JSON
                    (the signature itself left out: the model reads none of it) and never shortened
     inlineData     by its MIME type: an image priced by Gemini's tiles (on Gemini 3 by the
-                   part's `mediaResolution`, else the request's, `resolution_of`), audio at 32 tokens a
-                   second, video at 263 + 32, a PDF by its pages; anything else as a file
+                   part's `mediaResolution`, else the request's, `resolution_of`), audio and video at
+                   Gemini's rates for their lengths, a PDF by its pages; anything else as a file
     fileData       a file by URI: the guard cannot see it (`proxy.apis.unseen`)
 
 Function calls carry an `id` on newer models; where they do not, each call gets one of the view's
@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
+from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "model", "function"})  # `function`: the v1beta name of a user turn answering calls
 
@@ -171,18 +172,16 @@ def _parts_of(content: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]
     parts = content.get("parts", [])
     if not isinstance(parts, list):
         raise InvalidRequest(f"{where}.parts: must be a list", param=f"{where}.parts")
+    spend(BLOCK_UNITS * len(parts))
     for j, part in enumerate(parts):
         if not isinstance(part, Mapping):
             raise InvalidRequest(f"{where}.parts[{j}]: must be an object", param=f"{where}.parts[{j}]")
     return parts
 
 
-# Gemini's published rates (ai.google.dev, "Understand and count tokens"): audio 32 tokens a
-# second, video 263 (its sound on top). A video's length is not read from its container: it is
-# bounded by assuming 64 kbit/s, below any codec's usual rate, so its length is overestimated.
-VIDEO_TOKENS_PER_SECOND = 263 + 32
+# Audio and video are priced by the core at Gemini's published rates, their lengths read from
+# their own structure (`proxy.core.costs.media`).
 _URL_SAFE = str.maketrans("-_", "+/")
-VIDEO_ASSUMED_BYTES_PER_SECOND = 8000
 
 
 def _part(part: Mapping[str, Any], view: ViewBuilder, where: str, resolution: str) -> dict[str, Any]:
@@ -194,7 +193,12 @@ def _part(part: Mapping[str, Any], view: ViewBuilder, where: str, resolution: st
         return text_part(text)
     inline = field(part, "inlineData")
     if inline is not None:
-        return _inline(inline, view, where, resolution_of(part, resolution))
+        shown = _inline(inline, view, where, resolution_of(part, resolution))
+        metadata = field(part, "videoMetadata")
+        fps = field(metadata, "fps") if isinstance(metadata, Mapping) else None
+        if shown["type"] == "input_video" and isinstance(fps, int | float) and not isinstance(fps, bool):
+            shown["input_video"]["fps"] = fps  # frames a second sampled, when the part asks a rate
+        return shown
     data = field(part, "fileData")
     if data is not None:
         uri = data.get("fileUri", data.get("file_uri")) if isinstance(data, Mapping) else None
@@ -219,12 +223,7 @@ def _inline(inline: object, view: ViewBuilder, where: str, resolution: str) -> d
         kind = mime.split("/", 1)[1]
         return {"type": "input_audio", "input_audio": {"data": data, "format": "wav" if "wav" in kind else kind}}
     if mime.startswith("video/"):
-        seconds = len(data) * 3 / 4 / VIDEO_ASSUMED_BYTES_PER_SECOND
-        view.estimate(f"{where}: video length estimated from its size ({seconds:.0f} s)")
-        return {
-            "type": "input_video",
-            "input_video": {"seconds": seconds, "tokens_per_second": VIDEO_TOKENS_PER_SECOND},
-        }
+        return {"type": "input_video", "input_video": {"data": data, "detail": resolution}}
     return {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}", "detail": resolution}}
 
 

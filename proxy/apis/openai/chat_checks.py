@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.core.plan import InvalidBody, validate_body
+from proxy.core.work_budget import BLOCK_UNITS, spend
 
 MAX_OUTPUT_TOKENS = 2**31 - 1  # above any model's output limit; larger is a client bug, not a budget
 Check = Callable[[Any, str], None]
@@ -110,6 +111,7 @@ def _content(content: object, where: str) -> None:
         return
     if not isinstance(content, list):
         raise InvalidBody(f"{where} must be a string, an array of parts or null, not {_kind(content)}", param=where)
+    spend(BLOCK_UNITS * len(content))
     for j, part in enumerate(content):
         at = f"{where}[{j}]"
         if not isinstance(part, dict):

@@ -20,6 +20,7 @@ from typing import Any
 
 from proxy.apis.base import HeldContext, InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
 from proxy.core.trimming.compaction_prompts import MARKER, TRIGGER
+from proxy.core.work_budget import BLOCK_UNITS, spend
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -193,6 +194,7 @@ def _content(content: object, where: str) -> tuple[Any, tuple[int | None, ...]]:
     if isinstance(content, str):
         return content, ()
     if isinstance(content, list):
+        spend(BLOCK_UNITS * len(content))
         return [_part(part, f"{where}[{j}]") for j, part in enumerate(content)], tuple(range(len(content)))
     if content is None:
         raise InvalidRequest(f"{where} is required", param=where)

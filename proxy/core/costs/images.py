@@ -41,9 +41,34 @@ class ImageCostScheme(Protocol):
 
     def max_cost(self, detail: str) -> int: ...
 
+    def page_cost(self, detail: str) -> int | None:
+        """What the provider documents a document page to cost, its text included; None where it
+        shows a page as an image and its text besides (`proxy.core.costs.media.file_cost`)."""
+        ...
+
+    def frame_cost(self, detail: str) -> int:
+        """What one frame of a video costs (`proxy.core.costs.media.video_cost`)."""
+        ...
+
+
+class _ImagePages:
+    """A page shown as the largest image and its text; a frame as the largest image (the providers
+    that price this way take no video)."""
+
+    __slots__ = ()
+
+    def max_cost(self, detail: str) -> int:
+        raise NotImplementedError
+
+    def page_cost(self, detail: str) -> int | None:
+        return None
+
+    def frame_cost(self, detail: str) -> int:
+        return self.max_cost(detail)
+
 
 @dataclass(frozen=True, slots=True)
-class TileCost:
+class TileCost(_ImagePages):
     base: int
     per_tile: int
     tile: int = 512
@@ -71,7 +96,7 @@ class TileCost:
 
 
 @dataclass(frozen=True, slots=True)
-class PatchCost:
+class PatchCost(_ImagePages):
     multiplier: float
     patch: int = 32
     max_patches: int = 1536
@@ -100,7 +125,7 @@ class PatchCost:
 
 
 @dataclass(frozen=True, slots=True)
-class AreaCost:
+class AreaCost(_ImagePages):
     pixels_per_token: int = 750
     max_long_side: int = 1568
     max_tokens: int = 1600
@@ -118,18 +143,40 @@ class AreaCost:
 
 @dataclass(frozen=True, slots=True)
 class FixedTileCost:
+    """Gemini 2.x: an image of both sides at most `small_side` is one tile; a larger one is scaled
+    down to fit `fit` x `fit` (3072: https://ai.google.dev/gemini-api/docs/image-understanding and
+    Vertex AI's "Image understanding": "larger images are scaled down ... to fit a maximum
+    resolution of 3072x3072") and cut into tiles of `tile` px, each `per_tile` tokens (at most 16,
+    whatever size its header claims). A document page costs `per_tile` ("Each document page is
+    equivalent to 258 tokens": https://ai.google.dev/gemini-api/docs/document-processing), a video
+    frame `per_tile` (66 at a low media resolution: https://ai.google.dev/gemini-api/docs/video-understanding,
+    "Technical details")."""
+
     per_tile: int = 258
     tile: int = 768
     small_side: int = 384
-    max_tiles: int = 16
+    fit: int = 3072
+    low_frame: int = 66
 
     def cost(self, width: int, height: int, detail: str) -> int:
         if width <= self.small_side and height <= self.small_side:
             return self.per_tile
-        return self.per_tile * math.ceil(width / self.tile) * math.ceil(height / self.tile)
+        scale = min(1.0, self.fit / max(width, height))
+        tiles = math.ceil(width * scale / self.tile) * math.ceil(height * scale / self.tile)
+        return self.per_tile * min(max(tiles, 1), self._most_tiles)
+
+    @property
+    def _most_tiles(self) -> int:
+        return math.ceil(self.fit / self.tile) ** 2
 
     def max_cost(self, detail: str) -> int:
-        return self.per_tile * self.max_tiles
+        return self.per_tile * self._most_tiles
+
+    def page_cost(self, detail: str) -> int | None:
+        return self.per_tile
+
+    def frame_cost(self, detail: str) -> int:
+        return self.low_frame if detail == "MEDIA_RESOLUTION_LOW" else self.per_tile
 
 
 # Gemini 3's tokens per image at each `mediaResolution` level, whatever the image's size
@@ -143,6 +190,17 @@ GEMINI3_IMAGE_TOKENS: dict[str, int] = {
     "MEDIA_RESOLUTION_ULTRA_HIGH": 2240,
 }
 _GEMINI3_MOST = max(GEMINI3_IMAGE_TOKENS.values())  # a level the table does not know
+# Gemini 3's tokens per video frame by level (same page, "Token counts": low and medium 70, high
+# 280); with no level asked, or one the table does not know, the most (the default is the
+# provider's: never counted under it).
+GEMINI3_FRAME_TOKENS: dict[str, int] = {
+    "MEDIA_RESOLUTION_LOW": 70,
+    "MEDIA_RESOLUTION_MEDIUM": 70,
+    "MEDIA_RESOLUTION_HIGH": 280,
+}
+# A PDF page is read at MEDIUM (560) unless another level is asked (same page, "Token counts":
+# the default for PDFs).
+GEMINI3_PDF_DEFAULT = "MEDIA_RESOLUTION_MEDIUM"
 
 
 def is_media_resolution(detail: object) -> bool:
@@ -168,6 +226,28 @@ class ResolutionCost:
             detail = self.default
         level = GEMINI3_IMAGE_TOKENS.get(detail, _GEMINI3_MOST)
         return max(level, int(asked)) if asked.isdigit() else level
+
+    def page_cost(self, detail: str) -> int | None:
+        level = detail.partition("|")[0]
+        asked = level if level.startswith("MEDIA_RESOLUTION_") and level != "MEDIA_RESOLUTION_UNSPECIFIED" else None
+        return self.max_cost(detail if asked is not None else GEMINI3_PDF_DEFAULT)
+
+    def frame_cost(self, detail: str) -> int:
+        level, _, asked = detail.partition("|")
+        tokens = GEMINI3_FRAME_TOKENS.get(level, max(GEMINI3_FRAME_TOKENS.values()))
+        return max(tokens, int(asked)) if asked.isdigit() else tokens
+
+
+# Anthropic refuses an image with a side over 8,000 px ("Images larger than 8000x8000 px will be
+# rejected": https://docs.claude.com/en/docs/build-with-claude/vision, "Evaluate image size").
+ANTHROPIC_IMAGE_SIDE_MOST = 8000
+
+
+def side_over(url: str, most: int) -> tuple[int, int] | None:
+    """The size of a `data:` URL image with a side over `most` px (as its header states it), else
+    None: the image a provider with that limit refuses."""
+    size = data_url_image_size(url) if url.startswith("data:") else None
+    return size if size is not None and max(size) > most else None
 
 
 def image_cost(url: str, detail: str, scheme: ImageCostScheme) -> ImageCost:

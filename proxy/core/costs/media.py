@@ -1,19 +1,31 @@
-"""What audio and file parts of a message cost: no provider publishes a rule, so both are
-bounded from above, and say so.
+"""What audio, video and file parts of a message cost, at the provider's documented rates where
+it documents them, and never under them: a length or a page count that cannot be read from the
+file's own structure is bounded, and the part's note says it is an estimate.
 
-- **Audio** (`input_audio`): Gemini documents 32 tokens per second, the highest published rate;
-  the length is read from a WAV header (by the slower of its stated byte rate and the one its
-  sample rate, channels and sample size give: decoders use the latter), and audio of another
-  format is assumed to be 16 kbit/s, a lower rate than any common codec, so that its length is
-  overestimated.
-- **Video** (`input_video`): an adapter states its length and the rate a second costs (Gemini's
-  published 263 tokens a second, with its sound's 32), and says when the length is an estimate.
-- **Files** (`file` with `file_data`): providers show each page as extracted text and as an
-  image, so a page costs the model's largest image and the text at most a token per 3 bytes.
-  A PDF's pages and text are read from its compressed streams too (object streams hold the page
-  objects of most PDFs written since 1.5; content streams hold the text): pages are the most of
-  the page objects seen and the largest `/Count` of a page tree, and the text is bounded by the
-  file's bytes and its streams' inflated bytes. A zipped document (docx, xlsx, pptx, odt, epub:
+- **Audio** (`input_audio`): Gemini documents 32 tokens per second ("Understand and count
+  tokens", https://ai.google.dev/gemini-api/docs/tokens), the highest published rate (OpenAI
+  publishes none, so its audio is priced at it too); the length is read from the format's own
+  structure (`proxy.core.costs.audio_lengths`: WAV, MP3, FLAC, Ogg; M4A and WebM audio by their
+  containers, `proxy.core.costs.video_lengths`); audio of another format, or
+  one that cannot be followed, is assumed to be 16 kbit/s, a lower rate than any common codec's.
+- **Video** (`input_video` with `data`): the length is read from the container
+  (`proxy.core.costs.video_lengths`: MP4, MOV, WebM, Matroska) and each second costs `fps`
+  frames (1 unless the part asks for another rate) at the model's frame rate
+  (`ImageCostScheme.frame_cost`: Gemini 2.x 258, 66 at a low media resolution; Gemini 3 by the
+  level asked), its sound's 32 and `VIDEO_METADATA_PER_SECOND` for the timestamps Gemini adds
+  each second: 300 a second at Gemini 2.x's default, the figure its "Video understanding" page
+  gives ("about 300 tokens per second", https://ai.google.dev/gemini-api/docs/video-understanding),
+  above the 263 of "Understand and count tokens". A container that cannot be read is assumed to
+  carry 16 kbit/s. An adapter may still state the length and rate itself (`seconds`,
+  `tokens_per_second`).
+- **Files** (`file` with `file_data`): a provider that documents a page's cost (Gemini 2.x: 258
+  tokens a page, "Document understanding", https://ai.google.dev/gemini-api/docs/document-processing;
+  Gemini 3: the media resolution's, MEDIUM's 560 by default) is priced at it, per page
+  (`ImageCostScheme.page_cost`). Others show each page as extracted text and as an image, so a
+  page costs the model's largest image and the text at most a token per 3 bytes, bounded by the
+  file's bytes and its streams' inflated bytes. A PDF's pages are read from its page tree
+  (`proxy.core.costs.pdf_pages`, object streams included), or bounded when the tree cannot be
+  walked. A zipped document (docx, xlsx, pptx, odt, epub:
   a ZIP archive of XML) is one page and its members' inflated bytes of text, as a provider that
   reads it extracts its text from those. Streams or members inflating past `FILE_INFLATE_CAP` are
   counted as that much text (the request is then over any window).
@@ -34,7 +46,10 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from proxy.core.costs.audio_lengths import audio_seconds
 from proxy.core.costs.images import ImageCostScheme
+from proxy.core.costs.pdf_pages import PAGES_MOST, pdf_pages
+from proxy.core.costs.video_lengths import video_seconds
 from proxy.core.work_budget import spend
 
 if TYPE_CHECKING:
@@ -42,6 +57,12 @@ if TYPE_CHECKING:
 
 AUDIO_TOKENS_PER_SECOND = 32
 AUDIO_ASSUMED_BYTES_PER_SECOND = 2000
+VIDEO_ASSUMED_BYTES_PER_SECOND = 2000  # 16 kbit/s: below any watchable video's rate
+VIDEO_METADATA_PER_SECOND = 10  # 258 + 32 + 10 = Gemini's "about 300 tokens per second"
+VIDEO_FPS_MOST = 24.0  # Gemini samples at most this many frames a second, whatever is asked
+# A day: a length past it (however long a header claims) is counted as a day, over any window at
+# any rate, so that a forged header's count stays a finite "over", not a 1e15 in the metrics.
+MEDIA_SECONDS_MOST = 86_400.0
 # Inflated bytes read of one file (a PDF's streams, a zipped document's members), at most: more
 # text than any model's window holds (2.8M tokens at a token per 3 bytes), and tens of
 # milliseconds to inflate at worst, on the loop when the body is small (a compressed bomb must not
@@ -76,27 +97,50 @@ def audio_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
     data = spec.get("data") if isinstance(spec, Mapping) else None
     if not isinstance(data, str):
         return 0, 0, ["audio part without data; not counted"]
-    seconds = _wav_seconds(data) if isinstance(spec, Mapping) and spec.get("format") == "wav" else None
-    estimated = seconds is None
-    if seconds is None:
-        seconds = len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND
+    spend(len(data))  # decoded and walked: work that grows with the audio
+    raw = _b64_decode(data)
+    seconds, proven = audio_seconds(raw)
+    if not proven:  # sound in a video container (M4A is MP4, WebM audio is Matroska)
+        seconds, proven = video_seconds(raw)
+    if not proven:
+        seconds = max(seconds, len(data) * 3 / 4 / AUDIO_ASSUMED_BYTES_PER_SECOND)
+    seconds = min(seconds, MEDIA_SECONDS_MOST)
     tokens = math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
-    # No OpenAI audio rate is published: even a measured duration gives an estimate.
-    note = [f"audio length estimated from its size ({seconds:.1f} s)"] if estimated else []
-    note.append(f"audio priced at {AUDIO_TOKENS_PER_SECOND} tokens/s, the highest published rate")
+    note = [] if proven else [f"audio length estimated from its size ({seconds:.1f} s)"]
+    note.append(f"audio of {seconds:.1f} s priced at {AUDIO_TOKENS_PER_SECOND} tokens/s, the highest published rate")
     return 0, tokens, note
 
 
-def video_cost(part: Mapping[str, Any]) -> tuple[int, int, list[str]]:
-    """A video part as an adapter states it (`input_video`: its length in seconds and the rate a
-    second of it costs, both the adapter's, from the provider's published rule)."""
+def video_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, int, list[str]]:
+    """A video part: its data's length read from its container (`data`, `fps`, `detail`: a media
+    resolution), or as an adapter states it (`seconds` and `tokens_per_second`)."""
     spec = part.get("input_video")
-    seconds = spec.get("seconds") if isinstance(spec, Mapping) else None
-    rate = spec.get("tokens_per_second") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return 0, 0, ["video part without data; not counted"]
+    data = spec.get("data")
+    if not isinstance(data, str):
+        return _stated_video(spec)
+    spend(len(data))  # decoded and walked: work that grows with the video
+    seconds, proven = video_seconds(_b64_decode(data))
+    if not proven:
+        seconds = max(seconds, len(data) * 3 / 4 / VIDEO_ASSUMED_BYTES_PER_SECOND)
+    seconds = min(seconds, MEDIA_SECONDS_MOST)
+    fps = spec.get("fps")
+    fps = min(float(fps), VIDEO_FPS_MOST) if isinstance(fps, int | float) and fps > 0 else 1.0
+    detail = spec.get("detail")
+    frame = images.frame_cost(detail if isinstance(detail, str) else "high")
+    rate = frame * fps + AUDIO_TOKENS_PER_SECOND + VIDEO_METADATA_PER_SECOND
+    tokens = math.ceil(seconds * rate)
+    notes = [] if proven else [f"video length estimated from its size ({seconds:.0f} s)"]
+    notes.append(f"video of {seconds:.1f} s priced at {rate:g} tokens/s ({fps:g} frame/s at {frame})")
+    return 0, tokens, notes
+
+
+def _stated_video(spec: Mapping[str, Any]) -> tuple[int, int, list[str]]:
+    seconds, rate = spec.get("seconds"), spec.get("tokens_per_second")
     if not isinstance(seconds, int | float) or not isinstance(rate, int) or seconds < 0:
         return 0, 0, ["video part without a length; not counted"]
-    tokens = math.ceil(seconds * rate)
-    return 0, tokens, [f"video of {seconds:.0f} s priced at {rate} tokens/s"]
+    return 0, math.ceil(seconds * rate), [f"video of {seconds:.0f} s priced at {rate} tokens/s"]
 
 
 def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, int, list[str]]:
@@ -108,10 +152,17 @@ def file_cost(part: Mapping[str, Any], images: ImageCostScheme) -> tuple[int, in
         return 0, 0, ["file sent by file_id: its content is not visible to the guard and is not counted"]
     spend(len(data))  # decoded, inflated and scanned: work that grows with the file
     raw = _b64_decode(data.split(",", 1)[1] if data.startswith("data:") else data)
-    pages, text_bytes, capped = _zip_bound(raw) if raw.startswith(_ZIP_MAGIC) else _pdf_bound(raw)
-    # Each page priced as the most an image costs at the detail asked (a Gemini media resolution).
     detail = spec.get("detail")
-    tokens = pages * images.max_cost(detail if isinstance(detail, str) else "high") + math.ceil(text_bytes / 3)
+    detail = detail if isinstance(detail, str) else "high"
+    per_page = images.page_cost(detail)
+    if per_page is not None and b"%PDF-" in raw[:1024]:  # a PDF page's documented cost, its text in it
+        counted = pdf_pages(raw, FILE_INFLATE_CAP)
+        tokens = counted.pages * per_page
+        how = "read from its page tree" if counted.proven else "a bound: its page tree could not be walked"
+        return 0, tokens, [f"file of {counted.pages} page(s) ({how}) priced at {per_page} tokens a page"]
+    pages, text_bytes, capped = _zip_bound(raw) if raw.startswith(_ZIP_MAGIC) else _pdf_bound(raw)
+    # Each page priced as the most an image costs at the detail asked, and its text besides.
+    tokens = pages * images.max_cost(detail) + math.ceil(text_bytes / 3)
     notes = [f"file of {pages} page(s) estimated at {tokens} tokens"]
     if capped:
         notes.append(f"its content inflates past {FILE_INFLATE_CAP} bytes: counted as that much text")
@@ -152,11 +203,11 @@ def _pdf_bound(raw: bytes) -> tuple[int, int, bool]:
         if inflater.unconsumed_tail or total >= FILE_INFLATE_CAP:
             capped = True
             break
-    objects, counts = 0, [0]
+    objects, counts = 0, [0, pdf_pages(raw, FILE_INFLATE_CAP).pages if raw.startswith(b"%PDF") else 1]
     for text in (raw, *inflated):
         objects += sum(1 for _ in _windowed(_PDF_PAGE, text))
         counts += _page_tree_counts(text)
-    return max(1, objects, *counts), len(raw) + total, capped
+    return min(max(1, objects, *counts), PAGES_MOST), len(raw) + total, capped
 
 
 def _windowed(pattern: re.Pattern[bytes], text: bytes) -> Iterator[re.Match[bytes]]:
@@ -263,15 +314,3 @@ def _b64_decode(data: str) -> bytes:
         return base64.b64decode(data, validate=False)
     except (binascii.Error, ValueError):
         return data.encode("utf-8", "replace")
-
-
-def _wav_seconds(data: str) -> float | None:
-    head = _b64_decode(data[:64])
-    if len(head) < 44 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-        return None
-    channels, sample_rate, stated = struct.unpack("<HII", head[22:32])
-    (bits,) = struct.unpack("<H", head[34:36])
-    rates: list[int] = [r for r in (int(stated), int(sample_rate) * int(channels) * int(bits) // 8) if r > 0]
-    if not rates:
-        return None
-    return max(0.0, len(data) * 3 / 4 - 44) / min(rates)  # the slower rate: the longer, a bound

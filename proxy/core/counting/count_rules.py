@@ -90,6 +90,9 @@ class RequestCount:
     fixed_tokens: int  # tool definitions + response format + reply priming
     pinned_tokens: int  # the system and developer messages' (never cut)
     notes: tuple[str, ...] = field(default=())
+    # Some part's size was estimated or bounded rather than read (media, a part counted as its
+    # JSON, a text counted by a bound): what the provider says of this request is about it alone.
+    estimated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -168,6 +171,7 @@ class CountRules:
         bounded = bounded_text(recording).note()
         if bounded:
             notes.append(bounded)
+        estimated = bool(notes)  # the notes after these are about the model, not the request's parts
         if self.fmt.messages_bound:
             notes.append(self.fmt.messages_bound)
         if not self.profile.known:
@@ -186,6 +190,7 @@ class CountRules:
             fixed_tokens=fixed,
             pinned_tokens=tally.pinned,
             notes=tuple(notes),
+            estimated=estimated,
         )
 
     def _tool_definitions(self, body: Mapping[str, Any]) -> ToolsCount:
@@ -325,7 +330,7 @@ class CountRules:
         if kind == "file":
             return file_cost(part, self.profile.images)
         if kind == "input_video":
-            return video_cost(part)
+            return video_cost(part, self.profile.images)
         return (
             self.text(json.dumps(part, ensure_ascii=False, default=str)),
             0,

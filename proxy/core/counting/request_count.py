@@ -41,7 +41,7 @@ from proxy.core.counting.openings import (
 )
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.work_budget import ITEM_UNITS, spend
+from proxy.core.work_budget import BLOCK_UNITS, ITEM_UNITS, content_blocks, spend
 
 _last_definitions: tuple[tuple[Any, ...], int] = ((), 0)  # the fields `definitions_hash` saw last, and theirs
 
@@ -99,6 +99,7 @@ class RequestCounter(CountRules):
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         spend(ITEM_UNITS * len(messages))  # each message is looked up, split into turns and maybe cut
+        spend(BLOCK_UNITS * content_blocks(messages))  # each part hashed, looked at and maybe cut
         counts, tally = self._counts_with_openings(messages, self.message_hashes, self.shared_messages)
         return self.totals(body, messages, counts, tally, recording)
 

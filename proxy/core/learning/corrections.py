@@ -24,7 +24,12 @@ with a field the guard does not count but the server renders into the prompt (vL
 So the window is always measured from the model's known window, never from a correction applied
 before (corrections do not compound), and what is remembered for other requests of a request the
 adapter did not read whole (`Parsed.read_whole`) is the provider's stated limit alone
-(`Correction.limit_only`).
+(`Correction.limit_only`). The same holds of a request whose count includes an estimate
+(`RequestCount.estimated`: a medium whose length or pages are bounded from its size, a part counted
+as its JSON): a client chooses what it sends, so a count that falls short on such a part is about
+that request (the exchange applies the rule: `proxy.core.exchange`). A correction learned on a
+request that opted into a larger window is kept under its own name
+(`proxy.core.models.opt_in_windows.correction_key`).
 """
 
 from __future__ import annotations

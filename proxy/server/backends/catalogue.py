@@ -241,5 +241,7 @@ class Backends:
         learning = choice.learning
         if learning is None:
             return None
-        estimated = RequestCounter(choice.profile, learning.local, cache).request(sent).total
-        return self.calibration.observe(learning.upstream, learning.model, provider_prompt_tokens, estimated)
+        counted = RequestCounter(choice.profile, learning.local, cache).request(sent)
+        if counted.estimated:  # a part's size estimated (media): the usage is about this request alone
+            return None
+        return self.calibration.observe(learning.upstream, learning.model, provider_prompt_tokens, counted.total)

@@ -52,7 +52,7 @@ from proxy.core.commands import (
 from proxy.core.counting.ciphertext import ciphertext_tokens
 from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
-from proxy.core.models.opt_in_windows import opted_in
+from proxy.core.models.opt_in_windows import correction_key, opted_in
 from proxy.core.plan import Plan
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
 from proxy.server.backends.catalogue import Choice, Reach
@@ -95,6 +95,7 @@ class Performer:
         self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
         self.count_kind = "exact"  # what kind of count the latest plan's is (`COUNT_HEADER`)
+        self._learned_as = ""  # the name corrections are kept under (`correction_key`), once routed
 
     async def perform(self, command: Command) -> Reply:
         return await _PERFORMED[type(command)](self, command)
@@ -113,7 +114,8 @@ class Performer:
         routed = route.routed
         if route.choice is not None:
             self._chosen(route.choice)
-        opted = opted_in(route.served, self.request.headers)
+        opted = opted_in(route.served, self.request.headers, self.target.upstream.kind, self.endpoint.api)
+        self._learned_as = correction_key(route.served, opted)  # an opted-in request's corrections apart
         return routed if opted is None else replace(routed, opt_in_window=opted.context_window)
 
     async def choose_tokenizer(self, command: ChooseTokenizer) -> Chosen:
@@ -126,7 +128,7 @@ class Performer:
 
     async def look_up_correction(self, command: LookUpCorrection) -> Correction | None:
         """A correction learned earlier for the upstream and the served model (Redis when shared)."""
-        corrections, name, served = self.gw.corrections, self.target.upstream.name, self.route.served
+        corrections, name, served = self.gw.corrections, self.target.upstream.name, self._learned_as
         held, correction = corrections.held(name, served)
         return correction if held else await corrections.get(name, served)
 
@@ -296,7 +298,7 @@ class Performer:
     async def remember(self, command: Remember) -> None:
         """A retry the upstream accepted: its correction is now trusted, for this upstream and model."""
         gw, name, served = self.gw, self.target.upstream.name, self.route.served
-        kept = await gw.corrections.remember(name, served, command.correction)
+        kept = await gw.corrections.remember(name, self._learned_as, command.correction)
         gw.metrics.corrected_window.labels(name, gw.models.model_label(served)).set(kept.window)
 
     def _learn(self, reader: UsageReader, sent: Mapping[str, Any]) -> None:

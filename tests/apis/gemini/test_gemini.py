@@ -102,7 +102,7 @@ class TestParse:
         parsed = ADAPTER.parse({"contents": [{"role": "user", "parts": parts}]})
         kinds = [p["type"] for p in parsed.messages[0]["content"]]
         assert kinds == ["image_url", "input_audio", "input_video", "file"]
-        assert not parsed.exact  # the video's length is bounded from its size
+        assert parsed.messages[0]["content"][2]["input_video"]["data"]  # its length is read from it by the count
 
     def test_files_by_uri_and_hosted_tools_are_flagged_as_not_seen(self) -> None:
         body = {
@@ -343,8 +343,8 @@ class TestGemini2ImagesUnchanged:
 
 class TestGemini3DocumentResolution:
     def test_each_pdf_page_costs_at_least_an_image_at_the_resolution_asked(self) -> None:
-        """A PDF's pages are priced as images at the part's resolution, so a page read at
-        ULTRA_HIGH is never counted at the default's 1120."""
+        """A PDF's pages are priced at the part's resolution, so a page read at ULTRA_HIGH is never
+        counted at the default's: MEDIUM's 560 for a PDF (ai.google.dev, "Media resolution")."""
         pdf = base64.b64encode(b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n2 0 obj << /Type /Page >> endobj\n")
         part: dict[str, Any] = {"inlineData": {"mimeType": "application/pdf", "data": pdf.decode()}}
 
@@ -354,5 +354,5 @@ class TestGemini3DocumentResolution:
             counter = RequestCounter(profile(1_000_000, "gemini-3-pro-preview"), tokenizer("gemini-3-pro-preview"))
             return counter.request(chat).components["images"]
 
-        assert documents("MEDIA_RESOLUTION_ULTRA_HIGH") - documents(None) == 2 * (2240 - 1120)
-        assert documents("MEDIA_RESOLUTION_LOW") - documents(None) == 2 * (280 - 1120)
+        assert documents("MEDIA_RESOLUTION_ULTRA_HIGH") - documents(None) == 2 * (2240 - 560)
+        assert documents("MEDIA_RESOLUTION_LOW") - documents(None) == 2 * (280 - 560)

@@ -321,7 +321,11 @@ class TestAudioAndFiles:
     def test_a_pdf_is_priced_per_page_and_flagged(self, counter_for):
         import base64
 
-        pdf = b"%PDF-1.4\n1 0 obj << /Type /Pages >>\n2 0 obj << /Type /Page >>\n3 0 obj << /Type /Page >>\n%%EOF"
+        pdf = (
+            b"%PDF-1.4\n1 0 obj << /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >> endobj\n"
+            b"2 0 obj << /Type /Page /Parent 1 0 R >> endobj\n3 0 obj << /Type /Page /Parent 1 0 R >> endobj\n"
+            b"4 0 obj << /Type /Catalog /Pages 1 0 R >> endobj\ntrailer << /Root 4 0 R >>\n%%EOF"
+        )
         part = {
             "type": "file",
             "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode()},
