@@ -97,8 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("file", nargs="?", help="YAML settings file (as --config)")
     check.add_argument("--config", dest="config", help="YAML settings file, as `serve` takes it")
-    for flag in ("--host", "--port", "--upstream", "--workers"):
-        check.add_argument(flag, type=int if flag in ("--port", "--workers") else None, help=f"as `serve {flag}`")
+    for flag in ("--host", "--upstream"):
+        check.add_argument(flag, help=f"as `serve {flag}`")
+    for flag in ("--port", "--workers"):
+        check.add_argument(flag, type=int, help=f"as `serve {flag}`")
     check.add_argument("--defaults", action="store_true", help="print every setting, the defaults included")
     check.set_defaults(run=_check_config)
 
@@ -158,7 +160,7 @@ def _check_config(args: argparse.Namespace) -> int:
         from proxy.demo.echo import with_echo_upstream
 
         settings = with_echo_upstream(settings, "http://127.0.0.1/v1")  # its port is chosen when it starts
-    check = start_check(settings, one_process=echo, workers=args.workers)
+    check = start_check(settings, {"workers": args.workers}, one_process=echo)
     models = load_models(check.settings)
     models.load_configured()  # what a serving process loads once it listens: a file that does not load fails it
     effective = masked(check.settings)
@@ -207,7 +209,8 @@ def set_by(effective: Any, defaults: Any, written: Any) -> Any:
             continue
         if key == "upstreams" and isinstance(value, dict):
             plain_upstream = _default_upstream()
-            out[key] = {name: set_by(u, plain_upstream, (written.get(key) or {}).get(name)) for name, u in value.items()}
+            files = written.get(key) if isinstance(written.get(key), dict) else {}
+            out[key] = {name: set_by(u, plain_upstream, files.get(name)) for name, u in value.items()}
         else:
             out[key] = set_by(value, default, written.get(key)) if isinstance(default, dict) else value
     return out

@@ -55,7 +55,11 @@ class StartCheck:
 
 
 def start_check(
-    settings: Settings, *, one_process: bool = False, env: Mapping[str, str] | None = None, **flags: float | int | None
+    settings: Settings,
+    flags: Mapping[str, float | int | None] | None = None,
+    *,
+    one_process: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> StartCheck:
     """Every rule `serve` applies to `settings` before it starts (a `ConfigError` for one it
     breaks), with the command line's `flags`; `one_process`: served in this process alone (the
@@ -72,7 +76,7 @@ def start_check(
         if upstream.api_key_env and not env.get(upstream.api_key_env):
             fields = {"upstream": upstream.name, "variable": upstream.api_key_env, "effect": KEY_MISSING_EFFECT}
             warnings.append(("upstream_key_missing", fields))
-    options = server_options(settings, **flags)
+    options = server_options(settings, **(flags or {}))
     workers = 1 if one_process else options.worker_count()
     return StartCheck(settings, options, workers, tuple(warnings))
 
@@ -88,7 +92,7 @@ def serve(
     upstream put in) and serves them in this one process."""
     # A bad config stops here, before any process is started; the rules are `start_check`'s,
     # which `check-config` runs too.
-    check = start_check((load or source.load)(), one_process=load is not None, **flags)
+    check = start_check((load or source.load)(), flags, one_process=load is not None)
     settings = check.settings
     configure_logging(settings.log.format, settings.log.level)
     log = structlog.get_logger("context-guard")
