@@ -273,7 +273,7 @@ def _bar(d: Decision) -> str:
 # What each kind of removal did to the request, in the words the page uses (docs/operations.md).
 KIND_WORDS = {
     "dropped": "removed whole",
-    "cleared": "cleared, a placeholder left in its place",
+    "cleared": "a placeholder left in its place",
     "truncated": "shortened in place",
     "image_dropped": "image removed",
     "max_tokens_clamped": "max_tokens lowered",
@@ -297,13 +297,17 @@ def _run(run: Mapping[str, Any]) -> str:
     if kind in KIND_WORDS:
         how += f" ({KIND_WORDS[kind]})"
     tokens = f"{int(run.get('tokens', 0)):,} tokens"
+    if not how:  # the note that sums the runs not shown
+        return f"<li>{_e(run.get('what', ''))}, {_e(tokens)}</li>"
     strategy = f" <span class=strategy>{_e(run['strategy'])}</span>" if run.get("strategy") else ""
     held = []
     roles = run.get("roles") or {}
     if len(roles) > 1 or "count" in run:
-        held.append(", ".join(f"{count} {role}" for role, count in roles.items()))
-    if run.get("tools"):
-        held.append("tools: " + ", ".join(map(str, run["tools"])))
+        held.append(", ".join(f"{count} {role}" for role, count in roles.items()) + " messages")
+    if tools := run.get("tools"):
+        named = ", ".join(f"{tool} ({count})" if count > 1 else str(tool) for tool, count in tools.items())
+        more = f" and {run['tools_not_shown']} more" if run.get("tools_not_shown") else ""
+        held.append(f"tools: {named}{more}")
     inside = f"<div class=held>held {_e('; '.join(held))}</div>" if held else ""
     return f"<li>{_e(run.get('what', ''))}: {_e(how)}, {_e(tokens)}{strategy}{inside}</li>"
 

@@ -173,9 +173,11 @@ class Decision:
 
 
 def held_runs(removals: Sequence[Removal], tools: Mapping[int, tuple[str, ...]]) -> list[dict[str, Any]]:
-    """The removals folded into runs as the log folds them (no hashes: the page never shows
-    content, and a hash is content to whoever can guess it), each saying what it held: how many
-    messages of each role, and the tools they called or answered (names only)."""
+    """The removals as the page shows them: removals next to each other in the trim's order, of
+    one kind by one strategy, are one run (the results one clearing replaced, every other message,
+    are one run here where the log lists each), saying what it held: how many messages of each
+    role, and the tools they called or answered, with how often (names only, never content; no
+    hashes either: a hash is content to whoever can guess it)."""
     runs: list[list[Removal]] = []
     for removal in removals:
         last = runs[-1][-1] if runs else None
@@ -183,29 +185,38 @@ def held_runs(removals: Sequence[Removal], tools: Mapping[int, tuple[str, ...]])
             last is not None
             and removal.index is not None
             and last.index is not None
-            and removal.index == last.index + 1
+            and removal.index > last.index
             and (removal.kind, removal.strategy) == (last.kind, last.strategy)
         ):
             runs[-1].append(removal)
         else:
             runs.append([removal])
-    out = []
-    for run in runs:
+    return [_held(run, tools) for run in runs]
+
+
+def _held(run: list[Removal], tools: Mapping[int, tuple[str, ...]]) -> dict[str, Any]:
+    first, last = run[0], run[-1]
+    if len(run) == 1:
         (entry,) = folded_removals(run, hashes=False)
-        roles: dict[str, int] = {}
-        named: list[str] = []
-        for removal in run:
-            if removal.role:
-                roles[removal.role] = roles.get(removal.role, 0) + 1
-            named.extend(t for t in tools.get(removal.index, ()) if t not in named)  # type: ignore[arg-type]
-        if roles:
-            entry["roles"] = roles
-        if named:
-            entry["tools"] = [_cut(t, 64) for t in named[:MAX_TOOL_NAMES]]
-            if len(named) > MAX_TOOL_NAMES:
-                entry["tools"].append(f"+{len(named) - MAX_TOOL_NAMES} more")
-        out.append(entry)
-    return out
+    else:
+        spread = "" if last.index - first.index + 1 == len(run) else f", {len(run)} of them"  # type: ignore[operator]
+        entry = {"what": f"messages {first.index}-{last.index}{spread}", "count": len(run), "kind": first.kind}
+        entry.update(tokens=sum(r.tokens for r in run), strategy=first.strategy)
+    roles: dict[str, int] = {}
+    named: dict[str, int] = {}
+    for removal in run:
+        if removal.role:
+            roles[removal.role] = roles.get(removal.role, 0) + 1
+        for tool in tools.get(removal.index, ()) if removal.index is not None else ():
+            named[tool] = named.get(tool, 0) + 1
+    if roles:
+        entry["roles"] = roles
+    if named:
+        shown = list(named.items())[:MAX_TOOL_NAMES]
+        entry["tools"] = {_cut(tool, 64): count for tool, count in shown}
+        if len(named) > MAX_TOOL_NAMES:
+            entry["tools_not_shown"] = len(named) - MAX_TOOL_NAMES
+    return entry
 
 
 def removed_tool_names(messages: Sequence[Any], removals: Sequence[Removal]) -> dict[int, tuple[str, ...]]:
