@@ -54,7 +54,9 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 OPEN_RELAY = "server:\n  host: 0.0.0.0\nupstreams:\n  openai:\n    base_url: https://api.openai.com/v1\n    kind: openai\n    api_key_env: OPENAI_API_KEY\n"
-TWO_MISSING = 'server:\n  client_keys: ["${CG_TEAM_KEY}"]\nupstreams:\n  u:\n    base_url: "http://${CG_UPSTREAM_HOST}/v1"\n'
+TWO_MISSING = (
+    'server:\n  client_keys: ["${CG_TEAM_KEY}"]\nupstreams:\n  u:\n    base_url: "http://${CG_UPSTREAM_HOST}/v1"\n'
+)
 REFUSED = {
     "open credential relay": (OPEN_RELAY, {"OPENAI_API_KEY": "sk-test"}, (), "injecting the credential of upstream(s) openai"),
     "two variables missing": (TWO_MISSING, {}, (), "environment variables CG_TEAM_KEY, CG_UPSTREAM_HOST are not set"),

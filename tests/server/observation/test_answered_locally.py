@@ -57,7 +57,9 @@ class TestAnsweredLocally:
 
 class TestOneVocabularyOfCuts:
     async def test_the_headers_count_each_kind_of_cut_the_log_names(self, proxy, logs):
-        status, (headers, _) = await post(proxy, "/v1/chat/completions", {"model": "gpt-4", "messages": agent_loop()}, {})
+        status, (headers, _) = await post(
+            proxy, "/v1/chat/completions", {"model": "gpt-4", "messages": agent_loop()}, {}
+        )
         assert status == 200 and headers["x-context-guard-outcome"] == "trimmed"
         (event,) = logs.events("request")
         kinds: dict[str, int] = {}
@@ -71,7 +73,11 @@ class TestOneVocabularyOfCuts:
         body = {"model": "gpt-4o", "messages": "not a list"}
         status, _ = await post(proxy, "/v1/chat/completions", body, {"x-request-id": "refused-1"})
         row = (await rows(proxy))["refused-1"]
-        assert status == 400 and (row["outcome"], row["model"], row["error"]) == ("refused", "gpt-4o", "invalid_request")
+        assert status == 400 and (row["outcome"], row["model"], row["error"]) == (
+            "refused",
+            "gpt-4o",
+            "invalid_request",
+        )
 
     async def test_a_row_says_it_streamed_and_what_each_removed_run_held(self, proxy):
         body = {"model": "gpt-4", "messages": long_conversation(), "stream": True}
