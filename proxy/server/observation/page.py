@@ -275,7 +275,7 @@ KIND_WORDS = {
     "dropped": "removed whole",
     "cleared": "a placeholder left in its place",
     "truncated": "shortened in place",
-    "image_dropped": "image removed",
+    "image_dropped": "image replaced by a marker",
     "max_tokens_clamped": "max_tokens lowered",
 }
 
