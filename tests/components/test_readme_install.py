@@ -38,13 +38,16 @@ def install_lines() -> list[str]:
 
 
 def interpreter(version: str) -> str | None:
+    """Python `version`: this one, a pyenv install, or one on PATH (not pyenv's shim, which runs
+    only the versions pyenv was told to)."""
     if sys.version_info[:2] == tuple(map(int, version.split("."))):
         return sys.executable
-    if found := shutil.which(f"python{version}"):
-        return found
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     candidates = sorted(pyenv.glob(f"{version}.*/bin/python{version}")) if pyenv.is_dir() else []
-    return str(candidates[-1]) if candidates else None
+    if candidates:
+        return str(candidates[-1])
+    found = shutil.which(f"python{version}")
+    return found if found is not None and "/shims/" not in found else None
 
 
 def checkout_copy(target: Path) -> Path:
