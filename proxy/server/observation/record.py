@@ -145,7 +145,8 @@ def report_headers(plan: Plan | None, mode: str | None) -> dict[str, str]:
         _BUDGET: str(result.budget.input_budget),
         _REMOVED: str(len(result.removals)),
         _MODE: mode or "enforce",
-        OUTCOME_HEADER: result.outcome,
+        # As the log says it: a mode that only reports (observe) changed nothing it says it would.
+        OUTCOME_HEADER: result.outcome if mode in (None, "enforce") else f"dry_run_{result.outcome}",
     }
     if result.changed:  # what was cleared in place, and the start the provider's cache still has
         count, tokens = cleared(result.removals)

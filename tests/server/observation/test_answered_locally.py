@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 
 from proxy.server.observation.page import JSON_PATH
-from tests.server.conftest import long_conversation
+from tests.server.conftest import gateway_settings, long_conversation
 from tests.support.page_traffic import agent_loop
 
 ANTHROPIC = {"anthropic-version": "2023-06-01"}
@@ -86,3 +86,10 @@ class TestOneVocabularyOfCuts:
         assert status == 200 and row["stream"] is True
         (run,) = row["removed"]
         assert run["kind"] == "dropped" and run["roles"] == {"user": run["count"] // 2, "assistant": run["count"] // 2}
+
+    async def test_the_outcome_header_is_the_log_lines_in_dry_run_too(self, start_proxy, upstream, logs):
+        proxy = await start_proxy(gateway_settings(upstream.url, trim={"mode": "dry_run"}))
+        body = {"model": "gpt-4", "messages": long_conversation()}
+        status, (headers, _) = await post(proxy, "/v1/chat/completions", body, {})
+        (event,) = logs.events("request")
+        assert status == 200 and headers["x-context-guard-outcome"] == event["outcome"] == "dry_run_trimmed"
