@@ -4,9 +4,9 @@ Settings are read from a `SettingsSource` (the config file, then the `HOST` and 
 environment variables, then the command-line flags, each overriding the one before), so every
 worker, and every SIGHUP reload, reads them the same way. Before anything starts, `start_check`
 applies every rule a start has (`check-config` runs the same function and stops there). With one
-worker the proxy runs in this process, as it always has; see `proxy.server.process.lifecycle` for its start and stop, and
-`proxy.server.process.workers` for the supervisor. Every log line carries `worker` (0 is the supervisor)
-and `pid`.
+worker the proxy runs in this process, as it always has; see `proxy.server.process.lifecycle` for
+its start and stop, and `proxy.server.process.workers` for the supervisor. Every log line carries
+`worker` (0 is the supervisor) and `pid`.
 """
 
 from __future__ import annotations
