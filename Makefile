@@ -19,14 +19,15 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3'
 	touch $@
 
-# The runtime install alone (the README's `pip install -e .`): what `make demo` needs. The dev
-# install above includes it, so a venv made for the tests serves the demo without a second install.
+# The runtime install alone (the README's two install lines): what `make run` and `make demo` need.
+# The dev install above includes it, so a venv made for the tests serves them without a second install.
 $(BIN)/.runtime: pyproject.toml
 	@if [ -f $(BIN)/.installed ] && [ $(BIN)/.installed -nt pyproject.toml ]; then touch $@; else \
 	  $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet --upgrade pip && \
-	  $(BIN)/pip install --quiet -e . && touch $@; fi
+	  $(BIN)/pip install --quiet -e . && \
+	  $(BIN)/pip install --quiet --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3' && touch $@; fi
 
-run: $(BIN)/.installed
+run: $(BIN)/.runtime
 	$(BIN)/context-guard serve $(ARGS)
 
 # llama.cpp's vocabulary GGUFs and test vectors (scripts/install-vocabs.sh: once into ~/.cache, then instant).
@@ -53,7 +54,9 @@ test-compat: $(BIN)/.installed
 demo: $(BIN)/.runtime
 	$(BIN)/context-guard demo
 
-# Real redis-server, haproxy and proxy processes on loopback (installed from apt if missing).
+# Real redis-server, haproxy and proxy processes on loopback (installed from apt if missing), Chromium
+# opening the page, and the README's install run in fresh venvs on each Python it supports
+# (tests/components/test_readme_install.py: a few minutes, from the package index).
 test-components: $(BIN)/.installed
 	bash scripts/install-components.sh
 	$(BIN)/pytest -q -m components
@@ -72,7 +75,8 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy proxy
 
 # `make bench`: the full run (about 20 minutes on this shared 2-core machine); `make bench ARGS=--quick`:
-# a short one. It rewrites bench/results.json, docs/benchmarks.md and the README's figures, only when the
+# a short one. It rewrites bench/results.json, docs/benchmarks.md, the README's figures, docs/deployment.md's
+# capacity and docs/limitations.md's targets met and missed (bench/report.py), only when the
 # machine was quiet enough to measure on (bench/machine.py); otherwise it prints why and fails (status 3;
 # `ARGS=--force-print` prints the figures and exits 0, still writing nothing).
 # bench/adversarial.py then adds the attacks' table to docs/benchmarks.md (about 5 minutes; 2 with --quick),

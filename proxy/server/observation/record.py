@@ -27,6 +27,8 @@ from proxy.core.plan import Plan
 from proxy.core.trimming.trim import Removal
 
 REPORT_PREFIX = "x-context-guard-"
+# The outcome of a request the guard answers itself (Anthropic's count_tokens, Gemini's countTokens).
+ANSWERED_LOCALLY = "answered_locally"
 
 
 @dataclass(slots=True)
@@ -71,6 +73,7 @@ class RequestRecord:
     unseen_parts: tuple[str, ...] = ()  # where the parts are whose content the guard cannot see
     override: str | None = None  # the pattern of the operator's override that applied to the model
     previews: dict[int, str] = field(default_factory=dict)  # opt-in removal previews by message index
+    removed_tools: dict[int, tuple[str, ...]] = field(default_factory=dict)  # tools removed messages called or answered
     total_ms: float = 0.0
 
     def finish(self, status: int) -> None:
@@ -91,7 +94,11 @@ class RequestRecord:
 
     @property
     def removals(self) -> tuple[Removal, ...]:
-        return self.plan.result.removals if self.plan is not None else ()
+        """What was cut from the request sent on; nothing for a request answered here (a count
+        endpoint), which is counted, never cut nor forwarded."""
+        if self.plan is None or self.outcome == ANSWERED_LOCALLY:
+            return ()
+        return self.plan.result.removals
 
     @property
     def is_warning(self) -> bool:
@@ -141,8 +148,9 @@ def count_headers(kind: str, held_source: str | None, held_tokens: int) -> dict[
 _BEFORE, _AFTER, _BUDGET, _REMOVED, _MODE = (
     f"{REPORT_PREFIX}{name}" for name in ("tokens-before", "tokens-after", "budget", "removed", "mode")
 )
-_CLEARED, _CLEARED_TOKENS, _PREFIX = (
-    f"{REPORT_PREFIX}{name}" for name in ("cleared", "cleared-tokens", "prefix-tokens")
+_CLEARED, _CLEARED_TOKENS, _PREFIX, _DROPPED, _TRUNCATED, OUTCOME_HEADER = (
+    f"{REPORT_PREFIX}{name}"
+    for name in ("cleared", "cleared-tokens", "prefix-tokens", "dropped", "truncated", "outcome")
 )
 
 
@@ -157,10 +165,15 @@ def report_headers(plan: Plan | None, mode: str | None) -> dict[str, str]:
         _BUDGET: str(result.budget.input_budget),
         _REMOVED: str(len(result.removals)),
         _MODE: mode or "enforce",
+        # As the log says it: a mode that only reports (observe) changed nothing it says it would.
+        OUTCOME_HEADER: result.outcome if mode in (None, "enforce") else f"dry_run_{result.outcome}",
     }
     if result.changed:  # what was cleared in place, and the start the provider's cache still has
         count, tokens = cleared(result.removals)
         headers[_CLEARED], headers[_CLEARED_TOKENS] = str(count), str(tokens)
+        # The same kinds as the log's `removed` runs: removed whole, and shortened in place.
+        headers[_DROPPED] = str(sum(1 for r in result.removals if r.kind == "dropped"))
+        headers[_TRUNCATED] = str(sum(1 for r in result.removals if r.kind == "truncated"))
         headers[_PREFIX] = str(result.prefix_tokens)
     return headers
 
@@ -187,7 +200,9 @@ def _summarise(record: RequestRecord, out: dict[str, Any]) -> None:
             out["served_model"] = served
         if record.override is not None:
             out["override"] = record.override
-    if record.plan is not None:
+    if record.plan is not None and record.outcome == ANSWERED_LOCALLY:
+        out["tokens_counted"] = record.plan.count.total
+    elif record.plan is not None:
         result = record.plan.result
         removals = result.removals
         out["tokens_before"], out["tokens_after"] = result.tokens_before, result.tokens_after

@@ -14,6 +14,7 @@ previews are written where they happen.
 from __future__ import annotations
 
 from proxy.core.record_fields import field_dict
+from proxy.server.observation.recent import removed_tool_names
 from proxy.server.observation.record import RequestRecord, note
 from proxy.server.request.flow import Flow
 
@@ -72,6 +73,8 @@ def fill(record: RequestRecord, flow: Flow) -> None:
     if exchange.applied is not None:
         record.applied_correction = exchange.applied
     record.plan, record.attempts = exchange.plan, exchange.attempt
+    if exchange.plan is not None and exchange.plan.result.removals:  # names only, for the page's runs
+        record.removed_tools = removed_tool_names(flow.parsed.messages, exchange.plan.result.removals)
     record.learned_correction, record.correction_note = exchange.learned, exchange.ignored_overflow
     if exchange.attempt == 2 and record.window_source != "correction":  # a retry planned for the corrected window
         record.window_source = "correction"

@@ -130,7 +130,7 @@ async def serve_process(
         settings = load()
         # The model map loads and the configured vocabularies' files are checked here; a missing
         # one fails the start. The vocabularies themselves load once the process listens.
-        guard = await asyncio.to_thread(Models, settings, None, False)
+        guard = await asyncio.to_thread(load_models, settings)
     except ConfigError as exc:
         log.error("cannot_start", reason=str(exc))
         return EXIT_CANNOT_START
@@ -176,6 +176,8 @@ async def serve_process(
         upstreams={name: u.base_url for name, u in settings.upstreams.items()},
         pipeline=list(settings.trim.pipeline),
     )
+    if supervised is None:
+        announce(settings, runner.addresses[0][1] if runner.addresses else settings.server.port, 1)
     # A worker reports itself started once its vocabularies are in: one that cannot load them
     # fails the supervisor's start instead of being restarted over and over.
     ready = supervised.ready if supervised is not None else None
@@ -194,6 +196,32 @@ async def serve_process(
         await own.cleanup()
     log.info("stopped", signal=stop_signal[0] if stop_signal else "parent_exited", **drained)
     return EXIT_OK
+
+
+def load_models(settings: Settings) -> Models:
+    """The model map loaded and the configured vocabularies' files checked, as a process starts (a
+    `ConfigError` for one missing); the vocabularies themselves load later (`Models.load_configured`)."""
+    return Models(settings, None, False)
+
+
+def announce(settings: Settings, port: int, workers: int, stream: Any = None) -> None:
+    """One line for a person at a terminal, beside the JSON lines: where the guard listens, how many
+    processes serve it, where to look. Written only to a terminal, so a log pipeline reads JSON alone."""
+    stream = sys.stderr if stream is None else stream
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        return
+    host = settings.server.host
+    base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    upstreams = ", ".join(
+        "the built-in echo upstream (no model is called)" if u.kind == "echo" else f"{name} ({u.base_url})"
+        for name, u in settings.upstreams.items()
+    )
+    stream.write(
+        f"context-guard listening on {base} ({workers} worker{'s' if workers != 1 else ''}), forwarding to "
+        f"{upstreams}\n  recent decisions: {base}/context-guard/recent   health: {base}/livez, {base}/readyz"
+        "   stop: Ctrl-C\n"
+    )
+    stream.flush()
 
 
 async def _load_tokenizers(

@@ -34,7 +34,14 @@ from proxy.config.settings import Settings
 from proxy.config.source import SettingsSource
 from proxy.logging import configure_logging, get_logger
 from proxy.server.observation.peers import Peers
-from proxy.server.process.lifecycle import EXIT_CANNOT_START, EXIT_OK, ServerOptions, Supervised, serve_process
+from proxy.server.process.lifecycle import (
+    EXIT_CANNOT_START,
+    EXIT_OK,
+    ServerOptions,
+    Supervised,
+    announce,
+    serve_process,
+)
 
 START_TIMEOUT_SECONDS = 120.0
 # A worker that keeps dying is not restarted for ever: this many deaths in a minute stop the service.
@@ -91,6 +98,7 @@ def _run_pool(pool: _Pool, options: ServerOptions, settings: Settings, port: int
         log.info("stopped", before="all workers listened", workers=count, exit_codes=exits)
         return status
     log.info("started", workers=count, host=settings.server.host, port=port, pids=pool.pids())
+    announce(settings, port, count)
     stop_reason = pool.run(pending)
     exits = pool.stop_all(options, stop_reason or signal.SIGTERM)
     if stop_reason is None:

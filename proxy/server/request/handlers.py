@@ -11,6 +11,7 @@ works out is kept on the request's `Flow`; the `records` middleware writes it in
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from aiohttp import web
@@ -25,7 +26,7 @@ from proxy.server.edge.body_errors import bad_body_errors
 from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.edge.paths import PATH_ROUTE
-from proxy.server.observation.record import COUNT_HEADER
+from proxy.server.observation.record import ANSWERED_LOCALLY, COUNT_HEADER, OUTCOME_HEADER
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import GATEWAY, MODE_HEADER, Gateway
 from proxy.server.request.held import counted_with_held
@@ -50,7 +51,11 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     large = flow.large = match.new_bytes > gw.settings.server.offload_bytes
     digest = credential_digest(request.headers, request.query)  # who the client is, for its share and its counts
     client = flow.client = client_key(digest, request.remote)  # its share of the threads and upstream calls
-    parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
+    try:
+        parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
+    except BadRequest:
+        flow.model = endpoint.path_model or named_model(raw)  # a refused request's row still names its model
+        raise
     flow.parsed, model = parsed, parsed.model or ""
     flow.model = model
     flow.scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
@@ -62,6 +67,17 @@ async def guarded(request: web.Request) -> web.StreamResponse:
         command = exchange.send(await performer.perform(command))
     assert performer.response is not None, "an exchange ends with an answer relayed, or raises"
     return performer.response
+
+
+_NAMED_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,256})"')
+_MODEL_PEEK_BYTES = 4096
+
+
+def named_model(raw: bytes) -> str | None:
+    """The model a body that could not be parsed names near its start, for its log line and row
+    (bounded: the first 4 KiB only, never a second parse of a refused body)."""
+    found = _NAMED_MODEL.search(raw[:_MODEL_PEEK_BYTES])
+    return found.group(1).decode("utf-8", "replace") if found else None
 
 
 def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = None) -> Parsed:
@@ -90,7 +106,7 @@ async def _count_tokens(flow: Flow) -> web.Response:
     fit, adapter, scope = gw.models.fit, endpoint.adapter, flow.scope
     size, client = len(flow.raw), flow.client
     fitted = await planned(flow.large, fit, adapter, parsed, None, None, scope, size=size, client=client)
-    flow.plan, flow.outcome = fitted.plan, "counted"
+    flow.plan, flow.outcome = fitted.plan, ANSWERED_LOCALLY  # counted, never cut nor forwarded
     assert endpoint.answer is not None, "a local endpoint says how it answers"
     total, kind = fitted.plan.count.total, "exact" if fitted.exact else "upper-bound"
     if parsed.held:  # a cache it names: added as the provider counts it (`proxy.server.request.held`)
@@ -99,6 +115,7 @@ async def _count_tokens(flow: Flow) -> web.Response:
     response.headers["x-request-id"] = record.request_id
     # The body has no field for it: what kind of count this is (an upper bound where no tokenizer of the model ships).
     response.headers[COUNT_HEADER] = kind
+    response.headers[OUTCOME_HEADER] = ANSWERED_LOCALLY
     return response
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from proxy.server.observation.page import PAGE_PATH
 from tests.server.conftest import long_conversation
-from tests.support.page_traffic import SECRET_WORDS, chat, make_traffic
+from tests.support.page_traffic import SECRET_WORDS, chat, make_every_kind, make_traffic
 
 pytestmark = pytest.mark.components
 
@@ -145,4 +145,33 @@ class TestThePageInABrowser:
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000  # a rendered page, not a blank one
         width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
         assert (width, height) == (1400, 900)
+        keep_artifact(screenshot)
+
+
+class TestEveryKindOfDecisionInABrowser:
+    async def test_each_row_says_what_happened_and_what_a_removed_run_held(self, proxy: Any, tmp_path: Path) -> None:
+        """A trimmed stream, cleared tool results, a refused body and a count answered here, as
+        Chromium renders the page: outcome, model, and for a cut what each run held (roles, tools)."""
+        expected = await make_every_kind(proxy)
+        dom = await run_chromium(tmp_path / "profile", "--dump-dom", str(proxy.make_url(PAGE_PATH)))
+        rows = {row[1]: row for row in visible_rows(dom).rows}
+        assert {rid: row[3].split()[0] for rid, row in rows.items()} == expected
+        trimmed, cleared, refused, counted = (rows[rid] for rid in expected)
+        assert "streamed" in trimmed[3] and "drop_oldest_turns" in trimmed[6]
+        assert re.search(r"messages \d+-\d+: \d+ dropped \(removed whole\).*held \d+ user, \d+ assistant messages", trimmed[6])
+        cleared_run = re.search(r"messages 3-\d+, (\d+) of them: \1 cleared \(a placeholder left in its place\)", cleared[6])
+        assert cleared_run and "clear_tool_results" in cleared[6]
+        half = int(cleared_run.group(1)) // 2  # every other result: run_tests, then read_file
+        assert f"held {2 * half} tool messages; tools: run_tests ({half}), read_file ({half})" in cleared[6]
+        assert refused[2].startswith("gpt-4o") and refused[4] == "400" and "invalid_request" in refused[3]
+        assert counted[2].startswith("claude-sonnet-4-6") and "tokens counted" in counted[5]
+        assert "answered by the guard, not forwarded" in counted[6] and "removed" not in counted[6]
+        assert SECRET_WORDS not in dom and "PASSED tests" not in dom
+
+    async def test_a_screenshot_of_every_kind_is_produced(self, proxy: Any, tmp_path: Path) -> None:
+        await make_every_kind(proxy)
+        screenshot = tmp_path / "every-kind-of-decision.png"
+        await run_chromium(tmp_path / "profile", f"--screenshot={screenshot}", str(proxy.make_url(PAGE_PATH)))
+        data = screenshot.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
         keep_artifact(screenshot)

@@ -21,6 +21,7 @@ import pytest
 from proxy.config.settings import Settings, load_settings
 from proxy.demo.echo import running_echo
 from tests.support.local_servers import REPLY, FakeLlamaServer, FakeOllama, FakeVllm, prompt_tokens
+from tests.support.upstream import FakeUpstream
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.yaml"))
@@ -169,3 +170,51 @@ class TestLocalServersExample:
                 assert r.status in (502, 503)
         (event,) = logs.events("request")
         assert (event["context_window"], event["window_source"]) == (32768, "config")
+
+
+def distinct_env(path: Path) -> dict[str, str]:
+    """Every variable the file reads, each set to a value naming it, so a test can tell them apart."""
+    return {name: f"value-of-{name}" for name in dummy_env(path)}
+
+
+class TestWhatEachExampleClaims:
+    @pytest.mark.parametrize(
+        "path", [p for p in CONFIGS if "api_key_env" in p.read_text(encoding="utf-8")], ids=lambda p: p.name
+    )
+    async def test_each_upstream_gets_the_key_its_variable_holds_never_the_clients(
+        self, path, start_proxy, aiohttp_server
+    ):
+        """The comment's promise: clients hold a proxy key (or none), the provider's key comes from
+        `api_key_env` in the header its kind uses (Bearer; `x-api-key` with `anthropic-version` for
+        Anthropic)."""
+        env = distinct_env(path)
+        settings = load_settings(path, env)
+        fakes = {name: FakeUpstream(every_shape=True) for name in settings.upstreams}
+        urls = {name: str((await aiohttp_server(fake.app())).make_url("/v1")) for name, fake in fakes.items()}
+        proxy = await start_proxy(served_by(settings, urls))
+        client_key = env.get("CONTEXT_GUARD_KEY", "sk-the-clients-own")
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            for model, upstream_name, api in requests_of(settings):
+                status, _, answer = await post(proxy, model, api, client_key)
+                assert status == 200, (model, answer)
+                upstream = settings.upstreams[upstream_name]
+                got = fakes[upstream_name].received[-1].headers
+                key = env[upstream.api_key_env]
+                if upstream.kind == "anthropic":
+                    assert got.get("x-api-key") == key and got.get("anthropic-version")
+                else:
+                    assert got.get("Authorization") == f"Bearer {key}"
+                assert client_key not in str(got)
+
+    @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+    def test_each_upstream_names_its_kind_as_the_readme_config_does(self, path):
+        settings = load_settings(path, dummy_env(path))
+        assert all(upstream.kind not in ("auto", "generic") for upstream in settings.upstreams.values()), path.name
+
+    @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+    def test_one_that_listens_beyond_loopback_has_client_keys(self, path):
+        """The recommended production setting: beyond loopback, clients present a proxy key."""
+        server = load_settings(path, dummy_env(path)).server
+        assert server.host in ("127.0.0.1", "localhost", "::1") or server.client_keys, path.name
