@@ -112,7 +112,11 @@ class TestSixteenInflatingUploads:
         idle = megabytes(guard.pid, "VmRSS")
 
         async def send(key: int) -> tuple[int, str | None, dict[str, object]]:
-            headers = {"Content-Type": "application/json", "Content-Encoding": "gzip", "Authorization": f"Bearer k{key}"}
+            headers = {
+                "Content-Type": "application/json",
+                "Content-Encoding": "gzip",
+                "Authorization": f"Bearer k{key}",
+            }
             async with (
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session,
                 session.post(guard.url(CHAT), data=upload, headers=headers) as answer,
@@ -161,7 +165,9 @@ class TestAHundredHungUpClients:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
 
             async def send() -> int:
-                async with session.post(guard.url(CHAT), data=broken, headers={"Content-Type": "application/json"}) as r:
+                async with session.post(
+                    guard.url(CHAT), data=broken, headers={"Content-Type": "application/json"}
+                ) as r:
                     return r.status
 
             assert await asyncio.gather(send(), send()) == [400, 400]
