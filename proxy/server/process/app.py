@@ -303,6 +303,10 @@ def error_response(error: GuardError, request: web.Request) -> web.Response:
     response.headers["x-request-id"] = record.request_id
     if error.status in (408, 413):  # the rest of the body was never read: this connection cannot be reused
         response.force_close()
+    elif error.status in (429, 503) and not request.content.is_eof() and request.protocol is not None:
+        # Refused for the memory its body would take: the rest of it is not read, not even to be
+        # discarded (aiohttp's lingering read): with many such clients, that reading is what held the loop.
+        request.protocol.force_close()
     return response
 
 
