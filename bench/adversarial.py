@@ -246,6 +246,49 @@ async def attack_passthrough_dense(run: Run, honest: bool) -> str:
     return f"4 x {len(body) / 1024:.0f} KB gzip, max {max(times):.2f} s"
 
 
+def compressible(size: int) -> str:
+    """`size` characters of words that gzip about 40 times smaller (16 KiB stretches, each said 16 times)."""
+    rng = random.Random(3)
+    vocabulary = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 9))) for _ in range(300)]
+    stretches: list[str] = []
+    while len(stretches) * 16384 < size:
+        stretches += [" ".join(rng.choices(vocabulary, k=2800))[:16384]] * 16
+    return "".join(stretches)[:size]
+
+
+async def attack_inflating_uploads(run: Run, honest: bool) -> str:
+    """Sixteen gzip uploads at once from one client, each inflating to `run.size` bytes (past its
+    share of the bodies held: 429 at once); honest: one such upload from another client."""
+    body = gzipped(chat(compressible(run.size)))
+    headers = [{**(HONEST if honest else ATTACKER), "Content-Encoding": "gzip"}] * (1 if honest else 16)
+    url, expect = run.url("/v1/chat/completions"), (200, 429, 503)
+    times = await asyncio.gather(*(post(url, body, h, expect=expect) for h in headers))
+    return f"{len(headers)} x {len(body) / 1024:.0f} KB gzip, max {max(times):.2f} s"
+
+
+async def attack_hung_up_clients(run: Run, honest: bool) -> str:
+    """A hundred clients each send a chat body of `run.size` bytes and close at once, without
+    reading; honest: ten that wait for their answers."""
+    body = chat(compressible(run.size))
+    port = int(run.base.rsplit(":", 1)[1])
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: guard\r\nContent-Type: application/json\r\n"
+    head += f"Authorization: {ATTACKER['Authorization']}\r\n"
+    head += f"Content-Length: {len(body)}\r\n\r\n"
+
+    async def hang_up() -> None:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head.encode() + body)
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    if honest:
+        await asyncio.gather(*(post(run.url("/v1/chat/completions"), body, expect=(200, 429)) for _ in range(10)))
+        return "10 answered"
+    await asyncio.gather(*(hang_up() for _ in range(100)))
+    return "100 hung up"
+
+
 async def attack_responses_items(run: Run, honest: bool) -> str:
     """A 1 MiB Responses body of one-character items, re-sent 5 times; honest: 1 MiB in 96 items."""
     count = 96 if honest else run.size // 43
@@ -330,6 +373,11 @@ ATTACKS = (
         "passthrough_dense", "3.9 MB of {} to /v1/embeddings, 2 clients", attack_passthrough_dense, 3_900_000, 3_900_000
     ),
     Attack("responses_items", "1 MiB Responses body of one-character items", attack_responses_items, 2**20, 2**20),
+    Attack(
+        "inflating_uploads", "16 gzip uploads inflating to 31 MiB, one key", attack_inflating_uploads, 31 * 2**20, 2**22
+    ),
+    Attack("hung_up_clients", "100 clients sending 2 MB and closing", attack_hung_up_clients, 2_000_000, 500_000),
+    Attack("long_model_names", "20 distinct 4 MB model names, each refused", None),
     Attack("model_name_in_url", "model names with .., ?, # at the Vertex count call", None),
     Attack("edge_count_call", "Claude at the budget's edge with 9 MB of MCP tools", None),
     Attack("upstream_share", "one client holds every upstream call it may", None),

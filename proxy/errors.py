@@ -12,9 +12,10 @@
     ├── RequestTimeout          408   the client did not send its body in time
     ├── PayloadTooLarge         413   body over `server.max_body_bytes` (before or after inflating)
     ├── UnsupportedEncoding     415   a request `Content-Encoding` the proxy cannot inflate
+    ├── TooManyRequests         429   one client's request bodies would hold more than its share of memory
     ├── ClientDisconnected      499   the client went away (logged, never sent)
     ├── UpstreamUnavailable     502   refused, reset or unreachable upstream
-    ├── Overloaded              503   every upstream connection stayed busy for `server.connection_wait_seconds`
+    ├── Overloaded              503   every upstream connection stayed busy, or request bodies fill the memory budget
     └── UpstreamTimeout         504   upstream did not answer in time
 
 `GuardError.to_openai()` renders `{"error": {"message", "type", "param", "code"}}`, the shape
@@ -137,6 +138,12 @@ class UnsupportedEncoding(GuardError):
     status = 415
     error_type = "invalid_request_error"
     code = "unsupported_content_encoding"
+
+
+class TooManyRequests(GuardError):
+    status = 429
+    error_type = "requests"  # OpenAI's type and code for a rate limit: its SDKs retry after `Retry-After`
+    code = "rate_limit_exceeded"
 
 
 class ClientDisconnected(GuardError):

@@ -72,13 +72,30 @@ class ServerSettings:
     workers: Annotated[int, Bounds(ge=0, le=256)] = 0  # 0: one per available core
     drain_delay_seconds: Annotated[float, Bounds(ge=0, le=600)] = 0.0
     shutdown_grace_seconds: Annotated[float, Bounds(ge=0, le=3600)] = 30.0
+    # Request bodies held at once by one serving process, compressed and inflated bytes counted
+    # (past it: 503), and by one client (past it: 429); unset, three and two bodies of max_body_bytes.
+    # docs/security.md ("The memory bound") turns them into memory; deploy/kubernetes's limit follows.
+    body_memory_bytes: Annotated[int, Bounds(ge=2048)] | None = None
+    client_body_memory_bytes: Annotated[int, Bounds(ge=2048)] | None = None
 
     def __post_init__(self) -> None:
+        total, per_client = self.body_memory
+        if per_client < 2 * self.max_body_bytes:  # a compressed body of the limit, and what it inflates to
+            where = "client_body_memory_bytes" if self.client_body_memory_bytes is not None else "body_memory_bytes"
+            raise SchemaError(f"a client's share ({per_client:,}) must hold two bodies of max_body_bytes", (where,))
+        if per_client > total:
+            raise SchemaError(f"must be at most body_memory_bytes ({total:,})", ("client_body_memory_bytes",))
         if any(not key.strip() for key in self.client_keys):
             message = "a client key is empty (is its environment variable set?); remove it or set it"
             raise SchemaError(message, ("client_keys",))
         if isinstance(self.passthrough, tuple) and any(not p.startswith("/") for p in self.passthrough):
             raise SchemaError("every passthrough prefix must start with /", ("passthrough",))
+
+    @property
+    def body_memory(self) -> tuple[int, int]:
+        """(bytes of request bodies held at once, a client's share of them), defaults applied."""
+        total = self.body_memory_bytes or 3 * self.max_body_bytes
+        return total, self.client_body_memory_bytes or min(total, 2 * self.max_body_bytes)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ import yaml
 from proxy.config.settings import settings_from_dict
 from proxy.server.edge.local_paths import HEALTH_PATHS
 from proxy.server.process.lifecycle import ServerOptions
-from tests.support.memory_bounds import PEAK_FIXED_MB, PEAK_PER_BODY_MB
+from tests.support.memory_bounds import HELD_BYTES_FACTOR
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
@@ -87,16 +87,17 @@ class TestKubernetesManifests:
         assert settings.server.client_keys == ("k",) and settings.log.format == "json"
 
     def test_the_memory_limit_covers_the_documented_bound(self):
-        """docs/security.md: idle RSS, plus each large-body thread's body held, parsed and counted
-        (the body and `PEAK_PER_BODY_MB` per MB of it, plus `PEAK_FIXED_MB`), plus two bodies
-        being received."""
+        """docs/security.md: idle RSS, plus `HELD_BYTES_FACTOR` times the request bodies the process
+        may hold at once (`server.body_memory_bytes`, enforced: past it a body is refused)."""
         text = kind("ConfigMap")["data"]["context-guard.yaml"]
         settings = settings_from_dict(yaml.safe_load(text), "configmap", {"CONTEXT_GUARD_CLIENT_KEY": "k"})
-        body_mb = settings.server.max_body_bytes / 2**20
-        idle_mb, threads = 160, 4  # docs/deployment.md; min(4, cores): a container sees the node's cores
-        needed_mb = idle_mb + threads * ((1 + PEAK_PER_BODY_MB) * body_mb + PEAK_FIXED_MB) + 2 * body_mb
-        limit = kind("Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
-        assert limit.endswith("Mi") and int(limit[:-2]) >= needed_mb
+        held_mib = settings.server.body_memory[0] / 2**20
+        idle_mib = 160  # docs/deployment.md
+        needed_mib = idle_mib + HELD_BYTES_FACTOR * held_mib
+        container = kind("Deployment")["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"][container["args"].index("--workers") + 1] == "1"  # one budget per worker process
+        limit = container["resources"]["limits"]["memory"]
+        assert limit.endswith("Mi") and int(limit[:-2]) >= needed_mib
 
     def test_the_secret_names_every_variable_the_config_reads(self):
         text = kind("ConfigMap")["data"]["context-guard.yaml"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,7 @@ class ModelRoutes:
     """The routes worked out so far, by (model, API), at most `MAX_ROUTES` of them."""
 
     def __init__(self) -> None:
-        self._routes: dict[tuple[str, str], ModelRoute] = {}
+        self._routes: OrderedDict[tuple[str, str], ModelRoute] = OrderedDict()  # its oldest popped in O(1)
 
     def get(self, model: str, api: str, discoveries: Mapping[str, object]) -> ModelRoute | None:
         """The route kept for `model` and `api`, unless its upstream was discovered again since
@@ -86,7 +87,7 @@ class ModelRoutes:
         if route.kept_as_is:
             routes = self._routes
             if len(routes) >= MAX_ROUTES and (model, api) not in routes:
-                del routes[next(iter(routes))]
+                routes.popitem(last=False)
             routes[(model, api)] = route
 
     def __len__(self) -> int:

@@ -12,12 +12,16 @@ body can inflate a thousandfold, and a bound is the only defence against a bomb)
 
 gzip (several members too), `x-gzip` and deflate (zlib-wrapped, or raw as some clients send it)
 are understood when inflating strictly; the lenient reader knows gzip and zlib-wrapped deflate.
-Pure zlib, no I/O: the callers choose the thread it runs in.
+Pure zlib, no I/O: the callers choose the thread it runs in (and stop it with
+`proxy.core.cancellation`).
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
+
+from proxy.core.cancellation import checkpoint
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
 ZLIB_WBITS = zlib.MAX_WBITS
@@ -36,30 +40,40 @@ class Undecodable(ValueError):
     a sentence about the data (`is not valid gzip data (...)`)."""
 
 
-def inflate(data: bytes, encoding: str, limit: int) -> bytes:
+def inflate(data: bytes, encoding: str, limit: int, charge: Callable[[int], None] | None = None) -> bytes:
     """`data` decoded from `encoding` (gzip, x-gzip or deflate), producing at most `limit` bytes:
-    `Oversized` as soon as the output would pass it, `Undecodable` for corrupt or truncated data."""
+    `Oversized` as soon as the output would pass it, `Undecodable` for corrupt or truncated data.
+    `charge(n)` is called before each `n` bytes produced are kept (at most `CHUNK` at a time), so a
+    memory budget can refuse them (by raising) before they are."""
     if encoding in ("gzip", "x-gzip"):
-        return _inflate(data, GZIP_WBITS, limit, members=True)
+        return _inflate(data, GZIP_WBITS, limit, charge, members=True)
     # deflate is zlib-wrapped by the standard, but some clients send it raw: the wrapper's two-byte
     # header (method 8, checksum divisible by 31) tells them apart.
     wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-    return _inflate(data, ZLIB_WBITS if wrapped else RAW_DEFLATE_WBITS, limit, members=False)
+    return _inflate(data, ZLIB_WBITS if wrapped else RAW_DEFLATE_WBITS, limit, charge, members=False)
 
 
-def _inflate(data: bytes, wbits: int, limit: int, *, members: bool) -> bytes:
+# Inflated output is produced, charged and checked this much at a time: a budget sees the body
+# grow in steps of it, and a cancelled request stops within one.
+CHUNK = 1024 * 1024
+
+
+def _inflate(data: bytes, wbits: int, limit: int, charge: Callable[[int], None] | None, *, members: bool) -> bytes:
     out = bytearray()
     pending = data
     while pending:
         decoder = zlib.decompressobj(wbits)
         while not decoder.eof:
+            checkpoint()
             try:
-                chunk = decoder.decompress(pending, limit + 1 - len(out))
+                chunk = decoder.decompress(pending, min(CHUNK, limit + 1 - len(out)))
             except zlib.error as exc:
                 raise Undecodable(f"is not valid {_name(wbits)} data ({exc})") from None
             pending = decoder.unconsumed_tail
             if len(out) + len(chunk) > limit:
                 raise Oversized(f"inflates to more than the limit of {limit:,} bytes")
+            if charge is not None:
+                charge(len(chunk))
             out += chunk
             if not chunk and not pending and not decoder.eof:
                 raise Undecodable(f"is truncated {_name(wbits)} data")

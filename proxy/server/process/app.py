@@ -32,6 +32,7 @@ from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.model_counting import Models
 from proxy.server.backends.profiles import Discovery
 from proxy.server.edge.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
+from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, BodyBudget, BodyLimits
 from proxy.server.edge.credentials import UpstreamAuth, holds_client_key
 from proxy.server.edge.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
 from proxy.server.edge.paths import (
@@ -125,6 +126,7 @@ def create_app(settings: Settings, guard: Models | None = None) -> web.Applicati
     app[GATEWAY] = gateway
     app[PASSTHROUGH] = PassthroughPolicy.parse(server.passthrough)
     app[BODY_POLICY] = BodyPolicy(server.body_timeout_seconds)
+    app[BODY_BUDGET] = BodyBudget(BodyLimits(*server.body_memory))
     app[UPSTREAM_POOL] = UpstreamPool(PoolPolicy(server.upstream_connections, server.connection_wait_seconds))
     install_drain(app)
     app.cleanup_ctx.append(_upstream_session)
@@ -269,6 +271,8 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
             # (`proxy.server.threads.collector`), so every request's body and parse would wait for a
             # full collection. Broken here, they go when the request does.
             del request[FLOW]
+            if (held := request.get(HELD_BODY)) is not None:
+                held.release()  # the body's bytes go back to the budget: answered, refused or its client gone
             drain.finished()
 
 
@@ -301,6 +305,10 @@ def error_response(error: GuardError, request: web.Request) -> web.Response:
     response.headers["x-request-id"] = record.request_id
     if error.status in (408, 413):  # the rest of the body was never read: this connection cannot be reused
         response.force_close()
+    elif error.status in (429, 503) and not request.content.is_eof() and request.protocol is not None:
+        # Refused for the memory its body would take: the rest of it is not read, not even to be
+        # discarded (aiohttp's lingering read): with many such clients, that reading is what held the loop.
+        request.protocol.force_close()
     return response
 
 

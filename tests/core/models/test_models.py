@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core.models import model_registry
 from proxy.core.models.model_registry import ModelOverride, ModelRegistry, TokenizerSpec, name_candidates
 
 
@@ -128,3 +129,24 @@ class TestTokenizerSpec:
     def test_rejects(self, text):
         with pytest.raises(ValueError):
             TokenizerSpec.parse(text)
+
+
+class TestTheProfileCache:
+    def test_past_its_bound_a_new_name_is_kept_and_the_oldest_goes(self, model_map, monkeypatch):
+        """Clients name what they like: once `CACHED_NAMES` names are kept, each new one still is
+        (resolved once, not at every lookup), and the cache stays at its bound."""
+        registry = ModelRegistry(model_map)
+        for i in range(model_registry.CACHED_NAMES + 10):
+            registry.profile(f"gpt-4o-custom-{i}")
+        resolved: list[str] = []
+        resolve = ModelRegistry._resolve
+
+        def counted(self: ModelRegistry, name: str, depth: int) -> object:
+            resolved.append(name)
+            return resolve(self, name, depth)
+
+        monkeypatch.setattr(ModelRegistry, "_resolve", counted)
+        for _ in range(3):
+            assert registry.profile("gpt-4o-first-seen-now").name == "gpt-4o-first-seen-now"
+        assert resolved == ["gpt-4o-first-seen-now"]
+        assert len(registry._cache) == model_registry.CACHED_NAMES and "gpt-4o-custom-0" not in registry._cache

@@ -9,6 +9,7 @@ import gzip
 import json
 import tracemalloc
 import zlib
+from collections.abc import Callable
 
 import pytest
 
@@ -146,9 +147,9 @@ class TestCompressedBodiesOverSockets:
         limits: list[int] = []
         inflate = body_module.inflate
 
-        def asked(data: bytes, encoding: str, limit: int) -> bytes:
+        def asked(data: bytes, encoding: str, limit: int, charge: Callable[[int], None] | None = None) -> bytes:
             limits.append(limit)
-            return inflate(data, encoding, limit)
+            return inflate(data, encoding, limit, charge)
 
         monkeypatch.setattr(body_module, "inflate", asked)
         proxy = await start_proxy(gateway_settings(upstream.url, server={"max_body_bytes": MiB}))

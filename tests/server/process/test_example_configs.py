@@ -36,9 +36,10 @@ def dummy_env(path: Path) -> dict[str, str]:
 
 
 def served_by(settings: Settings, urls: dict[str, str]) -> Settings:
-    """`settings` with each upstream's base URL replaced by `urls[name]`, and no token command run."""
+    """`settings` with each upstream's base URL replaced by `urls[name]`, and no token fetched (no
+    command run, no Application Default Credentials looked for)."""
     upstreams = {
-        name: dataclasses.replace(upstream, base_url=urls[name], token_command=None, token_file=None)
+        name: dataclasses.replace(upstream, base_url=urls[name], token_command=None, token_file=None, auth=None)
         for name, upstream in settings.upstreams.items()
     }
     return settings.revalidated(upstreams=upstreams)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -142,3 +144,32 @@ class TestFairSlots:
         with pytest.raises(Panic):
             await slots.run("a", panics)
         assert await slots.run("a", str, 1) == "1"
+
+
+class Held:
+    """What a job holds (a body, its parsed values): weakly referenced, to see when it goes."""
+
+
+def refuse(held: Held) -> None:
+    raise ValueError("refused")  # its frame holds `held`, and so does the error's traceback
+
+
+class TestAFailedJob:
+    async def test_keeps_nothing_it_held_once_its_error_is_handled_even_with_the_collector_off(self, pool):
+        """A refused body is freed by reference counting when its request ends: its error's
+        tracebacks and the wait for the job form no cycle, which the large-body threads' collector
+        pause would keep until its next thaw."""
+        slots = FairSlots(pool, workers=2, per_client=1)
+        held = Held()
+        gone = weakref.ref(held)
+        gc.disable()
+        try:
+            try:
+                await slots.run("client", refuse, held)
+            except ValueError as error:
+                assert str(error) == "refused" and error.__traceback__ is not None
+            del held
+            await asyncio.sleep(0)  # the callbacks the job's end scheduled (they hold its future) run
+            assert gone() is None
+        finally:
+            gc.enable()
