@@ -13,6 +13,10 @@ previews are written where they happen.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.core.plan import Plan
 from proxy.core.record_fields import field_dict
 from proxy.server.observation.recent import removed_tool_names
 from proxy.server.observation.record import RequestRecord, note
@@ -79,3 +83,17 @@ def fill(record: RequestRecord, flow: Flow) -> None:
     if exchange.attempt == 2 and record.window_source != "correction":  # a retry planned for the corrected window
         record.window_source = "correction"
         note(record, "fallback_window", present=False)
+
+
+def previews(record: RequestRecord, plan: Plan | None, messages: Sequence[Any], chars: int) -> None:
+    """With `log.content_preview_chars` set, the start of each message `plan` removed (operator opt-in)."""
+    for removal in plan.result.removals if plan is not None else ():
+        if removal.index is not None and removal.index < len(messages):
+            record.previews[removal.index] = _message_text(messages[removal.index])[:chars]
+
+
+def _message_text(message: object) -> str:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""

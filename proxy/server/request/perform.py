@@ -65,6 +65,7 @@ from proxy.server.backends.provider_count import (
     settled,
 )
 from proxy.server.observation.record import count_headers, note, report_headers
+from proxy.server.observation.recording import previews
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import count_call_headers_for, count_kind, held_refusal, learned, looked_up
@@ -267,8 +268,9 @@ class Performer:
                             flow.delivered, flow.client_gone = True, False
                     self._learn(reader, sent)
                     await learned(flow, reader.reported)
-                    if gw.settings.log.content_preview_chars > 0:
-                        self._previews(exchange.plan)
+                    chars = gw.settings.log.content_preview_chars
+                    if chars > 0:
+                        previews(self.record, exchange.plan, self.parsed.messages, chars)
                     return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, answers.error_body(first)
@@ -325,13 +327,6 @@ class Performer:
         held = exchange.held
         return count_headers(self.count_kind, held.source if held is not None else None, exchange.held_tokens)
 
-    def _previews(self, plan: Plan | None) -> None:
-        """With `log.content_preview_chars` set, the start of each message `plan` removed (operator opt-in)."""
-        chars, record, messages = self.gw.settings.log.content_preview_chars, self.record, self.parsed.messages
-        for removal in plan.result.removals if plan is not None else ():
-            if removal.index is not None and removal.index < len(messages):
-                record.previews[removal.index] = _message_text(messages[removal.index])[:chars]
-
 
 def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
     """The exchange opened for `flow` in `mode`, and what performs its commands: routed to its
@@ -379,13 +374,6 @@ async def _reach(gw: Gateway, upstream: UpstreamSettings) -> Reach:
     except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
         auth = None
     return Reach(session, upstream.name, upstream.base_url, gw.service_headers(upstream, auth))
-
-
-def _message_text(message: object) -> str:
-    content = message.get("content") if isinstance(message, Mapping) else None
-    if isinstance(content, list):
-        return " ".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
-    return content if isinstance(content, str) else ""
 
 
 _PERFORMED: dict[type, Callable[[Performer, Any], Awaitable[Reply]]] = {
