@@ -151,7 +151,7 @@ class Parsed:
     shared_messages: int = 0
     # Top-level fields the adapter neither counts nor knows to stay out of the prompt (`proxy.apis.fields`).
     unread: tuple[str, ...] = ()
-    # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.unseen`).
+    # Parts whose content the provider reads but the guard cannot see nor bound (`proxy.apis.fields.unseen_parts`).
     unseen: tuple[str, ...] = ()
     # Context the provider holds that this request names by id (`HeldContext`), in body order.
     held: tuple[HeldContext, ...] = ()

@@ -22,7 +22,7 @@ class KnownPrefix:
     # what was worked out for those bytes holds for these.
     same: object | None = None
     # Its first `seen_whole` elements hold no part whose content the guard cannot see: the earlier
-    # body's whole view had none (`proxy.apis.unseen`), so they are not looked through again.
+    # body's whole view had none (`proxy.apis.fields.unseen_parts`), so they are not looked through again.
     seen_whole: int = 0
 
 

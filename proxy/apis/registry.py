@@ -47,6 +47,7 @@ from typing import Any
 
 from proxy.apis.anthropic.messages import CountTokensAdapter, MessagesAdapter, count_tokens_body
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
+from proxy.apis.fields import unseen_parts
 from proxy.apis.gemini.generate_content import CountTokensAdapter as GeminiCountAdapter
 from proxy.apis.gemini.generate_content import GenerateContentAdapter, count_tokens_answer, model_name
 from proxy.apis.gemini.interactions import InteractionsAdapter
@@ -55,7 +56,6 @@ from proxy.apis.names import bounded_name
 from proxy.apis.openai.chat import ChatAdapter
 from proxy.apis.openai.completions import CompletionsAdapter, CompletionsOptions
 from proxy.apis.openai.responses import ResponsesAdapter, ResponsesCompactAdapter
-from proxy.apis.unseen import unseen_parts
 
 API_NAMES = ("chat", "responses", "completions", "messages", "generate_content", "interactions")
 

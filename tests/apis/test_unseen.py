@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from proxy.apis.base import Parsed
+from proxy.apis.fields import NAMED_AT_MOST, unseen_parts
 from proxy.apis.known import KnownPrefix
 from proxy.apis.registry import AdapterRegistry
-from proxy.apis.unseen import NAMED_AT_MOST, unseen_parts
 from proxy.wire.readers import BodyReaders
 
 FILE_BY_ID = {"type": "file", "file": {"file_id": "file-abc"}}

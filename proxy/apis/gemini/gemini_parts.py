@@ -11,7 +11,7 @@ part (`read_system`, `Turns.read`).
     inlineData     by its MIME type: an image priced by Gemini's tiles (on Gemini 3 by the
                    part's `mediaResolution`, else the request's, `resolution_of`), audio and video at
                    Gemini's rates for their lengths, a PDF by its pages; anything else as a file
-    fileData       a file by URI: the guard cannot see it (`proxy.apis.unseen`)
+    fileData       a file by URI: the guard cannot see it (`proxy.apis.fields.unseen_parts`)
 
 Function calls carry an `id` on newer models; where they do not, each call gets one of the view's
 own and the user turn after it answers its calls by id, then by name, then in order, as Gemini

@@ -18,7 +18,7 @@ view, step by step, and its tools.
     content parts                     -> text as text; image, audio, video and document by their
                                          data as Gemini prices inline data
                                          (`proxy.apis.gemini.gemini_parts`); by `uri`, a file the
-                                         guard cannot see (`proxy.apis.unseen`)
+                                         guard cannot see (`proxy.apis.fields.unseen_parts`)
     tools                             -> `function` tools as chat function tools; built-in tools
                                          (google_search, code_execution, url_context, ...)
                                          counted as their JSON, what they fetch not seen

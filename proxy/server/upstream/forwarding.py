@@ -18,6 +18,7 @@ from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
+from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import (
     GOOGLE_KINDS,
     credential_digest,
@@ -37,6 +38,7 @@ from proxy.server.edge.paths import (
 from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
+from proxy.server.request.held import ledger_client
 from proxy.server.threads.placement import INLINE_BYTES, performed
 from proxy.server.threads.slots import client_key
 from proxy.server.upstream.headers import request_headers, response_headers
@@ -52,7 +54,8 @@ from proxy.server.upstream.upstream_errors import (
     upstream_errors,
     upstream_failure,
 )
-from proxy.wire.codec import dumps
+from proxy.server.upstream.usage import held_of
+from proxy.wire.codec import dumps, loads
 from proxy.wire.strict_json import check_density
 from proxy.wire.top_level_model import top_level_model
 
@@ -230,7 +233,34 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     else:
         _refuse_counted_or_generating(upstream.base_url, path, gw)
     async with upstream_call(flow, raw) as response:
-        return await relay_answer(flow, response, {"x-request-id": record.request_id})
+        extra = {"x-request-id": record.request_id}
+        if google is not None and request.method == "POST" and google.resource[-1:] == ("cachedContents",):
+            flow.scope = client_scope(request, credential_digest(request.headers, request.query))
+            return await _cache_made(flow, response, extra)
+        return await relay_answer(flow, response, extra)
+
+
+# A cache's create answer is a few hundred bytes; past this it is relayed unread.
+_CACHE_ANSWER_MOST = 64 * 1024
+
+
+async def _cache_made(flow: Flow, response: aiohttp.ClientResponse, extra: dict[str, str]) -> web.StreamResponse:
+    """A cache's create answer (its name, `usageMetadata.totalTokenCount`, `expireTime`: a small
+    object, never its contents) relayed whole, and its size kept in the ledger for this client,
+    so the first request naming it is counted without asking. Anything else is relayed as it came."""
+    length = response.content_length
+    if response.status != 200 or length is None or length > _CACHE_ANSWER_MOST:
+        return await relay_answer(flow, response, extra)
+    body = await response.read()
+    try:
+        answer = loads(decoded(body, response.headers.get("Content-Encoding")))
+    except (ValueError, GuardError):
+        answer = None
+    for report in held_of(answer, None):
+        if report.kind == "cache":
+            entry = (report.kind, report.id, report.tokens)
+            await flow.gw.ledger.put(flow.target.upstream.name, ledger_client(flow), entry, report.expires_at)
+    return buffered(response, body, extra)
 
 
 def _passthrough_target(gw: Gateway, model: str | None, google: GooglePath | None, request: web.Request) -> Target:

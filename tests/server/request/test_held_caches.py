@@ -99,6 +99,20 @@ class TestACachedPrompt:
             await client.aio.models.generate_content(model=FLASH, contents=conversation(1, 50), config=config)
         assert len([r for r in fake.received if r.method == "GET"]) == 1
 
+    async def test_a_cache_made_through_the_guard_is_counted_from_its_create_answer_without_asking(
+        self, provider: tuple[FakeGemini, str], guard_url: str
+    ) -> None:
+        fake, _ = provider
+        client = genai.Client(api_key="client-key", http_options=types.HttpOptions(base_url=guard_url))
+        made = await client.aio.caches.create(
+            model=FLASH, config=types.CreateCachedContentConfig(contents=[words(5_000, "report")], ttl="600s")
+        )
+        assert made.name is not None and made.usage_metadata is not None  # relayed as the provider answered
+        config = types.GenerateContentConfig(cached_content=made.name, max_output_tokens=RESERVE)
+        answer = await client.aio.models.generate_content(model=FLASH, contents=conversation(1, 50), config=config)
+        assert answer.text
+        assert [r for r in fake.received if r.method == "GET"] == []  # the ledger knew it from the create answer
+
     async def test_the_guards_count_tokens_includes_the_cache_and_says_what_kind_of_count_it_is(
         self, provider: tuple[FakeGemini, str], guard_url: str
     ) -> None:
