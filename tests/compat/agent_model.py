@@ -44,9 +44,12 @@ SUMMARY_PROMPTS = ("create a detailed summary of", "context checkpoint compactio
 OUTPUT_TOKENS = 40  # what every answer reports as its output
 
 
-def step_files(count: int, low: int = 14_000, high: int = 24_000) -> list[Path]:
-    """`count` real files of the repository of `low` to `high` bytes, repeated in order if there
-    are fewer (sorted, so every run reads the same)."""
+def step_files(count: int, folder: Path | None = None, low: int = 14_000, high: int = 24_000) -> list[Path]:
+    """`count` real files of the repository of `low` to `high` bytes (or every file of `folder`),
+    repeated in order if there are fewer (sorted, so every run reads the same)."""
+    if folder is not None:
+        found = sorted(p for p in folder.iterdir() if p.is_file())
+        return [found[i % len(found)] for i in range(count)]
     found = sorted(p for p in ROOT.glob("proxy/**/*.py") if low <= p.stat().st_size <= high)
     found += sorted(p for p in ROOT.glob("docs/*.md") if low <= p.stat().st_size <= high)
     assert found, "no file of the wanted size in the repository"
@@ -83,6 +86,7 @@ class AgentModel(RecordingUpstream):
     steps: int = 30
     files_per_step: int = 1  # files each shell call prints
     reasoning: bool = False  # Responses answers open with an encrypted reasoning item
+    folder: Path | None = None  # where the files to print are, when not the repository's
     files: list[list[Path]] = field(default_factory=list)  # what each step prints
     calls: int = 0  # shell calls answered so far
     compactions: list[dict[str, Any]] = field(default_factory=list)  # the compaction requests as forwarded
@@ -93,7 +97,7 @@ class AgentModel(RecordingUpstream):
         self.calls = 0
         self.compactions.clear()
         self.loop_bodies.clear()
-        flat = step_files(self.steps * self.files_per_step)
+        flat = step_files(self.steps * self.files_per_step, self.folder)
         self.files = [flat[k : k + self.files_per_step] for k in range(0, len(flat), self.files_per_step)]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
