@@ -310,11 +310,6 @@ def opening(body: dict[str, Any]) -> list[Any]:
 
 
 class TestAfterARemoteCompaction:
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the guard counts a Responses request from its compaction item on, and Codex puts its "
-        "developer instructions and the user's messages before that item: they are sent, and not counted",
-    )
     def test_the_request_after_codexs_compaction_item_is_counted_with_what_precedes_the_item(
         self, servers: Servers
     ) -> None:

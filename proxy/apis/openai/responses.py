@@ -61,7 +61,6 @@ from proxy.apis.openai.responses_items import (
     ItemsBuilder,
     chat_response_format,
     chat_tools,
-    compaction_start,
     read_items,
 )
 from proxy.core.models.model_registry import ModelProfile
@@ -162,7 +161,6 @@ class ResponsesAdapter(Adapter):
                 for origin in parsed.sources[i].origins
                 if origin.field == "input" and origin.index is not None
             }
-            dropped.update(range(compaction_start(items)))  # the provider reads from the newest compaction item on
             # The trim's added messages (the budget note, a summary) as system message items.
             before = inserted_texts(parsed, changes, "input", len(items))
             out: list[Any] = []

@@ -143,19 +143,14 @@ def read_item(build: ItemsBuilder, item: object, k: int) -> None:
 
 
 def read_items(build: ItemsBuilder, items: Sequence[object]) -> None:
-    """Every item checked, and those from the newest compaction item on added to the view: the
-    provider reads from it on ("you can drop items that came before the most recent compaction
-    item"); what precedes it goes first when the request is cut (`compaction_start`)."""
+    """Every item read into the view, the items before the newest compaction item too: the provider
+    reads every item it is sent (what `/responses/compact` returns puts the user's messages before
+    its item, and Codex sends its instructions there), so all are counted; the turns before the
+    item are what a cut drops first (`proxy.core.trimming.history.superseded_turns`)."""
     start = compaction_start(items)
     if start:
-        checked = ItemsBuilder()
-        for k in range(start):
-            read_item(checked, items[k], k)
-        build.notes.append(
-            f"input[{start}]: a compaction item, where the provider starts reading: the {start} items before it "
-            "are not counted, and go first when the request is cut"
-        )
-    for k in range(start, len(items)):
+        build.notes.append(f"input[{start}]: a compaction item; the {start} items before it go first when cut")
+    for k in range(len(items)):
         read_item(build, items[k], k)
     build.finish()
 

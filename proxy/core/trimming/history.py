@@ -23,9 +23,11 @@ and a summary, when those are asked for.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from proxy.core.trimming.compaction_prompts import MARKER, is_flagged
 from proxy.core.trimming.cuts import CutReason, HistoryCut, cut_point
 from proxy.core.trimming.shrink import has_text, is_image, shorten_message, without_images
 from proxy.core.trimming.trim import TrimState
@@ -72,6 +74,12 @@ class DropOldestTurns:
     def __call__(self, state: TrimState) -> None:
         turns = state.conversation.turns
         droppable = len(unguaranteed(state, self.min_history_turns, self.min_history_tokens))
+        superseded = superseded_turns(state, turns[:droppable])
+        if superseded:  # what a compaction marker stands for goes first, before any opening is kept
+            drop_groups(state, superseded, self.name)
+            if state.over() <= 0:
+                return
+            turns, droppable = turns[len(superseded) :], droppable - len(superseded)
         tokens = [sum(state.counts[i] for i in turn.indices) for turn in turns]
         budget = state.input_budget() - state.reserve  # what the messages may hold beside a note or summary
         room = sum(tokens) - state.over()  # history tokens that may stay
@@ -206,6 +214,16 @@ def unguaranteed(state: TrimState, min_turns: int, min_tokens: int) -> tuple[Tur
         kept += 1
         tokens += sum(state.counts[i] for i in turn.indices)
     return turns[: len(turns) - kept]
+
+
+def superseded_turns(state: TrimState, turns: Sequence[Turn]) -> tuple[Turn, ...]:
+    """The leading `turns` that end before the newest compaction marker (`MARKER`): the history the
+    marker stands for, which a client may still send (the Responses API reads every item sent)."""
+    flagged = [i for i in state.conversation.pinned if is_flagged(state.messages[i], MARKER)]
+    if not flagged:
+        return ()
+    marker = max(flagged)
+    return tuple(itertools.takewhile(lambda turn: turn.indices[-1] < marker, turns))
 
 
 def drop_groups(state: TrimState, groups: Iterable[Turn | Unit], strategy: str) -> None:

@@ -1,5 +1,5 @@
-"""The Responses API's compaction: a `compaction` item is where the provider starts reading (what
-precedes it is not counted, and goes first when a cut is needed; the item is never cut), and a
+"""The Responses API's compaction: every item sent is counted (the provider reads them all), the
+turns before the newest `compaction` item go first when a cut is needed, the item is never cut; and a
 request that compacts (Codex's `compaction_trigger`, `/v1/responses/compact`) is counted and
 fitted as a compaction request: its tool results shortened evenly, its opening and trigger kept."""
 
@@ -80,18 +80,18 @@ def outputs(body: dict[str, Any]) -> list[str]:
 
 
 class TestACompactionItem:
-    def test_a_body_that_fits_from_the_item_on_is_forwarded_unchanged_and_counted_from_it(self):
-        """40k tokens of items before it, 4k after: the count is what follows it (the item at the
-        most its ciphertext can decode to), flagged as an estimate."""
-        request = with_item(old=20, newer=4)
+    def test_every_item_sent_is_counted_the_items_before_it_too(self):
+        """The provider reads every item it is sent (the compact endpoint's own output puts the
+        user's messages before its item): a body that fits whole goes unchanged, counted whole (the
+        item at the most its ciphertext can decode to), flagged as an estimate."""
+        request = with_item(old=3, newer=2)
         fitted = fit_body(ADAPTER, request, 16_000)
-        after = tiktoken_count(request, 40)
+        whole = tiktoken_count(request)
         assert fitted.plan.result.outcome == "unchanged" and fitted.body is request
-        assert tiktoken_count(request) > 40_000
-        assert after <= fitted.plan.count.total <= 1.5 * after
+        assert whole <= fitted.plan.count.total <= 1.5 * whole
         assert not fitted.exact and not fitted.parsed.server_state
         assert any("1,505 tokens" in note for note in fitted.parsed.notes)
-        assert any("40 items before it are not counted" in note for note in fitted.parsed.notes)
+        assert any("6 items before it go first" in note for note in fitted.parsed.notes)
 
     @pytest.mark.parametrize("options", HEAD_SHARES)
     def test_over_the_window_from_the_item_on_the_items_before_it_go_before_any_after_it(self, options):
@@ -105,11 +105,12 @@ class TestACompactionItem:
         assert tiktoken_count(sent) <= result.budget.input_budget
         assert responses_problems(sent) == []
 
-    def test_a_reasoning_item_before_the_compaction_item_is_not_counted_either(self):
+    def test_a_reasoning_item_before_the_compaction_item_is_counted_with_what_it_precedes(self):
         request = with_item(old=2, newer=1)
-        request["input"].insert(4, {"type": "reasoning", "id": "rs_0", "summary": [], "encrypted_content": "gAAAA"})
-        fitted = fit_body(ADAPTER, request, 200_000)
-        assert not fitted.parsed.server_state and fitted.parsed.messages[1]["content"] == ""
+        without = fit_body(ADAPTER, request, 200_000).plan.count.total
+        summary = [{"type": "summary_text", "text": words(200, "thought")}]
+        request["input"].insert(1, {"type": "reasoning", "id": "rs_0", "summary": summary})
+        assert fit_body(ADAPTER, request, 200_000).plan.count.total > without
 
 
 class TestACompactionRequest:
