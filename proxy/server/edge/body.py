@@ -71,17 +71,22 @@ def content_encoding(header: str | None) -> str | None:
     return codings[0]
 
 
-async def read_body(request: web.Request, max_bytes: int) -> bytes:
+async def read_body(request: web.Request, max_bytes: int, client: str | None = None) -> bytes:
     """The request's body, decoded, within `max_bytes`, the app's read deadline (`BODY_POLICY`) and
-    the client's share of the bodies held (`BODY_BUDGET`); raises 408, 413, 415, 400 (corrupt
-    compressed data), 429 or 503 (the memory budget)."""
+    the client's share of the bodies held (`BODY_BUDGET`; `client`: its key, when the caller has
+    worked it out already); raises 408, 413, 415, 400 (corrupt compressed data), 429 or 503 (the
+    memory budget)."""
     policy = request.app[BODY_POLICY]
     if request.content_length is not None and request.content_length > max_bytes:
         raise PayloadTooLarge(f"the request body is {request.content_length:,} bytes; the limit is {max_bytes:,}")
     encoding = content_encoding(request.headers.get("Content-Encoding"))
     held = request.get(HELD_BODY)
     if held is None:  # the middleware gives it back when the request ends, however it ends
-        client = client_key(credential_digest(request.headers, request.query), request.remote)
+        client = (
+            client
+            if client is not None
+            else client_key(credential_digest(request.headers, request.query), request.remote)
+        )
         held = request[HELD_BODY] = request.app[BODY_BUDGET].hold(client)
     try:
         if request.content.is_eof():  # all of it has arrived (most bodies): nothing to wait for, no timer to set

@@ -45,12 +45,12 @@ async def guarded(request: web.Request) -> web.StreamResponse:
     endpoint = request[PATH_ROUTE].endpoint
     assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
     flow.endpoint = endpoint
-    raw = flow.raw = await read_body(request, gw.settings.server.max_body_bytes)
+    digest = credential_digest(request.headers, request.query)  # who the client is, for its share and its counts
+    client = flow.client = client_key(digest, request.remote)  # its share of bodies held, threads and upstream calls
+    raw = flow.raw = await read_body(request, gw.settings.server.max_body_bytes, client)
     # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
     match = gw.readers.match(endpoint.adapter, raw)
     large = flow.large = match.new_bytes > gw.settings.server.offload_bytes
-    digest = credential_digest(request.headers, request.query)  # who the client is, for its share and its counts
-    client = flow.client = client_key(digest, request.remote)  # its share of the threads and upstream calls
     try:
         parsed = await performed(large, _parse, gw, endpoint, raw, match, size=match.new_bytes, client=client)
     except BadRequest:

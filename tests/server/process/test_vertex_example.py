@@ -18,7 +18,10 @@ CLAUDE = "/v1/projects/my-project/locations/us-east5/publishers/anthropic/models
 
 
 class StandInAdc:
-    """Google's Application Default Credentials as the guard asks for them: one token."""
+    """Google's Application Default Credentials as the guard asks for them: one token, and the
+    project they belong to (the one project a path may name beside them)."""
+
+    project = "my-project"
 
     async def token(self) -> str:
         return "operator-adc-token"
