@@ -5,7 +5,10 @@ blocks, Gemini's parts, Responses' items), so each renders the same cut the same
 
 from __future__ import annotations
 
-from proxy.apis.base import Changes, Parsed
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from proxy.apis.base import Changes, Parsed, text_part
 
 
 def dropped_origins(parsed: Parsed, changes: Changes, list_field: str) -> tuple[set[int], dict[int, set[int]]]:
@@ -37,3 +40,48 @@ def inserted_texts(parsed: Parsed, changes: Changes, list_field: str, end: int) 
         content = message.get("content")
         before.setdefault(position, []).append(content if isinstance(content, str) else "")
     return before
+
+
+def alternating(
+    messages: list[Any],
+    whole: set[int],
+    blocks: dict[int, set[int]],
+    notes: dict[int, list[str]],
+    note_block: Callable[[str], dict[str, Any]],
+) -> list[Any]:
+    """The messages of a user/assistant API (Anthropic's, Bedrock's Converse) after a cut: those
+    dropped `whole` gone, the `blocks` dropped from the others gone (a message left with none goes
+    too), each note (`inserted_texts`) a user message of `note_block`s before the message at its
+    position, and two messages of one role that a drop or a note left side by side joined into one,
+    so roles still alternate and the conversation still opens as it did."""
+    kept: list[tuple[int, dict[str, Any]]] = []
+    for k, message in enumerate([*messages, None]):
+        if k in notes:
+            note = {"role": "user", "content": [note_block(text) for text in notes[k]]}
+            if kept and kept[-1][1].get("role") == "user":
+                kept[-1] = (-1, _join(kept[-1][1], note))
+            else:
+                kept.append((-1, note))
+        if message is None or k in whole:
+            continue
+        if k in blocks:
+            content = [b for j, b in enumerate(message["content"]) if j not in blocks[k]]
+            if not content:
+                continue
+            message = {**message, "content": content}
+        if kept and kept[-1][0] != k - 1 and kept[-1][1].get("role") == message.get("role"):
+            kept[-1] = (k, _join(kept[-1][1], message))
+        else:
+            kept.append((k, message))
+    return [m for _, m in kept]
+
+
+def _join(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    return {**first, "content": content_blocks(first.get("content")) + content_blocks(second.get("content"))}
+
+
+def content_blocks(content: object) -> list[Any]:
+    """A message's content as a list of blocks (Anthropic's string content as one text block)."""
+    if isinstance(content, str):
+        return [text_part(content)] if content else []
+    return list(content) if isinstance(content, list) else []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.apis.anthropic.messages import content_blocks
+from proxy.apis.cut_positions import content_blocks
 from proxy.apis.openai.responses_items import CALL_TYPES, OUTPUT_TYPES
 
 

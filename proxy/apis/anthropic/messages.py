@@ -62,7 +62,7 @@ from proxy.apis.base import (
     shortened_texts,
     text_part,
 )
-from proxy.apis.cut_positions import dropped_origins, inserted_texts
+from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.costs.images import AreaCost
 from proxy.core.counting.edge import bound_ratio_of, lower_bound
@@ -188,27 +188,7 @@ class MessagesAdapter(Adapter):
         # Anthropic has no system messages among the turns: each message the trim added (the budget
         # note, a summary) is a text block opening the user message after the dropped ones.
         notes = inserted_texts(parsed, changes, "messages", len(messages))
-        kept: list[tuple[int, dict[str, Any]]] = []
-        for k, message in enumerate([*messages, None]):
-            if k in notes:  # a user message of its own, joined with the user messages around it
-                note = {"role": "user", "content": [text_part(text) for text in notes[k]]}
-                if kept and kept[-1][1].get("role") == "user":
-                    kept[-1] = (-1, _join(kept[-1][1], note))
-                else:
-                    kept.append((-1, note))
-            if message is None or k in whole:
-                continue
-            if k in blocks:
-                content = [b for j, b in enumerate(message["content"]) if j not in blocks[k]]
-                if not content:
-                    continue
-                message = {**message, "content": content}
-            if kept and kept[-1][0] != k - 1 and kept[-1][1].get("role") == message.get("role"):
-                # A drop (or a note) left two messages of one role side by side: join them.
-                kept[-1] = (k, _join(kept[-1][1], message))
-            else:
-                kept.append((k, message))
-        body["messages"] = [m for _, m in kept]
+        body["messages"] = alternating(messages, whole, blocks, notes, text_part)
         return body
 
 
@@ -272,13 +252,3 @@ def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any],
         else:  # an image replaced by a marker
             out[target] = {"type": "text", "text": text}
     return out
-
-
-def _join(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
-    return {**first, "content": content_blocks(first.get("content")) + content_blocks(second.get("content"))}
-
-
-def content_blocks(content: object) -> list[Any]:
-    if isinstance(content, str):
-        return [text_part(content)] if content else []
-    return list(content) if isinstance(content, list) else []

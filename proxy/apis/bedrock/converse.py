@@ -47,7 +47,7 @@ from proxy.apis.base import (
     require_object,
     shortened_texts,
 )
-from proxy.apis.cut_positions import dropped_origins, inserted_texts
+from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models.model_registry import ModelProfile
 from proxy.errors import GuardError
@@ -166,25 +166,7 @@ class ConverseAdapter(Adapter):
             _write_back(body, messages, parsed.sources[i], parsed.messages[i], new)
         whole, blocks = dropped_origins(parsed, changes, "messages")
         notes = inserted_texts(parsed, changes, "messages", len(messages))
-        kept: list[tuple[int, dict[str, Any]]] = []
-        for k, message in enumerate([*messages, None]):
-            if k in notes:  # the budget note or a summary: a user message of its own, joined with its neighbours
-                note = {"role": "user", "content": [{"text": text} for text in notes[k]]}
-                kept.append(
-                    (-1, _join(kept.pop()[1], note)) if kept and kept[-1][1].get("role") == "user" else (-1, note)
-                )
-            if message is None or k in whole:
-                continue
-            if k in blocks:
-                content = [b for j, b in enumerate(message["content"]) if j not in blocks[k]]
-                if not content:
-                    continue
-                message = {**message, "content": content}
-            if kept and kept[-1][0] != k - 1 and kept[-1][1].get("role") == message.get("role"):
-                kept[-1] = (k, _join(kept[-1][1], message))  # a drop left two messages of one role side by side
-            else:
-                kept.append((k, message))
-        body["messages"] = [m for _, m in kept]
+        body["messages"] = alternating(messages, whole, blocks, notes, lambda text: {"text": text})
         return body
 
 
@@ -355,7 +337,3 @@ def _write_blocks(blocks: list[Any], source: Source, old: Mapping[str, Any], new
         if target is not None:
             blocks[target] = {"text": text}  # a shortened text, document or JSON result, or an image's marker
     return blocks
-
-
-def _join(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
-    return {**first, "content": [*first.get("content", []), *second.get("content", [])]}
