@@ -231,3 +231,14 @@ def media_part(mime: str, data: str, view: ViewBuilder, where: str, resolution: 
     """The view part of media sent inline as `data` (base64) of type `mime`, priced as an
     `inlineData` part is (other shapes of Google's APIs send media this way too)."""
     return _inline({"data": data, "mimeType": mime}, view, where, resolution)
+
+
+def with_output_reserve(body: dict[str, Any], reserve: int, snake: bool) -> dict[str, Any]:
+    """`body` with its generation config's output limit lowered to `reserve`, spelled as the body
+    spells it (`snake`: the API's own spelling, where the config names none yet)."""
+    key = "generationConfig" if "generationConfig" in body else "generation_config"
+    generation = dict(body.get(key) or {})
+    camel = "maxOutputTokens" in generation or (not snake and "max_output_tokens" not in generation)
+    generation["maxOutputTokens" if camel else "max_output_tokens"] = reserve
+    body[key] = generation
+    return body

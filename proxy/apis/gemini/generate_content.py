@@ -44,7 +44,7 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
-from proxy.apis.gemini.gemini_parts import Turns, field, read_system
+from proxy.apis.gemini.gemini_parts import Turns, field, read_system, with_output_reserve
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models.model_names import url_model_name
 from proxy.core.trimming.trim import Removal
@@ -156,10 +156,7 @@ class GenerateContentAdapter(Adapter):
             return dict(parsed.body)
         body = self._render(parsed, changes)
         if changes.reserve is not None:
-            key = "generationConfig" if "generationConfig" in body else "generation_config"
-            generation = dict(body.get(key) or {})
-            generation[_reserve_key(generation)] = changes.reserve
-            body[key] = generation
+            body = with_output_reserve(body, changes.reserve, snake=False)
         return body
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
@@ -217,10 +214,6 @@ def _reserve(generation: Mapping[str, Any]) -> int | None:
     thinking = field(generation, "thinkingConfig")
     budget = field(thinking, "thinkingBudget") if isinstance(thinking, Mapping) else None
     return budget if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 else None
-
-
-def _reserve_key(generation: Mapping[str, Any]) -> str:
-    return "max_output_tokens" if "max_output_tokens" in generation else "maxOutputTokens"
 
 
 def _tools(tools: object, view: ViewBuilder, unseen: list[str]) -> list[Any]:

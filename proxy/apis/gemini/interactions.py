@@ -42,7 +42,7 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
-from proxy.apis.gemini.gemini_parts import field
+from proxy.apis.gemini.gemini_parts import field, with_output_reserve
 from proxy.apis.gemini.interaction_steps import Steps, chat_tools, content_parts, is_content
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.trimming.trim import Removal
@@ -131,10 +131,7 @@ class InteractionsAdapter(Adapter):
             return dict(parsed.body)
         body = self._render(parsed, changes)
         if changes.reserve is not None:
-            key = "generationConfig" if "generationConfig" in body else "generation_config"
-            generation = dict(body.get(key) or {})
-            generation["maxOutputTokens" if "maxOutputTokens" in generation else "max_output_tokens"] = changes.reserve
-            body[key] = generation
+            body = with_output_reserve(body, changes.reserve, snake=True)
         return body
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
