@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import HeldContext, InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
+from proxy.core.counting.ciphertext import CIPHERTEXT_TOKENS, base64_bytes
 from proxy.core.trimming.compaction_prompts import MARKER, TRIGGER
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
@@ -42,6 +43,7 @@ class ItemsBuilder(ViewBuilder):
         super().__init__()
         self._reasoning: list[int] = []  # reasoning items waiting for the item they precede
         self._reasoning_text: list[str] = []
+        self._reasoning_bytes = 0  # what their ciphertexts decode to at most (`CIPHERTEXT_TOKENS`)
         self._call_group: int | None = None  # the view message the last call items went into
         self.marker_tokens = 0  # the bound of the compaction item's encrypted content (`compaction`)
 
@@ -55,7 +57,9 @@ class ItemsBuilder(ViewBuilder):
             origins = (*(Origin("input", k) for k in self._reasoning), *origins)
             if self._reasoning_text:
                 message["reasoning_content"] = "\n".join(self._reasoning_text)
-            self._reasoning, self._reasoning_text = [], []
+            if self._reasoning_bytes:
+                message[CIPHERTEXT_TOKENS] = self._reasoning_bytes
+            self._reasoning, self._reasoning_text, self._reasoning_bytes = [], [], 0
         super().add(message, origins, parts)
         self._call_group = None
 
@@ -75,8 +79,11 @@ class ItemsBuilder(ViewBuilder):
             for part in item.get(key) or ():
                 if isinstance(part, Mapping) and isinstance(part.get("text"), str):
                     self._reasoning_text.append(part["text"])
-        if item.get("encrypted_content"):
-            self.provider_adds(f"input[{index}]: encrypted reasoning, which the provider decrypts and re-reads")
+        cipher = item.get("encrypted_content")
+        if isinstance(cipher, str) and cipher:
+            size = base64_bytes(cipher)
+            self._reasoning_bytes += size
+            self.estimate(f"input[{index}]: encrypted reasoning, an upper bound: {size:,} tokens (its ciphertext)")
 
     def compaction(self, item: Mapping[str, Any], index: int) -> None:
         """The newest compaction item: a pinned marker, its encrypted content counted at the most it

@@ -17,6 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# A view message's field: the tokens the ciphertext it carries (the encrypted reasoning before a
+# Responses item) decodes to at most. Counted with the message, so it goes when the message goes.
+CIPHERTEXT_TOKENS = "context_guard_ciphertext_tokens"
+
 
 def base64_bytes(text: str) -> int:
     """The most bytes `text` decodes to as base64 (standard or URL-safe, padded or not): every

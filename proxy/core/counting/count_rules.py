@@ -38,6 +38,7 @@ from proxy.core.costs.media import audio_cost, file_cost, video_cost
 from proxy.core.costs.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_framing
 from proxy.core.costs.tools import ToolsCount, response_format_tokens, tool_definitions_tokens
 from proxy.core.counting.bounded_text import BoundedText, bounded_text
+from proxy.core.counting.ciphertext import CIPHERTEXT_TOKENS
 from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, count_text
 from proxy.core.counting.openings import Tally
 from proxy.core.counting.tokenizer import Tokenizer
@@ -273,6 +274,9 @@ class CountRules:
         tokens = 0
         for key, value in message.items():
             if key in _STRUCTURAL_FIELDS or key in _MARKER_FIELDS or value is None or isinstance(value, bool):
+                continue
+            if key == CIPHERTEXT_TOKENS and isinstance(value, int):  # a bound the adapter worked out
+                tokens += value
                 continue
             if isinstance(value, str):
                 tokens += self.text(value)

@@ -184,17 +184,17 @@ class Performer:
     def plan(self, window: int | None, bound_unfetched: bool = False, held: int = 0) -> Plan:
         """Count and trim for `window` with the tokenizer the choice names (the backend's own, the
         model's, or a calibrated estimate) and the upstream's budget policy, written back in the
-        API's own shape (`Plan.body`). `held` tokens the provider adds, and the bound of what it
-        decrypts (`proxy.core.counting.ciphertext.ciphertext_tokens`), are counted as the API's fixed
-        tokens: with the request, never cut."""
+        API's own shape (`Plan.body`). `held` tokens the provider adds are counted as the API's fixed
+        tokens: with the request, never cut. The bound of an encrypted reasoning item is counted with
+        the message it precedes (`CIPHERTEXT_TOKENS`), and goes when that goes."""
         choice, record, parsed = self.choice, self.record, self.parsed
         if bound_unfetched:
             choice.bound_unfetched()
-        opaque = ciphertext_tokens(parsed.body)  # a body without Responses' reasoning items has none
+        opaque = ciphertext_tokens(parsed.body)  # counted with the item each precedes (the adapter's bound)
         if opaque:
             note(record, "ciphertext_bound")
-        if held or opaque:
-            parsed = replace(parsed, fixed_tokens=parsed.fixed_tokens + held + opaque)
+        if held:
+            parsed = replace(parsed, fixed_tokens=parsed.fixed_tokens + held)
         fitted = self.gw.models.fit(self.endpoint.adapter, parsed, window, self._counted, self.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
             note(record, "estimate")

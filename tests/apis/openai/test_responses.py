@@ -8,6 +8,7 @@ import pytest
 
 from proxy.apis.base import HeldContext, InvalidRequest
 from proxy.apis.openai.responses import ResponsesAdapter
+from proxy.core.counting.ciphertext import CIPHERTEXT_TOKENS
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.trimming.turns import split_conversation
 from tests.apis.fitting import fit_body, words
@@ -129,10 +130,15 @@ class TestParse:
         parsed = ADAPTER.parse({**agent_body(), "tools": [{"type": "function", "name": "f", "parameters": {}}]})
         assert not parsed.exact and not parsed.server_state
 
-    def test_encrypted_reasoning_makes_the_count_no_bound(self) -> None:
-        item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"}
-        parsed = ADAPTER.parse({"model": "gpt-5", "input": [{"role": "user", "content": "hi"}, item]})
-        assert parsed.server_state and any("encrypted reasoning" in n for n in parsed.notes)
+    def test_encrypted_reasoning_is_counted_by_its_ciphertext_with_the_item_it_precedes(self) -> None:
+        """8,000 base64 characters decode to at most 6,000 bytes: at most 6,000 tokens, carried by
+        the message of the item the reasoning precedes (so it goes with that item when cut)."""
+        item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "Q" * 8_000}
+        answer = {"role": "assistant", "content": "Done."}
+        parsed = ADAPTER.parse({"model": "gpt-5", "input": [{"role": "user", "content": "hi"}, item, answer]})
+        assert not parsed.server_state and not parsed.exact
+        assert parsed.messages[1][CIPHERTEXT_TOKENS] == 6_000
+        assert any("encrypted reasoning, an upper bound: 6,000 tokens" in n for n in parsed.notes)
 
     def test_a_file_sent_by_url_makes_the_count_no_bound(self) -> None:
         part = {"type": "input_file", "file_url": "https://example.com/a.pdf"}
