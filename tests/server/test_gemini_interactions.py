@@ -132,6 +132,34 @@ class TestInteractionsThroughTheGuard:
         sent = provider.received[-1].json()
         assert sent["previous_interaction_id"] == "int_1" and "store" not in sent
 
+    async def test_a_chain_is_counted_with_what_the_earlier_interaction_holds_and_never_sent_over(
+        self, client, fake
+    ):
+        """The first interaction's answer says what it holds (its input and output); the next one
+        naming it is counted as that plus what it sends: sent alone it would fit, with the chain it
+        does not, so its own steps are cut (or it is refused) and the provider never reads more
+        than the window."""
+        provider, _ = fake
+        first = await client.aio.interactions.create(
+            model=FLASH, input=steps(3), generation_config={"max_output_tokens": RESERVE}
+        )
+        held = their_count({"input": steps(3)}) + 3  # the fake's usage: its own count of the input, 3 out
+        assert held < WINDOW - RESERVE  # the first one fitted whole
+        before = len(provider.received)
+        try:
+            await client.aio.interactions.create(
+                model=FLASH, input=steps(4), previous_interaction_id=first.id,
+                generation_config={"max_output_tokens": RESERVE},
+            )  # fmt: skip
+        except APIStatusError as refused:  # nothing of its own left to cut: refused before sending
+            assert refused.value.status_code == 400 and len(provider.received) == before
+            return
+        sent = provider.received[-1].json()
+        assert sent["previous_interaction_id"] == first.id
+        assert held + their_count(sent) <= WINDOW - RESERVE
+        assert held + their_count({"input": steps(4)}) > WINDOW - RESERVE  # it did not fit with the chain
+        assert their_count({"input": steps(4)}) > their_count(sent)  # so its own steps were cut
+
     async def test_a_stream_the_provider_breaks_ends_with_the_apis_own_error_event(self, client, fake):
         provider, _ = fake
         provider.break_stream_after = 3
