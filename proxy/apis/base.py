@@ -255,12 +255,18 @@ class Adapter:
         if changes.none:
             return dict(parsed.body)
         body = self._render(parsed, changes)
-        if changes.reserve is not None and parsed.reserve_field is not None:
-            body[parsed.reserve_field] = changes.reserve
+        if changes.reserve is not None:
+            self.write_reserve(body, parsed, changes.reserve)
         return body
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         raise NotImplementedError
+
+    def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
+        """The output reserve a trim lowered, written where this API keeps it (a top-level field
+        unless the shape nests it: Gemini's generation config, Converse's inference config)."""
+        if parsed.reserve_field is not None:
+            body[parsed.reserve_field] = reserve
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         """`error` in the API's own shape: OpenAI's, unless the shape has its own."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import unquote
@@ -150,14 +150,8 @@ class ConverseAdapter(Adapter):
         param, message = error.param, error.message
         return bedrock_error_body(f"{param}: {message}" if param and not message.startswith(param) else message)
 
-    def render(
-        self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Any], inserted: Sequence[int] = ()
-    ) -> dict[str, Any]:
-        body = super().render(parsed, trimmed, removals, inserted)
-        reserve = trimmed.get("max_tokens")
-        if parsed.reserve_view_field and isinstance(reserve, int) and reserve != parsed.chat.get("max_tokens"):
-            body["inferenceConfig"] = {**body.get("inferenceConfig", {}), "maxTokens": reserve}
-        return body
+    def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
+        body["inferenceConfig"] = {**body.get("inferenceConfig", {}), "maxTokens": reserve}
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

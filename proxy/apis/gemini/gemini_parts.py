@@ -233,12 +233,11 @@ def media_part(mime: str, data: str, view: ViewBuilder, where: str, resolution: 
     return _inline({"data": data, "mimeType": mime}, view, where, resolution)
 
 
-def with_output_reserve(body: dict[str, Any], reserve: int, snake: bool) -> dict[str, Any]:
-    """`body` with its generation config's output limit lowered to `reserve`, spelled as the body
-    spells it (`snake`: the API's own spelling, where the config names none yet)."""
+def with_output_reserve(body: dict[str, Any], reserve: int, snake: bool) -> None:
+    """`body`'s generation config's output limit lowered to `reserve`, spelled as the body spells
+    it (`snake`: the API's own spelling, where the config names none yet)."""
     key = "generationConfig" if "generationConfig" in body else "generation_config"
     generation = dict(body.get(key) or {})
     camel = "maxOutputTokens" in generation or (not snake and "max_output_tokens" not in generation)
     generation["maxOutputTokens" if camel else "max_output_tokens"] = reserve
     body[key] = generation
-    return body

@@ -39,7 +39,6 @@ from proxy.apis.base import (
     Parsed,
     Source,
     ViewBuilder,
-    changes_of,
     require_object,
     shortened_texts,
 )
@@ -47,7 +46,6 @@ from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.gemini.gemini_parts import Turns, field, read_system, with_output_reserve
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models.model_names import url_model_name
-from proxy.core.trimming.trim import Removal
 from proxy.errors import GuardError
 
 API = "generate_content"
@@ -148,16 +146,8 @@ class GenerateContentAdapter(Adapter):
         parsed = view.parsed(self, body, chat, None)
         return replace(parsed, reserve_view_field="max_tokens" if reserve is not None else None, unseen=tuple(unseen))
 
-    def render(
-        self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal], inserted: Sequence[int] = ()
-    ) -> dict[str, Any]:
-        changes = changes_of(parsed, trimmed, removals, inserted)
-        if changes.none:
-            return dict(parsed.body)
-        body = self._render(parsed, changes)
-        if changes.reserve is not None:
-            body = with_output_reserve(body, changes.reserve, snake=False)
-        return body
+    def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
+        with_output_reserve(body, reserve, snake=False)
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         param, message = error.param, error.message

@@ -37,7 +37,6 @@ from proxy.apis.base import (
     Origin,
     Parsed,
     ViewBuilder,
-    changes_of,
     require_object,
     shortened_texts,
 )
@@ -45,7 +44,6 @@ from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.gemini.gemini_parts import field, with_output_reserve
 from proxy.apis.gemini.interaction_steps import Steps, chat_tools, content_parts, is_content
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
-from proxy.core.trimming.trim import Removal
 from proxy.errors import GuardError
 
 API = "interactions"
@@ -123,16 +121,8 @@ class InteractionsAdapter(Adapter):
         parsed = view.parsed(self, body, chat, model)
         return replace(parsed, reserve_view_field="max_tokens" if reserve is not None else None, unseen=tuple(unseen))
 
-    def render(
-        self, parsed: Parsed, trimmed: Mapping[str, Any], removals: Sequence[Removal], inserted: Sequence[int] = ()
-    ) -> dict[str, Any]:
-        changes = changes_of(parsed, trimmed, removals, inserted)
-        if changes.none:
-            return dict(parsed.body)
-        body = self._render(parsed, changes)
-        if changes.reserve is not None:
-            body = with_output_reserve(body, changes.reserve, snake=True)
-        return body
+    def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
+        with_output_reserve(body, reserve, snake=True)
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         param, message = error.param, error.message
