@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import HeldContext, InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
-from proxy.core.counting.ciphertext import CIPHERTEXT_TOKENS, base64_bytes
+from proxy.core.counting.ciphertext import CIPHERTEXT_NOTE, CIPHERTEXT_TOKENS, base64_bytes
 from proxy.core.trimming.compaction_prompts import MARKER, TRIGGER
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
@@ -83,7 +83,7 @@ class ItemsBuilder(ViewBuilder):
         if isinstance(cipher, str) and cipher:
             size = base64_bytes(cipher)
             self._reasoning_bytes += size
-            self.estimate(f"input[{index}]: encrypted reasoning, an upper bound: {size:,} tokens (its ciphertext)")
+            self.estimate(f"input[{index}]: {CIPHERTEXT_NOTE}: {size:,} tokens (its ciphertext)")
 
     def compaction(self, item: Mapping[str, Any], index: int) -> None:
         """The newest compaction item: a pinned marker, its encrypted content counted at the most it

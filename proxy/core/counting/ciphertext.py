@@ -14,30 +14,14 @@ ledger of the provider's own answers (`proxy.state.held_ledger`), as the exchang
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 # A view message's field: the tokens the ciphertext it carries (the encrypted reasoning before a
 # Responses item) decodes to at most. Counted with the message, so it goes when the message goes.
 CIPHERTEXT_TOKENS = "context_guard_ciphertext_tokens"
+# What the note an adapter writes for such a bound says (`Parsed.notes`), for the record to name it.
+CIPHERTEXT_NOTE = "encrypted reasoning, an upper bound"
 
 
 def base64_bytes(text: str) -> int:
     """The most bytes `text` decodes to as base64 (standard or URL-safe, padded or not): every
     four characters that are not padding carry three bytes."""
     return len(text.rstrip("=")) * 3 // 4
-
-
-def ciphertext_tokens(body: Mapping[str, Any]) -> int:
-    """The tokens a Responses body's encrypted reasoning can be at most (`encrypted_content` of
-    its `reasoning` input items): one per byte its ciphertext decodes to."""
-    items = body.get("input")
-    if not isinstance(items, list):
-        return 0
-    total = 0
-    for item in items:
-        if isinstance(item, Mapping) and item.get("type") == "reasoning":
-            cipher = item.get("encrypted_content")
-            if isinstance(cipher, str):
-                total += base64_bytes(cipher)
-    return total

@@ -130,12 +130,12 @@ _COUNTED_AFTER_ALL = (
 )
 
 
-def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None, opaque: bool) -> str:
+def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None) -> str:
     """What kind of count a plan's is (`COUNT_HEADER`): `exact`; `upper-bound` (a bound tokenizer,
-    a part the adapter bounded, a ciphertext's size); `estimate` (parts estimated, a calibrated
-    estimate, held context sized from the provider's reports in the ledger); `incomplete` (what
-    the provider adds is not counted at all). `exact`: the tokenizer's count is; `held`: where the
-    held context's size came from; `opaque`: a ciphertext was bounded."""
+    a part the adapter bounded, a ciphertext's size: its note says "upper bound"); `estimate` (parts
+    estimated, a calibrated estimate, held context sized from the provider's reports in the
+    ledger); `incomplete` (what the provider adds is not counted at all). `exact`: the tokenizer's
+    count is; `held`: where the held context's size came from."""
     kinds = set()
     for note in parsed.notes:
         if note.startswith(("not counted", "cachedContent")):
@@ -150,7 +150,7 @@ def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None, opaqu
     chained = held == "ledger" and any(context.kind != "cache" for context in parsed.held)
     if "estimate" in kinds or source in ("calibrated", "estimate") or chained:
         return "estimate"
-    return "exact" if exact and not opaque and "upper-bound" not in kinds else "upper-bound"
+    return "exact" if exact and "upper-bound" not in kinds else "upper-bound"
 
 
 def held_refusal(refusal: ContextLengthExceeded, held: int) -> ContextLengthExceeded:

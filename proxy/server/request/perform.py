@@ -49,7 +49,7 @@ from proxy.core.commands import (
     Summarise,
     Summary,
 )
-from proxy.core.counting.ciphertext import ciphertext_tokens
+from proxy.core.counting.ciphertext import CIPHERTEXT_NOTE
 from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import correction_key, opted_in
@@ -190,8 +190,7 @@ class Performer:
         choice, record, parsed = self.choice, self.record, self.parsed
         if bound_unfetched:
             choice.bound_unfetched()
-        opaque = ciphertext_tokens(parsed.body)  # counted with the item each precedes (the adapter's bound)
-        if opaque:
+        if any(CIPHERTEXT_NOTE in n for n in parsed.notes):  # the adapter bounded a ciphertext
             note(record, "ciphertext_bound")
         if held:
             parsed = replace(parsed, fixed_tokens=parsed.fixed_tokens + held)
@@ -200,7 +199,7 @@ class Performer:
             note(record, "estimate")
         held_from = self.flow.exchange.held if self.flow.exchange is not None else None
         exact, source = fitted.plan.count.exact and choice.tokenizer.exact, held_from.source if held_from else None
-        self.count_kind = count_kind(exact, parsed, choice.source, source, opaque > 0)
+        self.count_kind = count_kind(exact, parsed, choice.source, source)
         self._rendered = fitted.edited or self.parsed
         if fitted.original_tokens is not None:  # counted as the provider sees it after its context edits
             note(record, "context_edits:guard" if self.target.upstream.edits_by_guard else "context_edits:provider")

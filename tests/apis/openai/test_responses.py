@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import os
 from typing import Any
 
 import pytest
@@ -139,6 +141,15 @@ class TestParse:
         assert not parsed.server_state and not parsed.exact
         assert parsed.messages[1][CIPHERTEXT_TOKENS] == 6_000
         assert any("encrypted reasoning, an upper bound: 6,000 tokens" in n for n in parsed.notes)
+
+    def test_only_a_reasoning_items_ciphertext_is_counted_as_one(self) -> None:
+        """Several reasoning items before one item add up; a ciphertext on an item of another kind
+        is not reasoning the provider decrypts into the context."""
+        cipher = base64.b64encode(os.urandom(3_000)).decode()
+        reasoning = {"type": "reasoning", "summary": [], "encrypted_content": cipher}
+        answer = {"type": "message", "role": "assistant", "content": "Done.", "encrypted_content": "AAAA"}
+        parsed = ADAPTER.parse({"model": "gpt-5", "input": [{"role": "user", "content": "hi"}, reasoning, reasoning, answer]})
+        assert [m.get(CIPHERTEXT_TOKENS) for m in parsed.messages] == [None, 6_000]
 
     def test_a_file_sent_by_url_makes_the_count_no_bound(self) -> None:
         part = {"type": "input_file", "file_url": "https://example.com/a.pdf"}
