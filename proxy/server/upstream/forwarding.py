@@ -213,10 +213,12 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     flow = request[FLOW]
     gw, record = flow.gw, flow.record
     record.kind = "passthrough"
-    raw = await read_body(request, gw.settings.server.max_body_bytes)
+    digest = credential_digest(request.headers, request.query)  # who the client is: its shares and its scope
+    client = flow.client = client_key(digest, request.remote)
+    raw = await read_body(request, gw.settings.server.max_body_bytes, client)
     path = request[PATH_ROUTE].path
     google = google_path(path.segments)
-    model = await _sniffed_model(request, gw, raw)
+    model = await _sniffed_model(request, gw, raw, client)
     if model and google is not None:
         model = model.rpartition("/")[2]  # `models/gemini-2.5-flash`, `projects/.../models/gemini-2.5-flash`
     target = _passthrough_target(gw, model, google, request)
@@ -235,7 +237,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     async with upstream_call(flow, raw) as response:
         extra = {"x-request-id": record.request_id}
         if google is not None and request.method == "POST" and google.resource[-1:] == ("cachedContents",):
-            flow.scope = client_scope(request, credential_digest(request.headers, request.query))
+            flow.scope = client_scope(request, digest)
             return await _cache_made(flow, response, extra)
         return await relay_answer(flow, response, extra)
 
@@ -323,7 +325,7 @@ def _refuse_counted_or_generating(base_url: str, path: CanonicalPath, gw: Gatewa
         raise PathNotFound(f"context-guard does not forward {path}: it would reach an endpoint that generates")
 
 
-async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes) -> str | None:
+async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes, client: str) -> str | None:
     """The body's `model`, read where a body of its size is read (`proxy.server.threads.placement`): on the
     loop up to `INLINE_BYTES`, else in the client's share of the threads (3.9 MB of `{}` parsed on
     the loop held it 324-344 ms)."""
@@ -331,7 +333,6 @@ async def _sniffed_model(request: web.Request, gw: Gateway, raw: bytes) -> str |
         return None
     if len(raw) <= INLINE_BYTES:
         return _sniff_model(raw)
-    client = client_key(credential_digest(request.headers, request.query), request.remote)
     large = len(raw) > gw.settings.server.offload_bytes
     return await performed(large, _sniff_model, raw, size=len(raw), client=client)
 
