@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from proxy.apis.base import HeldContext, Parsed
 from proxy.config.upstreams import UpstreamSettings
@@ -26,6 +27,7 @@ from proxy.core.commands import Held
 from proxy.errors import ContextLengthExceeded, GuardError
 from proxy.server.backends.profiles import BackendDown, answered_json
 from proxy.server.backends.provider_count import EdgeRequest, Placed, count_call_headers, provider_counted
+from proxy.server.edge.paths import host_root_url
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.upstream.usage import Reported, held_of
@@ -33,7 +35,7 @@ from proxy.state.held_ledger import client_of
 
 # A cache's name as Google's two APIs write it: `cachedContents/{id}` (Gemini), or under a project.
 _CACHE_NAME = re.compile(r"^(?:projects/[\w.-]+/locations/[\w-]+/)?cachedContents/[\w-]{1,128}$")
-_HOST = re.compile(r"^(https?://[^/?#]+)(/v1beta1|/v1beta|/v1)?")
+_VERSION = re.compile(r"^/(v1beta1|v1beta|v1)(?:/|$)")  # the version the base URL's path opens with
 _COUNTED_WHOLE = frozenset({"response", "conversation"})  # what OpenAI's input_tokens counts with the request
 
 
@@ -84,13 +86,15 @@ async def _whole_count(flow: Flow, headers: Mapping[str, str], placed: Placed) -
 async def _cache_size(flow: Flow, held: HeldContext, headers: Mapping[str, str]) -> int | None:
     """A cache's `totalTokenCount` as `GET {version}/{name}` says it (and kept until it expires)."""
     upstream, gw = flow.target.upstream, flow.gw
-    host = _HOST.match(upstream.base_url)
-    if host is None or _CACHE_NAME.match(held.id) is None or gw.session is None:
+    if _CACHE_NAME.match(held.id) is None or gw.session is None:
         return None
-    version = host.group(2) or ("/v1beta" if upstream.kind == "gemini" else "/v1")
+    stated = _VERSION.match(URL(upstream.base_url).path)
+    version = stated.group(1) if stated else ("v1beta" if upstream.kind == "gemini" else "v1")
+    segments = (version, *held.id.split("/"))
+    url = str(host_root_url(upstream.base_url, segments))
     try:
         async with asyncio.timeout(upstream.provider_count_timeout):
-            answer = await answered_json(gw.session, "GET", f"{host.group(1)}{version}/{held.id}", None, headers)
+            answer = await answered_json(gw.session, "GET", url, None, headers)
     except (TimeoutError, BackendDown):
         return None
     for report in held_of(answer, None):
