@@ -54,6 +54,13 @@ class GuardError(Exception):
     def to_openai(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
 
+    @property
+    def named_message(self) -> str:
+        """The message with the field it names in front, for shapes whose errors have no field for
+        it (Google's, Bedrock's); as it is when it names the field already."""
+        param, message = self.param, self.message
+        return f"{param}: {message}" if param and not message.startswith(param) else message
+
 
 class BadRequest(GuardError):
     status = 400

@@ -147,8 +147,7 @@ class ConverseAdapter(Adapter):
         return super().profile(profile, parsed)
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
-        param, message = error.param, error.message
-        return bedrock_error_body(f"{param}: {message}" if param and not message.startswith(param) else message)
+        return bedrock_error_body(error.named_message)
 
     def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
         body["inferenceConfig"] = {**body.get("inferenceConfig", {}), "maxTokens": reserve}

@@ -150,8 +150,7 @@ class GenerateContentAdapter(Adapter):
         with_output_reserve(body, reserve, snake=False)
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
-        param, message = error.param, error.message
-        return gemini_error(error.status, f"{param}: {message}" if param and not message.startswith(param) else message)
+        return gemini_error(error.status, error.named_message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

@@ -125,9 +125,7 @@ class InteractionsAdapter(Adapter):
         with_output_reserve(body, reserve, snake=True)
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
-        param, message = error.param, error.message
-        named = f"{param}: {message}" if param and not message.startswith(param) else message
-        return interactions_error(error.status, named)
+        return interactions_error(error.status, error.named_message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)
