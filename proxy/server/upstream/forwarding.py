@@ -38,7 +38,7 @@ from proxy.server.edge.paths import (
 from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
-from proxy.server.request.held import ledger_client
+from proxy.server.request.held import learned
 from proxy.server.threads.placement import INLINE_BYTES, performed
 from proxy.server.threads.slots import client_key
 from proxy.server.upstream.headers import request_headers, response_headers
@@ -54,8 +54,8 @@ from proxy.server.upstream.upstream_errors import (
     upstream_errors,
     upstream_failure,
 )
-from proxy.server.upstream.usage import held_of
-from proxy.wire.codec import dumps, loads
+from proxy.server.upstream.usage import reported_from_body
+from proxy.wire.codec import dumps
 from proxy.wire.strict_json import check_density
 from proxy.wire.top_level_model import top_level_model
 
@@ -254,14 +254,7 @@ async def _cache_made(flow: Flow, response: aiohttp.ClientResponse, extra: dict[
     if response.status != 200 or length is None or length > _CACHE_ANSWER_MOST:
         return await relay_answer(flow, response, extra)
     body = await response.read()
-    try:
-        answer = loads(decoded(body, response.headers.get("Content-Encoding")))
-    except (ValueError, GuardError):
-        answer = None
-    for report in held_of(answer, None):
-        if report.kind == "cache":
-            entry = (report.kind, report.id, report.tokens)
-            await flow.gw.ledger.put(flow.target.upstream.name, ledger_client(flow), entry, report.expires_at)
+    await learned(flow, reported_from_body(body, response.headers.get("Content-Encoding")))
     return buffered(response, body, extra)
 
 
