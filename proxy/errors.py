@@ -87,7 +87,7 @@ class ContextLengthExceeded(GuardError):
     def refused(cls, result: TrimResult, api: str, headers: dict[str, str]) -> ContextLengthExceeded:
         """The guard's refusal of `result`, worded as the provider of `api` words its own overflow
         (so client libraries classify it as one), with the guard's budget in the headers too."""
-        anthropic = api in ("messages", "count_tokens")
+        anthropic = api in ("messages", "count_tokens", "converse", "invoke")  # Bedrock words Claude's as Anthropic
         gemini = api.startswith("generate_content") or api == "interactions"
         budget = result.budget
         report = {

@@ -272,6 +272,10 @@ class Adapter:
         """`error` in the API's own shape: OpenAI's, unless the shape has its own."""
         return error.to_openai()
 
+    def error_headers(self, error: GuardError) -> dict[str, str]:
+        """Headers an error of this API carries beside its body (Bedrock names its exception in one)."""
+        return {}
+
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """The profile this request is counted with: the API's fixed overheads are folded into
         the reply priming, which the core adds once per request and never trims."""

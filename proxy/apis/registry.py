@@ -40,6 +40,7 @@ such a request goes to the upstream's host, under the path as the client wrote i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -47,6 +48,8 @@ from typing import Any
 
 from proxy.apis.anthropic.messages import CountTokensAdapter, MessagesAdapter, count_tokens_body
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
+from proxy.apis.bedrock import runtime as bedrock
+from proxy.apis.bedrock.converse import ConverseAdapter
 from proxy.apis.fields import unseen_parts
 from proxy.apis.gemini.generate_content import CountTokensAdapter as GeminiCountAdapter
 from proxy.apis.gemini.generate_content import GenerateContentAdapter, count_tokens_answer, model_name
@@ -68,6 +71,9 @@ class Endpoint:
     stream: bool = False  # the path itself asks for a stream (Vertex AI's streamRawPredict)
     answer: Callable[[int], Mapping[str, Any]] | None = None  # a local endpoint's answer for a count
     at_host_root: bool = False  # sent to the upstream's host under the path as written (Google's paths)
+    # The path sent under the upstream's base URL, encoded, for the model a route sends (None: the
+    # path's own): Bedrock's, whose model ids hold `:` and `/` (`proxy.apis.bedrock.runtime`).
+    under_base: Callable[[str | None], str] | None = None
 
     @property
     def api(self) -> str:
@@ -122,6 +128,9 @@ class AdapterRegistry:
         self.gemini = GenerateContentAdapter()
         self.gemini_count = GeminiCountAdapter()
         self.interactions = InteractionsAdapter()
+        self.converse, self.invoke, self.bedrock_count = (  # bedrock-runtime's
+            ConverseAdapter(), bedrock.InvokeAdapter(), bedrock.CountTokensAdapter()
+        )
         chat, responses, completions_ = Endpoint(self.chat), Endpoint(self.responses), Endpoint(self.completions)
         messages, compact = Endpoint(self.messages), Endpoint(ResponsesCompactAdapter())
         counting = Endpoint(self.count_tokens, local=True, answer=count_tokens_body)
@@ -148,7 +157,7 @@ class AdapterRegistry:
     def adapters(self) -> tuple[Adapter, ...]:
         """Every adapter, once (the body readers of `proxy.wire.readers` keep one reader each)."""
         return (self.chat, self.responses, self.completions, self.messages, self.count_tokens, self.gemini,
-                self.gemini_count, self.interactions)  # fmt: skip
+                self.gemini_count, self.interactions, self.converse, self.invoke, self.bedrock_count)  # fmt: skip
 
     def _interactions_paths(self) -> dict[str, Endpoint]:
         """Google's Interactions API on the Developer API's versions (google-genai sends `/v1`):
@@ -175,7 +184,17 @@ class AdapterRegistry:
             return Endpoint(self.count_tokens, local=True, answer=count_tokens_body)
         if match:
             return Endpoint(self.messages, path_model=match["model"], stream=match["method"] == "streamRawPredict")
-        return None
+        match = bedrock.BEDROCK_PATH.fullmatch(path)
+        return self._bedrock(bedrock.model_id(match["model"]), match["operation"]) if match else None
+
+    def _bedrock(self, model: str, operation: str) -> Endpoint:
+        """bedrock-runtime's: routed and counted by the model the id names, sent under the id as written."""
+        named = bedrock.routed_model(model)
+        if operation == "count-tokens":
+            return Endpoint(self.bedrock_count, named, local=True, answer=bedrock.count_tokens_answer)
+        adapter: Adapter = self.converse if operation.startswith("converse") else self.invoke
+        path = functools.partial(bedrock.upstream_path, model, operation)
+        return Endpoint(adapter, named, stream=operation in bedrock.STREAMING, under_base=path)
 
     def _gemini(self, model: str, method: str) -> Endpoint:
         if method == "countTokens":

@@ -13,16 +13,19 @@ from proxy.config.backends import BackendOptions
 from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, carried
 
 UpstreamKind = Literal[
-    "auto", "openai", "azure", "vertex", "gemini", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
+    "auto", "openai", "azure", "vertex", "gemini", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo",
+    "bedrock",
 ]
 # Kinds whose server is asked at start what it is (its window, whether it can tokenize).
 DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
 # How each kind behaves as a backend (proxy.server.backends.profiles); hosted APIs are never probed.
 # Gemini's Developer API words its limits as Vertex AI does.
-_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai", "gemini": "vertex"}
+_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai", "gemini": "vertex", "bedrock": "openai"}
 # Kinds whose API applies Anthropic's context edits itself (`UpstreamSettings.context_edits`).
 EDITING_KINDS = frozenset({"anthropic"})
-ApiName = Literal["chat", "responses", "completions", "messages", "generate_content", "interactions"]
+ApiName = Literal[
+    "chat", "responses", "completions", "messages", "generate_content", "interactions", "converse", "invoke"
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +57,11 @@ class UpstreamSettings:
     token_refresh_seconds: Annotated[float, Bounds(ge=1)] = 3000.0
     # `adc`: a token from Google's Application Default Credentials (a service-account file, the
     # metadata server on GKE and Cloud Run, gcloud's user credentials), refreshed before it expires.
-    auth: Literal["adc"] | None = None
+    # `sigv4` (a `kind: bedrock` upstream): every request signed again with the AWS credentials of
+    # the guard's environment (botocore's chain: environment keys, profiles, container and instance
+    # roles) for `region`; `proxy.server.bedrock.sigv4`.
+    auth: Literal["adc", "sigv4"] | None = None
+    region: str | None = None  # AWS's region a `kind: bedrock` upstream signs for; None: read from base_url
     headers: dict[str, str] = field(default_factory=dict)
     # Who applies the context edits a Messages request asks for (Anthropic's `context_management`):
     # `provider` (the upstream does, as Anthropic's API does: the guard counts the request after
@@ -73,6 +80,7 @@ class UpstreamSettings:
         if self.auth == "adc" and (self.token_command or self.token_file or self.api_key_env):
             message = "auth: adc fetches the token itself; drop token_command, token_file and api_key_env"
             raise SchemaError(message, ("auth",))
+        check_bedrock(self)  # bedrock: its region and its one credential
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
 
     @property
@@ -104,7 +112,31 @@ KIND_APIS: Mapping[str, tuple[str, ...]] = {
     "generic": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
     "echo": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
     "auto": ("chat", "responses", "completions", "messages"),
+    "bedrock": ("converse", "invoke"),  # bedrock-runtime's paths (`/model/{modelId}/...`)
 }
+
+
+# -- bedrock: a few lines kept here until the upstream kinds become objects ------------------------
+_BEDROCK_HOST = re.compile(r"^https?://bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?::\d+)?/?$")
+
+
+def check_bedrock(upstream: UpstreamSettings) -> None:
+    """`auth: sigv4` only for a `kind: bedrock` upstream, which signs (with a region, named or read
+    from `bedrock-runtime.{region}.amazonaws.com`) or sends an API key, never both, never neither."""
+    if upstream.auth == "sigv4" and upstream.kind != "bedrock":
+        raise SchemaError("auth: sigv4 signs for AWS Bedrock: it needs kind: bedrock", ("auth",))
+    if upstream.kind != "bedrock":
+        return
+    if upstream.region is None:
+        found = _BEDROCK_HOST.match(upstream.base_url)
+        object.__setattr__(upstream, "region", found[1] if found else None)
+    if upstream.auth == "sigv4" and upstream.region is None:
+        raise SchemaError("auth: sigv4 needs the AWS region to sign for (region: us-east-1)", ("region",))
+    if upstream.region is not None and not re.fullmatch(r"[a-z]{2}(?:-[a-z]+)+-\d", upstream.region):
+        raise SchemaError(f"region {upstream.region!r} is not an AWS region name (us-east-1)", ("region",))
+    if (upstream.auth == "sigv4") == bool(upstream.api_key_env) or upstream.token_command or upstream.token_file:
+        message = "a bedrock upstream authenticates with auth: sigv4 or api_key_env (a Bedrock API key), one of them"
+        raise SchemaError(message, ("auth",))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -94,8 +94,16 @@ def foundation_model(model_id: str) -> str:
     return name
 
 
+ERROR_NAMESPACE = "http://internal.amazon.com/coral/com.amazon.bedrock/"
+
+
 def bedrock_error_body(message: str) -> dict[str, str]:
     return {"message": message}
+
+
+def error_headers(error: GuardError) -> dict[str, str]:
+    """Where Bedrock's SDKs read an error's name: `x-amzn-ErrorType` (botocore takes what precedes the `:`)."""
+    return {"x-amzn-ErrorType": f"{exception_name(error.status)}:{ERROR_NAMESPACE}"}
 
 
 def exception_name(status: int) -> str:
@@ -148,6 +156,9 @@ class ConverseAdapter(Adapter):
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return bedrock_error_body(error.named_message)
+
+    def error_headers(self, error: GuardError) -> dict[str, str]:
+        return error_headers(error)
 
     def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
         body["inferenceConfig"] = {**body.get("inferenceConfig", {}), "maxTokens": reserve}

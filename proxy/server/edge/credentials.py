@@ -34,6 +34,7 @@ from urllib.parse import unquote_plus
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import UpstreamUnavailable
 from proxy.logging import get_logger
+from proxy.server.bedrock.sigv4 import SigV4Signer
 from proxy.server.edge.adc import AdcError, AdcTokens
 
 COMMAND_TIMEOUT_SECONDS = 30.0
@@ -160,6 +161,8 @@ class UpstreamAuth:
         self._lock = asyncio.Lock()
         self._log = log if log is not None else get_logger()
         self._adc = AdcTokens() if upstream.auth == "adc" else None
+        # Bedrock's `auth: sigv4`: no header here, the whole request is signed as it is sent.
+        self.sigv4 = SigV4Signer(upstream.region or "", self._log) if upstream.auth == "sigv4" else None
 
     @property
     def project(self) -> str | None:
@@ -171,6 +174,8 @@ class UpstreamAuth:
         return bool(self.upstream.token_command or self.upstream.token_file or self._adc)
 
     async def header(self, client_authorization: str | None, client_keys_in_use: bool) -> str | None:
+        if self.sigv4 is not None:
+            return None
         if self._adc is not None:  # it keeps its own token until shortly before the token expires
             return f"Bearer {await self._fetch()}"
         if self.uses_token:

@@ -31,6 +31,7 @@ from urllib.parse import quote
 from aiohttp import web
 from yarl import URL
 
+from proxy.apis.bedrock.runtime import bedrock_path
 from proxy.apis.gemini.generate_content import gemini_error
 from proxy.apis.gemini.google_paths import generation_method, google_path, is_google_shaped
 from proxy.apis.registry import Endpoint, endpoint_api
@@ -84,6 +85,11 @@ def canonical_path(raw: str) -> CanonicalPath:
     `CanonicalPath` is immutable; a refusal is not kept, it is worked out again)."""
     if "#" in raw or "?" in raw:
         raise InvalidPath("the request path holds a '#' or '?' where none can be")
+    try:  # bedrock-runtime's: a model id holds ':' and, in an ARN, an encoded '/', in one segment
+        if (bedrock := bedrock_path(raw)) is not None:
+            return CanonicalPath(bedrock)
+    except ValueError as exc:
+        raise InvalidPath(str(exc)) from None
     if "\\" in raw:
         raise InvalidPath("the request path holds a '\\', which servers read differently")
     for match in _ESCAPE.finditer(raw.encode("utf-8", "surrogatepass")):

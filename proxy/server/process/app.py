@@ -155,6 +155,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         gateway.session = session
         gateway.summariser = open_summariser(gateway.settings, session)
         await discover_upstreams(gateway, session)
+        await asyncio.gather(*(a.sigv4.ready() for a in gateway.auths.values() if a.sigv4))  # AWS's, in a thread
         await gateway.store.open()  # connected before the first request, so it does not pay for it
         yield
         current = app[GATEWAY]  # a reload may have replaced the gateway the session was opened with
@@ -302,6 +303,8 @@ def error_response(error: GuardError, request: web.Request) -> web.Response:
     body = endpoint.adapter.error_body(error) if endpoint is not None else error_body(error, record.path)
     response = web.json_response(body, status=error.status)
     response.headers.update(error.headers)
+    if endpoint is not None:  # Bedrock names its exception in a header
+        response.headers.update(endpoint.adapter.error_headers(error))
     response.headers["x-request-id"] = record.request_id
     if error.status in (408, 413):  # the rest of the body was never read: this connection cannot be reused
         response.force_close()

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
+from proxy.server.bedrock.event_streams import EventStreamTap, is_aws_event_stream
 from proxy.server.upstream.sse import FirstEvent, is_event_stream, peek_first_event
 from proxy.server.upstream.usage import Reported, Usage, UsageTap, reported_from_body
 
@@ -32,7 +33,7 @@ YIELD_EVERY = 0.002  # seconds a relay may hold the loop before it lets the othe
 
 async def first_event(response: aiohttp.ClientResponse, streaming: bool) -> FirstEvent | None:
     """The first event of a streamed answer (read, not yet relayed); None for a whole answer."""
-    if not streaming:
+    if not streaming or is_aws_event_stream(response):  # Bedrock's frames: read as they are relayed
         return None
     return await peek_first_event(response)
 
@@ -49,7 +50,9 @@ class UsageReader:
     def __init__(self, response: aiohttp.ClientResponse, strip: bool) -> None:
         self.encoding = response.headers.get("Content-Encoding")
         self.stream = is_event_stream(response)
-        self._tap = UsageTap(strip, self.encoding) if self.stream else None
+        self._tap: UsageTap | EventStreamTap | None = UsageTap(strip, self.encoding) if self.stream else None
+        if is_aws_event_stream(response):  # Bedrock's streams: whole frames relayed, each read
+            self._tap = EventStreamTap(self.encoding)
         self._body = bytearray()
         self._unread = False  # the body grew past MAX_USAGE_BODY: no usage is read from it
         self._whole = Reported()

@@ -17,6 +17,7 @@ from proxy.apis.names import MAX_NAME_CHARS
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
 from proxy.server.backends.profiles import forwardable_request_id
+from proxy.server.bedrock.sigv4 import bedrock_request
 from proxy.server.edge.body import read_body
 from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import (
@@ -93,7 +94,10 @@ class UpstreamCall:
             query = without_parameter(query, "key")
         route = request[PATH_ROUTE]
         endpoint = route.endpoint
-        if endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
+        if endpoint is not None and endpoint.under_base is not None:  # Bedrock's ids: one encoded segment
+            tail = endpoint.under_base(flow.target.model) + (f"?{query}" if query else "")
+            url = URL(upstream.base_url + tail, encoded=True)
+        elif endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
             # Google's paths carry their own version and project: at the host's root, as written.
             segments = route.path.segments
             if endpoint is not None:
@@ -110,6 +114,8 @@ class UpstreamCall:
             headers["x-request-id"] = record.request_id
             if not forwardable_request_id(gw.backends.profile_of(upstream.name), record.request_id):
                 del headers["x-request-id"]  # llama-cpp-python refuses any id that is not a UUID
+        if upstream.kind == "bedrock":  # signed once the body is final
+            await bedrock_request(gw.auths[upstream.name].sigv4, request.method, str(url), headers, self._payload)
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()
         self._pool = pool = request.app[UPSTREAM_POOL]

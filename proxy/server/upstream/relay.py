@@ -15,6 +15,7 @@ from aiohttp import web
 
 from proxy.apis.base import AnswerAmendment
 from proxy.apis.stream_errors import broken_stream_event
+from proxy.server.bedrock.event_streams import broken_frame, is_aws_event_stream
 from proxy.server.request.flow import Flow
 from proxy.server.upstream.headers import response_headers
 from proxy.server.upstream.sse import is_event_stream
@@ -61,10 +62,13 @@ async def relay(
         return relayed
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         relayed.broken = f"upstream {flow.target.upstream.name!r} ended the stream early ({type(exc).__name__})"
-        if not is_event_stream(response) or out.content_length is not None:
+        if is_aws_event_stream(response):  # Bedrock's: an exception frame its SDKs raise on
+            event = broken_frame(relayed.broken)
+        elif not is_event_stream(response) or out.content_length is not None:
             abort(request)
             return relayed
-        event = broken_stream_event(flow.record.kind, relayed.broken)
+        else:
+            event = broken_stream_event(flow.record.kind, relayed.broken)
         with contextlib.suppress(ConnectionResetError):
             await out.write(event)
     with contextlib.suppress(ConnectionResetError):

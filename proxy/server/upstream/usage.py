@@ -120,7 +120,9 @@ def usage_of(payload: object) -> Usage | None:
 
 
 def _input_usage(usage: dict[str, object], delta: bool) -> Usage | None:
-    """A usage spelled with input tokens: Responses', Anthropic's, Interactions'."""
+    """A usage spelled with input tokens: Responses', Anthropic's, Interactions', Bedrock Converse's."""
+    if "inputTokens" in usage:
+        return converse_usage(usage)
     if "total_input_tokens" in usage:  # Interactions
         prompt = _count(usage.get("total_input_tokens"))
         if prompt is None:
@@ -136,6 +138,16 @@ def _input_usage(usage: dict[str, object], delta: bool) -> Usage | None:
     details = usage.get("input_tokens_details")  # Responses: input_tokens counts the cached ones too
     cached = _count(details.get("cached_tokens")) if type(details) is dict else None
     return Usage(prompt, output, cached)
+
+
+def converse_usage(usage: dict[str, object]) -> Usage | None:
+    """Bedrock Converse's usage (a whole answer's, a stream's `metadata`): `inputTokens` leaves out
+    what was read from or written to the cache."""
+    prompt, output = _count(usage.get("inputTokens")), _count(usage.get("outputTokens"))
+    if prompt is None:
+        return None
+    read, written = _count(usage.get("cacheReadInputTokens")), _count(usage.get("cacheWriteInputTokens"))
+    return Usage(prompt + (read or 0) + (written or 0), output, read)
 
 
 def held_of(payload: object, usage: Usage | None) -> list[HeldReport]:

@@ -1,0 +1,229 @@
+"""A fake AWS Bedrock (bedrock-runtime) for the tests: it checks each request as AWS would, and
+answers in Bedrock's shapes.
+
+- Authentication: a SigV4 signature is computed again with botocore from the credentials the
+  fake was given (the guard's), the request's own date, URL and body; a missing or wrong one is
+  refused 403 `InvalidSignatureException`, as AWS refuses it. With `api_key`, a Bedrock API key
+  (`Authorization: Bearer`) is checked instead.
+- The window: the prompt's texts (system, messages, tool inputs and results) counted with
+  cl100k_base, a count that shares no code with the guard's (Claude's bound in the guard is an upper
+  bound over it); over `window`, Bedrock's ValidationException with Anthropic's overflow sentence.
+- Answers: Converse (whole, and its event stream: messageStart ... metadata with `usage`), InvokeModel
+  (an Anthropic Messages answer) and its stream (`chunk` events of base64 Anthropic events); the
+  invoke answers follow `script` (a tool call, then a final answer) when one is given.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import web
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from proxy.apis.bedrock.aws_event_stream import encode_message
+from tests.support.cookbook import encoding
+
+REGION = "us-east-1"
+GUARD_KEY, GUARD_SECRET, GUARD_TOKEN = "AKIDGUARDEXAMPLE", "guard/secret/key/EXAMPLE", "guard-session-token"
+_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<operation>[a-z-]+)")
+_AUTHORIZATION = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<scope>[^,]+), SignedHeaders=(?P<signed>[^,]+), "
+    r"Signature=(?P<signature>[0-9a-f]{64})"
+)
+CL100K = encoding("gpt-4")  # cl100k_base, from local files
+
+
+@dataclass
+class Received:
+    operation: str
+    model: str  # decoded from the path
+    raw_path: str
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class ToolCall:
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass
+class FakeBedrock:
+    window: int = 16_000
+    api_key: str | None = None  # checked as `Authorization: Bearer` instead of a signature
+    script: list[ToolCall | str] = field(default_factory=list)  # the invoke answers, in turn
+    received: list[Received] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # why each refused request was refused
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("POST", "/{tail:.*}", self._handle)
+        return app
+
+    def last(self, operation: str) -> Received:
+        return next(r for r in reversed(self.received) if r.operation == operation)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        found = _PATH.fullmatch(request.raw_path.split("?", 1)[0])
+        if found is None:
+            return _error(404, "UnknownOperationException", "no such path")
+        body = await request.read()
+        why = self._unauthenticated(request, body)
+        if why is not None:
+            self.refused.append(why)
+            return _error(403, "InvalidSignatureException", why)
+        operation, model = found["operation"], unquote(found["model"])
+        self.received.append(Received(operation, model, request.raw_path, dict(request.headers), body))
+        payload = json.loads(body)
+        if operation == "count-tokens":
+            return web.json_response({"inputTokens": prompt_tokens(_counted_body(payload))})
+        tokens = prompt_tokens(payload)
+        if tokens > self.window:
+            message = f"The model returned the following errors: prompt is too long: {tokens} tokens > {self.window} maximum"
+            return _error(400, "ValidationException", message)
+        if operation == "converse":
+            return web.json_response(_converse_answer(tokens))
+        if operation == "converse-stream":
+            return await _stream(request, _converse_events(tokens))
+        answer = self._next_answer()
+        if operation == "invoke":
+            return web.json_response(_messages_answer(answer, tokens))
+        return await _stream(request, _invoke_events(answer, tokens))
+
+    def _unauthenticated(self, request: web.Request, body: bytes) -> str | None:
+        given = request.headers.get("Authorization", "")
+        if self.api_key is not None:
+            return None if given == f"Bearer {self.api_key}" else "the API key is not the one expected"
+        return signature_problem(request, body)
+
+    def _next_answer(self) -> ToolCall | str:
+        return self.script.pop(0) if self.script else "Done."
+
+
+def signature_problem(request: web.Request, body: bytes) -> str | None:
+    """Why the request's SigV4 signature is not the guard's, or None when it is."""
+    found = _AUTHORIZATION.fullmatch(request.headers.get("Authorization", ""))
+    if found is None:
+        return "no SigV4 Authorization header"
+    if found["key"] != GUARD_KEY or not found["scope"].endswith(f"/{REGION}/bedrock/aws4_request"):
+        return f"signed with another key or scope ({found['key']}, {found['scope']})"
+    if request.headers.get("X-Amz-Security-Token") != GUARD_TOKEN:
+        return "the session token is not the guard's"
+    names = found["signed"].split(";")
+    headers = {name: request.headers.get(name, "") for name in names}
+    signed = AWSRequest(method=request.method, url=f"http://{request.host}{request.raw_path}", data=body, headers=headers)
+    signed.context["timestamp"] = request.headers.get("X-Amz-Date", "")
+    auth = SigV4Auth(Credentials(GUARD_KEY, GUARD_SECRET, GUARD_TOKEN), "bedrock", REGION)
+    expected = auth.signature(auth.string_to_sign(signed, auth.canonical_request(signed)), signed)
+    return None if expected == found["signature"] else "The request signature we calculated does not match"
+
+
+def prompt_tokens(body: Mapping[str, Any]) -> int:
+    """cl100k_base tokens of every text a Converse or Messages body puts in the prompt."""
+    return sum(len(CL100K.encode(text)) for text in _texts(body))
+
+
+def _texts(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, inner in value.items():
+            if key in ("toolUseId", "tool_use_id", "id", "role", "type", "anthropic_version", "inferenceConfig",
+                       "max_tokens", "format"):  # fmt: skip
+                continue
+            yield from _texts(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _texts(inner)
+
+
+def _counted_body(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+    given = payload["input"]
+    return given["converse"] if "converse" in given else json.loads(given["invokeModel"]["body"])
+
+
+def _error(status: int, name: str, message: str) -> web.Response:
+    return web.json_response(
+        {"message": message}, status=status, headers={"x-amzn-ErrorType": f"{name}:http://internal.amazon.com/"}
+    )
+
+
+def _converse_answer(tokens: int) -> dict[str, Any]:
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": "Done."}]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": tokens, "outputTokens": 2, "totalTokens": tokens + 2},
+        "metrics": {"latencyMs": 1},
+    }
+
+
+def _converse_events(tokens: int) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("messageStart", {"role": "assistant"}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Done"}}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "."}}),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("messageStop", {"stopReason": "end_turn"}),
+        ("metadata", {"usage": {"inputTokens": tokens, "outputTokens": 2, "totalTokens": tokens + 2},
+                      "metrics": {"latencyMs": 1}}),
+    ]  # fmt: skip
+
+
+def _messages_answer(answer: ToolCall | str, tokens: int) -> dict[str, Any]:
+    content: list[dict[str, Any]]
+    if isinstance(answer, ToolCall):
+        content = [{"type": "tool_use", "id": "toolu_01", "name": answer.name, "input": answer.input}]
+    else:
+        content = [{"type": "text", "text": answer}]
+    return {
+        "id": "msg_bedrock",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5-20250929",
+        "content": content,
+        "stop_reason": "tool_use" if isinstance(answer, ToolCall) else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens, "output_tokens": 5},
+    }
+
+
+def _invoke_events(answer: ToolCall | str, tokens: int) -> list[tuple[str, dict[str, Any]]]:
+    whole = _messages_answer(answer, tokens)
+    start = {**whole, "content": [], "stop_reason": None, "usage": {"input_tokens": tokens, "output_tokens": 1}}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    if isinstance(answer, ToolCall):
+        block = {"type": "tool_use", "id": "toolu_01", "name": answer.name, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(answer.input)}
+    else:
+        block, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": answer}
+    events += [
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "content_block_delta", "index": 0, "delta": delta},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
+         "usage": {"output_tokens": 5}},
+        {"type": "message_stop", "amazon-bedrock-invocationMetrics": {"inputTokenCount": tokens}},
+    ]  # fmt: skip
+    return [("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode(), "p": "abc"}) for e in events]
+
+
+async def _stream(request: web.Request, events: list[tuple[str, dict[str, Any]]]) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "application/vnd.amazon.eventstream"})
+    await response.prepare(request)
+    for name, payload in events:
+        headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
+        await response.write(encode_message(headers, json.dumps(payload).encode()))
+    await response.write_eof()
+    return response
