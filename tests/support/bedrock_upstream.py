@@ -16,10 +16,14 @@ answers in Bedrock's shapes.
 from __future__ import annotations
 
 import base64
+import datetime
+import ipaddress
 import json
 import re
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -27,6 +31,10 @@ from aiohttp import web
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from proxy.apis.bedrock.aws_event_stream import encode_message
 from tests.support.cookbook import encoding
@@ -66,6 +74,7 @@ class FakeBedrock:
     script: list[ToolCall | str] = field(default_factory=list)  # the invoke answers, in turn
     received: list[Received] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # why each refused request was refused
+    break_after: int | None = None  # a stream cut off, mid-frame, after this many frames
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -96,11 +105,11 @@ class FakeBedrock:
         if operation == "converse":
             return web.json_response(_converse_answer(tokens))
         if operation == "converse-stream":
-            return await _stream(request, _converse_events(tokens))
+            return await _stream(request, _converse_events(tokens), self.break_after)
         answer = self._next_answer()
         if operation == "invoke":
             return web.json_response(_messages_answer(answer, tokens))
-        return await _stream(request, _invoke_events(answer, tokens))
+        return await _stream(request, _invoke_events(answer, tokens), self.break_after)
 
     def _unauthenticated(self, request: web.Request, body: bytes) -> str | None:
         given = request.headers.get("Authorization", "")
@@ -219,11 +228,41 @@ def _invoke_events(answer: ToolCall | str, tokens: int) -> list[tuple[str, dict[
     return [("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode(), "p": "abc"}) for e in events]
 
 
-async def _stream(request: web.Request, events: list[tuple[str, dict[str, Any]]]) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, events: list[tuple[str, dict[str, Any]]], break_after: int | None
+) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/vnd.amazon.eventstream"})
     await response.prepare(request)
-    for name, payload in events:
+    for k, (name, payload) in enumerate(events):
         headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
-        await response.write(encode_message(headers, json.dumps(payload).encode()))
+        frame = encode_message(headers, json.dumps(payload).encode())
+        if k == break_after:  # half a frame, then the connection goes
+            await response.write(frame[: len(frame) // 2])
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await response.write(frame)
     await response.write_eof()
     return response
+
+
+def self_signed(folder: Path) -> tuple[ssl.SSLContext, str]:
+    """A throwaway certificate for 127.0.0.1: the server's TLS context and the CA file a client trusts."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_file, key_file = folder / "guard.pem", folder / "guard.key"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    return context, str(cert_file)

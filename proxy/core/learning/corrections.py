@@ -87,8 +87,15 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"The input token count \((?P<prompt>\d+)\) exceeds the maximum number of tokens allowed \((?P<limit>\d+)\)"
         ),
     ),
-    # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum"
-    ("anthropic", re.compile(r"prompt is too long: (?P<prompt>\d+) tokens > (?P<limit>\d+) maximum")),
+    # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum" (Bedrock relays Claude's after
+    # "The model returned the following errors: ")
+    (
+        "anthropic",
+        re.compile(
+            r"(?:The model returned the following errors: )?"
+            r"prompt is too long: (?P<prompt>\d+) tokens > (?P<limit>\d+) maximum"
+        ),
+    ),
     # Anthropic, when the input fits but input + max_tokens does not: "input length and `max_tokens`
     # exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again"
     (
