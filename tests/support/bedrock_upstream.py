@@ -10,7 +10,8 @@ answers in Bedrock's shapes.
   bound over it); over `window`, Bedrock's ValidationException with Anthropic's overflow sentence.
 - Answers: Converse (whole, and its event stream: messageStart ... metadata with `usage`), InvokeModel
   (an Anthropic Messages answer) and its stream (`chunk` events of base64 Anthropic events); the
-  invoke answers follow `script` (a tool call, then a final answer) when one is given.
+  invoke answers follow `script` (a tool call, then a final answer) when one is given, for the
+  requests of an agent's loop (those offering the tool, then those answering it).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class FakeBedrock:
     received: list[Received] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # why each refused request was refused
     break_after: int | None = None  # a stream cut off, mid-frame, after this many frames
+    loop_bodies: list[Mapping[str, Any]] = field(default_factory=list)  # the bodies the script answered
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -106,7 +108,7 @@ class FakeBedrock:
             return web.json_response(_converse_answer(tokens))
         if operation == "converse-stream":
             return await _stream(request, _converse_events(tokens), self.break_after)
-        answer = self._next_answer()
+        answer = self._next_answer(payload)
         if operation == "invoke":
             return web.json_response(_messages_answer(answer, tokens))
         return await _stream(request, _invoke_events(answer, tokens), self.break_after)
@@ -117,8 +119,19 @@ class FakeBedrock:
             return None if given == f"Bearer {self.api_key}" else "the API key is not the one expected"
         return signature_problem(request, body)
 
-    def _next_answer(self) -> ToolCall | str:
-        return self.script.pop(0) if self.script else "Done."
+    def _next_answer(self, body: Mapping[str, Any]) -> ToolCall | str:
+        """The script's next answer, for the agent loop's requests: those that offer the tool the
+        script calls next (Claude Code's title or quota requests offer none: "Done.")."""
+        if not self.script:
+            return "Done."
+        offered = {t.get("name") for t in body.get("tools") or () if isinstance(t, Mapping)}
+        following = self.script[0]
+        if isinstance(following, ToolCall) and following.name not in offered:
+            return "Done."
+        if isinstance(following, str) and not _answers_a_tool(body):
+            return "Done."
+        self.loop_bodies.append(body)
+        return self.script.pop(0)
 
 
 def signature_problem(request: web.Request, body: bytes) -> str | None:
@@ -156,6 +169,12 @@ def _texts(value: Any) -> Iterable[str]:
     elif isinstance(value, list):
         for inner in value:
             yield from _texts(inner)
+
+
+def _answers_a_tool(body: Mapping[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    content = messages[-1].get("content") if messages else None
+    return isinstance(content, list) and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
 
 
 def _counted_body(payload: Mapping[str, Any]) -> Mapping[str, Any]:

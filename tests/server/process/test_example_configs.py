@@ -40,8 +40,10 @@ def served_by(settings: Settings, urls: dict[str, str]) -> Settings:
     command run, no Application Default Credentials looked for)."""
     upstreams = {
         name: dataclasses.replace(upstream, base_url=urls[name], token_command=None, token_file=None, auth=None)
+        if upstream.kind != "bedrock"
+        else dataclasses.replace(upstream, base_url=urls[name], auth=None, api_key_env="EXAMPLE_BEDROCK_KEY")
         for name, upstream in settings.upstreams.items()
-    }
+    }  # a Bedrock upstream takes a Bedrock API key instead of the AWS credentials it would look for
     return settings.revalidated(upstreams=upstreams)
 
 
