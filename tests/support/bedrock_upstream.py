@@ -8,6 +8,7 @@ answers in Bedrock's shapes.
 - The window: the prompt's texts (system, messages, tool inputs and results) counted with
   cl100k_base, a count that shares no code with the guard's (Claude's bound in the guard is an upper
   bound over it); over `window`, Bedrock's ValidationException with Anthropic's overflow sentence.
+- Bedrock Mantle's `/anthropic/v1/messages` (`x-api-key`), answered as Anthropic Messages.
 - Answers: Converse (whole, and its event stream: messageStart ... metadata with `usage`), InvokeModel
   (an Anthropic Messages answer) and its stream (`chunk` events of base64 Anthropic events); the
   invoke answers follow `script` (a tool call, then a final answer) when one is given, for the
@@ -80,6 +81,7 @@ class FakeBedrock:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/anthropic/v1/messages", self._mantle)
         app.router.add_route("POST", "/{tail:.*}", self._handle)
         return app
 
@@ -112,6 +114,19 @@ class FakeBedrock:
         if operation == "invoke":
             return web.json_response(_messages_answer(answer, tokens))
         return await _stream(request, _invoke_events(answer, tokens), self.break_after)
+
+    async def _mantle(self, request: web.Request) -> web.Response:
+        """Bedrock Mantle's Anthropic Messages endpoint: a Bedrock API key as `x-api-key`."""
+        body = await request.read()
+        if request.headers.get("x-api-key") != self.api_key:
+            self.refused.append("the API key is not the one expected")
+            return web.json_response({"type": "error", "error": {"type": "authentication_error", "message": "no"}}, status=401)
+        self.received.append(Received("mantle", "", request.raw_path, dict(request.headers), body))
+        tokens = prompt_tokens(json.loads(body))
+        if tokens > self.window:
+            error = {"type": "invalid_request_error", "message": f"prompt is too long: {tokens} tokens > {self.window} maximum"}
+            return web.json_response({"type": "error", "error": error}, status=400)
+        return web.json_response(_messages_answer("Done.", tokens))
 
     def _unauthenticated(self, request: web.Request, body: bytes) -> str | None:
         given = request.headers.get("Authorization", "")
