@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.apis.bedrock.model_cards import BEDROCK_CORRECTIONS
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.record_fields import field_dict
 
@@ -51,6 +52,7 @@ MAP_CORRECTIONS: tuple[MapCorrection, ...] = (
     # "1,050,000 context window, 128,000 max output tokens": the map agrees (1.93 to 1.108); kept so a map
     # that falls back to GPT-5's 272,000 (the window Codex CLI assumes for it) is corrected.
     MapCorrection("gpt-5.5", 1_050_000, 128_000, "https://developers.openai.com/api/docs/models/gpt-5.5", "2026-11-28"),
+    *(MapCorrection(*row) for row in BEDROCK_CORRECTIONS),  # AWS's Bedrock model cards
 )
 BY_KEY = {c.key: c for c in MAP_CORRECTIONS}
 

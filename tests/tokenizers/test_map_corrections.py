@@ -13,7 +13,8 @@ class TestTheTable:
     def test_every_entry_names_a_provider_page_and_the_date_it_was_read(self):
         for correction in MAP_CORRECTIONS:
             assert correction.source.startswith(
-                ("https://developers.openai.com/", "https://docs.anthropic.com/", "https://platform.claude.com/")
+                ("https://developers.openai.com/", "https://docs.anthropic.com/", "https://platform.claude.com/",
+                 "https://docs.aws.amazon.com/bedrock/")
             )
             assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", correction.checked)
 

@@ -190,12 +190,12 @@ _DATE_SUFFIXES = (
     re.compile(r"-\d{3}$"),  # gemini-1.5-pro-002
     re.compile(r"-v\d+(:\d+)?$"),  # bedrock style -v1:0
 )
+_BEDROCK_PROFILE = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z0-9-]+\.[a-z0-9])")  # us.anthropic.
 
 
 def name_candidates(name: str) -> list[str]:
-    """The names to try, most specific first: as given, lower-cased, a fine-tune's base model,
-    without provider prefixes (`openai/`, `vertex_ai/`, `google/`, `models/`), then without a date
-    or version suffix."""
+    """The names to try, most specific first: as given, lower-cased, a fine-tune's base model, without
+    provider prefixes (`openai/`, `vertex_ai/`, `models/`, Bedrock's `us.`), then without a date or version."""
     seen: dict[str, None] = {}
     lowered = name.strip().lower()
     bases = [name.strip(), lowered]
@@ -205,6 +205,7 @@ def name_candidates(name: str) -> list[str]:
             bases.append(base)
     if "/" in lowered:
         bases += [lowered.split("/", 1)[1], lowered.rsplit("/", 1)[1]]
+    bases += [_BEDROCK_PROFILE.sub("", b) for b in bases if _BEDROCK_PROFILE.match(b)]
     for base in bases:
         seen.setdefault(base, None)
     for base in list(seen):
