@@ -35,6 +35,11 @@ NEEDED: dict[str, tuple[str, str]] = {
     "tiktoken": ("0.8.0", "litellm 1.93.0 requires it"),
     "structlog": ("24.1.0", "the first release of 24: there is no 24.0.0, so the floor `24` installs nothing"),
     "openai": ("2.20.0", "litellm 1.93.0 requires it (and 1.55.3 is the first that works with httpx 0.28)"),
+    "botocore": (
+        "1.34.0",
+        "installed alone at 1.34.0 on Python 3.11, SigV4Auth signs a bedrock request (the session token included) "
+        "and RefreshableCredentials.refresh_needed exists: what proxy/server/bedrock/sigv4.py uses",
+    ),
 }
 
 
