@@ -27,6 +27,7 @@ Pure: the shell (`proxy.server.backends.provider_count`) performs the call and c
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -38,7 +39,7 @@ from urllib.parse import quote
 
 from proxy.core.models.model_names import url_model_name
 
-EndpointKind = Literal["anthropic", "openai", "vertex", "gemini"]
+EndpointKind = Literal["anthropic", "openai", "vertex", "gemini", "bedrock"]
 
 
 @runtime_checkable
@@ -159,6 +160,8 @@ def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str
         return CountCall("openai", f"{base}/responses/input_tokens", {**picked, "model": model}, "input_tokens")
     if api == "generate_content" and kind in ("vertex", "gemini"):
         return _gemini_call(kind, base, model, body)
+    if kind == "bedrock" and api in ("converse", "invoke"):
+        return _bedrock_call(base, model, api, body)
     if kind == "vertex" and api == "chat":  # the OpenAI-compatible endpoint: a project's only
         found = _VERTEX_BASE.match(base)
         contents = vertex_body(body)
@@ -194,6 +197,25 @@ def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> C
     if models is None:
         return None
     return CountCall("vertex", f"{models}/{quoted}:countTokens", picked, "totalTokens")
+
+
+# What Bedrock's CountTokens reads of a Converse request.
+_CONVERSE_FIELDS = ("messages", "system", "toolConfig", "additionalModelRequestFields")
+
+
+def _bedrock_call(base: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall:
+    """Bedrock's CountTokens for the foundation model a profile's id names (it counts for foundation
+    models): a Converse request's fields, or an InvokeModel body whole (a blob: base64 of its JSON)."""
+    foundation = quote(_BEDROCK_GEOGRAPHY.sub("", model), safe="")
+    if api == "converse":
+        counted: dict[str, Any] = {"converse": {k: body[k] for k in _CONVERSE_FIELDS if k in body}}
+    else:
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        counted = {"invokeModel": {"body": base64.b64encode(data).decode("ascii")}}
+    return CountCall("bedrock", f"{base}/model/{foundation}/count-tokens", {"input": counted}, "inputTokens")
+
+
+_BEDROCK_GEOGRAPHY = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z0-9-]+\.[a-z0-9])")
 
 
 def _text(content: object) -> str | None:

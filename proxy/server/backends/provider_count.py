@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+from yarl import URL
 
 from proxy.core.counting.edge import (
     CountCall,
@@ -39,6 +40,7 @@ from proxy.core.models.model_registry import family_for
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
+from proxy.server.bedrock.sigv4 import SigV4Signer
 from proxy.server.upstream.headers import request_headers
 from proxy.wire.codec import dumps
 
@@ -61,7 +63,7 @@ _CREDENTIALS = frozenset(
         "x-goog-api-key",
     )
 )
-_KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex", "gemini": "gemini"}
+_KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex", "gemini": "gemini", "bedrock": "bedrock"}
 _ANTHROPIC_VERSION = "2023-06-01"
 
 
@@ -125,10 +127,16 @@ class EdgeRequest:
     timeout: float
     assumed_ratio: float | None
     discovery: Discovery | None
+    signer: SigV4Signer | None = None  # Bedrock's `auth: sigv4`: the count call signed as it is sent
 
     @classmethod
     def of(
-        cls, upstream: UpstreamSettings, model: str, parsed: Parsed, discoveries: Mapping[str, Discovery]
+        cls,
+        upstream: UpstreamSettings,
+        model: str,
+        parsed: Parsed,
+        discoveries: Mapping[str, Discovery],
+        signer: SigV4Signer | None = None,
     ) -> EdgeRequest:
         """`parsed` as sent to `upstream`'s `model` (as served)."""
         return cls(
@@ -143,6 +151,7 @@ class EdgeRequest:
             upstream.provider_count_timeout,
             upstream.provider_count_ratio,
             discoveries.get(upstream.name),
+            signer,
         )
 
 
@@ -235,6 +244,10 @@ async def provider_counted(
         call = await placed(functools.partial(_serialised, kind, request))
         if call is None:
             return None
+        if request.signer is not None:
+            headers = dict(headers)
+            # Signed as aiohttp sends it: a URL given as text is requoted (`%3A` goes out as `:`).
+            await request.signer.sign("POST", str(URL(call.call.url)), headers, call.data)
         return await counts.count(session, call, headers, request.timeout)
     if request.discovery is not None and request.api == "chat":  # vLLM, llama.cpp: their tokenize calls
         calls = calls_for(request.discovery, session, request.base_url, request.model, headers)

@@ -220,7 +220,8 @@ class Performer:
         """The upstream's own count, asked when the plan's bounds straddle its budget
         (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
         gw, upstream, plan = self.gw, self.target.upstream, command.plan
-        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries)
+        signer = gw.auths[upstream.name].sigv4  # Bedrock's count call is signed
+        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries, signer)
         budget = edge_budget(edge, plan, self.choice.tokenizer)
         if budget is None:
             return None

@@ -109,8 +109,9 @@ class TestTheProvidersOverflow:
         messages = [*[{"role": r, "content": [{"text": " ".join([f"w{k}"] * 1500)}]}
                       for k, r in enumerate(["user", "assistant"] * 8)], *HELLO]  # fmt: skip
         await asyncio.to_thread(client.converse, modelId=SONNET, messages=messages)
-        assert len(fake.received) == 2 and prompt_tokens(fake.received[-1].json()) <= fake.window
-        assert fake.received[-1].json()["messages"][-1] == HELLO[0]
+        sent = [r.json() for r in fake.received if r.operation == "converse"]
+        assert len(sent) == 2 and prompt_tokens(sent[0]) > fake.window >= prompt_tokens(sent[1])
+        assert sent[1]["messages"][-1] == HELLO[0]
 
 
 class TestBedrockApiKeys:
@@ -142,3 +143,25 @@ class TestBedrockApiKeys:
         with pytest.raises(botocore.exceptions.ClientError) as refused:
             await asyncio.to_thread(stranger.converse, modelId=SONNET, messages=HELLO)
         assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 401 and len(fake.received) == 1
+
+
+class TestTheProvidersCountAtTheEdge:
+    async def test_where_claudes_bound_straddles_the_budget_bedrocks_count_tokens_decides_signed(
+        self, aiohttp_server: Any, model_map: Any, guard_credentials: None
+    ) -> None:
+        """Claude's count is a bound; just over the budget by it, within by Bedrock's own count: asked,
+        signed with the guard's credentials, and the request goes whole."""
+        fake = FakeBedrock()
+        window = {"overrides": [{"match": "*claude-sonnet-4-5*", "context_window": 16_000}]}
+        client = _client(await _guard(aiohttp_server, model_map, fake, sections={"models": window}))
+        messages = [*[{"role": r, "content": [{"text": " ".join([f"w{k}"] * 1150)}]}
+                      for k, r in enumerate(["user", "assistant"] * 3)], *HELLO]  # fmt: skip
+        answer = await asyncio.to_thread(
+            client.converse, modelId=f"us.{SONNET}", messages=messages, inferenceConfig={"maxTokens": 512}
+        )
+        asked = [r for r in fake.received if r.operation == "count-tokens"]
+        assert len(asked) == 1 and asked[0].model == SONNET and fake.refused == []
+        assert asked[0].json() == {"input": {"converse": {"messages": messages}}}
+        assert fake.last("converse").json()["messages"] == messages
+        headers = answer["ResponseMetadata"]["HTTPHeaders"]
+        assert int(headers["x-context-guard-tokens-before"]) == prompt_tokens({"messages": messages})
