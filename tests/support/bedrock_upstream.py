@@ -77,6 +77,7 @@ class FakeBedrock:
     received: list[Received] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # why each refused request was refused
     break_after: int | None = None  # a stream cut off, mid-frame, after this many frames
+    arrived: list[str] = field(default_factory=list)  # the path of every request that came, answered or not
     loop_bodies: list[Mapping[str, Any]] = field(default_factory=list)  # the bodies the script answered
 
     def app(self) -> web.Application:
@@ -89,6 +90,7 @@ class FakeBedrock:
         return next(r for r in reversed(self.received) if r.operation == operation)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.arrived.append(request.raw_path)
         found = _PATH.fullmatch(request.raw_path.split("?", 1)[0])
         if found is None:
             return _error(404, "UnknownOperationException", "no such path")

@@ -238,6 +238,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             )
     elif google is not None and google.google_only:
         raise PathNotFound(f"context-guard does not forward {path}: upstream {upstream.name!r} is not Google's")
+    elif upstream.kind == "bedrock":  # signed with the guard's credentials: nothing goes uncounted (async-invoke)
+        raise PathNotFound(f"context-guard forwards only bedrock-runtime's counted paths to upstream {upstream.name!r}")
     else:
         _refuse_counted_or_generating(upstream.base_url, path, gw)
     async with upstream_call(flow, raw) as response:

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import boto3
 import botocore.exceptions
 import pytest
@@ -274,3 +275,17 @@ class TestAuthentication:
         )  # fmt: skip
         headers = fake.last("converse").headers
         assert "AKIDCLIENTDUMMY" not in headers["Authorization"] and headers["X-Amz-Security-Token"] == GUARD_TOKEN
+
+
+class TestNothingUncounted:
+    @pytest.mark.parametrize("path", ["/v1/async-invoke", "/v1/guardrail/g1/version/1/apply"])
+    async def test_no_other_path_is_signed_and_forwarded_to_bedrock(
+        self, aiohttp_server: Any, model_map: Any, guard_credentials: None, path: str
+    ) -> None:
+        """StartAsyncInvoke would run a model uncounted on the guard's credentials: pass-through
+        sends nothing to a Bedrock upstream."""
+        fake = FakeBedrock()
+        guard = await _serve(aiohttp_server, model_map, fake)
+        async with aiohttp.ClientSession() as session, session.post(guard + path, json={"modelId": SONNET}) as answer:
+            assert answer.status == 404
+        assert fake.arrived == []
