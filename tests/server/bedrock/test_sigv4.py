@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+from botocore.auth import SigV4Auth
 from botocore.credentials import RefreshableCredentials
 from multidict import CIMultiDict
 
@@ -93,3 +94,24 @@ class TestClientHeaders:
 
         assert credential_digest(signed("a" * 64)) == credential_digest(signed("b" * 64))
         assert credential_digest(signed("a" * 64)) != credential_digest(signed("a" * 64, "AKIDOTHER"))
+
+
+class TestLargeBodies:
+    async def test_a_large_body_is_signed_in_a_thread_a_small_one_on_the_loop(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(sigv4, "_find_credentials", lambda: _refreshable(datetime.timedelta(hours=2), []))
+        threads: list[str] = []
+        add_auth = SigV4Auth.add_auth
+
+        def recorded(self: Any, request: Any) -> None:
+            threads.append(threading.current_thread().name)
+            add_auth(self, request)
+
+        monkeypatch.setattr(SigV4Auth, "add_auth", recorded)
+        signer = SigV4Signer("us-east-1", Log())
+        for size in (1024, sigv4.SIGN_ON_LOOP_BYTES + 1):
+            headers: CIMultiDict[str] = CIMultiDict()
+            await signer.sign("POST", URL, headers, b"x" * size)
+            assert headers["Authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIDOLD/")
+        assert threads[0] == threading.current_thread().name != threads[1]
