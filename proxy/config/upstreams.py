@@ -110,7 +110,7 @@ KIND_APIS: Mapping[str, tuple[str, ...]] = {
     "ollama": ("chat", "completions"),
     "anthropic": ("messages",),
     "generic": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
-    "echo": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
+    "echo": ("chat", "responses", "completions", "messages", "generate_content", "interactions", "converse", "invoke"),
     "auto": ("chat", "responses", "completions", "messages"),
     "bedrock": ("converse", "invoke"),  # bedrock-runtime's paths (`/model/{modelId}/...`)
 }

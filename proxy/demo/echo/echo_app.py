@@ -19,7 +19,7 @@ from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelRegistry
 from proxy.core.trimming.turns import call_ids, validity_problems
-from proxy.demo.echo import gemini_answer, messages_answer, openai_shapes, responses_answer
+from proxy.demo.echo import bedrock_answer, gemini_answer, messages_answer, openai_shapes, responses_answer
 from proxy.demo.echo.report import EchoReport, EchoSettings, Reply, ToolCallSeen, call_names, text_of
 from proxy.errors import BadRequest, GuardError
 from proxy.server.edge.body_errors import bad_body_errors
@@ -32,7 +32,8 @@ UPSTREAM_NAME = "echo"  # how the guard's log lines and metrics name it
 START_TIMEOUT_SECONDS = 30.0
 SERVED = (
     "POST /v1/chat/completions, /v1/responses, /v1/completions, /v1/embeddings, /v1/messages, "
-    "Gemini's models/{model}:generateContent (streamGenerateContent, countTokens) and interactions; GET /v1/models"
+    "Gemini's models/{model}:generateContent (streamGenerateContent, countTokens) and interactions, "
+    "Bedrock's /model/{modelId}/converse (converse-stream, invoke, invoke-with-response-stream); GET /v1/models"
 )
 
 _Render = Callable[[web.Request, Mapping[str, Any], Reply], Awaitable[web.StreamResponse]]
@@ -101,6 +102,7 @@ class EchoUpstream:
             app.router.add_post(f"{prefix}/embeddings", self.embeddings)
             app.router.add_get(f"{prefix}/models", self.models)
             app.router.add_get(f"{prefix}/models/{{model}}", self.model)
+            app.router.add_post(f"{prefix}/model/{{model}}/{{operation}}", self.bedrock)
         app.router.add_post("/{google:.+}", self.gemini)  # Gemini's paths, at the host's root
         return app
 
@@ -139,6 +141,18 @@ class EchoUpstream:
         report = self.inspect({**parsed.chat, "model": endpoint.path_model}, endpoint.adapter, parsed)
         return await gemini_answer.generate_content(request, request.path.rpartition(":")[2], self._reply(report))
 
+    async def bedrock(self, request: web.Request) -> web.StreamResponse:
+        """bedrock-runtime's paths: the model and the operation from the path, as the guard sends them."""
+        model, operation = request.match_info["model"], request.match_info["operation"]
+        endpoint = self.apis.endpoint_for(f"/model/{model.replace('/', '%2F')}/{operation}")
+        if endpoint is None or endpoint.local:
+            raise web.HTTPNotFound()
+        body = _json_object(await request.read())
+        with bad_body_errors():
+            parsed = endpoint.parse(body)
+        report = self.inspect({**parsed.chat, "model": parsed.model}, endpoint.adapter, parsed)
+        return await bedrock_answer.bedrock(request, operation, body, self._reply(report))
+
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         body = _json_object(await request.read())
         counter = self.counter(str(body.get("model") or "echo"))
@@ -176,6 +190,8 @@ async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse
         error = _google_error
     elif request.path.endswith("/interactions"):
         error = _interactions_error
+    elif "/model/" in request.path:  # bedrock-runtime's
+        error = _bedrock_error
     try:
         return await handler(request)
     except GuardError as exc:
@@ -207,6 +223,10 @@ def _anthropic_error(status: int, message: str, *_: str | None) -> web.Response:
 
 def _google_error(status: int, message: str, *_: str | None) -> web.Response:
     return gemini_answer.google_error(status, message)
+
+
+def _bedrock_error(status: int, message: str, *_: str | None) -> web.Response:
+    return bedrock_answer.bedrock_error(status, message)
 
 
 def _interactions_error(status: int, message: str, *_: str | None) -> web.Response:

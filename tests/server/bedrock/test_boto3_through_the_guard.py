@@ -173,9 +173,10 @@ class TestInvokeModel:
         fake = FakeBedrock()
         guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
         body = _claude_body(_claude_history(12, 1500))
-        answer = await asyncio.to_thread(_client(guard).invoke_model, modelId=SONNET, body=json.dumps(body))
+        client = _client(guard)
+        answer = await asyncio.to_thread(lambda: json.loads(client.invoke_model(modelId=SONNET, body=json.dumps(body))["body"].read()))
         sent = fake.last("invoke").json()
-        assert json.loads(answer["body"].read())["content"] == [{"type": "text", "text": "Done."}]
+        assert answer["content"] == [{"type": "text", "text": "Done."}]
         assert prompt_tokens(sent) <= fake.window and fake.refused == [] and "model" not in sent
         assert sent["system"] == SYSTEM and sent["messages"][-1] == body["messages"][-1]
         assert sent["anthropic_version"] == "bedrock-2023-05-31" and sent["messages"][0]["role"] == "user"
