@@ -9,7 +9,9 @@ shape. An adapter stands at the edge between a client's API and the core:
     render(parsed, ...)  -> the cut written back into the ORIGINAL shape: dropped view messages drop
                             their items, shortened ones replace only their text, messages the trim
                             added go where they stand in the view; everything else is kept as sent
-    error_body(error)    -> an error in the API's own shape
+    error_body(error)    -> an error in the API's own shape; overflow_refusal(result): the guard's
+                            refusal worded as the shape's provider words an overflow;
+                            broken_stream_event(message): the event that ends a broken stream
     profile(profile, p)  -> the model profile as this API counts it (overheads no message carries)
     pipeline(parsed)     -> strategies that replace the configured pipeline, or None
     edited(parsed, c, g) -> the request as the provider sees it once the context edits it asks for
@@ -27,11 +29,12 @@ from typing import Any, ClassVar, Protocol
 
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import openai_broken
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import InvalidBody
-from proxy.core.trimming.trim import Removal, Strategy
+from proxy.core.trimming.trim import Removal, Strategy, TrimResult
 from proxy.errors import GuardError
 
 
@@ -240,6 +243,10 @@ class Adapter:
     # the request, as chat's `max_tokens` or `max_completion_tokens`, and `Parsed` says).
     reserve_field: ClassVar[str | None] = None
     reserve_view_field: ClassVar[str | None] = None
+    # The body sent upstream is the chat view the core counts (chat completions): a backend's
+    # tokenizer can count a cut body again, and the prompt tokens an answer reports measure what
+    # the core counted, so an estimate may learn from them (calibration).
+    body_is_view: ClassVar[bool] = False
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         """The request as this API reads it. `known` says which leading elements of the re-sent
@@ -271,6 +278,16 @@ class Adapter:
     def error_body(self, error: GuardError) -> dict[str, Any]:
         """`error` in the API's own shape: OpenAI's, unless the shape has its own."""
         return error.to_openai()
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        """The guard's refusal of `result` worded as this shape's provider words its own overflow
+        (so clients classify it as one), and the parameter it names: OpenAI's, unless the shape
+        has its own (`proxy.errors.ContextLengthExceeded.refused`)."""
+        return result.rejection_message(result.openai_overflow()), "messages"
+
+    def broken_stream_event(self, message: str) -> bytes:
+        """The event that tells this shape's client its stream broke (`proxy.apis.stream_errors`)."""
+        return openai_broken(message)
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """The profile this request is counted with: the API's fixed overheads are folded into

@@ -261,7 +261,7 @@ class Settings:
         if summariser is not None and summariser.upstream not in self.upstreams:
             raise SchemaError(f"{summariser.upstream!r} is not one of the upstreams: {known}", where)
         serving = self.upstreams[summariser.upstream] if summariser is not None else None
-        if serving is not None and (not serving.serves("chat") or serving.kind == "azure"):
+        if serving is not None and (not serving.serves("chat") or not serving.provider.chat_at_base_url):
             raise SchemaError("must serve chat completions at base_url/chat/completions", where)
         for i, route in enumerate(self.routes):
             if route.upstream not in self.upstreams:

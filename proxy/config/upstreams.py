@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
+from proxy.apis.registry import API_NAMES
 from proxy.config.backends import BackendOptions
 from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, carried
-
-UpstreamKind = Literal[
-    "auto", "openai", "azure", "vertex", "gemini", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo"
-]
-# Kinds whose server is asked at start what it is (its window, whether it can tokenize).
-DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
-# How each kind behaves as a backend (proxy.server.backends.profiles); hosted APIs are never probed.
-# Gemini's Developer API words its limits as Vertex AI does.
-_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai", "gemini": "vertex"}
-# Kinds whose API applies Anthropic's context edits itself (`UpstreamSettings.context_edits`).
-EDITING_KINDS = frozenset({"anthropic"})
-ApiName = Literal["chat", "responses", "completions", "messages", "generate_content", "interactions"]
+from proxy.providers.kinds import provider_for
+from proxy.providers.provider import Provider
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +22,7 @@ class UpstreamSettings:
     # Which API shapes it serves, how it authenticates, and how it counts: `auto` asks the server at
     # start (vLLM, llama.cpp, Ollama: its window, its tokenizer; `--upstream URL` is `auto`);
     # `generic` asks nothing.
-    kind: UpstreamKind = "generic"
+    kind: str = "generic"  # one of `proxy.providers.kinds.KINDS`
     tokenize: Literal["auto", "local", "backend"] = "auto"  # count with the server's own tokenizer where it has one
     discovery_timeout: Annotated[float, Bounds(gt=0, le=60)] = 3.0
     tokenize_timeout: Annotated[float, Bounds(gt=0, le=60)] = 2.0  # one request's tokenize calls together
@@ -47,7 +37,7 @@ class UpstreamSettings:
     # Where the server lowers max_tokens to what the window leaves (llama.cpp, Ollama): the output
     # the budget keeps free at least; null: the default reserve (15% of the window, 500 to 4,096).
     min_output_tokens: Annotated[int, Bounds(ge=0)] | None = None
-    apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
+    apis: tuple[str, ...] | None = None  # the API shapes it serves (`API_NAMES`); None: what its kind serves
     api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
     token_file: str | None = None
@@ -70,41 +60,39 @@ class UpstreamSettings:
             check_url(self.base_url)
         except ValueError as exc:
             raise SchemaError(str(exc), ("base_url",)) from None
+        try:
+            provider = provider_for(self.kind)
+        except ValueError as exc:
+            raise SchemaError(str(exc), ("kind",)) from None
+        for index, api in enumerate(self.apis or ()):
+            if api not in API_NAMES:
+                raise SchemaError(f"must be one of {', '.join(API_NAMES)}, not {api!r}", ("apis", index))
         if self.auth == "adc" and (self.token_command or self.token_file or self.api_key_env):
             message = "auth: adc fetches the token itself; drop token_command, token_file and api_key_env"
             raise SchemaError(message, ("auth",))
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        # The kind's provider, resolved once: everything else asks it, never the kind's name.
+        object.__setattr__(self, "_provider", provider)
+
+    _provider: ClassVar[Provider]  # set on each instance by `__post_init__`; not a setting
+
+    @property
+    def provider(self) -> Provider:
+        """The object that knows this upstream's kind (`proxy.providers`)."""
+        return self._provider
 
     @property
     def backend_options(self) -> BackendOptions:
-
-        kind = _BACKEND_KIND.get(self.kind, self.kind)
-        return carried(BackendOptions, self, kind=kind)  # the kinds map onto the backend kinds above
+        """How the upstream behaves as a backend: as its provider says (Azure and Anthropic as OpenAI)."""
+        return carried(BackendOptions, self, kind=self.provider.backend_kind)
 
     @property
     def edits_by_guard(self) -> bool:
         """Whether the guard applies a request's context edits itself (`context_edits`)."""
-        return (self.context_edits or ("provider" if self.kind in EDITING_KINDS else "guard")) == "guard"
+        return (self.context_edits or ("provider" if self.provider.edits_context else "guard")) == "guard"
 
     def serves(self, api: str) -> bool:
-        return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])
-
-
-KIND_APIS: Mapping[str, tuple[str, ...]] = {
-    "openai": ("chat", "responses", "completions"),
-    "azure": ("chat", "responses", "completions"),
-    # Vertex AI: its OpenAI-compatible endpoint and its native `publishers/google` paths (served
-    # from the host's root whatever the base URL's path: `proxy.server.edge.paths.host_root_url`).
-    "vertex": ("chat", "generate_content", "interactions"),
-    "gemini": ("generate_content", "interactions"),  # the Gemini Developer API, base URL at the host's root
-    "vllm": ("chat", "responses", "completions"),
-    "llamacpp": ("chat", "completions"),
-    "ollama": ("chat", "completions"),
-    "anthropic": ("messages",),
-    "generic": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
-    "echo": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
-    "auto": ("chat", "responses", "completions", "messages"),
-}
+        return api in (self.apis if self.apis is not None else self.provider.shapes)
 
 
 @dataclass(frozen=True, kw_only=True)

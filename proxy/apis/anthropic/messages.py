@@ -64,10 +64,12 @@ from proxy.apis.base import (
 )
 from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import anthropic_broken
 from proxy.core.costs.images import AreaCost
 from proxy.core.counting.edge import bound_ratio_of, lower_bound
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile
+from proxy.core.trimming.trim import TrimResult
 from proxy.errors import GuardError
 
 EDITS = "context_edits"  # `Parsed.private`: the context edits a request asks for
@@ -177,6 +179,12 @@ class MessagesAdapter(Adapter):
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return anthropic_error_body(error.status, error.message, error.param)
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        return result.rejection_message(result.anthropic_overflow()), None  # Anthropic's errors name no field
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return anthropic_broken(message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

@@ -43,9 +43,11 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
-from proxy.apis.gemini.gemini_parts import Turns, field, read_system, with_output_reserve
+from proxy.apis.gemini.gemini_parts import Turns, field, google_overflow, read_system, with_output_reserve
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import google_broken
 from proxy.core.models.model_names import url_model_name
+from proxy.core.trimming.trim import TrimResult
 from proxy.errors import GuardError
 
 API = "generate_content"
@@ -76,6 +78,8 @@ STATUSES = {
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
+
+
 def model_name(name: str) -> str:
     """The model a Gemini path names, refused unless it is one plain URL segment
     (proxy.core.models.model_names: it goes into the upstream's URL and the count endpoint's)."""
@@ -151,6 +155,12 @@ class GenerateContentAdapter(Adapter):
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return gemini_error(error.status, error.named_message)
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        return google_overflow(result), None
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return google_broken(message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

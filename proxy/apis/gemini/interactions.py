@@ -41,9 +41,11 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
-from proxy.apis.gemini.gemini_parts import field, with_output_reserve
+from proxy.apis.gemini.gemini_parts import field, google_overflow, with_output_reserve
 from proxy.apis.gemini.interaction_steps import Steps, chat_tools, content_parts, is_content
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import interactions_broken
+from proxy.core.trimming.trim import TrimResult
 from proxy.errors import GuardError
 
 API = "interactions"
@@ -126,6 +128,12 @@ class InteractionsAdapter(Adapter):
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return interactions_error(error.status, error.named_message)
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        return google_overflow(result), None
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return interactions_broken(message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)

@@ -39,6 +39,7 @@ def message_sources(count: int) -> tuple[Source, ...]:
 
 class ChatAdapter(Adapter):
     name: ClassVar[str] = "chat"
+    body_is_view: ClassVar[bool] = True
     writes_inserted: ClassVar[bool] = True
     resent_array: ClassVar[str | None] = "messages"
     accounted: ClassVar[frozenset[str]] = fields.CHAT  # the output reserve's field is the body's: `Parsed` says
@@ -75,4 +76,3 @@ class ChatAdapter(Adapter):
         """The core trimmed the body itself, every other field kept, and may have added messages
         (the budget note): the trimmed body is the answer."""
         return dict(trimmed)
-

@@ -63,6 +63,7 @@ from proxy.apis.openai.responses_items import (
     chat_tools,
     read_items,
 )
+from proxy.apis.stream_errors import responses_broken
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.work_budget import ITEM_UNITS, spend
 
@@ -75,6 +76,9 @@ class ResponsesAdapter(Adapter):
     reserve_field: ClassVar[str | None] = "max_output_tokens"
     reserve_view_field: ClassVar[str | None] = "max_completion_tokens"
     compacts: ClassVar[bool] = False  # every request asks to compact (`ResponsesCompactAdapter`)
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return responses_broken(message)
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)

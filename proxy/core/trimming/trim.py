@@ -76,18 +76,22 @@ class TrimResult:
     def fits(self) -> bool:
         return self.tokens_after <= self.budget.input_budget
 
-    def rejection_message(self, shape: Literal["openai", "anthropic"] | None = None) -> str:
-        """Why the request is refused. With a `shape`, it opens with the sentence that provider
-        words its own overflow error with (clients act on it: litellm's ContextWindowExceededError;
-        Claude Code lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too
-        long"), and the guard's explanation follows."""
+    def rejection_message(self, opening: str = "") -> str:
+        """Why the request is refused, after `opening`: the sentence the provider words its own
+        overflow error with (the adapter of the request's API shape picks it, `openai_overflow`,
+        `anthropic_overflow`; clients act on it: litellm's ContextWindowExceededError; Claude Code
+        lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too long")."""
         explanation = self._explanation()
-        if shape == "anthropic":
-            return f"{self._anthropic_sentence()} {explanation}"
-        if shape == "openai":
-            # The code in the text too: langchain-openai, among others, looks for it in the message.
-            return f"{self._openai_sentence()} (context-guard, context_length_exceeded) {explanation}"
-        return explanation
+        return f"{opening} {explanation}" if opening else explanation
+
+    def openai_overflow(self) -> str:
+        """OpenAI's overflow sentence, with the code in the text too: langchain-openai, among
+        others, looks for it in the message."""
+        return f"{self._openai_sentence()} (context-guard, context_length_exceeded)"
+
+    def anthropic_overflow(self) -> str:
+        """Anthropic's overflow sentence."""
+        return self._anthropic_sentence()
 
     def _openai_sentence(self) -> str:
         # OpenAI's own wording (numbers without separators, as it writes them), for the case it fits.

@@ -156,7 +156,7 @@ class Backends:
         found = self.discoveries.get(upstream)
         if found is None:
             return True, None
-        if found.kind != "ollama":
+        if not found.profile.window_per_model:
             return True, found.window(model)
         key = (upstream, model)
         return (True, self._windows[key]) if key in self._windows else (False, None)

@@ -120,8 +120,7 @@ async def model_route(
         profile.context_window,
         window_source,
         vocabulary_missing=missing,
-        upstream_kind=upstream.kind,
-        backend_kind=backend.kind,
+        provider=upstream.provider.correction_provider(backend.kind),
         provider_counts=upstream.provider_count,
         chosen=None if choice is None else chosen_of(choice),
     )

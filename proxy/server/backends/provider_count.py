@@ -30,7 +30,6 @@ from proxy.core.counting.edge import (
     body_key,
     bound_ratio_of,
     bytes_key,
-    count_call,
     lower_bound,
     read_count,
     straddles,
@@ -45,6 +44,7 @@ from proxy.wire.codec import dumps
 if TYPE_CHECKING:
     from proxy.apis.base import Parsed
     from proxy.config.upstreams import UpstreamSettings
+    from proxy.providers.provider import Provider
 
 KEPT = 1024  # provider counts remembered per gateway
 # What of the forwarded request's headers a count call carries: who asks, and the API's version.
@@ -61,8 +61,6 @@ _CREDENTIALS = frozenset(
         "x-goog-api-key",
     )
 )
-_KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex", "gemini": "gemini"}
-_ANTHROPIC_VERSION = "2023-06-01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +90,8 @@ class ProviderCounts:
             return self.kept[key]
         self.calls += 1
         sent = dict(headers)
-        if call.call.kind == "anthropic":
-            sent.setdefault("anthropic-version", _ANTHROPIC_VERSION)
+        for name, value in call.call.headers.items():  # what the endpoint requires (Anthropic's version)
+            sent.setdefault(name, value)
         try:
             async with asyncio.timeout(timeout):
                 answer = await answered_json(session, "POST", call.call.url, call.data, sent)
@@ -115,7 +113,7 @@ class EdgeRequest:
     """What the edge check needs of one request, gathered by the handler."""
 
     upstream: str
-    kind: str  # the upstream's configured kind
+    provider: Provider  # what the upstream's kind knows: its count endpoint
     base_url: str
     model: str  # as served
     api: str
@@ -125,15 +123,16 @@ class EdgeRequest:
     timeout: float
     assumed_ratio: float | None
     discovery: Discovery | None
+    body_is_view: bool  # the body is the chat view (`Adapter.body_is_view`): a tokenize call counts it
 
     @classmethod
     def of(
-        cls, upstream: UpstreamSettings, model: str, parsed: Parsed, discoveries: Mapping[str, Discovery]
+        cls, upstream: UpstreamSettings, model: str, parsed: Parsed, discoveries: Mapping[str, Discovery], view: bool
     ) -> EdgeRequest:
-        """`parsed` as sent to `upstream`'s `model` (as served)."""
+        """`parsed` as sent to `upstream`'s `model` (as served); `view`: its adapter's `body_is_view`."""
         return cls(
             upstream.name,
-            upstream.kind,
+            upstream.provider,
             upstream.base_url,
             model,
             parsed.api,
@@ -143,6 +142,7 @@ class EdgeRequest:
             upstream.provider_count_timeout,
             upstream.provider_count_ratio,
             discoveries.get(upstream.name),
+            view,
         )
 
 
@@ -211,9 +211,9 @@ def count_call_headers(
     return {k: v for k, v in headers.items() if k.lower() in _CREDENTIALS or k in upstream.headers}
 
 
-def _serialised(kind: str, request: EdgeRequest) -> SerialisedCall | None:
+def _serialised(request: EdgeRequest) -> SerialisedCall | None:
     """The count call for `request`, its body serialised, and its cache key (the bytes' digest)."""
-    call = count_call(kind, request.base_url, request.model, request.api, request.body)
+    call = request.provider.count_call(request.base_url, request.model, request.api, request.body)
     if call is None:
         return None
     data = dumps(call.body)
@@ -230,13 +230,10 @@ async def provider_counted(
     """The provider's own count of `request` (its count endpoint, or a local server's tokenize
     calls), kept or asked now; None when it cannot be had. The call's body is built, serialised
     and digested (its cache key) by `placed`: never on the loop for a large body."""
-    kind = _KINDS.get(request.kind)
-    if kind is not None:
-        call = await placed(functools.partial(_serialised, kind, request))
-        if call is None:
-            return None
-        return await counts.count(session, call, headers, request.timeout)
-    if request.discovery is not None and request.api == "chat":  # vLLM, llama.cpp: their tokenize calls
+    if request.provider.count_endpoint:
+        call = await placed(functools.partial(_serialised, request))
+        return None if call is None else await counts.count(session, call, headers, request.timeout)
+    if request.discovery is not None and request.body_is_view:  # vLLM, llama.cpp: their tokenize calls
         calls = calls_for(request.discovery, session, request.base_url, request.model, headers)
         messages = request.chat.get("messages")
         if calls is None or not isinstance(messages, list) or request.chat.get("tools"):

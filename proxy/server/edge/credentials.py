@@ -101,7 +101,6 @@ def injects_credential(upstream: UpstreamSettings) -> bool:
 # Headers that name a credential or the project a call is billed to: a client's never travel beside
 # the operator's credential (Google's `x-goog-user-project` moves a call's quota and billing).
 CLIENT_CREDENTIAL_HEADERS = frozenset({*CLIENT_KEY_HEADERS, "x-goog-user-project"})
-GOOGLE_KINDS = frozenset({"gemini", "vertex"})
 
 
 def outside_project(upstream: UpstreamSettings, segments: tuple[str, ...], own: str | None = None) -> str | None:
@@ -110,7 +109,7 @@ def outside_project(upstream: UpstreamSettings, segments: tuple[str, ...], own: 
     the upstream's base URL (`.../v1/projects/{p}/locations/{l}/...`), else the project is the one
     the credential itself names (`own`: Application Default Credentials say theirs); with neither,
     the guard cannot tell the operator's project from another, and a path naming any is refused."""
-    if upstream.kind not in GOOGLE_KINDS or not injects_credential(upstream):
+    if not upstream.provider.google_native or not injects_credential(upstream):
         return None
     named = _scope(segments)
     if named is None:

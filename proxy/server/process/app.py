@@ -24,7 +24,7 @@ from aiohttp import web
 
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
-from proxy.config.upstreams import DISCOVERED_KINDS, UpstreamSettings
+from proxy.config.upstreams import UpstreamSettings
 from proxy.core.learning.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.logging import get_logger, log_request_line
@@ -168,9 +168,8 @@ async def discover_upstreams(gateway: Gateway, session: aiohttp.ClientSession) -
 
     async def one(upstream: UpstreamSettings) -> None:
         options = upstream.backend_options
-        if upstream.kind not in DISCOVERED_KINDS:
-            kind = options.kind if options.kind != "auto" else "generic"
-            gateway.backends.discoveries[upstream.name] = Discovery(kind)
+        if not upstream.provider.discovered:
+            gateway.backends.discoveries[upstream.name] = Discovery(options.declared)
             return
         headers = gateway.service_headers(upstream, await _credential(gateway, upstream))
         found = await gateway.backends.discover(session, upstream.name, upstream.base_url, headers)

@@ -212,10 +212,7 @@ def announce(settings: Settings, port: int, workers: int, stream: Any = None) ->
         return
     host = settings.server.host
     base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    upstreams = ", ".join(
-        "the built-in echo upstream (no model is called)" if u.kind == "echo" else f"{name} ({u.base_url})"
-        for name, u in settings.upstreams.items()
-    )
+    upstreams = ", ".join(u.provider.describe(name, u.base_url) for name, u in settings.upstreams.items())
     stream.write(
         f"context-guard listening on {base} ({workers} worker{'s' if workers != 1 else ''}), forwarding to "
         f"{upstreams}\n  recent decisions: {base}/context-guard/recent   health: {base}/livez, {base}/readyz"

@@ -115,7 +115,7 @@ class Performer:
         routed = route.routed
         if route.choice is not None:
             self._chosen(route.choice)
-        opted = opted_in(route.served, self.request.headers, self.target.upstream.kind, self.endpoint.api)
+        opted = opted_in(route.served, self.request.headers, self.target.upstream.provider.opt_ins, self.endpoint.api)
         self._learned_as = correction_key(route.served, opted)  # an opted-in request's corrections apart
         return routed if opted is None else replace(routed, opt_in_window=opted.context_window)
 
@@ -142,7 +142,7 @@ class Performer:
             counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget, by_guard)
         self._counted = counted
         self._learns = (
-            self.endpoint.api == "chat"
+            self.endpoint.adapter.body_is_view
             and choice.source in ("calibrated", "estimate")
             and route.backend.usage_in_streams
         )
@@ -167,7 +167,7 @@ class Performer:
     async def reject(self, command: Reject) -> None:
         self.flow.outcome = "rejected"
         headers = report_headers(command.plan, self.flow.mode) | self._count_headers()
-        refusal = ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
+        refusal = ContextLengthExceeded.refused(command.plan.result, self.endpoint.adapter, headers)
         raise held_refusal(refusal, self.flow.exchange.held_tokens if self.flow.exchange is not None else 0)
 
     async def _performed(self, work: Callable[..., T], *args: Any) -> T:
@@ -212,7 +212,7 @@ class Performer:
         choice = self.choice
         if not await choice.complete():
             return None
-        if self.endpoint.api != "chat":
+        if not self.endpoint.adapter.body_is_view:  # the backend's tokenizer counts chat bodies
             return Recounted(None)
         return Recounted(await self._performed(choice.recount, command.body))
 
@@ -220,7 +220,8 @@ class Performer:
         """The upstream's own count, asked when the plan's bounds straddle its budget
         (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
         gw, upstream, plan = self.gw, self.target.upstream, command.plan
-        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries)
+        view = self.endpoint.adapter.body_is_view
+        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries, view)
         budget = edge_budget(edge, plan, self.choice.tokenizer)
         if budget is None:
             return None
@@ -311,7 +312,7 @@ class Performer:
         if usage is None:
             return
         flow.usage = usage
-        if parsed.api != "chat" or flow.client_gone or flow.stream_broken or not parsed.read_whole:
+        if not self.endpoint.adapter.body_is_view or flow.client_gone or flow.stream_broken or not parsed.read_whole:
             return
         gw = self.gw
         learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.scope))

@@ -20,7 +20,6 @@ from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
 from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import (
-    GOOGLE_KINDS,
     credential_digest,
     injects_credential,
     outside_project,
@@ -101,7 +100,7 @@ class UpstreamCall:
             url = host_root_url(upstream.base_url, segments, query)
         else:
             url = upstream_url(upstream.base_url, route.path, query)
-        if upstream.kind in GOOGLE_KINDS:  # the operator's credential stays in its project
+        if upstream.provider.google_native:  # Google's: the operator's credential stays in its project
             why = outside_project(upstream, _segments(url), gw.auths[upstream.name].project)
             if why is not None:
                 raise HTTPRefusal(f"context-guard does not send this request: {why}", 403, code="project_refused")
@@ -267,15 +266,18 @@ def _passthrough_target(gw: Gateway, model: str | None, google: GooglePath | Non
         with contextlib.suppress(ModelNotRouted):
             routed = gw.router.route(model)
     asks_google = _asks_google(google, request)
-    if routed is not None and (routed.upstream.kind in GOOGLE_KINDS or not asks_google):
+    if routed is not None and (routed.upstream.provider.google_native or not asks_google):
         return routed
-    if asks_google:
-        kinds = ("vertex", "gemini") if google is not None and google.project is not None else ("gemini", "vertex")
-        upstreams = [gw.settings.upstreams[route.upstream] for route in gw.router.routes]
-        for kind in kinds:
-            found = next((u for u in upstreams if u.kind == kind), None)
-            if found is not None:
-                return Target(found, None)
+    if asks_google:  # the Google upstream its provider ranks first for the path (Vertex AI's for a project's)
+        names_project = google is not None and google.project is not None
+        ranked = []
+        for order, route in enumerate(gw.router.routes):
+            upstream = gw.settings.upstreams[route.upstream]
+            rank = upstream.provider.google_preference(names_project)
+            if rank is not None:
+                ranked.append((rank, order, upstream))
+        if ranked:
+            return Target(min(ranked, key=lambda found: found[:2])[2], None)
     return routed or gw.router.default()
 
 
@@ -284,9 +286,7 @@ def native_google(upstream: UpstreamSettings, request: web.Request) -> bool:
     under the path as written): always to a Gemini upstream, and to a Vertex AI upstream for a
     path of Google's own; an OpenAI-shaped path (`/v1/embeddings`) goes to Vertex AI's
     OpenAI-compatible endpoint under the base URL, as to any OpenAI upstream."""
-    if upstream.kind == "gemini":
-        return True
-    return upstream.kind == "vertex" and _asks_google(google_path(request[PATH_ROUTE].path.segments), request)
+    return upstream.provider.native_path(_asks_google(google_path(request[PATH_ROUTE].path.segments), request))
 
 
 def _asks_google(google: GooglePath | None, request: web.Request) -> bool:

@@ -74,28 +74,22 @@ def request_headers(
         headers.add(name, value)
     for name, value in upstream.headers.items():
         headers[name] = value
-    key_header = _KEY_HEADERS.get(upstream.kind)
+    provider = upstream.provider
+    key_header = provider.key_header
     injected_key = upstream.api_key_env and not (upstream.token_command or upstream.token_file or upstream.auth)
     if authorization and key_header and injected_key and authorization.startswith("Bearer "):
-        # Anthropic, Azure and Gemini take an API key in a header of their own, not as a bearer token.
+        # Anthropic, Azure and Google take an API key in a header of their own, not as a bearer token.
         headers.popall(key_header, None)
         headers[key_header] = authorization.removeprefix("Bearer ")
     elif authorization:
         headers["Authorization"] = authorization
-    if upstream.kind == "anthropic":
-        headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+    for name, value in provider.default_headers.items():  # Anthropic's `anthropic-version`, when the client named none
+        headers.setdefault(name, value)
     if upstream.edits_by_guard and "anthropic-beta" in headers:  # the guard applies the edits, not the upstream
         betas = without_beta(",".join(headers.popall("anthropic-beta")))
         if betas:
             headers["anthropic-beta"] = betas
     return headers
-
-
-# Google's APIs take an API key (Vertex AI's express mode, the Gemini API) as `x-goog-api-key`, never as a bearer token.
-_KEY_HEADERS = {"anthropic": "x-api-key", "azure": "api-key", "gemini": "x-goog-api-key", "vertex": "x-goog-api-key"}
-
-
-ANTHROPIC_VERSION = "2023-06-01"  # sent only when the client named none
 
 
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:

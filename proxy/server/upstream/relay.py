@@ -14,7 +14,8 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.base import AnswerAmendment
-from proxy.apis.stream_errors import broken_stream_event
+from proxy.apis.stream_errors import openai_broken
+from proxy.server.edge.paths import PATH_ROUTE
 from proxy.server.request.flow import Flow
 from proxy.server.upstream.headers import response_headers
 from proxy.server.upstream.sse import is_event_stream
@@ -64,7 +65,8 @@ async def relay(
         if not is_event_stream(response) or out.content_length is not None:
             abort(request)
             return relayed
-        event = broken_stream_event(flow.record.kind, relayed.broken)
+        endpoint = request[PATH_ROUTE].endpoint  # a pass-through path has none: OpenAI's event
+        event = (endpoint.adapter.broken_stream_event if endpoint else openai_broken)(relayed.broken)
         with contextlib.suppress(ConnectionResetError):
             await out.write(event)
     with contextlib.suppress(ConnectionResetError):
