@@ -38,7 +38,7 @@ from proxy.core.models.model_registry import family_for
 from proxy.core.plan import Plan
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
-from proxy.server.upstream.headers import request_headers
+from proxy.server.upstream.connection import request_headers
 from proxy.wire.codec import dumps
 
 if TYPE_CHECKING:

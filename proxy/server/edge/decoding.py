@@ -5,8 +5,8 @@ body can inflate a thousandfold, and a bound is the only defence against a bomb)
 - a client's request body (`proxy.server.edge.body`) is inflated whole and strictly: corrupt,
   truncated or trailing data is an error, and so is output past the size limit (`inflate`);
 - an upstream's answer is read as it is relayed, for its first event and its usage
-  (`proxy.server.upstream.sse`, `proxy.server.upstream.usage`), and an upstream's error body for
-  its message (`proxy.server.upstream.upstream_errors`): leniently, chunk by chunk, at most a given length
+  (`proxy.server.upstream.relay`, `proxy.server.upstream.usage`), and an upstream's error body for
+  its message (`proxy.server.upstream.connection`): leniently, chunk by chunk, at most a given length
   per call, and what does not decode is read as it came (`Decoder`, `decoded`). The bytes
   relayed to the client are never the decoded ones.
 

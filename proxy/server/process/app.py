@@ -30,6 +30,7 @@ from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.logging import get_logger, log_request_line
 from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.model_counting import Models
+from proxy.server.backends.model_route import Router
 from proxy.server.backends.profiles import Discovery
 from proxy.server.edge.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
 from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, BodyBudget, BodyLimits
@@ -56,10 +57,8 @@ from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import GATEWAY, Gateway
 from proxy.server.request.handlers import guarded
 from proxy.server.request.summariser import Summariser, SummariserOptions
+from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, upstream_session
 from proxy.server.upstream.forwarding import passthrough
-from proxy.server.upstream.pool import UPSTREAM_POOL, PoolPolicy, UpstreamPool
-from proxy.server.upstream.routing import Router
-from proxy.server.upstream.session import upstream_session
 from proxy.state import open_store
 from proxy.wire.readers import BodyReaders
 from proxy.wire.strict_json import JsonLimits

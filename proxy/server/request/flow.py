@@ -22,10 +22,9 @@ from proxy.config.budget_and_trim import Mode
 from proxy.core.exchange import Exchange
 from proxy.core.plan import Plan
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_route import ModelRoute
+from proxy.server.backends.model_route import ModelRoute, Target
 from proxy.server.observation.record import RequestRecord
 from proxy.server.request.gateway import Gateway
-from proxy.server.upstream.routing import Target
 from proxy.server.upstream.usage import Usage
 
 

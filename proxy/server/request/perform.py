@@ -57,7 +57,7 @@ from proxy.core.plan import Plan
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
 from proxy.server.backends.catalogue import Choice, Reach
 from proxy.server.backends.model_counting import CountedAs
-from proxy.server.backends.model_route import ModelRoute, chosen_of, model_route
+from proxy.server.backends.model_route import ModelRoute, Target, chosen_of, model_route
 from proxy.server.backends.provider_count import (
     EdgeRequest,
     edge_budget,
@@ -70,13 +70,10 @@ from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import count_call_headers_for, count_kind, held_refusal, learned, looked_up
 from proxy.server.threads.placement import performed, planned
-from proxy.server.upstream import answers
-from proxy.server.upstream.answers import UsageReader, first_event
+from proxy.server.upstream.connection import decoded, json_message, overflow_told, read_error_body, request_headers
 from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
-from proxy.server.upstream.headers import request_headers
-from proxy.server.upstream.routing import Target
-from proxy.server.upstream.streams import ask_for_usage
-from proxy.server.upstream.upstream_errors import decoded, json_message, overflow_told, read_error_body
+from proxy.server.upstream.relay import UsageReader, ask_for_usage, first_event
+from proxy.server.upstream.relay import error_body as first_error_body
 
 T = TypeVar("T")
 
@@ -273,7 +270,7 @@ class Performer:
                         previews(self.record, exchange.plan, self.parsed.messages, chars)
                     return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
-                status, error_body = 502, answers.error_body(first)
+                status, error_body = 502, first_error_body(first)
                 if first.kind == "empty" and self.route.backend.empty_stream_on_overflow:
                     note(record, "empty_stream")
                     status, error_body = await probe_overflow(self.flow, sent)

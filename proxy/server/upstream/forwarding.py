@@ -16,6 +16,7 @@ from proxy.apis.gemini.google_paths import GooglePath, generation_method, google
 from proxy.apis.names import MAX_NAME_CHARS
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
+from proxy.server.backends.model_route import Target
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
 from proxy.server.edge.client_scope import client_scope
@@ -40,19 +41,18 @@ from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import learned
 from proxy.server.threads.placement import INLINE_BYTES, performed
 from proxy.server.threads.slots import client_key
-from proxy.server.upstream.headers import request_headers, response_headers
-from proxy.server.upstream.pool import UPSTREAM_POOL
-from proxy.server.upstream.relay import relay
-from proxy.server.upstream.routing import Target
-from proxy.server.upstream.session import send_retrying_stale
-from proxy.server.upstream.streams import overflow_probe
-from proxy.server.upstream.upstream_errors import (
+from proxy.server.upstream.connection import (
+    UPSTREAM_POOL,
     client_timeout,
     decoded,
     read_error_body,
+    request_headers,
+    response_headers,
+    send_retrying_stale,
     upstream_errors,
     upstream_failure,
 )
+from proxy.server.upstream.relay import overflow_probe, relay
 from proxy.server.upstream.usage import reported_from_body
 from proxy.wire.codec import dumps
 from proxy.wire.strict_json import check_density

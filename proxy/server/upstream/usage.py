@@ -12,19 +12,56 @@ interaction, a cached prompt (`cachedContents`: its `totalTokenCount`, until its
 
 `usage_from_body()` / `reported_from_body()` read a whole (non-streamed) answer; `UsageTap` watches
 an SSE stream for them, and drops the usage chunk when the guard asked for it on the client's behalf
-(`proxy.server.upstream.streams.ask_for_usage`). The answer the client gets is relayed byte for
-byte otherwise (`proxy.server.upstream.answers` drives both).
+(`proxy.server.upstream.relay.ask_for_usage`). The answer the client gets is relayed byte for
+byte otherwise (`proxy.server.upstream.relay` drives both).
 """
 
 from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
 from proxy.server.edge.decoding import decoded
-from proxy.server.upstream.sse import event_data, event_end, json_or_none, may_name
+from proxy.wire.codec import loads
+
+# Server-sent events, read part by part (also how `proxy.server.upstream.relay` reads a stream's first event).
+_EVENT_END = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+
+def event_end(text: bytes | bytearray, start: int = 0) -> tuple[int, int]:
+    """Where the first event terminator in `text` at or after `start` is, and its length; (-1, 0)
+    if there is none."""
+    if text.find(b"\r", start) < 0:  # the usual case: one terminator to look for
+        end = text.find(b"\n\n", start)
+        return (end, 2) if end >= 0 else (-1, 0)
+    found = [(i, len(sep)) for sep in _EVENT_END if (i := text.find(sep, start)) >= 0]
+    return min(found) if found else (-1, 0)
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The `data:` of one SSE event (lines joined by newlines), or None for a comment-only event."""
+    if event.startswith(b"data: ") and b"\n" not in event and b"\r" not in event:
+        return event[6:]  # the usual event: one data line
+    lines = [line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+def json_or_none(data: bytes) -> Any:
+    """`data` parsed as JSON, or None when it is not JSON."""
+    try:
+        return loads(data)
+    except ValueError:
+        return None
+
+
+def may_name(data: bytes, key: bytes) -> bool:
+    """False when the JSON text `data` cannot hold the key `key`: it is not there as written, and
+    no `\\u` escape could spell it. Saves parsing events that are not what is looked for."""
+    return key in data or b"\\u" in data
+
 
 # An event of a relayed stream larger than this is relayed as it comes, without being parsed: the
 # tap holds at most this much of a partial event, and looks at each byte once.

@@ -9,8 +9,8 @@ import zlib
 import pytest
 
 from proxy.server.edge.decoding import Decoder, Oversized, Undecodable, decoded, inflate
-from proxy.server.upstream.upstream_errors import MAX_DECODED_ERROR_BODY
-from proxy.server.upstream.upstream_errors import decoded as error_body_decoded
+from proxy.server.upstream.connection import MAX_DECODED_ERROR_BODY
+from proxy.server.upstream.connection import decoded as error_body_decoded
 
 TEXT = b'{"error": {"message": "too long"}}'
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import ModelNotRouted
+from proxy.server.backends.model_route import Router
 from proxy.server.backends.profiles import forwardable_request_id, profile_for
 from proxy.server.edge.request_ids import RequestIds, new_request_id
 from proxy.server.process.app import request_id_of
-from proxy.server.upstream.routing import Router
 from tests.server.conftest import gateway_settings
 
 ROOT = Path(__file__).parents[3]
