@@ -8,16 +8,19 @@ its paths are laid out, how it behaves as a backend. No code outside this packag
 upstream's kind with a name.
 
 A provider is pure: it builds calls (`CountCall`, `OutgoingCall`) and reads answers; sending them
-is the server's (`proxy.server.upstream`). `finish` is the last word on every outgoing request
-(the forwarded one, a count call): a provider that signs its requests (AWS SigV4 signs a hash of
-the body) signs the final bytes there.
+is the server's (`proxy.server.upstream`). A provider that signs its requests (AWS SigV4 signs a
+hash of the body, so a body the guard cut is signed again) says `signs`; then `finish` is the last
+word on every outgoing call (the forwarded request, a count call at the budget's edge), given the
+credentials its `signing_keys` hold. Finding and refreshing those may block (a metadata server, a
+process): the server does it, in a thread, only when they say they are `due`
+(`proxy.server.edge.credentials.UpstreamAuth.finished`); signing with them is pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from proxy.core.counting.edge import CountCall
 from proxy.core.models.opt_in_windows import OptIn
@@ -35,6 +38,18 @@ class BackendProfile:
     empty_stream_on_overflow: bool = False  # an over-window stream is a 200 with an empty body
     request_id_must_be_uuid: bool = False  # any other `x-request-id` is refused with an empty 400
     window_per_model: bool = False  # states a model's window only when asked about that model (Ollama)
+
+
+class SigningKeys(Protocol):
+    """The credentials a signing provider signs with, as the server keeps them for one upstream."""
+
+    def due(self) -> bool:
+        """Whether `current` may block (the first look, or a refresh that is due)."""
+        ...
+
+    def current(self) -> object:
+        """The credentials as of now (the server calls it in a thread when `due`)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +120,14 @@ class Provider:
         """How the start message names the upstream `name` at `base_url`."""
         return f"{name} ({base_url})"
 
-    def finish(self, call: OutgoingCall) -> OutgoingCall:
-        """The request as it is sent: a provider that signs its requests signs `call`'s final bytes here."""
+    signs: ClassVar[bool] = False  # `finish` must see every outgoing call, its body final
+
+    def signing_keys(self, upstream: object) -> SigningKeys | None:
+        """The credentials this provider signs `upstream`'s calls with (its settings), made once per
+        upstream by the server; None: it signs nothing."""
+        return None
+
+    def finish(self, call: OutgoingCall, keys: object) -> OutgoingCall:
+        """`call` as it is sent, signed with `keys` (`SigningKeys.current`): the client's own
+        signing headers dropped, the guard's signature over the final method, URL and body added."""
         return call

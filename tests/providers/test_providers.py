@@ -133,10 +133,11 @@ class TestGooglePaths:
 
 
 class TestFinish:
-    def test_by_default_an_outgoing_call_is_sent_as_built(self) -> None:
+    def test_no_provider_today_signs_so_an_outgoing_call_is_sent_as_built(self) -> None:
         call = OutgoingCall("POST", "https://h/v1/chat/completions", {"Authorization": "Bearer k"}, b"{}")
-        assert Provider().finish(call) is call
-        assert all(provider.finish(call) is call for provider in PROVIDERS.values())
+        assert Provider().finish(call, None) is call
+        assert not any(provider.signs for provider in PROVIDERS.values())
+        assert all(provider.finish(call, None) is call for provider in PROVIDERS.values())
 
 
 class TestPurity:

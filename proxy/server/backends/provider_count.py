@@ -36,6 +36,8 @@ from proxy.core.counting.edge import (
 )
 from proxy.core.models.model_registry import family_for
 from proxy.core.plan import Plan
+from proxy.errors import UpstreamUnavailable
+from proxy.providers.provider import OutgoingCall
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
 from proxy.server.upstream.connection import request_headers
@@ -81,9 +83,15 @@ class ProviderCounts:
     calls: int = 0
 
     async def count(
-        self, session: aiohttp.ClientSession, call: SerialisedCall, headers: Mapping[str, str], timeout: float
+        self,
+        session: aiohttp.ClientSession,
+        call: SerialisedCall,
+        headers: Mapping[str, str],
+        timeout: float,
+        finish: Finish | None = None,
     ) -> int | None:
-        """The count `call` answers (kept or asked for now); None when it fails or is late."""
+        """The count `call` answers (kept or asked for now); None when it fails or is late (`finish`:
+        the provider signs the call as it is sent)."""
         key = call.key
         if key in self.kept:
             self.kept.move_to_end(key)
@@ -92,10 +100,16 @@ class ProviderCounts:
         sent = dict(headers)
         for name, value in call.call.headers.items():  # what the endpoint requires (Anthropic's version)
             sent.setdefault(name, value)
+        url = call.call.url
         try:
             async with asyncio.timeout(timeout):
-                answer = await answered_json(session, "POST", call.call.url, call.data, sent)
-        except (TimeoutError, BackendDown):
+                if finish is not None:  # signed as sent: its type too
+                    finished = await finish(
+                        OutgoingCall("POST", url, {**sent, "Content-Type": "application/json"}, call.data)
+                    )
+                    url, sent = finished.url, dict(finished.headers)
+                answer = await answered_json(session, "POST", url, call.data, sent)
+        except (TimeoutError, BackendDown, UpstreamUnavailable):  # late, failed, or no credentials to sign with
             return None
         counted = read_count(call.call, answer)
         if counted is not None:
@@ -124,6 +138,7 @@ class EdgeRequest:
     assumed_ratio: float | None
     discovery: Discovery | None
     body_is_view: bool  # the body is the chat view (`Adapter.body_is_view`): a tokenize call counts it
+    finish: Finish | None = None  # the provider signs its calls: the count call is signed as it is sent
 
     @classmethod
     def of(
@@ -158,6 +173,8 @@ class EdgeBudget:
 # Runs work that grows with the body where the request's own counting runs (on the loop for a
 # small body, else in the client's share of the threads: `proxy.server.threads.placement.performed`).
 Placed = Callable[[Callable[[], Any]], Awaitable[Any]]
+# Makes an outgoing call final: a signing provider's signature (`UpstreamAuth.finished`).
+Finish = Callable[[OutgoingCall], Awaitable[OutgoingCall]]
 
 
 def edge_budget(request: EdgeRequest, plan: Plan, tokenizer: object) -> EdgeBudget | None:
@@ -232,7 +249,7 @@ async def provider_counted(
     and digested (its cache key) by `placed`: never on the loop for a large body."""
     if request.provider.count_endpoint:
         call = await placed(functools.partial(_serialised, request))
-        return None if call is None else await counts.count(session, call, headers, request.timeout)
+        return None if call is None else await counts.count(session, call, headers, request.timeout, request.finish)
     if request.discovery is not None and request.body_is_view:  # vLLM, llama.cpp: their tokenize calls
         calls = calls_for(request.discovery, session, request.base_url, request.model, headers)
         messages = request.chat.get("messages")

@@ -34,6 +34,7 @@ from urllib.parse import unquote_plus
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import UpstreamUnavailable
 from proxy.logging import get_logger
+from proxy.providers.provider import OutgoingCall
 from proxy.server.edge.adc import AdcError, AdcTokens
 
 COMMAND_TIMEOUT_SECONDS = 30.0
@@ -159,6 +160,7 @@ class UpstreamAuth:
         self._lock = asyncio.Lock()
         self._log = log if log is not None else get_logger()
         self._adc = AdcTokens() if upstream.auth == "adc" else None
+        self._keys = upstream.provider.signing_keys(upstream)  # a signing provider's (AWS SigV4), else None
 
     @property
     def project(self) -> str | None:
@@ -178,6 +180,27 @@ class UpstreamAuth:
         if name and self._env.get(name):
             return f"Bearer {self._env[name]}"
         return None if client_keys_in_use else client_authorization
+
+    async def finished(self, call: OutgoingCall) -> OutgoingCall:
+        """`call` made final by the upstream's provider (signed with the credentials it holds); the
+        credentials are looked up or refreshed in a thread, one refresh at a time, when they are due."""
+        keys = self._keys
+        if keys is None:
+            return self.upstream.provider.finish(call, None)
+        try:
+            if keys.due():
+                async with self._lock:
+                    current = await asyncio.to_thread(keys.current) if keys.due() else keys.current()
+            else:
+                current = keys.current()
+        except Exception as exc:  # the provider's own errors (no credentials, a refresh that failed)
+            # The exception's class only: a credential library's messages can name profiles and paths.
+            self._log.error("signing_credentials_failed", upstream=self.upstream.name, reason=type(exc).__name__)
+            raise UpstreamUnavailable(
+                f"context-guard could not obtain credentials to sign for upstream {self.upstream.name!r}; "
+                "the operator's log has the reason"
+            ) from None
+        return self.upstream.provider.finish(call, current)
 
     async def token(self) -> str:
         if self._token is not None and self._clock() - self._fetched_at < self.upstream.token_refresh_seconds:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -74,7 +75,10 @@ async def _whole_count(flow: Flow, headers: Mapping[str, str], placed: Placed) -
     if route is None or gw.session is None:  # a count endpoint answered locally: no route was worked out
         return None
     view = flow.endpoint.adapter.body_is_view
-    edge = EdgeRequest.of(flow.target.upstream, route.served, flow.parsed, gw.backends.discoveries, view)
+    upstream = flow.target.upstream
+    edge = EdgeRequest.of(upstream, route.served, flow.parsed, gw.backends.discoveries, view)
+    if upstream.provider.signs:
+        edge = replace(edge, finish=gw.auths[upstream.name].finished)
     return await provider_counted(gw.provider_counts, gw.session, headers, edge, placed)
 
 

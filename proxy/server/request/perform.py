@@ -219,6 +219,8 @@ class Performer:
         gw, upstream, plan = self.gw, self.target.upstream, command.plan
         view = self.endpoint.adapter.body_is_view
         edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries, view)
+        if upstream.provider.signs:  # the count call is signed as the forwarded request is
+            edge = replace(edge, finish=gw.auths[upstream.name].finished)
         budget = edge_budget(edge, plan, self.choice.tokenizer)
         if budget is None:
             return None

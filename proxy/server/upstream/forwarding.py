@@ -10,12 +10,14 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.apis.gemini.google_paths import GooglePath, generation_method, google_path, passes
 from proxy.apis.names import MAX_NAME_CHARS
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
+from proxy.providers.provider import OutgoingCall
 from proxy.server.backends.model_route import Target
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
@@ -109,6 +111,10 @@ class UpstreamCall:
             headers["x-request-id"] = record.request_id
             if not forwardable_request_id(gw.backends.profile_of(upstream.name), record.request_id):
                 del headers["x-request-id"]  # llama-cpp-python refuses any id that is not a UUID
+        if upstream.provider.signs:  # signed once the body and headers are final (AWS SigV4)
+            call = OutgoingCall(request.method, str(url), headers, self._payload)
+            call = await gw.auths[upstream.name].finished(call)
+            url, headers = URL(call.url, encoded=True), CIMultiDict(call.headers)
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()
         self._pool = pool = request.app[UPSTREAM_POOL]
