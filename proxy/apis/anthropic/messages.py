@@ -38,6 +38,7 @@ written back into the blocks. Reading the system prompt and the messages block b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -63,6 +64,7 @@ from proxy.apis.base import (
     text_part,
 )
 from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.stream_errors import anthropic_broken
 from proxy.core.costs.images import AreaCost
@@ -260,3 +262,28 @@ def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any],
         else:  # an image replaced by a marker
             out[target] = {"type": "text", "text": text}
     return out
+
+
+# Vertex AI's Claude: the model in the path (`count-tokens` names its count endpoint).
+_VERTEX_CLAUDE = re.compile(
+    r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/(?P<model>[^/:]+):(?P<method>rawPredict|streamRawPredict)"
+)
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Anthropic Messages at Anthropic's paths and Vertex AI's Claude paths; its count endpoint
+    answered locally (logged as `count_tokens`)."""
+    adapter, count = MessagesAdapter(), CountTokensAdapter()
+    counting = Endpoint(count, local=True, answer=count_tokens_body, named="count_tokens")
+    exact = {**dict.fromkeys(("/v1/messages", "/messages"), Endpoint(adapter)),
+             **dict.fromkeys(("/v1/messages/count_tokens", "/messages/count_tokens"), counting)}  # fmt: skip
+
+    def vertex(path: str) -> Endpoint | None:
+        found = _VERTEX_CLAUDE.fullmatch(path)
+        if found is None:
+            return None
+        if found["model"] == "count-tokens":
+            return counting
+        return Endpoint(adapter, path_model=found["model"], stream=found["method"] == "streamRawPredict")
+
+    return Shape(adapter.name, (adapter, count), exact, vertex)

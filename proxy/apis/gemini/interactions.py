@@ -25,6 +25,7 @@ google-genai's `interactions` raise with the message.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -41,6 +42,7 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.gemini.gemini_parts import field, google_overflow, with_output_reserve
 from proxy.apis.gemini.interaction_steps import Steps, chat_tools, content_parts, is_content
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
@@ -241,3 +243,20 @@ def _written_contents(
         # A shortened text keeps its other fields; a medium cut to a marker becomes that text.
         contents[target] = {**before, "text": text} if before.get("type") == "text" else {"type": "text", "text": text}
     return contents
+
+
+# Vertex AI's: a project's and location's (google-genai with vertexai=True sends v1beta1).
+_VERTEX_INTERACTIONS = re.compile(r"/(?:v1|v1beta1)/projects/[^/]+/locations/[^/]+/interactions")
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Google's Interactions API on the Developer API's versions (google-genai sends `/v1`) and
+    Vertex AI's, sent to the upstream's host under the path as written."""
+    adapter = InteractionsAdapter()
+    endpoint = Endpoint(adapter, at_host_root=True)
+    exact = {f"/{version}/interactions": endpoint for version in ("v1", "v1beta", "v1alpha")}
+
+    def vertex(path: str) -> Endpoint | None:
+        return endpoint if _VERTEX_INTERACTIONS.fullmatch(path) else None
+
+    return Shape(adapter.name, (adapter,), exact, vertex)

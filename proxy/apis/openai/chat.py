@@ -8,12 +8,14 @@ the core already built with every other field kept.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from proxy.apis import fields
 from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.openai.chat_checks import check_chat_body
@@ -76,3 +78,19 @@ class ChatAdapter(Adapter):
         """The core trimmed the body itself, every other field kept, and may have added messages
         (the budget note): the trimmed body is the answer."""
         return dict(trimmed)
+
+
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions", "/openai/v1/chat/completions")
+_AZURE_CHAT = re.compile(r"/openai/deployments/(?P<deployment>[^/]+)/chat/completions")
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Chat Completions, at OpenAI's paths and an Azure deployment's (its model: the deployment)."""
+    adapter = ChatAdapter()
+    endpoint = Endpoint(adapter)
+
+    def deployment(path: str) -> Endpoint | None:
+        found = _AZURE_CHAT.fullmatch(path)
+        return Endpoint(adapter, path_model=found["deployment"]) if found else None
+
+    return Shape(adapter.name, (adapter,), dict.fromkeys(CHAT_PATHS, endpoint), deployment)

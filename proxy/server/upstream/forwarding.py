@@ -13,8 +13,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from proxy.apis.endpoints import MAX_NAME_CHARS
 from proxy.apis.gemini.google_paths import GooglePath, generation_method, google_path, passes
-from proxy.apis.names import MAX_NAME_CHARS
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
 from proxy.providers.provider import OutgoingCall
