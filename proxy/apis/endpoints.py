@@ -89,6 +89,10 @@ def _no_pattern(path: str) -> Endpoint | None:
     return None
 
 
+def _generates_nothing(segments: tuple[str, ...]) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class Shape:
     """One API shape as the registry serves it, made by the shape's own module (`shape(options)`)."""
@@ -97,6 +101,9 @@ class Shape:
     adapters: tuple[Adapter, ...]  # every adapter its bodies are read with, the one named `name` first
     exact: Mapping[str, Endpoint] = field(default_factory=dict)  # its fixed canonical paths
     match: Callable[[str], Endpoint | None] = _no_pattern  # the paths it knows by a pattern (a model, a project)
+    # Whether a path an upstream would receive (its segments) reaches one of the shape's generating
+    # endpoints, spelled in any way a server accepts: pass-through never sends one there uncounted.
+    generates: Callable[[tuple[str, ...]], bool] = _generates_nothing
 
     @property
     def adapter(self) -> Adapter:

@@ -102,6 +102,10 @@ class AdapterRegistry:
         endpoint = self.endpoint_for(path)
         return None if endpoint is None else endpoint_api(endpoint)
 
+    def generates(self, segments: tuple[str, ...]) -> bool:
+        """Whether an upstream receiving the path `segments` would generate (some shape's endpoint)."""
+        return any(shape.generates(segments) for shape in self.shapes)
+
     def by_name(self, api: str) -> Adapter:
         """The adapter for an API name (the CLI's `--api`)."""
         if api not in self._named:

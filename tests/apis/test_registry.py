@@ -141,3 +141,20 @@ class TestShapes:
         registry = AdapterRegistry(CompletionsOptions(overflow="reject"))
         adapter = registry.by_name("completions")
         assert isinstance(adapter, CompletionsAdapter) and adapter.options.overflow == "reject"
+
+    @pytest.mark.parametrize(
+        "path",
+        [
+            ("v1", "chat", "completions"),
+            ("v1", "projects", "p", "locations", "l", "endpoints", "openapi", "chat", "completions"),
+            ("v1beta", "models", "gemini-2.5-flash:generateContent"),
+            ("v1beta", "models", "gemini-2.5-flash:generate_content"),
+            ("v1beta1", "projects", "p", "locations", "l", "interactions"),
+        ],
+    )
+    def test_a_path_that_reaches_a_generating_endpoint_is_known_by_its_shape(self, path: tuple[str, ...]) -> None:
+        assert REGISTRY.generates(path)
+
+    @pytest.mark.parametrize("path", [("v1", "models"), ("v1beta", "cachedContents", "c1"), ("v1", "embeddings")])
+    def test_other_paths_generate_nothing(self, path: tuple[str, ...]) -> None:
+        assert not REGISTRY.generates(path)

@@ -46,6 +46,7 @@ from proxy.apis.base import (
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.gemini.gemini_parts import Turns, field, google_overflow, read_system, with_output_reserve
+from proxy.apis.gemini.google_paths import generation_method
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.stream_errors import google_broken
 from proxy.core.models.model_names import url_model_name
@@ -339,4 +340,4 @@ def shape(options: ShapeOptions) -> Shape:
         stream = method == "streamGenerateContent"
         return Endpoint(adapter, model, stream=stream, at_host_root=True, model_check=model_name)
 
-    return Shape(adapter.name, (adapter, count), {}, models)
+    return Shape(adapter.name, (adapter, count), {}, models, lambda segments: generation_method(segments) is not None)

@@ -259,4 +259,4 @@ def shape(options: ShapeOptions) -> Shape:
     def vertex(path: str) -> Endpoint | None:
         return endpoint if _VERTEX_INTERACTIONS.fullmatch(path) else None
 
-    return Shape(adapter.name, (adapter,), exact, vertex)
+    return Shape(adapter.name, (adapter,), exact, vertex, lambda segments: segments[-1:] == ("interactions",))

@@ -93,4 +93,8 @@ def shape(options: ShapeOptions) -> Shape:
         found = _AZURE_CHAT.fullmatch(path)
         return Endpoint(adapter, path_model=found["deployment"]) if found else None
 
-    return Shape(adapter.name, (adapter,), dict.fromkeys(CHAT_PATHS, endpoint), deployment)
+    return Shape(adapter.name, (adapter,), dict.fromkeys(CHAT_PATHS, endpoint), deployment, _generates)
+
+
+def _generates(segments: tuple[str, ...]) -> bool:
+    return segments[-2:] == ("chat", "completions")

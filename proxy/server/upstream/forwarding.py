@@ -14,7 +14,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.apis.endpoints import MAX_NAME_CHARS
-from proxy.apis.gemini.google_paths import GooglePath, generation_method, google_path, passes
+from proxy.apis.gemini.google_paths import GooglePath, google_path, passes
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
 from proxy.providers.provider import OutgoingCall
@@ -320,7 +320,7 @@ def _refuse_counted_or_generating(base_url: str, path: CanonicalPath, gw: Gatewa
         sent = canonical_path(upstream_url(base_url, path).raw_path).segments
     except ValueError:
         return
-    if generation_method(sent) is not None or sent[-2:] == ("chat", "completions") or sent[-1:] == ("interactions",):
+    if gw.apis.generates(sent):
         raise PathNotFound(f"context-guard does not forward {path}: it would reach an endpoint that generates")
 
 
