@@ -9,13 +9,11 @@ shape. An adapter stands at the edge between a client's API and the core:
     render(parsed, ...)  -> the cut written back into the ORIGINAL shape: dropped view messages drop
                             their items, shortened ones replace only their text, messages the trim
                             added go where they stand in the view; everything else is kept as sent
-    error_body(error)    -> an error in the API's own shape; overflow_refusal(result): the guard's
-                            refusal worded as the shape's provider words an overflow;
-                            broken_stream_event(message): the event that ends a broken stream
-    profile(profile, p)  -> the model profile as this API counts it (overheads no message carries)
-    pipeline(parsed)     -> strategies that replace the configured pipeline, or None
-    edited(parsed, c, g) -> the request as the provider sees it once the context edits it asks for
-                            ran (Anthropic's context editing), or None
+    error_body(error)    -> an error in the API's own shape (and `overflow_refusal`: the guard's
+                            refusal worded as the shape's provider words an overflow)
+    broken_stream_event  -> the event that ends a broken stream; `stream_framing`: a stream's own
+    profile, pipeline    -> the profile as this API counts it; strategies replacing the pipeline
+    edited(parsed, c, g) -> the request once the context edits it asks the provider for ran
 
 `proxy.apis.fitting.fit()` runs one parsed request through `proxy.core.plan.plan_request` and
 renders the result: the one call the server needs. Everything here is pure: no I/O, no aiohttp.
@@ -29,7 +27,7 @@ from typing import Any, ClassVar, Protocol
 
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
-from proxy.apis.stream_errors import openai_broken
+from proxy.apis.stream_errors import StreamFraming, openai_broken
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
@@ -288,6 +286,10 @@ class Adapter:
     def broken_stream_event(self, message: str) -> bytes:
         """The event that tells this shape's client its stream broke (`proxy.apis.stream_errors`)."""
         return openai_broken(message)
+
+    def stream_framing(self, content_type: str) -> StreamFraming | None:
+        """A streamed answer of `content_type` in a framing of the shape's own; None: SSE's."""
+        return None
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """The profile this request is counted with: the API's fixed overheads are folded into

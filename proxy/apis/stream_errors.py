@@ -1,5 +1,6 @@
-"""The event that ends a stream the upstream broke, in the grammar of the API the client speaks
-(each adapter's `broken_stream_event` picks its own here).
+"""A shape's stream: the event that ends one the upstream broke, in the grammar of the API the
+client speaks (each adapter's `broken_stream_event` picks its own here), and the framing of a
+stream that is not server-sent events (`StreamFraming`, an adapter's `stream_framing`).
 
 Once a stream has begun, its status (200) and first events are with the client; a failure can
 only be said by one more event, and it must be the one that client's SDK raises on, or the
@@ -21,9 +22,25 @@ partial answer passes for a whole one:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 BROKEN_CODE = "upstream_stream_broken"
+
+
+class StreamFraming(Protocol):
+    """One streamed answer in a framing of its shape's own (AWS's event stream, frames of binary
+    headers and a JSON payload): the relay forwards what `feed` returns, whole frames only, and
+    reads the usage from the payloads it found; `ended` once the answer's last frame went by."""
+
+    ended: bool
+
+    def feed(self, chunk: bytes) -> tuple[bytes, list[object]]:
+        """What to forward of `chunk` now, and the payloads of the frames it completed."""
+        ...
+
+    def finish(self) -> bytes:
+        """What is left at the end of the stream."""
+        ...
 
 
 def _openai_error(message: str) -> dict[str, Any]:

@@ -256,9 +256,11 @@ class Performer:
         raw_error = b""
         async with upstream_call(self.flow, payload) as response:
             if response.status < 400:
-                first = await first_event(response, stream)
+                content_type = response.headers.get("Content-Type", "")
+                framing = self.endpoint.adapter.stream_framing(content_type) if stream else None  # the shape's own
+                first = await first_event(response, stream, framing)
                 if first is None or first.kind == "data":
-                    reader = UsageReader(response, strip=added)
+                    reader = UsageReader(response, added, framing)
                     chunks = reader.relayed(first.head if first is not None else b"", response)
                     try:
                         self.response = await relay_answer(self.flow, response, extra, chunks)

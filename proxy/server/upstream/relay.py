@@ -38,12 +38,13 @@ import aiohttp
 from aiohttp import web
 
 from proxy.apis.base import AnswerAmendment
-from proxy.apis.stream_errors import openai_broken
+from proxy.apis.stream_errors import StreamFraming, openai_broken
 from proxy.server.edge.decoding import Decoder
 from proxy.server.edge.paths import PATH_ROUTE
 from proxy.server.request.flow import Flow
 from proxy.server.upstream.connection import response_headers
 from proxy.server.upstream.usage import (
+    FramedTap,
     Reported,
     Usage,
     UsageTap,
@@ -174,9 +175,12 @@ PARSE_ON_LOOP_BYTES = 64 * 1024  # a whole answer larger than this is read for i
 YIELD_EVERY = 0.002  # seconds a relay may hold the loop before it lets the other requests run
 
 
-async def first_event(response: aiohttp.ClientResponse, streaming: bool) -> FirstEvent | None:
-    """The first event of a streamed answer (read, not yet relayed); None for a whole answer."""
-    if not streaming:
+async def first_event(
+    response: aiohttp.ClientResponse, streaming: bool, framing: StreamFraming | None = None
+) -> FirstEvent | None:
+    """The first event of a streamed answer (read, not yet relayed); None for a whole answer, or a
+    stream in its shape's own framing (read as it is relayed)."""
+    if not streaming or framing is not None:
         return None
     return await peek_first_event(response)
 
@@ -188,12 +192,14 @@ def error_body(first: FirstEvent) -> bytes:
 
 
 class UsageReader:
-    """Relays an answer's bytes and keeps the usage it reports."""
+    """Relays an answer's bytes and keeps the usage it reports (`framing`: a stream's own, its shape's)."""
 
-    def __init__(self, response: aiohttp.ClientResponse, strip: bool) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, strip: bool, framing: StreamFraming | None = None) -> None:
         self.encoding = response.headers.get("Content-Encoding")
-        self.stream = is_event_stream(response)
-        self._tap = UsageTap(strip, self.encoding) if self.stream else None
+        self.stream = framing is not None or is_event_stream(response)
+        self._tap: UsageTap | FramedTap | None = None
+        if self.stream:
+            self._tap = UsageTap(strip, self.encoding) if framing is None else FramedTap(framing)
         self._body = bytearray()
         self._unread = False  # the body grew past MAX_USAGE_BODY: no usage is read from it
         self._whole = Reported()
@@ -293,10 +299,12 @@ async def relay(
         return relayed
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         relayed.broken = f"upstream {flow.target.upstream.name!r} ended the stream early ({type(exc).__name__})"
-        if not is_event_stream(response) or out.content_length is not None:
+        endpoint = request[PATH_ROUTE].endpoint  # a pass-through path has none: OpenAI's event
+        content_type = response.headers.get("Content-Type", "")
+        framed = endpoint is not None and endpoint.adapter.stream_framing(content_type) is not None
+        if not (framed or is_event_stream(response)) or out.content_length is not None:
             abort(request)
             return relayed
-        endpoint = request[PATH_ROUTE].endpoint  # a pass-through path has none: OpenAI's event
         event = (endpoint.adapter.broken_stream_event if endpoint else openai_broken)(relayed.broken)
         with contextlib.suppress(ConnectionResetError):
             await out.write(event)

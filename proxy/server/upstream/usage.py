@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from proxy.apis.stream_errors import StreamFraming
 from proxy.server.edge.decoding import decoded
 from proxy.wire.codec import loads
 
@@ -254,6 +255,27 @@ def reported_from_body(body: bytes, content_encoding: str | None = None) -> Repo
 def usage_from_body(body: bytes, content_encoding: str | None = None) -> Usage | None:
     """The usage of a whole (non-streamed) response body (`reported_from_body`'s)."""
     return reported_from_body(body, content_encoding).usage
+
+
+class FramedTap:
+    """Passes a stream in its shape's own framing through (`StreamFraming`: whole frames) and keeps
+    the usage its payloads carry."""
+
+    def __init__(self, framing: StreamFraming) -> None:
+        self.framing, self.reported = framing, Reported()
+
+    @property
+    def ended(self) -> bool:
+        return self.framing.ended
+
+    def feed(self, chunk: bytes) -> bytes:
+        out, payloads = self.framing.feed(chunk)
+        for payload in payloads:
+            self.reported.add(payload)
+        return out
+
+    def finish(self) -> bytes:
+        return self.framing.finish()
 
 
 class UsageTap:

@@ -1,0 +1,122 @@
+"""A shape whose streams are not server-sent events (`Adapter.stream_framing`, as AWS's event
+stream is Bedrock's): the guard relays its frames whole, reads its usage from their payloads, and
+ends a broken one with the shape's own closing frame.
+
+The framing here is a stand-in: each frame is a 4-byte big-endian length and a JSON payload."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from proxy.apis import registry
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
+from proxy.apis.openai.chat import CHAT_PATHS, ChatAdapter
+from tests.server.conftest import gateway_settings
+from tests.server.raw_http import raw_request
+
+FRAMES = "application/x-length-frames"
+STREAM = json.dumps({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def frame(payload: dict[str, Any]) -> bytes:
+    data = json.dumps(payload).encode()
+    return len(data).to_bytes(4, "big") + data
+
+
+def frames(data: bytes) -> list[dict[str, Any]]:
+    """The payloads of `data`, read independently of the guard's framing."""
+    found, at = [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at : at + 4], "big")
+        found.append(json.loads(data[at + 4 : at + 4 + size]))
+        at += 4 + size
+    assert at == len(data), "a frame was cut"
+    return found
+
+
+class LengthFraming:
+    def __init__(self) -> None:
+        self.ended, self._held = False, b""
+
+    def feed(self, chunk: bytes) -> tuple[bytes, list[object]]:
+        data, out, payloads, at = self._held + chunk, b"", [], 0
+        while len(data) - at >= 4 and len(data) - at - 4 >= int.from_bytes(data[at : at + 4], "big"):
+            size = int.from_bytes(data[at : at + 4], "big")
+            payload = json.loads(data[at + 4 : at + 4 + size])
+            payloads.append(payload)
+            self.ended = self.ended or payload.get("end") is True
+            out, at = out + data[at : at + 4 + size], at + 4 + size
+        self._held = data[at:]
+        return out, payloads
+
+    def finish(self) -> bytes:
+        return self._held
+
+
+class FramedChat(ChatAdapter):
+    def stream_framing(self, content_type: str) -> LengthFraming | None:
+        return LengthFraming() if content_type == FRAMES else None
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return frame({"error": message})
+
+
+def framed_chat(options: ShapeOptions) -> Shape:
+    adapter = FramedChat()
+    return Shape(adapter.name, (adapter,), dict.fromkeys(CHAT_PATHS, Endpoint(adapter)))
+
+
+def framing_upstream(breaks: bool) -> web.Application:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": FRAMES})
+        await response.prepare(request)
+        # One frame written in two pieces: the guard passes it on whole.
+        first = frame({"delta": "hello"})
+        await response.write(first[:3])
+        await response.write(first[3:])
+        if breaks:
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await response.write(frame({"usage": {"prompt_tokens": 7, "completion_tokens": 2}}) + frame({"end": True}))
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.fixture
+def framed_proxy(aiohttp_server: Any, start_proxy: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(registry, "SHAPES", (framed_chat, *registry.SHAPES[1:]))
+
+    async def start(breaks: bool) -> Any:
+        upstream = await aiohttp_server(framing_upstream(breaks))
+        return await start_proxy(gateway_settings(str(upstream.make_url("/v1"))))
+
+    return start
+
+
+class TestFramedStreams:
+    async def test_its_frames_reach_the_client_whole_and_its_usage_is_read(self, framed_proxy, logs):
+        proxy = await framed_proxy(breaks=False)
+        response = await raw_request(proxy.port, "POST", "/v1/chat/completions", STREAM, {})
+        assert response.status == 200 and response.headers["Content-Type"] == FRAMES
+        assert frames(response.body) == [
+            {"delta": "hello"},
+            {"usage": {"prompt_tokens": 7, "completion_tokens": 2}},
+            {"end": True},
+        ]
+        event = next(e for e in logs.events("request") if e["path"] == "/v1/chat/completions")
+        assert event["provider_prompt_tokens"] == 7
+
+    async def test_a_broken_one_ends_with_the_shape_s_own_closing_frame(self, framed_proxy):
+        proxy = await framed_proxy(breaks=True)
+        response = await raw_request(proxy.port, "POST", "/v1/chat/completions", STREAM, {})
+        payloads = frames(response.body)
+        assert payloads[0] == {"delta": "hello"} and "ended the stream early" in payloads[-1]["error"]
