@@ -5,7 +5,8 @@ server resolves the kind's provider once (`proxy.providers.kinds.provider_for`, 
 build) and afterwards only asks it: which API shapes it serves, which header carries the
 operator's key, what its count endpoint is for a shape, what context it holds and how big, how
 its paths are laid out, how it behaves as a backend. No code outside this package compares an
-upstream's kind with a name.
+upstream's kind with a name (`tests/test_layering.py` checks the core and the server). A new kind
+is a module here and one line in `proxy.providers.kinds.PROVIDERS`.
 
 A provider is pure: it builds calls (`CountCall`, `OutgoingCall`) and reads answers; sending them
 is the server's (`proxy.server.upstream`). A provider that signs its requests (AWS SigV4 signs a
@@ -88,8 +89,8 @@ class Provider:
     # The held context (`proxy.apis.base.HeldContext.kind`) its count endpoint counts with the
     # request itself (OpenAI's `/responses/input_tokens` reads a stored response or conversation).
     counts_held_with_request: ClassVar[frozenset[str]] = frozenset()
-
     count_endpoint: ClassVar[bool] = False  # it has a count endpoint (`count_call`) for some shape
+    signs: ClassVar[bool] = False  # `finish` must see every outgoing call, its body final
 
     def count_call(self, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:
         """The call that counts `body` (in the shape of `api`) on this upstream at `base_url`, or
@@ -119,8 +120,6 @@ class Provider:
     def describe(self, name: str, base_url: str) -> str:
         """How the start message names the upstream `name` at `base_url`."""
         return f"{name} ({base_url})"
-
-    signs: ClassVar[bool] = False  # `finish` must see every outgoing call, its body final
 
     def signing_keys(self, upstream: object) -> SigningKeys | None:
         """The credentials this provider signs `upstream`'s calls with (its settings), made once per
