@@ -11,12 +11,12 @@ shape. An adapter stands at the edge between a client's API and the core:
                             added go where they stand in the view; everything else is kept as sent
     error_body(error)    -> an error in the API's own shape (and `overflow_refusal`: the guard's
                             refusal worded as the shape's provider words an overflow)
-    broken_stream_event  -> the event that ends a broken stream; `stream_framing`: a stream's own
+    broken_stream_event  -> the event that ends a broken stream; `stream_framing`: a stream's own;
+                            `answer_usage`: an answer's usage in the shape's own spelling
     profile, pipeline    -> the profile as this API counts it; strategies replacing the pipeline
     edited(parsed, c, g) -> the request once the context edits it asks the provider for ran
 
-`proxy.apis.fitting.fit()` runs one parsed request through `proxy.core.plan.plan_request` and
-renders the result: the one call the server needs. Everything here is pure: no I/O, no aiohttp.
+`proxy.apis.fitting.fit()` runs a parsed request through the core and renders the result. Pure.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from proxy.errors import GuardError
 
 
 class InvalidRequest(InvalidBody):
-    """A body this API does not accept; `param` names the field in the API's own spelling
-    (`input[3].call_id`, `messages.0.content`)."""
+    """A body this API does not accept; `param` names the field as the API spells it (`input[3].call_id`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,15 +66,14 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class HeldContext:
-    """Context the provider holds and puts in the prompt, that a request names by id."""
+    """Context the provider holds and puts in the prompt, named by id."""
 
     kind: str  # "response", "conversation", "cache" (Gemini's cachedContent) or "interaction"
     id: str
 
 
 class ViewBuilder:
-    """The chat view as an adapter builds it: the messages, where each came from, what had to be
-    estimated and whether part of the context lives on the provider."""
+    """The chat view as an adapter builds it: messages, their sources, estimates, held context."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
@@ -291,6 +289,11 @@ class Adapter:
         """A streamed answer of `content_type` in a framing of the shape's own; None: SSE's."""
         return None
 
+    def answer_usage(self, payload: Mapping[str, Any]) -> tuple[int, int | None, int | None] | None:
+        """The usage an answer (or streamed event) reports where the shape spells it as no other does:
+        (prompt with its cached part, output, cached part); None: as `proxy.server.upstream.usage` reads."""
+        return None
+
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """The profile this request is counted with: the API's fixed overheads are folded into
         the reply priming, which the core adds once per request and never trims."""
@@ -335,12 +338,9 @@ class AnswerAmendment(Protocol):
 
 @dataclass(frozen=True)
 class EditedRequest:
-    """A request as its provider will see it once the edits it asks the provider for have run
-    (`Adapter.edited`): `parsed` is what is counted and cut; `send`, the body to send when it fits
-    (None: the body as received, which the provider edits itself); `original_tokens`, its count
-    before the edits (None: the same as after them, nothing was cleared); `answer`, fields the
-    guard adds to the provider's answer (what it cleared in the provider's place), in the API's
-    own shape."""
+    """A request once the edits it asks its provider for ran (`Adapter.edited`): `parsed` is counted
+    and cut; `send`, the body to send when it fits (None: as received, the provider edits it); its
+    count before the edits (None: nothing cleared); `answer`, fields the guard adds to the answer."""
 
     parsed: Parsed
     original_tokens: int | None

@@ -260,7 +260,7 @@ class Performer:
                 framing = self.endpoint.adapter.stream_framing(content_type) if stream else None  # the shape's own
                 first = await first_event(response, stream, framing)
                 if first is None or first.kind == "data":
-                    reader = UsageReader(response, added, framing)
+                    reader = UsageReader(response, added, framing, self.endpoint.adapter.answer_usage)
                     chunks = reader.relayed(first.head if first is not None else b"", response)
                     try:
                         self.response = await relay_answer(self.flow, response, extra, chunks)

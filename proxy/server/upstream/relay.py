@@ -46,6 +46,7 @@ from proxy.server.upstream.connection import response_headers
 from proxy.server.upstream.usage import (
     FramedTap,
     Reported,
+    Spelling,
     Usage,
     UsageTap,
     event_data,
@@ -194,12 +195,18 @@ def error_body(first: FirstEvent) -> bytes:
 class UsageReader:
     """Relays an answer's bytes and keeps the usage it reports (`framing`: a stream's own, its shape's)."""
 
-    def __init__(self, response: aiohttp.ClientResponse, strip: bool, framing: StreamFraming | None = None) -> None:
-        self.encoding = response.headers.get("Content-Encoding")
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        strip: bool,
+        framing: StreamFraming | None = None,
+        spelled: Spelling | None = None,
+    ) -> None:
+        self.encoding, self.spelled = response.headers.get("Content-Encoding"), spelled
         self.stream = framing is not None or is_event_stream(response)
         self._tap: UsageTap | FramedTap | None = None
         if self.stream:
-            self._tap = UsageTap(strip, self.encoding) if framing is None else FramedTap(framing)
+            self._tap = UsageTap(strip, self.encoding, spelled) if framing is None else FramedTap(framing, spelled)
         self._body = bytearray()
         self._unread = False  # the body grew past MAX_USAGE_BODY: no usage is read from it
         self._whole = Reported()
@@ -238,9 +245,9 @@ class UsageReader:
         elif not self._unread:
             body = bytes(self._body)
             if len(body) > PARSE_ON_LOOP_BYTES:  # parsed in a thread: the loop serves others meanwhile
-                self._whole = await asyncio.to_thread(reported_from_body, body, self.encoding)
+                self._whole = await asyncio.to_thread(reported_from_body, body, self.encoding, self.spelled)
             else:
-                self._whole = reported_from_body(body, self.encoding)
+                self._whole = reported_from_body(body, self.encoding, self.spelled)
         self.delivered = True
 
     @property

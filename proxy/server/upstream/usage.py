@@ -19,6 +19,7 @@ byte otherwise (`proxy.server.upstream.relay` drives both).
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,16 +93,25 @@ class HeldReport:
     expires_at: float | None = None
 
 
+# An API shape's own spelling of an answer's usage (`Adapter.answer_usage`): (prompt, output, cached).
+Spelling = Callable[[Mapping[str, Any]], tuple[int, int | None, int | None] | None]
+
+
 @dataclass(slots=True)
 class Reported:
-    """What an answer reported: its usage (merged across a stream's events) and what is held."""
+    """What an answer reported: its usage (merged across a stream's events) and what is held
+    (`spelled`: the usage as the answer's shape spells it, where no other shape does)."""
 
     usage: Usage | None = None
     held: list[HeldReport] = field(default_factory=list)
+    spelled: Spelling | None = None
 
     def add(self, payload: object) -> bool:
         """Take in one answer or event; whether it carried usage."""
         found = usage_of(payload)
+        if found is None and self.spelled is not None and type(payload) is dict:
+            own = self.spelled(payload)
+            found = Usage(*own) if own is not None else None
         if found is not None:
             self.usage = _merged(self.usage, found)
         self.held += held_of(payload, found if found is not None else self.usage)
@@ -234,7 +244,7 @@ def _expiry(value: object) -> float | None:
 MAX_INFLATED_BODY = 16 * 1024 * 1024  # a compressed answer is read for its usage up to this much inflated
 
 
-def reported_from_body(body: bytes, content_encoding: str | None = None) -> Reported:
+def reported_from_body(body: bytes, content_encoding: str | None = None, spelled: Spelling | None = None) -> Reported:
     """What a whole (non-streamed) response body reports, compressed or not (inflated at most
     `MAX_INFLATED_BODY`: past it, the JSON is cut and nothing is read). A body that is a JSON array
     (Gemini's stream without `alt=sse`) reports what its pieces report, in order."""
@@ -246,7 +256,7 @@ def reported_from_body(body: bytes, content_encoding: str | None = None) -> Repo
     usage = payload.get("usage") if type(payload) is dict else None
     if payload is None or (type(usage) is dict and type(usage.get("prompt_tokens")) is float):
         payload = json_or_none(data)  # the exact reader: NaN and Infinity, a count past 64 bits
-    reported = Reported()
+    reported = Reported(spelled=spelled)
     for piece in payload if isinstance(payload, list) else (payload,):
         reported.add(piece)
     return reported
@@ -261,8 +271,8 @@ class FramedTap:
     """Passes a stream in its shape's own framing through (`StreamFraming`: whole frames) and keeps
     the usage its payloads carry."""
 
-    def __init__(self, framing: StreamFraming) -> None:
-        self.framing, self.reported = framing, Reported()
+    def __init__(self, framing: StreamFraming, spelled: Spelling | None = None) -> None:
+        self.framing, self.reported = framing, Reported(spelled=spelled)
 
     @property
     def ended(self) -> bool:
@@ -286,9 +296,9 @@ class UsageTap:
     A compressed stream cannot be read: it is passed through as it is, and `usage` stays None.
     """
 
-    def __init__(self, strip: bool, content_encoding: str | None = None) -> None:
+    def __init__(self, strip: bool, content_encoding: str | None = None, spelled: Spelling | None = None) -> None:
         self.strip = strip
-        self.reported = Reported()
+        self.reported = Reported(spelled=spelled)
         self.ended = False  # the `[DONE]` event went through: what follows it is not the answer
         self.oversized = 0  # events over `MAX_EVENT_BYTES`, relayed unparsed
         self._readable = not (content_encoding or "").strip() or content_encoding == "identity"

@@ -1,12 +1,15 @@
 """A shape whose streams are not server-sent events (`Adapter.stream_framing`, as AWS's event
 stream is Bedrock's): the guard relays its frames whole, reads its usage from their payloads, and
-ends a broken one with the shape's own closing frame.
+ends a broken one with the shape's own closing frame. And a shape that spells its usage as no
+other does (`Adapter.answer_usage`, as Converse's `inputTokens`): the guard reads it there.
 
-The framing here is a stand-in: each frame is a 4-byte big-endian length and a JSON payload."""
+The framing here is a stand-in: each frame is a 4-byte big-endian length and a JSON payload; the
+usage spelling is `{"metrics": {"in": N, "out": M}}`."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -64,6 +67,10 @@ class FramedChat(ChatAdapter):
     def broken_stream_event(self, message: str) -> bytes:
         return frame({"error": message})
 
+    def answer_usage(self, payload: Mapping[str, Any]) -> tuple[int, int | None, int | None] | None:
+        metrics = payload.get("metrics")
+        return (metrics["in"], metrics["out"], None) if isinstance(metrics, dict) else None
+
 
 def framed_chat(options: ShapeOptions) -> Shape:
     adapter = FramedChat()
@@ -72,7 +79,8 @@ def framed_chat(options: ShapeOptions) -> Shape:
 
 def framing_upstream(breaks: bool) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
-        await request.read()
+        if not json.loads(await request.read()).get("stream"):
+            return web.json_response({"choices": [], "metrics": {"in": 9, "out": 3}})
         response = web.StreamResponse(headers={"Content-Type": FRAMES})
         await response.prepare(request)
         # One frame written in two pieces: the guard passes it on whole.
@@ -83,7 +91,7 @@ def framing_upstream(breaks: bool) -> web.Application:
             assert request.transport is not None
             request.transport.close()
             return response
-        await response.write(frame({"usage": {"prompt_tokens": 7, "completion_tokens": 2}}) + frame({"end": True}))
+        await response.write(frame({"metrics": {"in": 7, "out": 2}}) + frame({"end": True}))
         return response
 
     app = web.Application()
@@ -109,7 +117,7 @@ class TestFramedStreams:
         assert response.status == 200 and response.headers["Content-Type"] == FRAMES
         assert frames(response.body) == [
             {"delta": "hello"},
-            {"usage": {"prompt_tokens": 7, "completion_tokens": 2}},
+            {"metrics": {"in": 7, "out": 2}},
             {"end": True},
         ]
         event = next(e for e in logs.events("request") if e["path"] == "/v1/chat/completions")
@@ -120,3 +128,13 @@ class TestFramedStreams:
         response = await raw_request(proxy.port, "POST", "/v1/chat/completions", STREAM, {})
         payloads = frames(response.body)
         assert payloads[0] == {"delta": "hello"} and "ended the stream early" in payloads[-1]["error"]
+
+
+class TestTheShapesOwnUsage:
+    async def test_a_whole_answer_s_usage_is_read_in_the_shape_s_spelling(self, framed_proxy, logs):
+        proxy = await framed_proxy(breaks=False)
+        whole = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        response = await raw_request(proxy.port, "POST", "/v1/chat/completions", whole, {})
+        assert response.status == 200 and response.json()["metrics"] == {"in": 9, "out": 3}
+        event = next(e for e in logs.events("request") if e["path"] == "/v1/chat/completions")
+        assert event["provider_prompt_tokens"] == 9
