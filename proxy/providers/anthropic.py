@@ -39,5 +39,4 @@ class Anthropic(Provider):
         url = f"{root}/v1/messages/count_tokens"
         return CountCall(url, {**picked, "model": model}, "input_tokens", self.default_headers)
 
-    def correction_provider(self, backend_kind: str) -> str | None:
-        return self.kind  # a correction names Anthropic, though it is counted as an OpenAI-like backend
+    corrections_name: ClassVar[str | None] = "anthropic"  # though it is counted as an OpenAI-like backend

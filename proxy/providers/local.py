@@ -72,7 +72,7 @@ class Generic(Provider):
     kind: ClassVar[str] = "generic"
     shapes: ClassVar[tuple[str, ...]] = EVERY_SHAPE
     backend: ClassVar[BackendProfile | None] = BackendProfile(
-        "generic", True, False, ("maximum context length", "context length", "too long")
+        "generic", True, False, ("maximum context length", "context length", "too long"), named_in_corrections=False
     )
 
 

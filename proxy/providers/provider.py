@@ -39,6 +39,7 @@ class BackendProfile:
     empty_stream_on_overflow: bool = False  # an over-window stream is a 200 with an empty body
     request_id_must_be_uuid: bool = False  # any other `x-request-id` is refused with an empty 400
     window_per_model: bool = False  # states a model's window only when asked about that model (Ollama)
+    named_in_corrections: bool = True  # a learned correction names it (not a server nothing is known of)
 
 
 class SigningKeys(Protocol):
@@ -89,6 +90,8 @@ class Provider:
     # The held context (`proxy.apis.base.HeldContext.kind`) its count endpoint counts with the
     # request itself (OpenAI's `/responses/input_tokens` reads a stored response or conversation).
     counts_held_with_request: ClassVar[frozenset[str]] = frozenset()
+    # The provider a learned correction names, whatever backend it behaves as (None: the backend's).
+    corrections_name: ClassVar[str | None] = None
     count_endpoint: ClassVar[bool] = False  # it has a count endpoint (`count_call`) for some shape
     signs: ClassVar[bool] = False  # `finish` must see every outgoing call, its body final
 
@@ -112,10 +115,6 @@ class Provider:
         """For a Google path that names no routed model: how early this upstream is picked (lower
         first), or None when it does not serve Google's paths (`names_project`: the path names a project)."""
         return None
-
-    def correction_provider(self, backend_kind: str) -> str | None:
-        """The provider a learned correction names, for a server found to be `backend_kind`."""
-        return backend_kind if backend_kind != Provider.backend_kind else None
 
     def describe(self, name: str, base_url: str) -> str:
         """How the start message names the upstream `name` at `base_url`."""

@@ -77,9 +77,14 @@ class TestBackends:
         assert {kind for kind, p in PROVIDERS.items() if p.discovered} == {"auto", "vllm", "llamacpp", "ollama"}
 
     def test_a_correction_names_anthropic_though_it_is_counted_as_an_openai_like_backend(self) -> None:
-        assert provider_for("anthropic").correction_provider("openai") == "anthropic"
-        assert provider_for("openai").correction_provider("llamacpp") == "llamacpp"
-        assert provider_for("openai").correction_provider("generic") is None  # as the error's own words say
+        assert provider_for("anthropic").corrections_name == "anthropic"
+        assert provider_for("openai").corrections_name is None  # the backend discovery found names it
+
+    def test_a_server_nothing_is_known_of_is_named_in_no_correction(self) -> None:
+        """As the error's own words say, then."""
+        assert {kind for kind, p in PROVIDERS.items() if p.backend and not p.backend.named_in_corrections} == {
+            "generic"
+        }
 
 
 class TestOptIns:

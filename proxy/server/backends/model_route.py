@@ -173,7 +173,8 @@ async def model_route(
         profile.context_window,
         window_source,
         vocabulary_missing=missing,
-        provider=upstream.provider.correction_provider(backend.kind),
+        # The provider a correction names: the upstream's own name for it, else what discovery found it to be.
+        provider=upstream.provider.corrections_name or (backend.kind if backend.named_in_corrections else None),
         provider_counts=upstream.provider_count,
         chosen=None if choice is None else chosen_of(choice),
     )

@@ -25,6 +25,7 @@ The response parsers are pure functions, tested against responses recorded from 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import uuid
 from collections.abc import Mapping
@@ -73,8 +74,9 @@ class Discovery:
     default_window: int | None = None
     notes: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def profile(self) -> BackendProfile:
+        """How the server behaves as a backend: its kind's provider says, once per discovery."""
         return profile_for(self.kind)
 
     @property
