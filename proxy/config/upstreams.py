@@ -71,28 +71,26 @@ class UpstreamSettings:
             message = "auth: adc fetches the token itself; drop token_command, token_file and api_key_env"
             raise SchemaError(message, ("auth",))
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
-        # The kind's provider, resolved once: everything else asks it, never the kind's name.
-        object.__setattr__(self, "_provider", provider)
+        # Worked out once, here, and read on every request as plain attributes: the kind's
+        # provider (everything else asks it, never the kind's name), the shapes served, and
+        # whether the guard applies a request's context edits itself (`context_edits`).
+        object.__setattr__(self, "provider", provider)
+        object.__setattr__(self, "served", frozenset(self.apis if self.apis is not None else provider.shapes))
+        by_guard = (self.context_edits or ("provider" if provider.edits_context else "guard")) == "guard"
+        object.__setattr__(self, "edits_by_guard", by_guard)
 
-    _provider: ClassVar[Provider]  # set on each instance by `__post_init__`; not a setting
-
-    @property
-    def provider(self) -> Provider:
-        """The object that knows this upstream's kind (`proxy.providers`)."""
-        return self._provider
+    # Set on each instance by `__post_init__` (not settings: no YAML key names them).
+    provider: ClassVar[Provider]  # the object that knows this upstream's kind (`proxy.providers`)
+    served: ClassVar[frozenset[str]]  # the API shapes it serves: `apis`, else its provider's
+    edits_by_guard: ClassVar[bool]
 
     @property
     def backend_options(self) -> BackendOptions:
         """How the upstream behaves as a backend: as its provider says (Azure and Anthropic as OpenAI)."""
         return carried(BackendOptions, self, kind=self.provider.backend_kind)
 
-    @property
-    def edits_by_guard(self) -> bool:
-        """Whether the guard applies a request's context edits itself (`context_edits`)."""
-        return (self.context_edits or ("provider" if self.provider.edits_context else "guard")) == "guard"
-
     def serves(self, api: str) -> bool:
-        return api in (self.apis if self.apis is not None else self.provider.shapes)
+        return api in self.served
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -268,7 +268,8 @@ class Performer:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
                             flow.delivered, flow.client_gone = True, False
                     self._learn(reader, sent)
-                    await learned(flow, reader.reported)
+                    if reader.reported.held:  # what the provider now holds, kept for later requests
+                        await learned(flow, reader.reported)
                     chars = gw.settings.log.content_preview_chars
                     if chars > 0:
                         previews(self.record, exchange.plan, self.parsed.messages, chars)
@@ -338,7 +339,7 @@ def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
     if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
         refuse_client_template(parsed.body)
     upstream = target.upstream
-    if not upstream.serves(endpoint.api):
+    if endpoint.api not in upstream.served:
         raise HTTPRefusal(
             f"upstream {upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"
         )

@@ -89,7 +89,7 @@ def signed_proxy(aiohttp_server: Any, start_proxy: Any) -> Any:
         received: list[dict[str, Any]] = []
         upstream = await aiohttp_server(checking_upstream(received))
         settings = gateway_settings(str(upstream.make_url("/v1")))
-        object.__setattr__(settings.upstreams["fake"], "_provider", Signing(keys))  # the kind's object, stood in
+        object.__setattr__(settings.upstreams["fake"], "provider", Signing(keys))  # the kind's object, stood in
         return await start_proxy(settings), received
 
     return start
