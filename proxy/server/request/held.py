@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.apis.base import HeldContext, Parsed
+from proxy.apis.base import HeldContext
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.commands import Held
 from proxy.errors import ContextLengthExceeded, GuardError
@@ -121,37 +121,6 @@ async def count_call_headers_for(request: web.Request, gw: Gateway, upstream: Up
     return count_call_headers(request.headers, upstream, auth, keys)
 
 
-# Notes of what the guard now counts after all: held context by id, encrypted reasoning by its bound.
-_COUNTED_AFTER_ALL = (
-    "previous_response_id:",
-    "conversation:",
-    "previous_interaction_id",
-    "cachedContent:",
-    "encrypted reasoning",
-)
-
-
-def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None) -> str:
-    """What kind of count a plan's is (`COUNT_HEADER`): `exact`; `upper-bound` (a bound tokenizer,
-    a part the adapter bounded, a ciphertext's size: its note says "upper bound"); `estimate` (parts
-    estimated, a calibrated estimate, held context sized from the provider's reports in the
-    ledger); `incomplete` (what the provider adds is not counted at all). `exact`: the tokenizer's
-    count is; `held`: where the held context's size came from."""
-    kinds = set()
-    for note in parsed.notes:
-        if note.startswith(("not counted", "cachedContent")):
-            kinds.add("counted" if any(part in note for part in _COUNTED_AFTER_ALL) else "incomplete")
-        elif "upper bound" in note:
-            kinds.add("upper-bound")
-        elif not note.startswith("truncation"):
-            kinds.add("estimate")
-    if held in ("unknown", "partial") or "incomplete" in kinds:
-        return "incomplete"
-    # A cache's size is the provider's own count; a chain's, its last answer's input + output.
-    chained = held == "ledger" and any(context.kind != "cache" for context in parsed.held)
-    if "estimate" in kinds or source in ("calibrated", "estimate") or chained:
-        return "estimate"
-    return "exact" if exact and "upper-bound" not in kinds else "upper-bound"
 
 
 def held_refusal(refusal: ContextLengthExceeded, held: int) -> ContextLengthExceeded:

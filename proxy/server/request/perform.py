@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from proxy.apis.fields import refuse_client_template
+from proxy.apis.fitting import count_kind
 from proxy.config.budget_and_trim import Mode
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.commands import (
@@ -68,7 +69,7 @@ from proxy.server.observation.record import count_headers, note, report_headers
 from proxy.server.observation.recording import previews
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
-from proxy.server.request.held import count_call_headers_for, count_kind, held_refusal, learned, looked_up
+from proxy.server.request.held import count_call_headers_for, held_refusal, learned, looked_up
 from proxy.server.threads.placement import performed, planned
 from proxy.server.upstream.connection import decoded, json_message, overflow_told, read_error_body, request_headers
 from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
