@@ -181,8 +181,7 @@ class Parsed:
 
 @dataclass(frozen=True)
 class Changes:
-    """What trimming did to the view, per view message: dropped, or replaced by a shortened copy,
-    and the output reserve it lowered."""
+    """What trimming did to the view: view messages dropped or replaced (shortened), the reserve lowered."""
 
     dropped: frozenset[int]
     replaced: Mapping[int, Mapping[str, Any]]
@@ -225,8 +224,7 @@ def changes_of(
 
 
 class Adapter:
-    """One API shape. Subclasses implement `parse` and `_render`; the rest has defaults that
-    suit OpenAI-shaped APIs."""
+    """One API shape. Subclasses implement `parse` and `_render`; the rest defaults to OpenAI's ways."""
 
     name: ClassVar[str] = ""
     # Whether `_render` writes the messages a trim adds (the budget note, a summary) in this shape.
@@ -266,14 +264,17 @@ class Adapter:
         raise NotImplementedError
 
     def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
-        """The output reserve a trim lowered, written where this API keeps it (a top-level field
-        unless the shape nests it: Gemini's generation config, Converse's inference config)."""
+        """The output reserve a trim lowered, written where this API keeps it (a top-level field here)."""
         if parsed.reserve_field is not None:
             body[parsed.reserve_field] = reserve
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         """`error` in the API's own shape: OpenAI's, unless the shape has its own."""
         return error.to_openai()
+
+    def error_headers(self, error: GuardError) -> dict[str, str]:
+        """Headers the shape's errors carry beside their body (Bedrock names its exception in one)."""
+        return {}
 
     def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
         """The guard's refusal of `result` worded as this shape's provider words its own overflow
@@ -295,8 +296,7 @@ class Adapter:
         return None
 
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
-        """The profile this request is counted with: the API's fixed overheads are folded into
-        the reply priming, which the core adds once per request and never trims."""
+        """The profile this request is counted with: the API's fixed overheads in the reply priming."""
         if not parsed.fixed_tokens:
             return profile
         fmt = profile.chat_format

@@ -300,6 +300,8 @@ def error_response(error: GuardError, request: web.Request) -> web.Response:
     body = endpoint.adapter.error_body(error) if endpoint is not None else error_body(error, record.path)
     response = web.json_response(body, status=error.status)
     response.headers.update(error.headers)
+    if endpoint is not None:  # a shape that names its error in a header too (Bedrock's exception type)
+        response.headers.update(endpoint.adapter.error_headers(error))
     response.headers["x-request-id"] = record.request_id
     if error.status in (408, 413):  # the rest of the body was never read: this connection cannot be reused
         response.force_close()

@@ -1,7 +1,8 @@
 """A shape whose streams are not server-sent events (`Adapter.stream_framing`, as AWS's event
 stream is Bedrock's): the guard relays its frames whole, reads its usage from their payloads, and
-ends a broken one with the shape's own closing frame. And a shape that spells its usage as no
-other does (`Adapter.answer_usage`, as Converse's `inputTokens`): the guard reads it there.
+ends a broken one with the shape's own closing frame. A shape that spells its usage as no other
+does (`Adapter.answer_usage`, as Converse's `inputTokens`): the guard reads it there. And one that
+names its errors in a header (`Adapter.error_headers`, as Bedrock's `x-amzn-ErrorType`).
 
 The framing here is a stand-in: each frame is a 4-byte big-endian length and a JSON payload; the
 usage spelling is `{"metrics": {"in": N, "out": M}}`."""
@@ -18,6 +19,7 @@ from aiohttp import web
 from proxy.apis import registry
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.openai.chat import CHAT_PATHS, ChatAdapter
+from proxy.errors import GuardError
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import raw_request
 
@@ -66,6 +68,9 @@ class FramedChat(ChatAdapter):
 
     def broken_stream_event(self, message: str) -> bytes:
         return frame({"error": message})
+
+    def error_headers(self, error: GuardError) -> dict[str, str]:
+        return {"x-shape-error": f"{type(error).__name__}:guard"}
 
     def answer_usage(self, payload: Mapping[str, Any]) -> tuple[int, int | None, int | None] | None:
         metrics = payload.get("metrics")
@@ -138,3 +143,10 @@ class TestTheShapesOwnUsage:
         assert response.status == 200 and response.json()["metrics"] == {"in": 9, "out": 3}
         event = next(e for e in logs.events("request") if e["path"] == "/v1/chat/completions")
         assert event["provider_prompt_tokens"] == 9
+
+
+class TestTheShapesOwnErrors:
+    async def test_a_refusal_carries_the_header_the_shape_names_its_errors_in(self, framed_proxy):
+        proxy = await framed_proxy(breaks=False)
+        response = await raw_request(proxy.port, "POST", "/v1/chat/completions", b'{"model": "gpt-4o"}', {})
+        assert response.status == 400 and response.headers["x-shape-error"] == "BadRequest:guard"
