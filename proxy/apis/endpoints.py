@@ -45,6 +45,9 @@ class Endpoint:
     # The shape's check of a model written into an upstream path (Gemini's: one plain segment).
     model_check: Callable[[str], str] | None = None
     named: str | None = None  # the API name routes and logs use, when not the adapter's
+    # The path sent under the upstream's base URL, encoded, for the model the route sends (None: the
+    # canonical path): a shape whose model ids hold `:` and an encoded `/` in one segment (Bedrock's).
+    sent_path: Callable[[str | None], str] | None = None
 
     @property
     def api(self) -> str:

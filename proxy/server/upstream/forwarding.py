@@ -94,7 +94,10 @@ class UpstreamCall:
             query = without_parameter(query, "key")
         route = request[PATH_ROUTE]
         endpoint = route.endpoint
-        if endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
+        if endpoint is not None and endpoint.sent_path is not None:  # the shape writes its own path
+            tail = endpoint.sent_path(flow.target.model) + (f"?{query}" if query else "")
+            url = URL(upstream.base_url + tail, encoded=True)
+        elif endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
             # Google's paths carry their own version and project: at the host's root, as written.
             segments = route.path.segments
             if endpoint is not None:

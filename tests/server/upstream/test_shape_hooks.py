@@ -1,8 +1,12 @@
-"""A shape whose streams are not server-sent events (`Adapter.stream_framing`, as AWS's event
+"""What a shape says of itself that the server acts on, each as Bedrock's shapes need it.
+
+A shape whose streams are not server-sent events (`Adapter.stream_framing`, as AWS's event
 stream is Bedrock's): the guard relays its frames whole, reads its usage from their payloads, and
 ends a broken one with the shape's own closing frame. A shape that spells its usage as no other
 does (`Adapter.answer_usage`, as Converse's `inputTokens`): the guard reads it there. And one that
-names its errors in a header (`Adapter.error_headers`, as Bedrock's `x-amzn-ErrorType`).
+names its errors in a header (`Adapter.error_headers`, as Bedrock's `x-amzn-ErrorType`). And one
+that writes the path it is sent under itself (`Endpoint.sent_path`, as Bedrock's model ids, whose
+`:` must reach the upstream encoded).
 
 The framing here is a stand-in: each frame is a 4-byte big-endian length and a JSON payload; the
 usage spelling is `{"metrics": {"in": N, "out": M}}`."""
@@ -10,8 +14,10 @@ usage spelling is `{"metrics": {"in": N, "out": M}}`."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from aiohttp import web
@@ -79,7 +85,14 @@ class FramedChat(ChatAdapter):
 
 def framed_chat(options: ShapeOptions) -> Shape:
     adapter = FramedChat()
-    return Shape(adapter.name, (adapter,), dict.fromkeys(CHAT_PATHS, Endpoint(adapter)))
+
+    def by_id(path: str) -> Endpoint | None:  # `/v1/model/{id}/go`, sent as `/model/{id, encoded}/go`
+        found = re.fullmatch(r"/v1/model/([^/]+)/go", path)
+        if found is None:
+            return None
+        return Endpoint(adapter, found[1], sent_path=lambda model: f"/model/{quote(model or found[1], safe='')}/go")
+
+    return Shape(adapter.name, (adapter,), dict.fromkeys(CHAT_PATHS, Endpoint(adapter)), by_id)
 
 
 def framing_upstream(breaks: bool) -> web.Application:
@@ -99,8 +112,13 @@ def framing_upstream(breaks: bool) -> web.Application:
         await response.write(frame({"metrics": {"in": 7, "out": 2}}) + frame({"end": True}))
         return response
 
+    async def by_id(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [], "path": request.raw_path})
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/model/{id}/go", by_id)
     return app
 
 
@@ -150,3 +168,13 @@ class TestTheShapesOwnErrors:
         proxy = await framed_proxy(breaks=False)
         response = await raw_request(proxy.port, "POST", "/v1/chat/completions", b'{"model": "gpt-4o"}', {})
         assert response.status == 400 and response.headers["x-shape-error"] == "BadRequest:guard"
+
+
+class TestTheShapesOwnPath:
+    async def test_the_upstream_receives_the_path_the_shape_writes_for_the_served_model(self, framed_proxy):
+        proxy = await framed_proxy(breaks=False)
+        model = "us.anthropic.claude-sonnet-4-5-v1:0"  # a `:` the upstream must receive encoded, as sent
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+        response = await raw_request(proxy.port, "POST", "/v1/model/us.anthropic.claude-sonnet-4-5-v1%3A0/go", body, {})
+        assert response.status == 200
+        assert response.json()["path"] == f"/v1/model/{quote(model, safe='')}/go"
