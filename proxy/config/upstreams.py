@@ -12,7 +12,7 @@ from proxy.apis.registry import API_NAMES
 from proxy.config.backends import BackendOptions
 from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, carried
 from proxy.providers.kinds import provider_for
-from proxy.providers.provider import Provider
+from proxy.providers.provider import Provider, SettingsRefused
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +64,10 @@ class UpstreamSettings:
             provider = provider_for(self.kind)
         except ValueError as exc:
             raise SchemaError(str(exc), ("kind",)) from None
+        try:
+            provider.check(self)
+        except SettingsRefused as exc:
+            raise SchemaError(str(exc), (exc.key,)) from None
         for index, api in enumerate(self.apis or ()):
             if api not in API_NAMES:
                 raise SchemaError(f"must be one of {', '.join(API_NAMES)}, not {api!r}", ("apis", index))

@@ -42,6 +42,14 @@ class BackendProfile:
     named_in_corrections: bool = True  # a learned correction names it (not a server nothing is known of)
 
 
+class SettingsRefused(ValueError):
+    """Settings of an upstream its provider cannot work with; `key` names the setting."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class SigningKeys(Protocol):
     """The credentials a signing provider signs with, as the server keeps them for one upstream."""
 
@@ -94,6 +102,10 @@ class Provider:
     corrections_name: ClassVar[str | None] = None
     count_endpoint: ClassVar[bool] = False  # it has a count endpoint (`count_call`) for some shape
     signs: ClassVar[bool] = False  # `finish` must see every outgoing call, its body final
+
+    def check(self, upstream: Any) -> None:
+        """Refuse settings of `upstream` (its `UpstreamSettings`) this kind cannot work with, with
+        `SettingsRefused` naming the key (Bedrock's: a region to sign for, one credential)."""
 
     def count_call(self, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:
         """The call that counts `body` (in the shape of `api`) on this upstream at `base_url`, or

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any, ClassVar
 
 import pytest
 
+from proxy.config.settings import settings_from_dict
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.models.opt_in_windows import opted_in
+from proxy.errors import ConfigError
+from proxy.providers import kinds
 from proxy.providers.kinds import KINDS, PROVIDERS, provider_for
-from proxy.providers.provider import OutgoingCall, Provider
+from proxy.providers.local import Generic
+from proxy.providers.provider import OutgoingCall, Provider, SettingsRefused
 
 BETA = {"anthropic-beta": "context-1m-2025-08-07"}
 
@@ -154,3 +159,24 @@ class TestPurity:
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         assert out.stdout.strip() == ""
+
+
+class TestSettingsChecks:
+    """A provider refuses the settings its kind cannot work with, and the settings error names the key."""
+
+    class Regional(Generic):
+        kind: ClassVar[str] = "regional"
+
+        def check(self, upstream: Any) -> None:
+            if not upstream.headers.get("x-region"):
+                raise SettingsRefused("a regional upstream needs the region it serves in x-region", "headers")
+
+    def test_settings_a_provider_refuses_are_a_config_error_naming_the_key(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(kinds.PROVIDERS, "regional", self.Regional())
+        data = {"upstreams": {"r": {"base_url": "https://r.example/v1", "kind": "regional"}}}
+        with pytest.raises(ConfigError, match=r"upstreams\.r\.headers: a regional upstream needs the region"):
+            settings_from_dict(data, "test.yaml", {})
+        data["upstreams"]["r"]["headers"] = {"x-region": "eu"}
+        assert settings_from_dict(data, "test.yaml", {}).upstreams["r"].provider.kind == "regional"
