@@ -120,6 +120,10 @@ class TokenizerSettings:
     # all clients (more hits when many clients send the same long texts; only for clients that trust
     # each other).
     share_count_cache: bool = False
+    # Vocabularies loaded at start, before the process is ready, beside the configured models'
+    # (proxy.tokenizers.at_start): `auto`, what the upstreams' kinds serve; `all`, every family's;
+    # or model names, theirs besides `auto`'s. Any other loads on first use, holding the loop once.
+    preload: Literal["auto", "all"] | tuple[Annotated[str, Bounds(min_length=1)], ...] = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,281 @@
+"""What holds the guard's event loop: a cold vocabulary's first request, and a flood of bodies.
+
+Two phases of bench/load_hardening.py, each through a real `context-guard serve --workers 1` in
+front of the suite's fake upstream on 127.0.0.1. The `/livez` prober and every attacker run in
+processes of their own (bench/hardening_clients.py), so what the prober measures is the guard,
+not a loop it shares with the attack; the guard's own loop-lag histogram
+(`context_guard_event_loop_lag_seconds`, read from `/metrics` before and after) says how long its
+loop was held.
+
+- `cold`: one request for each model family whose vocabulary the guard had not loaded, one after
+  another: `/livez` while each is served, the guard's loop lag over it, and the resident memory
+  its vocabulary added (the price of loading it at start instead).
+- `flood`: sixteen gzip uploads inflating to 31 MiB (sixteen keys) and a hundred clients sending
+  2 MB and hanging up, all at once: `/livez` p50/p99/max over the attack, the guard's loop lag,
+  its peak resident memory (VmHWM, reset after warming) against the documented bound
+  (`HELD_BYTES_FACTOR` x `server.body_memory_bytes` over idle; the Kubernetes limit for the
+  process whole), repeated on a fresh guard each time, the machine's load printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.processes import free_port, stop  # noqa: E402
+from bench.proxy_overhead import rss_mb, wait_ready  # noqa: E402
+from proxy.config.settings import ServerSettings  # noqa: E402
+from tests.support.memory_bounds import HELD_BYTES_FACTOR  # noqa: E402
+
+CLIENTS = [sys.executable, str(ROOT / "bench" / "hardening_clients.py")]
+FAKE_UPSTREAM = (
+    "import sys; from aiohttp import web; from tests.support.upstream import FakeUpstream; "
+    "web.run_app(FakeUpstream().app(), host='127.0.0.1', port=int(sys.argv[1]), print=None, access_log=None)"
+)
+MiB = 1024 * 1024
+POD_LIMIT_MIB = 832  # deploy/kubernetes/deployment.yaml
+LAG_BUCKET = re.compile(r'^context_guard_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.MULTILINE)
+LAG_MAX = re.compile(r"^context_guard_event_loop_lag_max_seconds (\S+)$", re.MULTILINE)
+# One model a family whose vocabulary is its own (the model map's families, proxy.core.models).
+COLD_MODELS = (
+    ("gpt-4o", "tiktoken o200k_base"),
+    ("gpt-4-0613", "tiktoken cl100k_base"),
+    ("claude-3-5-sonnet-20241022", "bound over cl100k_base"),
+    ("gemini-2.5-flash", "vocab gemma3"),
+    ("gemini-3.1-pro-preview", "vocab gemma4"),
+    ("llama-3.1-8b-instruct", "vocab llama3"),
+    ("qwen3-8b", "vocab qwen"),
+    ("mistral-nemo", "vocab tekken"),
+    ("deepseek-v3", "vocab deepseek-v3"),
+)
+
+
+@dataclass
+class Guard:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@asynccontextmanager
+async def upstream_and_guard(workdir: Path, extra: str = "") -> AsyncIterator[Guard]:
+    """The fake upstream and a guard with the default limits in front of it (`extra`: more of its
+    YAML config), ready (its vocabularies loaded at start); both stopped after."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    up_port, port = free_port(), free_port()
+    upstream = subprocess.Popen([sys.executable, "-c", FAKE_UPSTREAM, str(up_port)], cwd=ROOT, env=env)
+    config = workdir / "guard.yaml"
+    config.write_text(
+        f"upstreams:\n  fake:\n    base_url: http://127.0.0.1:{up_port}/v1\n    kind: generic\nlog:\n  format: json\n"
+        + extra
+    )
+    command = [sys.executable, "-m", "proxy", "serve", "--workers", "1", "--port", str(port), "--config", str(config)]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await wait_ready(f"http://127.0.0.1:{up_port}/healthz")
+        guard = Guard(process, port)
+        await until_ready(guard)
+        yield guard
+    finally:
+        stop(process)
+        stop(upstream)
+
+
+async def until_ready(guard: Guard) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(600):
+            try:
+                async with session.get(guard.url("/readyz")) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("the guard did not get ready")
+
+
+async def chat(guard: Guard, model: str, text: str = "warm up") -> int:
+    body = {"model": model, "messages": [{"role": "user", "content": text}]}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
+        session.post(guard.url("/v1/chat/completions"), json=body) as r,
+    ):
+        await r.read()
+        return r.status
+
+
+async def loop_lag(guard: Guard) -> tuple[dict[float, float], float]:
+    """The guard's loop-lag histogram (cumulative count by bucket bound) and its recent maximum."""
+    async with aiohttp.ClientSession() as session, session.get(guard.url("/metrics")) as r:
+        text = await r.text()
+    buckets = {float(le): float(count) for le, count in LAG_BUCKET.findall(text)}
+    found = LAG_MAX.search(text)
+    return buckets, float(found.group(1)) if found else float("nan")
+
+
+def lag_over(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
+    """From two readings of the histogram: the bound of the highest bucket a tick fell in between
+    them (the loop's longest stall, at most this) and how many ticks were 100 ms late or more."""
+    if not after:
+        return float("nan"), 0
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]  # cumulative
+    highest = next((bounds[i] for i in range(len(bounds)) if counts[i] == counts[-1]), float("inf"))
+    below_100ms = max((counts[i] for i, b in enumerate(bounds) if b < 0.1), default=0.0)
+    return highest, int(counts[-1] - below_100ms)
+
+
+class Prober:
+    """bench/hardening_clients.py's prober in its own process."""
+
+    def __init__(self, port: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.process = subprocess.Popen(
+            [*CLIENTS, "prober", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+
+    def samples(self) -> list[tuple[float, float | None]]:
+        out, _ = self.process.communicate(timeout=30)
+        return [(sent, ms) for sent, ms in json.loads(out)]
+
+
+def attacker(*argv: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([*CLIENTS, *argv], stdout=subprocess.PIPE, env=env)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def within(samples: list[tuple[float, float | None]], start: float, end: float) -> tuple[list[float], int]:
+    """The answered probes sent in [start, end] (milliseconds) and how many went unanswered."""
+    taken = [ms for sent, ms in samples if start <= sent <= end]
+    return [ms for ms in taken if ms is not None], sum(ms is None for ms in taken)
+
+
+def megabytes(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def cold(workdir: Path) -> list[str]:
+    """The first request of each family's model, one after another on one guard, with
+    `tokenizers.preload` left `auto` and set to `all`."""
+    lines = []
+    for preload in ("auto", "all"):
+        async with upstream_and_guard(workdir, f"tokenizers:\n  preload: {preload}\n") as guard:
+            idle = rss_mb(guard.process.pid)
+            lines += [
+                f"tokenizers.preload: {preload} (a generic upstream); resident memory once ready: {idle:.0f} MB. "
+                "The first request of each family's model, one after another:",
+                f"  {'model':<28} {'vocabulary':<24} {'status':>6} {'/livez max':>12} {'loop lag <=':>11} "
+                f"{'+RSS MB':>8}",
+            ]
+            lines += await first_requests(guard)
+    return lines
+
+
+async def first_requests(guard: Guard) -> list[str]:
+    seen: list[tuple[str, str, int, float, float, float, float]] = []
+    prober = Prober(guard.port)
+    await asyncio.sleep(1.0)
+    for model, vocabulary in COLD_MODELS:
+        before, _ = await loop_lag(guard)
+        rss = rss_mb(guard.process.pid)
+        started = time.time()
+        status = await chat(guard, model)
+        await asyncio.sleep(0.3)  # probes sent while the loop was held are answered after it
+        after, _ = await loop_lag(guard)
+        highest, _ = lag_over(before, after)
+        seen.append((model, vocabulary, status, started, time.time(), highest, rss_mb(guard.process.pid) - rss))
+    samples = prober.samples()
+    lines = []
+    for model, vocabulary, status, started, ended, highest, grown in seen:
+        answered, missed = within(samples, started, ended)
+        worst = (f"{max(answered):.0f} ms" if answered else "-") + (f" ({missed} lost)" if missed else "")
+        lines.append(f"  {model:<28} {vocabulary:<24} {status:>6} {worst:>12} {highest * 1000:>8.0f} ms {grown:>8.0f}")
+    return lines
+
+
+async def flood_once(workdir: Path, uploads: int, hung: int) -> dict[str, Any]:
+    budget_mib = ServerSettings().body_memory[0] / MiB
+    async with upstream_and_guard(workdir) as guard:
+        pid = guard.process.pid
+        assert await chat(guard, "gpt-4o") == 200
+        idle = megabytes(pid, "VmRSS")
+        open_before = len(os.listdir(f"/proc/{pid}/fd"))
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM from here: the attack's peak
+        before, _ = await loop_lag(guard)
+        prober = Prober(guard.port)
+        await asyncio.sleep(1.0)
+        attackers = [
+            attacker("inflating", str(guard.port), str(uploads), str(31 * MiB)),
+            attacker("hung_up", str(guard.port), str(hung), str(2_000_000)),
+        ]
+        reports = [json.loads((await asyncio.to_thread(a.communicate, timeout=300))[0]) for a in attackers]
+        released = time.perf_counter()
+        while len(os.listdir(f"/proc/{pid}/fd")) > open_before and time.perf_counter() - released < 10:
+            await asyncio.sleep(0.05)
+        released_s = time.perf_counter() - released
+        after, recent = await loop_lag(guard)
+        samples = prober.samples()
+        peak = megabytes(pid, "VmHWM")
+        descriptors_after = len(os.listdir(f"/proc/{pid}/fd"))
+    start, end = min(r["started"] for r in reports), max(r["ended"] for r in reports) + 0.5
+    answered, missed = within(samples, start, end)
+    highest, late = lag_over(before, after)
+    statuses = reports[0]["statuses"]
+    return {
+        "livez": answered, "missed": missed, "lag_bucket": highest, "lag_recent_max": recent, "late_ticks": late,
+        "idle": idle, "peak": peak, "bound": HELD_BYTES_FACTOR * budget_mib, "seconds": end - start,
+        "statuses": {s: statuses.count(s) for s in sorted(set(statuses))}, "sent_whole": reports[1]["sent_whole"],
+        "descriptors": (open_before, descriptors_after, released_s), "load": os.getloadavg()[0],
+    }  # fmt: skip
+
+
+async def flood(workdir: Path, repeats: int, uploads: int = 16, hung: int = 100) -> list[str]:
+    lines = [
+        f"{uploads} gzip uploads inflating to 31 MiB (one key each) + {hung} clients sending 2 MB and hanging up, "
+        "at once; /livez asked every 10 ms on a new connection from a process of its own:",
+        f"  {'run':>3} {'load':>5} {'/livez p50':>10} {'p99':>7} {'max':>7} {'lost':>4} {'loop lag':>9} "
+        f"{'idle MB':>7} {'peak MB':>7} {'growth/bound':>13} {'uploads answered':<24} fds back",
+    ]
+    for run in range(1, repeats + 1):
+        r = await flood_once(workdir, uploads, hung)
+        growth = r["peak"] - r["idle"]
+        opened, closed, seconds = r["descriptors"]
+        lines.append(
+            f"  {run:>3} {r['load']:>5.1f} {pct(r['livez'], 0.5):>7.1f} ms {pct(r['livez'], 0.99):>4.0f} ms "
+            f"{max(r['livez'], default=float('nan')):>4.0f} ms {r['missed']:>4} "
+            f"{r['lag_recent_max'] * 1000:>6.0f} ms (<={r['lag_bucket'] * 1000:>4.0f} ms) "
+            f"{r['idle']:>7.0f} {r['peak']:>7.0f} {growth:>5.0f}/{r['bound']:<7.0f} "
+            f"{json.dumps(r['statuses']):<24} {closed}/{opened} in {seconds:.1f} s"
+        )
+        print(lines[-1], flush=True)
+    lines.append(
+        f"  loop lag max: the guard's own (`context_guard_event_loop_lag_max_seconds`; its histogram's bucket over the "
+        f"attack in brackets); growth/bound: peak "
+        f"minus idle RSS against {HELD_BYTES_FACTOR:g} x server.body_memory_bytes; the pod limit is {POD_LIMIT_MIB} MiB"
+    )
+    return lines
