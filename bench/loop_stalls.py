@@ -51,6 +51,7 @@ MiB = 1024 * 1024
 POD_LIMIT_MIB = 832  # deploy/kubernetes/deployment.yaml
 LAG_BUCKET = re.compile(r'^context_guard_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.MULTILINE)
 LAG_MAX = re.compile(r"^context_guard_event_loop_lag_max_seconds (\S+)$", re.MULTILINE)
+BUSY_MAX = re.compile(r"^context_guard_event_loop_busy_max_seconds (\S+)$", re.MULTILINE)
 # One model a family whose vocabulary is its own (the model map's families, proxy.core.models).
 COLD_MODELS = (
     ("gpt-4o", "tiktoken o200k_base"),
@@ -121,13 +122,21 @@ async def chat(guard: Guard, model: str, text: str = "warm up") -> int:
         return r.status
 
 
-async def loop_lag(guard: Guard) -> tuple[dict[float, float], float]:
-    """The guard's loop-lag histogram (cumulative count by bucket bound) and its recent maximum."""
+async def loop_lag(guard: Guard) -> tuple[dict[float, float], float, float]:
+    """The guard's loop-lag histogram (cumulative count by bucket bound), its recent maximum and
+    the most CPU its loop spent between two ticks lately."""
     async with aiohttp.ClientSession() as session, session.get(guard.url("/metrics")) as r:
         text = await r.text()
     buckets = {float(le): float(count) for le, count in LAG_BUCKET.findall(text)}
-    found = LAG_MAX.search(text)
-    return buckets, float(found.group(1)) if found else float("nan")
+    late, busy = LAG_MAX.search(text), BUSY_MAX.search(text)
+    return buckets, float(late.group(1)) if late else float("nan"), float(busy.group(1)) if busy else float("nan")
+
+
+def main_thread_schedule(pid: int) -> tuple[float, float]:
+    """The guard's event-loop thread (its main thread): seconds on a CPU, and seconds runnable but
+    waiting for one (Linux's schedstat); what the machine's other work took from the loop."""
+    cpu, waited, _ = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(cpu) / 1e9, int(waited) / 1e9
 
 
 def lag_over(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
@@ -201,12 +210,12 @@ async def first_requests(guard: Guard) -> list[str]:
     prober = Prober(guard.port)
     await asyncio.sleep(1.0)
     for model, vocabulary in COLD_MODELS:
-        before, _ = await loop_lag(guard)
+        before, *_ = await loop_lag(guard)
         rss = rss_mb(guard.process.pid)
         started = time.time()
         status = await chat(guard, model)
         await asyncio.sleep(0.3)  # probes sent while the loop was held are answered after it
-        after, _ = await loop_lag(guard)
+        after, *_ = await loop_lag(guard)
         highest, _ = lag_over(before, after)
         seen.append((model, vocabulary, status, started, time.time(), highest, rss_mb(guard.process.pid) - rss))
     samples = prober.samples()
@@ -226,19 +235,21 @@ async def flood_once(workdir: Path, uploads: int, hung: int) -> dict[str, Any]:
         idle = megabytes(pid, "VmRSS")
         open_before = len(os.listdir(f"/proc/{pid}/fd"))
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM from here: the attack's peak
-        before, _ = await loop_lag(guard)
+        before, *_ = await loop_lag(guard)
         prober = Prober(guard.port)
         await asyncio.sleep(1.0)
+        schedule = main_thread_schedule(pid)
         attackers = [
             attacker("inflating", str(guard.port), str(uploads), str(31 * MiB)),
             attacker("hung_up", str(guard.port), str(hung), str(2_000_000)),
         ]
         reports = [json.loads((await asyncio.to_thread(a.communicate, timeout=300))[0]) for a in attackers]
+        cpu, waited = (b - a for a, b in zip(schedule, main_thread_schedule(pid), strict=True))
         released = time.perf_counter()
         while len(os.listdir(f"/proc/{pid}/fd")) > open_before and time.perf_counter() - released < 10:
             await asyncio.sleep(0.05)
         released_s = time.perf_counter() - released
-        after, recent = await loop_lag(guard)
+        after, recent, busy = await loop_lag(guard)
         samples = prober.samples()
         peak = megabytes(pid, "VmHWM")
         descriptors_after = len(os.listdir(f"/proc/{pid}/fd"))
@@ -248,6 +259,7 @@ async def flood_once(workdir: Path, uploads: int, hung: int) -> dict[str, Any]:
     statuses = reports[0]["statuses"]
     return {
         "livez": answered, "missed": missed, "lag_bucket": highest, "lag_recent_max": recent, "late_ticks": late,
+        "busy": busy, "loop_cpu": cpu, "loop_waited": waited,
         "idle": idle, "peak": peak, "bound": HELD_BYTES_FACTOR * budget_mib, "seconds": end - start,
         "statuses": {s: statuses.count(s) for s in sorted(set(statuses))}, "sent_whole": reports[1]["sent_whole"],
         "descriptors": (open_before, descriptors_after, released_s), "load": os.getloadavg()[0],
@@ -258,24 +270,28 @@ async def flood(workdir: Path, repeats: int, uploads: int = 16, hung: int = 100)
     lines = [
         f"{uploads} gzip uploads inflating to 31 MiB (one key each) + {hung} clients sending 2 MB and hanging up, "
         "at once; /livez asked every 10 ms on a new connection from a process of its own:",
-        f"  {'run':>3} {'load':>5} {'/livez p50':>10} {'p99':>7} {'max':>7} {'lost':>4} {'loop lag':>9} "
-        f"{'idle MB':>7} {'peak MB':>7} {'growth/bound':>13} {'uploads answered':<24} fds back",
+        f"  {'run':>3} {'load':>4} | {'/livez p50':>10} {'p99':>6} {'max':>6} {'lost':>4} | {'loop lag':>8} "
+        f"{'busy':>6} {'loop CPU':>8} {'no core':>8} | {'idle':>4} {'peak':>4} {'growth/bound MB':>15} | "
+        "uploads answered         | fds back",
     ]
     for run in range(1, repeats + 1):
         r = await flood_once(workdir, uploads, hung)
-        growth = r["peak"] - r["idle"]
         opened, closed, seconds = r["descriptors"]
         lines.append(
-            f"  {run:>3} {r['load']:>5.1f} {pct(r['livez'], 0.5):>7.1f} ms {pct(r['livez'], 0.99):>4.0f} ms "
-            f"{max(r['livez'], default=float('nan')):>4.0f} ms {r['missed']:>4} "
-            f"{r['lag_recent_max'] * 1000:>6.0f} ms (<={r['lag_bucket'] * 1000:>4.0f} ms) "
-            f"{r['idle']:>7.0f} {r['peak']:>7.0f} {growth:>5.0f}/{r['bound']:<7.0f} "
-            f"{json.dumps(r['statuses']):<24} {closed}/{opened} in {seconds:.1f} s"
+            f"  {run:>3} {r['load']:>4.1f} | {pct(r['livez'], 0.5):>7.1f} ms {pct(r['livez'], 0.99):>3.0f} ms "
+            f"{max(r['livez'], default=float('nan')):>3.0f} ms {r['missed']:>4} | "
+            f"{r['lag_recent_max'] * 1000:>5.0f} ms "
+            f"{r['busy'] * 1000:>3.0f} ms {r['loop_cpu'] * 1000:>5.0f} ms {r['loop_waited'] * 1000:>5.0f} ms | "
+            f"{r['idle']:>4.0f} {r['peak']:>4.0f} {r['peak'] - r['idle']:>7.0f}/{r['bound']:<7.0f} | "
+            f"{json.dumps(r['statuses']):<24} | {closed}/{opened} in {seconds:.1f} s"
         )
         print(lines[-1], flush=True)
-    lines.append(
-        f"  loop lag max: the guard's own (`context_guard_event_loop_lag_max_seconds`; its histogram's bucket over the "
-        f"attack in brackets); growth/bound: peak "
-        f"minus idle RSS against {HELD_BYTES_FACTOR:g} x server.body_memory_bytes; the pod limit is {POD_LIMIT_MIB} MiB"
-    )
+    lines += [
+        "  loop lag: the guard's own `context_guard_event_loop_lag_max_seconds` (how late its loop ran a tick",
+        "  due every 20 ms); busy: `..._busy_max_seconds` (the most CPU the loop spent between two ticks: its own",
+        "  work); loop CPU and no core: its loop thread's CPU over the attack and the time it was runnable with no",
+        "  core free (schedstat);",
+        f"  growth/bound: peak minus idle RSS (MB) against {HELD_BYTES_FACTOR:g} x server.body_memory_bytes; the pod "
+        f"limit is {POD_LIMIT_MIB} MiB whole.",
+    ]
     return lines

@@ -99,11 +99,19 @@ class TestLoopLag:
         lag.observe(0.01, now=5 * WINDOW_SECONDS)
         assert lag.recent_max == 0.01
 
+    def test_the_loops_own_cpu_between_ticks_is_kept_apart_from_its_lateness(self):
+        """A tick late by 0.3 s while the loop worked 0.02 s of it: the rest was spent waiting (for a
+        core, or for the GIL)."""
+        lag = LoopLag()
+        lag.observe(0.3, now=1.0, busy=0.02)
+        assert (lag.recent_max, lag.recent_busy_max) == (0.3, 0.02)
+        assert "context_guard_event_loop_busy_max_seconds 0.02" in rendered(lag)
+
     def test_forgetting_the_recent_maximum_keeps_the_histogram(self):
         """Once ready, the stalls of the start (vocabularies loading) leave the maximum."""
         lag = LoopLag()
-        lag.observe(0.3, now=0.0)
+        lag.observe(0.3, now=0.0, busy=0.3)
         lag.forget_recent()
         lag.observe(0.002, now=1.0)
-        assert lag.recent_max == 0.002
+        assert lag.recent_max == 0.002 and lag.recent_busy_max == 0.0
         assert sum(lag.counts) == 2 and lag.total == 0.302
