@@ -188,28 +188,61 @@ def megabytes(pid: int, key: str) -> float:
     return float("nan")
 
 
-async def cold(workdir: Path) -> list[str]:
+@dataclass
+class FirstRequest:
+    """One model's first request on a guard: its status, `/livez`'s slowest answer while it was
+    served, the guard's loop lag over it (the histogram's bucket) and the memory it added."""
+
+    status: int
+    livez_max: float
+    lost: int
+    lag_bucket: float
+    grown_mb: float
+
+
+async def cold(workdir: Path) -> tuple[list[str], list[str]]:
     """The first request of each family's model, one after another on one guard, with
-    `tokenizers.preload` left `auto` and set to `all`."""
-    lines = []
+    `tokenizers.preload` left `auto` and set to `all`: the text for bench/hardening.md and the
+    table for docs/security.md."""
+    lines, idle, seen = [], {}, {}
     for preload in ("auto", "all"):
         async with upstream_and_guard(workdir, f"tokenizers:\n  preload: {preload}\n") as guard:
-            idle = rss_mb(guard.process.pid)
-            lines += [
-                f"tokenizers.preload: {preload} (a generic upstream); resident memory once ready: {idle:.0f} MB. "
-                "The first request of each family's model, one after another:",
-                f"  {'model':<28} {'vocabulary':<24} {'status':>6} {'/livez max':>12} {'loop lag <=':>11} "
-                f"{'+RSS MB':>8}",
-            ]
-            lines += await first_requests(guard)
-    return lines
+            idle[preload] = rss_mb(guard.process.pid)
+            seen[preload] = await first_requests(guard)
+        lines += [
+            f"tokenizers.preload: {preload} (a generic upstream); resident memory once ready: {idle[preload]:.0f} MB. "
+            "The first request of each family's model, one after another:",
+            f"  {'model':<28} {'vocabulary':<24} {'status':>6} {'/livez max':>12} {'loop lag <=':>11} {'+RSS MB':>8}",
+        ]
+        for model, vocabulary in COLD_MODELS:
+            r = seen[preload][model]
+            worst = f"{r.livez_max:.0f} ms" + (f" ({r.lost} lost)" if r.lost else "")
+            lines.append(
+                f"  {model:<28} {vocabulary:<24} {r.status:>6} {worst:>12} {r.lag_bucket * 1000:>8.0f} ms "
+                f"{r.grown_mb:>8.0f}"
+            )
+    table = [
+        f"Resident memory once ready: {idle['auto']:.0f} MB with `auto`, {idle['all']:.0f} MB with `all` "
+        f"({time.strftime('%Y-%m-%d', time.gmtime())}, load average {os.getloadavg()[0]:.1f}).",
+        "",
+        "| first request of | vocabulary | `auto`: /livez slowest | `auto`: loop lag (bucket) | memory it added "
+        "| `all`: /livez slowest | `all`: loop lag (bucket) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for model, vocabulary in COLD_MODELS:
+        auto, every = seen["auto"][model], seen["all"][model]
+        table.append(
+            f"| {model} | {vocabulary} | {auto.livez_max:.0f} ms | <= {auto.lag_bucket * 1000:.0f} ms | "
+            f"{auto.grown_mb:.0f} MB | {every.livez_max:.0f} ms | <= {every.lag_bucket * 1000:.0f} ms |"
+        )
+    return lines, table
 
 
-async def first_requests(guard: Guard) -> list[str]:
-    seen: list[tuple[str, str, int, float, float, float, float]] = []
+async def first_requests(guard: Guard) -> dict[str, FirstRequest]:
+    spans: list[tuple[str, int, float, float, float, float]] = []
     prober = Prober(guard.port)
     await asyncio.sleep(1.0)
-    for model, vocabulary in COLD_MODELS:
+    for model, _ in COLD_MODELS:
         before, *_ = await loop_lag(guard)
         rss = rss_mb(guard.process.pid)
         started = time.time()
@@ -217,14 +250,13 @@ async def first_requests(guard: Guard) -> list[str]:
         await asyncio.sleep(0.3)  # probes sent while the loop was held are answered after it
         after, *_ = await loop_lag(guard)
         highest, _ = lag_over(before, after)
-        seen.append((model, vocabulary, status, started, time.time(), highest, rss_mb(guard.process.pid) - rss))
+        spans.append((model, status, started, time.time(), highest, rss_mb(guard.process.pid) - rss))
     samples = prober.samples()
-    lines = []
-    for model, vocabulary, status, started, ended, highest, grown in seen:
+    found = {}
+    for model, status, started, ended, highest, grown in spans:
         answered, missed = within(samples, started, ended)
-        worst = (f"{max(answered):.0f} ms" if answered else "-") + (f" ({missed} lost)" if missed else "")
-        lines.append(f"  {model:<28} {vocabulary:<24} {status:>6} {worst:>12} {highest * 1000:>8.0f} ms {grown:>8.0f}")
-    return lines
+        found[model] = FirstRequest(status, max(answered, default=float("nan")), missed, highest, grown)
+    return found
 
 
 async def flood_once(workdir: Path, uploads: int, hung: int) -> dict[str, Any]:
@@ -266,7 +298,18 @@ async def flood_once(workdir: Path, uploads: int, hung: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def flood(workdir: Path, repeats: int, uploads: int = 16, hung: int = 100) -> list[str]:
+async def flood(workdir: Path, repeats: int, uploads: int = 16, hung: int = 100) -> tuple[list[str], list[str]]:
+    """The attack `repeats` times, each on a fresh guard: the text for bench/hardening.md and the
+    table for docs/security.md."""
+    table = [
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())}: {uploads} gzip uploads inflating to 31 MiB (a key each) "
+        f"and {hung} clients sending 2 MB and hanging up, at once, against a fresh guard each run.",
+        "",
+        "| run | load average | /livez p50 / p99 / slowest | lost | guard's loop lag, largest | its own work "
+        "between two ticks, largest | its loop thread waiting for a core | RSS idle → peak (growth / bound) "
+        "| uploads answered |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---|",
+    ]
     lines = [
         f"{uploads} gzip uploads inflating to 31 MiB (one key each) + {hung} clients sending 2 MB and hanging up, "
         "at once; /livez asked every 10 ms on a new connection from a process of its own:",
@@ -286,6 +329,13 @@ async def flood(workdir: Path, repeats: int, uploads: int = 16, hung: int = 100)
             f"{json.dumps(r['statuses']):<24} | {closed}/{opened} in {seconds:.1f} s"
         )
         print(lines[-1], flush=True)
+        table.append(
+            f"| {run} | {r['load']:.1f} | {pct(r['livez'], 0.5):.0f} / {pct(r['livez'], 0.99):.0f} / "
+            f"{max(r['livez'], default=float('nan')):.0f} ms | {r['missed']} | {r['lag_recent_max'] * 1000:.0f} ms | "
+            f"{r['busy'] * 1000:.0f} ms | {r['loop_waited'] * 1000:.0f} ms of {r['seconds']:.1f} s | "
+            f"{r['idle']:.0f} → {r['peak']:.0f} MB ({r['peak'] - r['idle']:.0f} / {r['bound']:.0f}) | "
+            f"{', '.join(f'{n} x {s}' for s, n in r['statuses'].items())} |"
+        )
     lines += [
         "  loop lag: the guard's own `context_guard_event_loop_lag_max_seconds` (how late its loop ran a tick",
         "  due every 20 ms); busy: `..._busy_max_seconds` (the most CPU the loop spent between two ticks: its own",
@@ -294,4 +344,4 @@ async def flood(workdir: Path, repeats: int, uploads: int = 16, hung: int = 100)
         f"  growth/bound: peak minus idle RSS (MB) against {HELD_BYTES_FACTOR:g} x server.body_memory_bytes; the pod "
         f"limit is {POD_LIMIT_MIB} MiB whole.",
     ]
-    return lines
+    return lines, table
