@@ -18,7 +18,7 @@ So what loads at start follows what the upstreams can serve (`auto`, the default
 - `anthropic`: cl100k_base (Claude is counted by a bound over it);
 - `gemini`, `vertex`: Gemma's three vocabularies (Gemini's own) and cl100k_base.
 cl100k_base is always among them: an unknown model name is counted with the bound over it.
-`all` loads every family's (about 500 MB), so that no model's first request stalls the loop
+`all` loads every family's (about 440 MB more than `auto`), so that no model's first request stalls the loop
 whatever name a client sends; a list of model names loads theirs besides `auto`'s. The models the
 config names (overrides, routes) load at start in every case (`Models.load_configured`).
 """
