@@ -7,7 +7,7 @@
     └── InvalidBody       proxy.core.plan         not a chat-completions body
         └── InvalidRequest  proxy.apis.base       not a body this API accepts (`param` in its spelling)
 
-None of them knows HTTP: `proxy.server.edge.body_errors` turns a `BodyError` into the 400 the server
+None of them knows HTTP: `proxy.server.edge.body` turns a `BodyError` into the 400 the server
 answers and the message the CLI prints, in one place.
 """
 

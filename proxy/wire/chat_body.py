@@ -11,5 +11,5 @@ from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 
 def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:
     """The body of a chat-completions request, checked; UnreadableJson (not JSON, or ambiguous) or
-    InvalidBody (a field of the wrong type) saying what is wrong (`proxy.server.edge.body_errors` maps both)."""
+    InvalidBody (a field of the wrong type) saying what is wrong (`proxy.server.edge.body` maps both)."""
     return check_chat_body(read_json(raw, limits), require_model=require_model)

@@ -21,8 +21,7 @@ from proxy.apis.registry import Endpoint
 from proxy.config.budget_and_trim import MODES, Mode
 from proxy.core.commands import Command
 from proxy.errors import BadRequest
-from proxy.server.edge.body import read_body
-from proxy.server.edge.body_errors import bad_body_errors
+from proxy.server.edge.body import bad_body_errors, read_body
 from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.edge.paths import PATH_ROUTE
