@@ -1,7 +1,7 @@
 """Cooperative cancellation of work running in a thread: the hook long loops poll.
 
 The server runs a large body's parsing, counting and planning in a worker thread
-(`proxy.server.threads.slots`). When the client hangs up, the request's coroutine is cancelled, but a
+(`proxy.server.threads.placement`). When the client hangs up, the request's coroutine is cancelled, but a
 thread cannot be stopped from outside: the work stops itself at its next checkpoint. The server
 binds a `threading.Event` to the work's context (`bound(event)`, a context variable, so only the
 work of that one request sees it) and sets it when the request is cancelled; code that loops over

@@ -118,7 +118,7 @@ class Models:
         return self.profile(model).matched or "other"
 
     def count_cache(self, client: object | None) -> CountCache:
-        """The count cache as `client` (`proxy.server.edge.client_scope`) sees it: its own part of the
+        """The count cache as `client` (`proxy.server.threads.placement`) sees it: its own part of the
         shared one, unless `tokenizers.share_count_cache` (or no client is named: the CLI)."""
         if self.shares_count_cache or client is None:
             return self.cache

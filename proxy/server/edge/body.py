@@ -53,8 +53,7 @@ from proxy.core.cancellation import checkpoint
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
 from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, HeldBody
 from proxy.server.edge.credentials import credential_digest
-from proxy.server.threads.placement import large_body_slots
-from proxy.server.threads.slots import client_key
+from proxy.server.threads.placement import client_key, large_body_slots
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
 ZLIB_WBITS = zlib.MAX_WBITS

@@ -8,7 +8,7 @@ refused, or its client gone (aiohttp cancels the handler when the connection clo
 keeps both until it ends.
 
 - **A share per client.** One client (its credential, else its address:
-  `proxy.server.threads.slots.client_key`) holds at most `per_client` bytes; past it, its next
+  `proxy.server.threads.placement.client_key`) holds at most `per_client` bytes; past it, its next
   body is refused with 429 and `Retry-After`, while others are still served.
 - **A budget for the process.** Past `total` bytes, any body is refused with 503 `overloaded` and
   `Retry-After`: the guard says it is busy instead of growing until the kernel kills it.

@@ -22,7 +22,6 @@ from proxy.config.budget_and_trim import MODES, Mode
 from proxy.core.commands import Command
 from proxy.errors import BadRequest
 from proxy.server.edge.body import bad_body_errors, read_body
-from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.edge.paths import PATH_ROUTE
 from proxy.server.observation.record import ANSWERED_LOCALLY, COUNT_HEADER, OUTCOME_HEADER
@@ -31,8 +30,7 @@ from proxy.server.request.gateway import GATEWAY, MODE_HEADER, Gateway
 from proxy.server.request.held import counted_with_held
 from proxy.server.request.perform import prepared
 from proxy.server.request.resent import earlier_body
-from proxy.server.threads.placement import performed, planned
-from proxy.server.threads.slots import client_key
+from proxy.server.threads.placement import client_key, client_scope, performed, planned
 from proxy.wire.chat_body import read_chat_body
 from proxy.wire.prefix_reader import Match
 
