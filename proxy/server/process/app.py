@@ -45,12 +45,11 @@ from proxy.server.edge.paths import (
     error_body,
     route_for,
 )
-from proxy.server.edge.request_ids import new_request_id
 from proxy.server.observation.health import Health, Reachability, install_health
 from proxy.server.observation.metrics import Metrics
 from proxy.server.observation.recent import RECENT, RecentDecisions, install_page
 from proxy.server.observation.record import RequestRecord, log_event
-from proxy.server.observation.recording import fill
+from proxy.server.observation.recording import fill, new_request_id
 from proxy.server.process.drain import DRAIN, install_drain
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import GATEWAY, Gateway
