@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.core.cancellation import checkpoint
+from proxy.core.work_budget import checkpoint
 
 _RUNS = re.compile(r"[ \t]{2,}")
 # An ASCII punctuation mark right before a letter or digit (`,true`, `{"id`, `.method`, `\nline`).
@@ -97,7 +97,7 @@ def class_terms(text: str, terms: BoundTerms) -> float:
         return _window_terms(text, terms)
     total = 0.0
     for at in range(0, len(text), TERMS_WINDOW):
-        checkpoint()  # a request whose client hung up stops here (proxy.core.cancellation)
+        checkpoint()  # a request whose client hung up stops here (proxy.core.work_budget)
         total += _window_terms(text[at : at + TERMS_WINDOW], terms)
     return total + terms.run * ((len(text) - 1) // TERMS_WINDOW)
 

@@ -21,10 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from proxy.core.cancellation import checkpoint
 from proxy.core.counting.bounded_text import note_bounded
 from proxy.core.counting.slices import SLICE_CHARS, spans, utf8_bytes
-from proxy.core.work_budget import spend
+from proxy.core.work_budget import checkpoint, spend
 
 
 class Tokenizer(Protocol):
@@ -137,7 +136,7 @@ class EncoderTokenizer:
     def _sliced(self, text: str) -> int:
         total = 0
         for span in spans(text, SLICE_CHARS):
-            checkpoint()  # a request whose client hung up stops here (proxy.core.cancellation)
+            checkpoint()  # a request whose client hung up stops here (proxy.core.work_budget)
             if span.exact:
                 total += self._encoded_length(text[span.start : span.end])
             else:

@@ -28,7 +28,7 @@ decoded leniently, chunk by chunk, and what does not decode is read as it came (
 too), `x-gzip` and deflate (zlib-wrapped, or raw as some clients send it) are understood when
 inflating strictly; the lenient reader knows gzip and zlib-wrapped deflate; `identity` is nothing
 to do. Other request encodings get 415; br and zstd would be added here when a decoder library is
-installed (none is a dependency). Stopped between chunks by `proxy.core.cancellation`.
+installed (none is a dependency). Stopped between chunks by `proxy.core.work_budget`.
 
 The layers below the server raise one type for a body they refuse, `proxy.core.body_error.BodyError`
 (its docstring draws the tree), and know nothing of HTTP; `bad_body_errors()` wraps every place the
@@ -49,7 +49,7 @@ from types import TracebackType
 from aiohttp import web
 
 from proxy.core.body_error import BodyError
-from proxy.core.cancellation import checkpoint
+from proxy.core.work_budget import checkpoint
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
 from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, HeldBody
 from proxy.server.edge.credentials import credential_digest

@@ -57,8 +57,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from proxy.core.cancellation import bound
-from proxy.core.work_budget import OverBudget, budgeted
+from proxy.core.work_budget import OverBudget, bound, budgeted
 from proxy.server.threads.collector import CollectorPause
 from proxy.tokenizers.vocabularies import lower_thread_priority
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from proxy.core.cancellation import WorkCancelled, checkpoint
+from proxy.core.work_budget import WorkCancelled, checkpoint
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.threads.placement import FairSlots, client_key
 
