@@ -60,7 +60,7 @@ class Plan:
         return self.result.body if self.body is None else self.body
 
     def again(self, body: Mapping[str, Any], count_seconds: float) -> Plan:
-        """This plan for a body sent again (`proxy.server.request.resent`): `body` sent, the lookup's time
+        """This plan for a body sent again (`proxy.wire.readers`): `body` sent, the lookup's time
         as the count's and none as the trim's (every field named: a copy by `replace` cost 5 us)."""
         return Plan(self.count, self.result, count_seconds, 0.0, self.counter, body, self.rewritten, self.answer)
 

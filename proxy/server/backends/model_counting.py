@@ -33,10 +33,10 @@ from proxy.core.models.model_registry import ModelProfile, ModelRegistry, Tokeni
 from proxy.core.trimming.budget import BudgetPolicy
 from proxy.core.trimming.notes import CompactionPolicy
 from proxy.errors import ConfigError
-from proxy.server.request.resent import ResentPlans
 from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
+from proxy.wire.readers import ResentPlans
 
 
 @dataclass(frozen=True, slots=True)
