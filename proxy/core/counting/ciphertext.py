@@ -9,7 +9,7 @@ bound assumes the plaintext is not compressed before it is encrypted (nothing pu
 either way); it errs high by the ciphertext's own overhead and by every multi-byte token.
 
 Context held by id (a stored response, a conversation, a cache) is counted elsewhere: from the
-ledger of the provider's own answers (`proxy.state.held_ledger`), as the exchange's `held`.
+ledger of the provider's own answers (`proxy.state.store`), as the exchange's `held`.
 """
 
 from __future__ import annotations

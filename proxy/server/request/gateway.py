@@ -28,8 +28,7 @@ from proxy.server.request.summariser import Summariser
 from proxy.server.upstream.headers import request_headers
 from proxy.server.upstream.routing import Router
 from proxy.state import MemoryStore, StateStore
-from proxy.state.held_ledger import HeldLedger
-from proxy.state.shared_corrections import SharedCorrections
+from proxy.state.store import HeldLedger, SharedCorrections
 from proxy.wire.readers import PARSES_PER_BODY, BodyReaders, KeptPerBody
 
 MODE_HEADER = "x-context-guard-mode"
