@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.costs.tool_schema import function_definition, render_namespace
+from proxy.core.counting.bound import utf8_bytes
 from proxy.core.counting.count_cache import CountCache, count_text
-from proxy.core.counting.slices import utf8_bytes
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ChatFormat
 

@@ -27,7 +27,6 @@ import orjson
 
 from proxy.core.costs.tool_calls import ResultContext, flag_groups, no_tool_traffic, result_contexts, scan_calls
 from proxy.core.costs.tools import ToolsCount, first_system_text, tool_definitions_tokens
-from proxy.core.counting.bounded_text import note_bounded_text
 from proxy.core.counting.count_cache import CountCache, count_text
 from proxy.core.counting.count_rules import CountRules, MessageCount, RequestCount
 from proxy.core.counting.openings import (
@@ -39,7 +38,7 @@ from proxy.core.counting.openings import (
     sizes_to_look_up,
     still_marked_alike,
 )
-from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.counting.tokenizer import Tokenizer, note_bounded_text
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.work_budget import BLOCK_UNITS, ITEM_UNITS, content_blocks, spend
 
@@ -95,7 +94,7 @@ class RequestCounter(CountRules):
         body this counter was built for), the counts of the opening it shares with a request
         counted before are carried (`proxy.core.counting.openings`); `shared_messages` is where
         its siblings part from it."""
-        recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.counting.slices)
+        recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.counting.bound)
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         spend(ITEM_UNITS * len(messages))  # each message is looked up, split into turns and maybe cut

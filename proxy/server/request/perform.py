@@ -49,7 +49,7 @@ from proxy.core.commands import (
     Summarise,
     Summary,
 )
-from proxy.core.counting.ciphertext import CIPHERTEXT_NOTE
+from proxy.core.counting.bound import CIPHERTEXT_NOTE
 from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import correction_key, opted_in
