@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from proxy.core.costs.images import ImageCostScheme, PatchCost, TileCost
-from proxy.core.models.chat_format import TEMPLATE_FORMAT as TEMPLATE_FORMAT
-from proxy.core.models.chat_format import ChatFormat as ChatFormat  # re-exported: the profile's type
 from proxy.core.models.families import OPEN_FAMILIES, UNKNOWN_FAMILY, Family
+from proxy.core.models.families import TEMPLATE_FORMAT as TEMPLATE_FORMAT
+from proxy.core.models.families import ChatFormat as ChatFormat  # re-exported: the profile's type
 from proxy.core.models.families import TokenizerKind as TokenizerKind
 from proxy.core.models.families import TokenizerSpec as TokenizerSpec
 from proxy.core.models.open_windows import documented_window, maker_provider
