@@ -42,7 +42,7 @@ from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCach
 from proxy.core.counting.openings import Tally
 from proxy.core.counting.tokenizer import BoundedText, Tokenizer, bounded_text
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.roles import latest_user_index
+from proxy.core.trimming.turns import latest_user_index
 
 COMPONENTS = (
     "system",

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.costs.tool_calls import ResultContext
-from proxy.core.trimming.roles import PINNED_ROLES, TOOL_RESULT_ROLES
+from proxy.core.trimming.turns import PINNED_ROLES, TOOL_RESULT_ROLES
 
 KEPT_SHORT_OF_THE_END = (0,)
 LOOKED_UP = 5

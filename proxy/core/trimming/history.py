@@ -27,7 +27,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from proxy.core.trimming.compaction_prompts import MARKER, is_flagged
+from proxy.core.trimming.compaction import MARKER, is_flagged
 from proxy.core.trimming.cuts import CutReason, HistoryCut, cut_point
 from proxy.core.trimming.shrink import has_text, is_image, shorten_message, without_images
 from proxy.core.trimming.trim import TrimState

@@ -1,4 +1,6 @@
-"""Splits a conversation into what may be cut and what may not.
+"""Splits a conversation into what may be cut and what may not, by its messages' roles as counting
+and trimming see them: which are pinned (never cut), which are tool results, and which user message
+is the latest.
 
 - **Pinned**: system and developer messages, wherever they stand. Never dropped.
 - **Protected**: the latest user message and everything after it (an agent's tool loop still in
@@ -20,7 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.trimming.roles import PINNED_ROLES, TOOL_RESULT_ROLES, latest_user_index
+PINNED_ROLES = frozenset({"system", "developer"})
+TOOL_RESULT_ROLES = frozenset({"tool", "function"})
+
+
+def latest_user_index(messages: Sequence[Any]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return i
+    return None
 
 
 @dataclass(frozen=True, slots=True)
