@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.core.trimming.compaction import compiled_patterns, is_compaction_request
-from proxy.core.trimming.shrink import shorten_message
+from proxy.core.trimming.history import shorten_message
 from proxy.core.trimming.trim import TrimState
 from proxy.core.trimming.turns import TOOL_RESULT_ROLES, Unit
 
