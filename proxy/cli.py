@@ -28,7 +28,7 @@ from proxy.config.schema import build, shallow
 from proxy.config.settings import ModelsSettings, Settings, load_settings, masked
 from proxy.errors import BadRequest, ConfigError
 from proxy.server.edge.body import bad_body_errors
-from proxy.wire.strict_json import read_json
+from proxy.wire.codec import read_json
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})

@@ -1,9 +1,9 @@
 """The one type every layer raises for a request body it refuses, and the field it names.
 
     BodyError          proxy.core.body_error   a body the guard refuses; `param`: the field, if one is to blame
-    ├── AmbiguousJson     proxy.wire.strict_json  JSON the guard will not guess about (`param`: a key written twice)
-    ├── DenseJson         proxy.wire.strict_json  JSON whose values would take too much memory for its size
-    ├── UnreadableJson    proxy.wire.strict_json  not JSON, ambiguous or too dense, worded for the client
+    ├── AmbiguousJson     proxy.wire.codec  JSON the guard will not guess about (`param`: a key written twice)
+    ├── DenseJson         proxy.wire.codec  JSON whose values would take too much memory for its size
+    ├── UnreadableJson    proxy.wire.codec  not JSON, ambiguous or too dense, worded for the client
     └── InvalidBody       proxy.core.plan         not a chat-completions body
         └── InvalidRequest  proxy.apis.base       not a body this API accepts (`param` in its spelling)
 

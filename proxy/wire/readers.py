@@ -1,5 +1,5 @@
 """The readers of the bodies each adapter receives, and what is kept for a body sent again as it
-was: strict JSON (`proxy.wire.strict_json`), a conversation sent again parsed only where it is new
+was: strict JSON (`proxy.wire.codec`), a conversation sent again parsed only where it is new
 (`proxy.wire.prefix_reader`, keeping `prefix_memory_bytes` of earlier bodies per adapter, 0 for
 none), and a chat-completions body read and type-checked in one call (`read_chat_body`: the echo
 upstream and the tools).
@@ -39,8 +39,8 @@ from proxy.apis.base import Adapter, Parsed
 from proxy.apis.fitting import Fitted
 from proxy.apis.openai.chat_checks import check_chat_body
 from proxy.core.plan import Plan
+from proxy.wire.codec import DEFAULT_LIMITS, JsonLimits, read_json
 from proxy.wire.prefix_reader import Match, PrefixReader, Reading
-from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
 
 
 def read_chat_body(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS, *, require_model: bool = True) -> dict[str, Any]:

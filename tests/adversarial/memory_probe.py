@@ -23,7 +23,7 @@ from proxy.core.models.model_registry import ModelRegistry
 from proxy.server.edge.body import inflate_within
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
-from proxy.wire.strict_json import loads_strict
+from proxy.wire.codec import loads_strict
 
 SAMPLES = "tests/data/samples/"
 

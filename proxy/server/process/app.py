@@ -60,8 +60,8 @@ from proxy.server.upstream.pool import UPSTREAM_POOL, PoolPolicy, UpstreamPool
 from proxy.server.upstream.routing import Router
 from proxy.server.upstream.session import upstream_session
 from proxy.state import open_store
+from proxy.wire.codec import JsonLimits
 from proxy.wire.readers import BodyReaders
-from proxy.wire.strict_json import JsonLimits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps

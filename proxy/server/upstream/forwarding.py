@@ -53,8 +53,7 @@ from proxy.server.upstream.upstream_errors import (
     upstream_failure,
 )
 from proxy.server.upstream.usage import reported_from_body
-from proxy.wire.codec import dumps
-from proxy.wire.strict_json import check_density
+from proxy.wire.codec import check_density, dumps
 from proxy.wire.top_level_model import top_level_model
 
 
