@@ -38,8 +38,7 @@ from proxy.core.costs.media import audio_cost, file_cost, video_cost
 from proxy.core.costs.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_framing
 from proxy.core.costs.tools import ToolsCount, response_format_tokens, tool_definitions_tokens
 from proxy.core.counting.bound import CIPHERTEXT_TOKENS
-from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, count_text
-from proxy.core.counting.openings import Tally
+from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, Tally, count_text
 from proxy.core.counting.tokenizer import BoundedText, Tokenizer, bounded_text
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.trimming.turns import latest_user_index
