@@ -62,7 +62,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.body_error import BodyError
+from proxy.core.plan import BodyError
 
 _INT64_LIMIT = 2.0**63
 

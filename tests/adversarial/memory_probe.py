@@ -16,10 +16,10 @@ import time
 import zlib
 from pathlib import Path
 
-from proxy.core.body_error import BodyError
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelRegistry
+from proxy.core.plan import BodyError
 from proxy.server.edge.body import inflate_within
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers

@@ -30,7 +30,7 @@ inflating strictly; the lenient reader knows gzip and zlib-wrapped deflate; `ide
 to do. Other request encodings get 415; br and zstd would be added here when a decoder library is
 installed (none is a dependency). Stopped between chunks by `proxy.core.work_budget`.
 
-The layers below the server raise one type for a body they refuse, `proxy.core.body_error.BodyError`
+The layers below the server raise one type for a body they refuse, `proxy.core.plan.BodyError`
 (its docstring draws the tree), and know nothing of HTTP; `bad_body_errors()` wraps every place the
 server (and the CLI) reads or parses a body and turns one into `BadRequest` (400,
 `invalid_request_error`) with the message and the field it names, in one context manager (httpx's
@@ -48,7 +48,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from proxy.core.body_error import BodyError
+from proxy.core.plan import BodyError
 from proxy.core.work_budget import checkpoint
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
 from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, HeldBody
