@@ -9,7 +9,7 @@ A trimmed request keeps two stable stretches of its history and drops the middle
   with the system prompt it is a prefix that every trimmed request shares with the one before,
   even the request on which the cut moves. Where the opening is, the conversation's task usually
   is; models also read the start and the end of a long context best.
-- **the recent turns**, after a cut on a cache-stable position (`proxy.core.trimming.cuts`), multiples of
+- **the recent turns**, after a cut on a cache-stable position (`proxy.core.trimming.turns`), multiples of
   `(1 - low_water) x input budget` tokens after the opening: the requests that follow append to an
   unchanged prefix until the budget is full again, then the cut moves on by a step.
 
@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.trimming.compaction import MARKER, is_flagged
-from proxy.core.trimming.cuts import CutReason, HistoryCut, cut_point
 from proxy.core.trimming.trim import TrimState
-from proxy.core.trimming.turns import Turn, Unit
+from proxy.core.trimming.turns import CutReason, HistoryCut, Turn, Unit, cut_point
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,7 @@ from proxy.core.trimming.budget import (
     insertion_point,
     requested_output,
 )
-from proxy.core.trimming.cuts import HistoryCut
-from proxy.core.trimming.turns import Conversation, split_conversation
+from proxy.core.trimming.turns import Conversation, HistoryCut, split_conversation
 
 RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
