@@ -81,7 +81,7 @@ class RequestCounter(CountRules):
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
-        self._scope = hash((tokenizer.identity, profile.chat_format, profile.images))
+        self._scope = hash((tokenizer.identity, profile.rules_hash))
 
     def text(self, text: str) -> int:
         """A text's count: from the batch encoded before the walk when it is one of its texts."""
