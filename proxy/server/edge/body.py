@@ -1,5 +1,6 @@
-"""A request body read, decoded and refused: within a deadline and the size limit, inflated when
-compressed, and a bad body of any layer turned into one 400. Also the proxy's one content decoder.
+"""A request body read, held, decoded and refused: within a deadline, the size limit and the
+memory budget, inflated when compressed, and a bad body of any layer turned into one 400. Also the
+proxy's one content decoder.
 
 The app turns off aiohttp's own request decompression (`auto_decompress=False`), because aiohttp
 inflates on the event loop, as bytes arrive, before the handler (or the client-key check) has
@@ -12,35 +13,42 @@ run: a 1 MB gzip bomb that inflates to 1 GiB stalled every request, even when it
 - inflation runs in the large-body threads (`proxy.server.threads.placement`: one per core, a
   client's fair share of them, taken before inflating) and stops one byte past `max_body_bytes`
   (413): the cap bounds the work done and the memory held, not just the answer;
-- every byte kept, as sent and as inflated, is taken from the process's budget of bodies held and
-  the client's share of it first (`proxy.server.edge.body_budget`: 429 or 503 with `Retry-After`
-  past them), and given back when the request ends;
 - the decoded body is what is counted *and* forwarded (the outgoing headers drop
   `Content-Encoding`, and the length is the decoded length).
 
-The decoder serves three readers, each with its own bound on what inflation may produce (a small
-compressed body can inflate a thousandfold, and a bound is the only defence against a bomb): a
-client's request body is inflated whole and strictly (`inflate_within`: corrupt, truncated or
-trailing data is an error, and so is output past the limit); an upstream's answer, read as it is
-relayed for its first event and usage, and an upstream's error body, read for its message, are
-decoded leniently, chunk by chunk, and what does not decode is read as it came (`Decoder`,
-`decoded`). The bytes relayed to the client are never the decoded ones. gzip (several members
-too), `x-gzip` and deflate (zlib-wrapped, or raw as some clients send it) are understood when
-inflating strictly; the lenient reader knows gzip and zlib-wrapped deflate; `identity` is nothing
-to do. Other request encodings get 415; br and zstd would be added here when a decoder library is
-installed (none is a dependency). Stopped between chunks by `proxy.core.work_budget`.
+**The bytes held** (`BodyBudget`). A body's bytes are taken from the process's budget as they come
+(the announced `Content-Length` before any is read, a chunked body chunk by chunk) and as they are
+inflated (in the thread that inflates), and given back, all at once, when the request ends, however
+it ends: answered, refused, or its client gone (aiohttp cancels the handler when the connection
+closes). The compressed bytes stay counted beside the inflated ones. One client (its credential,
+else its address: `client_key`) holds at most `per_client` bytes, past which its next body gets 429
+and `Retry-After` while others are still served; past `total` bytes any body gets 503 `overloaded`:
+the guard says it is busy instead of growing until the kernel kills it. What a held body costs
+beyond its bytes (its parse, its count) grows with it: docs/security.md ("The memory bound") writes
+down and measures the memory this bounds. Counted under a lock: the inflating thread takes while the
+event loop gives back.
 
-The layers below the server raise one type for a body they refuse, `proxy.core.plan.BodyError`
-(its docstring draws the tree), and know nothing of HTTP; `bad_body_errors()` wraps every place the
-server (and the CLI) reads or parses a body and turns one into `BadRequest` (400,
-`invalid_request_error`) with the message and the field it names, in one context manager (httpx's
-`map_httpcore_exceptions()` is the model); the error middleware renders it in the API's own shape,
-the CLI prints it as one line.
+**The decoder** serves three readers, each with its own bound on what inflation may produce (a
+small compressed body can inflate a thousandfold): a client's request body is inflated whole and
+strictly (`inflate_within`: corrupt, truncated or trailing data is an error, and so is output past
+the limit); an upstream's answer, read as it is relayed for its first event and usage, and an
+upstream's error body, read for its message, are decoded leniently, chunk by chunk, and what does
+not decode is read as it came (`Decoder`, `decoded`); the bytes relayed are never the decoded ones.
+gzip (several members too), `x-gzip` and deflate (zlib-wrapped, or raw as some clients send it) are
+understood when inflating strictly, gzip and zlib-wrapped deflate when reading leniently. Other
+request encodings get 415; br and zstd would be added here with a decoder library.
+
+**A bad body.** The layers below the server raise one type for a body they refuse,
+`proxy.core.plan.BodyError`, and know nothing of HTTP; `bad_body_errors()` wraps every place the
+server (and the CLI) reads or parses a body and turns one into `BadRequest` (400) with the message
+and the field it names, in one context manager (httpx's `map_httpcore_exceptions()` is the model).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,10 +58,109 @@ from aiohttp import web
 
 from proxy.core.plan import BodyError
 from proxy.core.work_budget import checkpoint
-from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
-from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, HeldBody
+from proxy.errors import BadRequest, Overloaded, PayloadTooLarge, RequestTimeout, TooManyRequests, UnsupportedEncoding
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.threads.placement import client_key, large_body_slots
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """`total`: bytes of request bodies held at once by the process (compressed and inflated
+    counted); `per_client`: what one client may hold of it; `retry_after`: seconds a refused
+    client is told to wait (the time a body of the limit takes to be counted and answered)."""
+
+    total: int
+    per_client: int
+    retry_after: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.per_client <= self.total:
+            raise ValueError(f"a client's share ({self.per_client:,}) must be positive and within the total")
+
+
+class BodyBudget:
+    """The bytes held now, in all and per client; `hold(client)` opens one request's account."""
+
+    def __init__(self, limits: BodyLimits) -> None:
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._held = 0
+        self._by_client: dict[str, int] = {}
+        self.refused = 0  # bodies refused since start (for tests and the curious)
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def held_by(self, client: str) -> int:
+        return self._by_client.get(client, 0)
+
+    def hold(self, client: str) -> HeldBody:
+        return HeldBody(self, client)
+
+    def _take(self, client: str, size: int) -> None:
+        limits = self.limits
+        with self._lock:
+            mine = self._by_client.get(client, 0)
+            if mine + size > limits.per_client:
+                self.refused += 1
+                raise TooManyRequests(
+                    f"this client's request bodies would hold {_mib(mine + size)} in context-guard, over its "
+                    f"share of {_mib(limits.per_client)}; retry once its other requests are answered",
+                    headers=self._retry(),
+                )
+            if self._held + size > limits.total:
+                self.refused += 1
+                raise Overloaded(
+                    f"context-guard holds {_mib(self._held)} of request bodies, its limit is {_mib(limits.total)}; "
+                    "retry shortly",
+                    headers=self._retry(),
+                )
+            self._held += size
+            self._by_client[client] = mine + size
+
+    def _give_back(self, client: str, size: int) -> None:
+        with self._lock:
+            self._held -= size
+            left = self._by_client.get(client, 0) - size
+            if left > 0:
+                self._by_client[client] = left
+            else:
+                self._by_client.pop(client, None)
+
+    def _retry(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.limits.retry_after)))}
+
+
+class HeldBody:
+    """One request's bytes on the budget: `take(n)` as they come (or raise 429 / 503), `release()`
+    when the request ends (again is harmless)."""
+
+    __slots__ = ("_budget", "client", "size")
+
+    def __init__(self, budget: BodyBudget, client: str) -> None:
+        self._budget, self.client, self.size = budget, client, 0
+
+    def take(self, size: int) -> None:
+        if size > 0:
+            self._budget._take(self.client, size)
+            self.size += size
+
+    def release(self) -> None:
+        size, self.size = self.size, 0
+        if size:
+            self._budget._give_back(self.client, size)
+
+
+def _mib(size: int) -> str:
+    return f"{size / MIB:,.1f} MiB"
+
+
+BODY_BUDGET = web.AppKey("body_budget", BodyBudget)
+HELD_BODY = web.RequestKey("held_body", HeldBody)  # the request's account, released by the middleware when it ends
+
 
 GZIP_WBITS = 16 + zlib.MAX_WBITS
 ZLIB_WBITS = zlib.MAX_WBITS

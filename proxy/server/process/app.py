@@ -31,8 +31,15 @@ from proxy.logging import get_logger, log_request_line
 from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.model_counting import Models
 from proxy.server.backends.profiles import Discovery
-from proxy.server.edge.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
-from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, BodyBudget, BodyLimits
+from proxy.server.edge.body import (
+    BODY_BUDGET,
+    BODY_POLICY,
+    HELD_BODY,
+    UNREAD_BODY_LINGER_SECONDS,
+    BodyBudget,
+    BodyLimits,
+    BodyPolicy,
+)
 from proxy.server.edge.credentials import UpstreamAuth, holds_client_key
 from proxy.server.edge.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
 from proxy.server.edge.paths import (
