@@ -56,6 +56,11 @@ class ToolsCount:
         return not self.notes
 
 
+NOTHING = ToolsCount(0)  # a part the body does not have
+# The fields whose absence makes every tool cost nothing: a plain chat skips the tools' code whole.
+TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
+
+
 def functions_of(body: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[Any]]:
     """Function definitions from `tools` (chat-completions or Responses shape) and legacy
     `functions`, and the other tools (hosted or custom ones) that have no function schema."""
