@@ -237,7 +237,7 @@ def client_scope(request: web.Request, digest: bytes | None) -> Hashable:
 # loop, one per core at a time (more wait their turn), in threads below the loop's priority, with
 # the garbage collector kept off their objects (`CollectorPause`): small requests keep their
 # latency while 10 MB bodies are counted. See bench/changes.md for the figures. Who gets a thread
-# is decided by `FairSlots` (proxy.server.threads.placement): a bounded share per client, fair order, and
+# is decided by `FairSlots`: a bounded share per client, fair order, and
 # cancellation when the client hangs up.
 LARGE_BODY_WORKERS = max(1, min(4, os.cpu_count() or 1))
 _LARGE_BODIES = ThreadPoolExecutor(
@@ -318,7 +318,7 @@ async def planned_near_loop(work: Callable[..., T], *args: Any, size: int, clien
 async def off_loop(work: Callable[..., T], *args: Any, client: str = "") -> T:
     """`work(*args)` for a large body, in the large-body threads with automatic garbage collection
     paused (as `asyncio.to_thread` does: the caller's context variables, such as the log's bound
-    fields, go along), within `client`'s share of the threads (`proxy.server.threads.placement.client_key`).
+    fields, go along), within `client`'s share of the threads (`client_key`).
     Cancelling the caller drops work not started and sets the cancel event of work running."""
     return await large_body_slots().run(client, COLLECTOR_PAUSE.around, work, *args)
 
@@ -327,7 +327,7 @@ async def performed(large: bool, work: Callable[..., T], *args: Any, size: int, 
     """`work(*args)` for a body: a `large` one (new bytes over `server.offload_bytes`) in the
     large-body threads, else sized by `size` bytes (inline on the loop up to `INLINE_BYTES`, else
     in the medium-body threads); either way within `client`'s share of the threads
-    (`proxy.server.threads.placement.client_key`), dropped or cancelled when the client hangs up."""
+    (`client_key`), dropped or cancelled when the client hangs up."""
     if large:
         return await off_loop(work, *args, client=client)
     return await near_loop(work, *args, size=size, client=client)
