@@ -18,7 +18,6 @@ from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
-from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import (
     GOOGLE_KINDS,
     credential_digest,
@@ -39,8 +38,7 @@ from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import learned
-from proxy.server.threads.placement import INLINE_BYTES, performed
-from proxy.server.threads.slots import client_key
+from proxy.server.threads.placement import INLINE_BYTES, client_key, client_scope, performed
 from proxy.server.upstream.headers import request_headers, response_headers
 from proxy.server.upstream.pool import UPSTREAM_POOL
 from proxy.server.upstream.relay import relay
@@ -55,8 +53,7 @@ from proxy.server.upstream.upstream_errors import (
     upstream_failure,
 )
 from proxy.server.upstream.usage import reported_from_body
-from proxy.wire.codec import dumps
-from proxy.wire.strict_json import check_density
+from proxy.wire.codec import check_density, dumps
 from proxy.wire.top_level_model import top_level_model
 
 

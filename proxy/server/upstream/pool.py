@@ -40,7 +40,7 @@ class _Share:
 
 class UpstreamPool:
     """The slots of `PoolPolicy`: one per upstream call in flight, at most `per_client` of them
-    held by one client (`proxy.server.threads.slots.client_key`: its credential, else its address), so
+    held by one client (`proxy.server.threads.placement.client_key`: its credential, else its address), so
     that one client holding slow streams cannot take them all: a quarter stays for the others."""
 
     def __init__(self, policy: PoolPolicy) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from proxy.server.edge.decoding import Decoder
+from proxy.server.edge.body import Decoder
 from proxy.wire.codec import loads
 
 MAX_PEEK_BYTES = 256 * 1024  # a first event larger than this is relayed as data, unread

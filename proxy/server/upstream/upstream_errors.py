@@ -16,7 +16,7 @@ from proxy.config.upstreams import UpstreamSettings
 from proxy.core.learning.corrections import Overflow
 from proxy.core.plan import Plan
 from proxy.errors import GuardError, UpstreamTimeout, UpstreamUnavailable
-from proxy.server.edge import decoding
+from proxy.server.edge.body import decoded as decoded_within
 
 MAX_ERROR_BODY = 1024 * 1024
 
@@ -72,7 +72,7 @@ def decoded(body: bytes, content_encoding: str | None) -> bytes:
     clients (the openai SDK among them) ask for compressed responses, and the proxy relays bytes
     as they come. Anything it cannot decode comes back as it was; at most `MAX_DECODED_ERROR_BODY`
     bytes of it are inflated."""
-    return decoding.decoded(body, content_encoding, MAX_DECODED_ERROR_BODY)
+    return decoded_within(body, content_encoding, MAX_DECODED_ERROR_BODY)
 
 
 def overflow_told(error_body: bytes, overflow: Overflow | None, plan: Plan | None) -> bytes | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from proxy.server.edge.decoding import decoded
+from proxy.server.edge.body import decoded
 from proxy.server.upstream.sse import event_data, event_end, json_or_none, may_name
 
 # An event of a relayed stream larger than this is relayed as it comes, without being parsed: the
