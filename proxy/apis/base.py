@@ -155,7 +155,7 @@ class Parsed:
     # Context the provider holds that this request names by id (`HeldContext`), in body order.
     held: tuple[HeldContext, ...] = ()
     # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`), weakly: the
-    # request and plan made for it may be this one's (`proxy.server.request.resent`).
+    # request and plan made for it may be this one's (`proxy.wire.readers`).
     same_as: Callable[[], object | None] | None = field(default=None, compare=False, repr=False)
 
     @property

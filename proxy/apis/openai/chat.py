@@ -1,6 +1,6 @@
 """Chat completions: the core's own shape, so the view is the body itself.
 
-Parsing checks every field the core reads (`proxy.wire.chat_body`: `messages`, each an object with a
+Parsing checks every field the core reads (`proxy.wire.readers`: `messages`, each an object with a
 string `role`, tools, tool calls, content parts, token limits; a string `model` when present:
 Azure deployments name the model in the path instead). Rendering returns the trimmed body, which
 the core already built with every other field kept.

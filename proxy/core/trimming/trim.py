@@ -27,10 +27,15 @@ import orjson
 from proxy.core.counting.count_rules import RequestCount
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.record_fields import field_dict
-from proxy.core.trimming.budget import Budget, BudgetPolicy, input_budget, requested_output
-from proxy.core.trimming.cuts import HistoryCut
-from proxy.core.trimming.notes import SummaryReport, insertion_point
-from proxy.core.trimming.turns import Conversation, split_conversation
+from proxy.core.trimming.budget import (
+    Budget,
+    BudgetPolicy,
+    SummaryReport,
+    input_budget,
+    insertion_point,
+    requested_output,
+)
+from proxy.core.trimming.turns import Conversation, HistoryCut, split_conversation
 
 RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]

@@ -59,7 +59,7 @@ def presented_keys(headers: Mapping[str, str]) -> list[str]:
 def credential_digest(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> bytes | None:
     """A digest of the first credential a request carries, None when it carries none: who the
     client is for its share of the threads and its part of the count cache
-    (`proxy.server.edge.client_scope`). Read from the headers every client key is accepted from
+    (`proxy.server.threads.placement`). Read from the headers every client key is accepted from
     (`Authorization`, whatever its scheme, and `CLIENT_KEY_HEADERS`), else Google's `?key=`."""
     value = next((v for v in map(headers.get, _CREDENTIAL_HEADERS) if v), None)
     if not value and query:

@@ -32,8 +32,15 @@ from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.model_counting import Models
 from proxy.server.backends.model_route import Router
 from proxy.server.backends.profiles import Discovery
-from proxy.server.edge.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
-from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, BodyBudget, BodyLimits
+from proxy.server.edge.body import (
+    BODY_BUDGET,
+    BODY_POLICY,
+    HELD_BODY,
+    UNREAD_BODY_LINGER_SECONDS,
+    BodyBudget,
+    BodyLimits,
+    BodyPolicy,
+)
 from proxy.server.edge.credentials import UpstreamAuth, holds_client_key
 from proxy.server.edge.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
 from proxy.server.edge.paths import (
@@ -46,12 +53,11 @@ from proxy.server.edge.paths import (
     error_body,
     route_for,
 )
-from proxy.server.edge.request_ids import new_request_id
 from proxy.server.observation.health import Health, Reachability, install_health
 from proxy.server.observation.metrics import Metrics
 from proxy.server.observation.recent import RECENT, RecentDecisions, install_page
 from proxy.server.observation.record import RequestRecord, log_event
-from proxy.server.observation.recording import fill
+from proxy.server.observation.recording import fill, new_request_id
 from proxy.server.process.drain import DRAIN, install_drain
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import GATEWAY, Gateway
@@ -60,8 +66,8 @@ from proxy.server.request.summariser import Summariser, SummariserOptions
 from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, upstream_session
 from proxy.server.upstream.forwarding import passthrough
 from proxy.state import open_store
+from proxy.wire.codec import JsonLimits
 from proxy.wire.readers import BodyReaders
-from proxy.wire.strict_json import JsonLimits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps

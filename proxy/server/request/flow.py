@@ -66,8 +66,8 @@ class Flow:
 
     def __init__(self, request: web.Request, gw: Gateway, record: RequestRecord) -> None:
         self.request, self.gw, self.record = request, gw, record
-        self.client = ""  # its share of the threads and upstream calls (`proxy.server.threads.slots.client_key`)
-        self.scope: Hashable = None  # its part of the count cache (`proxy.server.edge.client_scope`)
+        self.client = ""  # its share of the threads and upstream calls (`proxy.server.threads.placement.client_key`)
+        self.scope: Hashable = None  # its part of the count cache (`proxy.server.threads.placement`)
         self.raw = b""  # its body, decoded, as received
         self.large = False  # over `server.offload_bytes` of new bytes: its work goes to the large-body threads
         self.model: str | None = None  # as the client named it

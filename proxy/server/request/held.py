@@ -2,7 +2,7 @@
 
 A request names held context by id (`Parsed.held`: a stored response, a conversation, an
 interaction, a cached prompt). What it weighs comes, in order, from:
-- the ledger (`proxy.state.held_ledger`): the answers the guard relayed to this client said it;
+- the ledger (`proxy.state.store`): the answers the guard relayed to this client said it;
 - the provider's own count: OpenAI's `POST /responses/input_tokens` with the request's own fields
   counts the whole request, held and sent (`proxy.server.backends.provider_count`); Gemini's
   `GET cachedContents/{id}` says a cache's `totalTokenCount` and `expireTime` (kept then);
@@ -30,7 +30,7 @@ from proxy.server.edge.paths import host_root_url
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.upstream.usage import Reported, held_of
-from proxy.state.held_ledger import client_of
+from proxy.state.store import client_of
 
 
 def ledger_client(flow: Flow) -> str:

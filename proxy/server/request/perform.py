@@ -50,7 +50,7 @@ from proxy.core.commands import (
     Summarise,
     Summary,
 )
-from proxy.core.counting.ciphertext import CIPHERTEXT_NOTE
+from proxy.core.counting.bound import CIPHERTEXT_NOTE
 from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import correction_key, opted_in
@@ -86,7 +86,7 @@ class Performer:
     def __init__(self, flow: Flow) -> None:
         self.flow, self.request, self.gw, self.record = flow, flow.request, flow.gw, flow.record
         self.endpoint, self.parsed, self.raw, self.large = flow.endpoint, flow.parsed, flow.raw, flow.large
-        # Its share of the threads; its part of the count cache (`proxy.server.edge.client_scope`).
+        # Its share of the threads; its part of the count cache (`proxy.server.threads.placement`).
         self.client, self.scope, self.target = flow.client, flow.scope, flow.target
         self.response: web.StreamResponse | None = None
         self._counted: CountedAs | None = None  # what the plans count the request as, once chosen

@@ -44,7 +44,7 @@ from proxy.config.upstreams import UpstreamSettings
 from proxy.core.learning.corrections import Overflow
 from proxy.core.plan import Plan
 from proxy.errors import GuardError, Overloaded, UpstreamTimeout, UpstreamUnavailable
-from proxy.server.edge import decoding
+from proxy.server.edge.body import decoded as decoded_within
 from proxy.server.edge.credentials import CLIENT_CREDENTIAL_HEADERS, injects_credential, names_a_client_key
 from proxy.server.observation.record import REPORT_PREFIX  # the guard's own headers never leave it
 
@@ -152,7 +152,7 @@ class _Share:
 
 class UpstreamPool:
     """The slots of `PoolPolicy`: one per upstream call in flight, at most `per_client` of them
-    held by one client (`proxy.server.threads.slots.client_key`: its credential, else its address), so
+    held by one client (`proxy.server.threads.placement.client_key`: its credential, else its address), so
     that one client holding slow streams cannot take them all: a quarter stays for the others."""
 
     def __init__(self, policy: PoolPolicy) -> None:
@@ -348,7 +348,7 @@ def decoded(body: bytes, content_encoding: str | None) -> bytes:
     clients (the openai SDK among them) ask for compressed responses, and the proxy relays bytes
     as they come. Anything it cannot decode comes back as it was; at most `MAX_DECODED_ERROR_BODY`
     bytes of it are inflated."""
-    return decoding.decoded(body, content_encoding, MAX_DECODED_ERROR_BODY)
+    return decoded_within(body, content_encoding, MAX_DECODED_ERROR_BODY)
 
 
 def overflow_told(error_body: bytes, overflow: Overflow | None, plan: Plan | None) -> bytes | None:

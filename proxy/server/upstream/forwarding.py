@@ -21,7 +21,6 @@ from proxy.providers.provider import OutgoingCall
 from proxy.server.backends.model_route import Target
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
-from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import (
     credential_digest,
     injects_credential,
@@ -41,8 +40,7 @@ from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import learned
-from proxy.server.threads.placement import INLINE_BYTES, performed
-from proxy.server.threads.slots import client_key
+from proxy.server.threads.placement import INLINE_BYTES, client_key, client_scope, performed
 from proxy.server.upstream.connection import (
     UPSTREAM_POOL,
     client_timeout,
@@ -56,8 +54,7 @@ from proxy.server.upstream.connection import (
 )
 from proxy.server.upstream.relay import overflow_probe, relay
 from proxy.server.upstream.usage import reported_from_body
-from proxy.wire.codec import dumps
-from proxy.wire.strict_json import check_density
+from proxy.wire.codec import check_density, dumps
 from proxy.wire.top_level_model import top_level_model
 
 

@@ -39,7 +39,7 @@ from aiohttp import web
 
 from proxy.apis.base import AnswerAmendment
 from proxy.apis.stream_errors import StreamFraming, openai_broken
-from proxy.server.edge.decoding import Decoder
+from proxy.server.edge.body import Decoder
 from proxy.server.edge.paths import PATH_ROUTE
 from proxy.server.request.flow import Flow
 from proxy.server.upstream.connection import response_headers

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from proxy.apis.stream_errors import StreamFraming
-from proxy.server.edge.decoding import decoded
+from proxy.server.edge.body import decoded
 from proxy.wire.codec import loads
 
 # Server-sent events, read part by part (also how `proxy.server.upstream.relay` reads a stream's first event).

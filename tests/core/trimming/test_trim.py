@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.trimming.shrink import IMAGE_MARKER
+from proxy.core.trimming.history import IMAGE_MARKER
 from proxy.core.trimming.strategies import build_pipeline
 from proxy.core.trimming.turns import validity_problems
 from tests.conftest import png_data_url

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.wire.strict_json import (
+from proxy.wire.codec import (
     BYTES_PER_UNIT,
     MAX_UNITS_FLOOR,
     DenseJson,

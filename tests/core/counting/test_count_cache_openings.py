@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.counting.count_cache import CountCache
+from proxy.core.counting.count_cache import LOOKED_UP, CountCache, Opening, sizes_to_keep, sizes_to_look_up
 from proxy.core.counting.count_rules import RequestCount
-from proxy.core.counting.openings import LOOKED_UP, Opening, sizes_to_keep, sizes_to_look_up
 from proxy.core.counting.request_count import RequestCounter
 from tests.support.counting_tokenizer import CountingTokenizer
 

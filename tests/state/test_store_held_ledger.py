@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.state import MemoryStore
-from proxy.state.held_ledger import ANONYMOUS, HELD_TTL_SECONDS, HeldLedger, HeldSize, client_of
+from proxy.state.store import ANONYMOUS, HELD_TTL_SECONDS, HeldLedger, HeldSize, client_of
 from tests.support.clock import ManualClock
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import os
 
-from proxy.core.counting.ciphertext import base64_bytes
+from proxy.core.counting.bound import base64_bytes
 
 
 class TestBase64Bytes:

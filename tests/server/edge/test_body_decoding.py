@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from proxy.server.edge.decoding import Decoder, Oversized, Undecodable, decoded, inflate
+from proxy.server.edge.body import Decoder, Oversized, Undecodable, decoded, inflate_within
 from proxy.server.upstream.connection import MAX_DECODED_ERROR_BODY
 from proxy.server.upstream.connection import decoded as error_body_decoded
 
@@ -28,15 +28,15 @@ class TestInflate:
         raw_deflate = raw.compress(TEXT) + raw.flush()
         for data, coding in [(gzip.compress(TEXT), "gzip"), (gzip.compress(TEXT), "x-gzip"),
                              (zlib.compress(TEXT), "deflate"), (raw_deflate, "deflate")]:  # fmt: skip
-            assert inflate(data, coding, len(TEXT)) == TEXT
+            assert inflate_within(data, coding, len(TEXT)) == TEXT
 
     def test_output_past_the_limit_is_refused_one_byte_past_it(self):
         with pytest.raises(Oversized, match="more than the limit of 1,048,576 bytes"):
-            inflate(bomb(8 * 1024 * 1024), "gzip", 1024 * 1024)
+            inflate_within(bomb(8 * 1024 * 1024), "gzip", 1024 * 1024)
 
     def test_corrupt_data_says_what_it_is_not(self):
         with pytest.raises(Undecodable, match=r"^is not valid gzip data"):
-            inflate(b"not gzip at all", "gzip", 1024)
+            inflate_within(b"not gzip at all", "gzip", 1024)
 
 
 class TestLenientReading:

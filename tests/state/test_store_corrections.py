@@ -5,8 +5,7 @@ from __future__ import annotations
 from proxy.core.learning.corrections import Correction
 from proxy.state import MemoryStore, StateKey
 from proxy.state.redis import RedisStore
-from proxy.state.shared_corrections import SharedCorrections
-from proxy.state.store import StateOptions
+from proxy.state.store import SharedCorrections, StateOptions
 
 TIGHT, LOOSE = Correction(7000, 1.2, "openai"), Correction(7500, 1.1, "openai")
 

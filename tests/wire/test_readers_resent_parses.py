@@ -13,8 +13,7 @@ import pytest
 from bench.conversations import agent_conversation
 from proxy.apis.registry import AdapterRegistry, Endpoint
 from proxy.server.request import handlers
-from proxy.server.request.resent import PARSES_PER_BODY, KeptPerBody
-from proxy.wire.readers import BodyReaders
+from proxy.wire.readers import PARSES_PER_BODY, BodyReaders, KeptPerBody
 
 REGISTRY = AdapterRegistry()
 CHAT = REGISTRY.endpoint_for("/v1/chat/completions")

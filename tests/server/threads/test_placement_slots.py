@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from proxy.core.cancellation import WorkCancelled, checkpoint
+from proxy.core.work_budget import WorkCancelled, checkpoint
 from proxy.server.edge.credentials import credential_digest
-from proxy.server.threads.slots import FairSlots, client_key
+from proxy.server.threads.placement import FairSlots, client_key
 
 
 @pytest.fixture

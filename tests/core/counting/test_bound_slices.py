@@ -13,10 +13,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.counting import slices, tokenizer
-from proxy.core.counting.bounded_text import bounded_text, note_bounded_text
-from proxy.core.counting.slices import LONG_RUN_CHARS, SLICE_CHARS, spans, utf8_bytes
-from proxy.core.counting.tokenizer import EncoderTokenizer
+from proxy.core.counting import bound, tokenizer
+from proxy.core.counting.bound import LONG_RUN_CHARS, SLICE_CHARS, spans, utf8_bytes
+from proxy.core.counting.tokenizer import EncoderTokenizer, bounded_text, note_bounded_text
 from proxy.core.models.model_registry import TokenizerSpec
 from proxy.tokenizers.vocabularies import Tokenizers
 
@@ -66,7 +65,7 @@ class TestSpans:
                 assert span.end - span.start >= size // 2
 
     def test_a_short_text_is_one_exact_span(self) -> None:
-        assert list(spans("hello world")) == [slices.Span(0, 11, True)]
+        assert list(spans("hello world")) == [bound.Span(0, 11, True)]
 
     def test_a_run_with_no_cut_point_is_bounded(self) -> None:
         text = "a" * (3 * SLICE_CHARS)
@@ -75,8 +74,8 @@ class TestSpans:
     def test_every_cut_character_is_a_space_punctuation_or_symbol(self) -> None:
         import unicodedata
 
-        assert all(unicodedata.category(c)[0] in "PSZC" for c in slices._CUT_CHARS)
-        assert "'" not in slices._CUT_CHARS
+        assert all(unicodedata.category(c)[0] in "PSZC" for c in bound._CUT_CHARS)
+        assert "'" not in bound._CUT_CHARS
 
 
 class TestUtf8Bytes:

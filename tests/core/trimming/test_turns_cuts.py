@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.trimming.cuts import CutPoint, cut_point
+from proxy.core.trimming.turns import CutPoint, cut_point
 
 
 class TestCutPoint:

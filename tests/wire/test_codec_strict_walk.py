@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.wire import strict_json
-from proxy.wire.strict_json import AmbiguousJson, JsonLimits, loads_strict
+from proxy.wire import codec
+from proxy.wire.codec import AmbiguousJson, JsonLimits, loads_strict
 
 
 class TestTheWalkSkipped:
     def test_a_body_with_few_brackets_and_no_long_number_is_not_walked(self, monkeypatch):
         walked: list[object] = []
-        monkeypatch.setattr(strict_json, "_shape", lambda *a, **k: walked.append(a) or (0, False))
+        monkeypatch.setattr(codec, "_shape", lambda *a, **k: walked.append(a) or (0, False))
         assert loads_strict(b'{"messages":[{"role":"user","content":"hi [x] {y}"}],"n":123456789012345678}')
         assert walked == []
 
@@ -46,11 +46,11 @@ class TestLongNumbers:
     )
     def test_a_run_of_nineteen_digits_is_found_in_any_bytes_across_any_slice(self, pieces, size):
         raw = b"".join(pieces)
-        with mock.patch.object(strict_json, "_DIGIT_SLICE", size):
-            assert strict_json.has_long_number(raw) == bool(self.RUN.search(raw))
+        with mock.patch.object(codec, "_DIGIT_SLICE", size):
+            assert codec.has_long_number(raw) == bool(self.RUN.search(raw))
 
     def test_a_run_across_the_slices_of_a_large_body_is_found(self):
         head = b'{"a":"' + b"x" * (64 * 1024 - 17) + b'","n":'  # the digits start 5 bytes before the first cut
         body = head + b"1" * 19 + b"}"
-        assert len(head) == 64 * 1024 - 5 and strict_json.has_long_number(body)
-        assert not strict_json.has_long_number(head + b"1" * 18 + b"}")
+        assert len(head) == 64 * 1024 - 5 and codec.has_long_number(body)
+        assert not codec.has_long_number(head + b"1" * 18 + b"}")

@@ -19,8 +19,7 @@ from proxy.config.settings import Settings
 from proxy.core.plan import TrimPolicy
 from proxy.server.backends import model_counting
 from proxy.server.backends.model_counting import Models
-from proxy.server.request.resent import ResentPlans
-from proxy.wire.readers import BodyReaders
+from proxy.wire.readers import BodyReaders, ResentPlans
 from tests.support.trimming import profile, tokenizer
 
 ENDPOINT = AdapterRegistry().endpoint_for("/v1/chat/completions")
