@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from proxy.core.counting.edge import CountCall
+from proxy.core.models.model_registry import TokenizerSpec
 from proxy.core.models.opt_in_windows import OPT_INS, OptIn
 from proxy.providers.provider import Provider
 
+CLAUDE_BOUND = TokenizerSpec("bound", "claude")
 ANTHROPIC_VERSION = "2023-06-01"  # sent only when the client named none
 # What the count endpoint reads of a request; the rest (max_tokens, sampling) it refuses or ignores.
 _COUNTED_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers")
@@ -29,6 +31,7 @@ class Anthropic(Provider):
     opt_ins: ClassVar[tuple[OptIn, ...]] = OPT_INS
 
     count_endpoint: ClassVar[bool] = True
+    vocabularies_at_start: ClassVar[tuple[TokenizerSpec, ...]] = (CLAUDE_BOUND,)  # Claude: a bound over cl100k
 
     def count_call(self, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:
         if api != "messages":

@@ -23,6 +23,8 @@ from urllib.parse import quote
 
 from proxy.core.counting.edge import CountCall, vertex_body
 from proxy.core.models.model_names import url_model_name
+from proxy.core.models.model_registry import TokenizerSpec
+from proxy.providers.anthropic import CLAUDE_BOUND
 from proxy.providers.provider import BackendProfile, Provider
 
 # What countTokens reads of a generateContent request (Vertex AI takes them at the top level).
@@ -41,6 +43,11 @@ class Google(Provider):
     key_header: ClassVar[str | None] = "x-goog-api-key"
     google_native: ClassVar[bool] = True
     count_endpoint: ClassVar[bool] = True
+    # Gemini is counted with Gemma's vocabularies (the same tokenizer); Claude is served on Vertex AI too.
+    vocabularies_at_start: ClassVar[tuple[TokenizerSpec, ...]] = (
+        *(TokenizerSpec("vocab", name) for name in ("gemma", "gemma3", "gemma4")),
+        CLAUDE_BOUND,
+    )
     default_version: ClassVar[str] = "v1"  # a cache's version when the base URL's path names none
 
     def held_size_path(self, base_url: str, kind: str, held_id: str) -> tuple[str, ...] | None:

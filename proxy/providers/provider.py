@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from proxy.core.counting.edge import CountCall
+from proxy.core.models.model_registry import TokenizerSpec
 from proxy.core.models.opt_in_windows import OptIn
+
+# OpenAI's encodings: what a kind whose models the settings cannot tell may be asked to count with.
+OPENAI_VOCABULARIES = (TokenizerSpec("tiktoken", "o200k_base"), TokenizerSpec("tiktoken", "cl100k_base"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,9 @@ class Provider:
     corrections_name: ClassVar[str | None] = None
     count_endpoint: ClassVar[bool] = False  # it has a count endpoint (`count_call`) for some shape
     signs: ClassVar[bool] = False  # `finish` must see every outgoing call, its body final
+    # What `tokenizers.preload: auto` loads before the process is ready for an upstream of this
+    # kind (`proxy.tokenizers.at_start`): the vocabularies its models are counted with.
+    vocabularies_at_start: ClassVar[tuple[TokenizerSpec, ...]] = OPENAI_VOCABULARIES
 
     def check(self, upstream: Any) -> None:
         """Refuse settings of `upstream` (its `UpstreamSettings`) this kind cannot work with, with

@@ -12,7 +12,8 @@ Each costs memory for as long as the process runs (measured resident growth, ben
     names), gemma/gemma3/gemma4 40-54 MB each, llama3 29, llama4 43, qwen 36, qwen3.5 63,
     tekken 36, deepseek-v3 70, the SentencePiece Mistral vocabularies 5-6 MB each
 
-So what loads at start follows what the upstreams can serve (`auto`, the default):
+So what loads at start follows what the upstreams can serve (`auto`, the default), as each
+upstream's provider says (`Provider.vocabularies_at_start`):
 - `openai`, `azure` and every kind whose models the config cannot tell (`generic`, `auto`,
   vLLM, llama.cpp, Ollama, ...): OpenAI's encodings, o200k_base and cl100k_base;
 - `anthropic`: cl100k_base (Claude is counted by a bound over it);
@@ -29,18 +30,7 @@ from collections.abc import Callable, Iterable
 
 from proxy.core.models.families import OPEN_FAMILIES, UNKNOWN_FAMILY
 from proxy.core.models.model_registry import FAMILIES, TokenizerSpec
-
-O200K, CL100K = TokenizerSpec("tiktoken", "o200k_base"), TokenizerSpec("tiktoken", "cl100k_base")
-GEMMA = tuple(TokenizerSpec("vocab", name) for name in ("gemma", "gemma3", "gemma4"))
-CLAUDE = TokenizerSpec("bound", "claude")
-BY_KIND: dict[str, tuple[TokenizerSpec, ...]] = {
-    "openai": (O200K, CL100K),
-    "azure": (O200K, CL100K),
-    "anthropic": (CLAUDE,),
-    "gemini": (*GEMMA, CLAUDE),
-    "vertex": (*GEMMA, CLAUDE),
-}
-OTHER_KINDS = (O200K, CL100K)
+from proxy.providers.provider import Provider
 
 
 def every_family() -> list[TokenizerSpec]:
@@ -50,15 +40,16 @@ def every_family() -> list[TokenizerSpec]:
 
 
 def vocabularies_at_start(
-    preload: str | tuple[str, ...], kinds: Iterable[str], tokenizer_of: Callable[[str], TokenizerSpec]
+    preload: str | tuple[str, ...], providers: Iterable[Provider], tokenizer_of: Callable[[str], TokenizerSpec]
 ) -> list[TokenizerSpec]:
-    """What `tokenizers.preload` loads at start, for upstreams of `kinds`; `tokenizer_of(model)`
-    is a model's tokenizer as the registry resolves it (for a list of names)."""
+    """What `tokenizers.preload` loads at start, for upstreams of these `providers` (each says
+    what its models are counted with); `tokenizer_of(model)` is a model's tokenizer as the
+    registry resolves it (for a list of names)."""
     if preload == "all":
         return every_family()
     specs = {UNKNOWN_FAMILY.tokenizer: None}
-    for kind in kinds:
-        specs.update(dict.fromkeys(BY_KIND.get(kind, OTHER_KINDS)))
+    for provider in providers:
+        specs.update(dict.fromkeys(provider.vocabularies_at_start))
     if isinstance(preload, tuple):
         specs.update(dict.fromkeys(tokenizer_of(model) for model in preload))
     return list(specs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from proxy.core.models.families import UNKNOWN_FAMILY
 from proxy.core.models.model_registry import ModelRegistry, TokenizerSpec
+from proxy.providers.kinds import provider_for
 from proxy.tokenizers.at_start import every_family, vocabularies_at_start
 
 O200K, CL100K = TokenizerSpec("tiktoken", "o200k_base"), TokenizerSpec("tiktoken", "cl100k_base")
@@ -13,7 +14,11 @@ REGISTRY = ModelRegistry({})
 
 
 def at_start(preload: str | tuple[str, ...], *kinds: str) -> set[TokenizerSpec]:
-    return set(vocabularies_at_start(preload, kinds, lambda model: REGISTRY.profile(model).tokenizer))
+    return set(
+        vocabularies_at_start(
+            preload, [provider_for(kind) for kind in kinds], lambda model: REGISTRY.profile(model).tokenizer
+        )
+    )
 
 
 class TestAuto:

@@ -220,9 +220,9 @@ def load_vocabularies(guard: Models) -> None:
     not on disk are left to load (and fail) on first use, as before; a named one fails the start."""
     guard.load_configured()
     settings, tokenizers = guard.settings, guard.tokenizers
-    kinds = [upstream.kind for upstream in settings.upstreams.values()]
+    providers = [upstream.provider for upstream in settings.upstreams.values()]
     preload = settings.tokenizers.preload
-    for spec in vocabularies_at_start(preload, kinds, lambda model: guard.registry.profile(model).tokenizer):
+    for spec in vocabularies_at_start(preload, providers, lambda model: guard.registry.profile(model).tokenizer):
         try:
             tokenizers.check(spec)
         except TokenizerUnavailable:
