@@ -41,7 +41,7 @@ FAST_SKIP := tests/apis/test_sdks.py tests/tokenizers/test_vocabulary_missing.py
   tests/core/models/test_families_exact.py tests/core/models/test_family_tokenizers.py \
   tests/apis/openai/test_completions_families.py tests/core/counting/test_llama2_bound.py
 test-fast: $(BIN)/.installed
-	$(BIN)/pytest -q tests/core tests/apis tests/wire tests/config tests/tokenizers $(addprefix --ignore=,$(FAST_SKIP))
+	$(BIN)/pytest -q tests/core tests/apis tests/providers tests/wire tests/config tests/tokenizers $(addprefix --ignore=,$(FAST_SKIP))
 
 # The client libraries (the `compat` extra, instructor without its jiter pin) driven through the
 # guard against a recording upstream: docs/clients.md says what each test asserts. The agent CLIs

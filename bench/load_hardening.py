@@ -1,7 +1,7 @@
-"""Load check for the hardening work: many slow streams at once, then many model names.
+"""Load check for the hardening work: slow streams, many model names, what holds the event loop.
 
-Two phases through a real `context-guard serve` process to a fake upstream process, both on
-127.0.0.1 (this process is the client):
+Phases through a real `context-guard serve` process to a fake upstream process, both on
+127.0.0.1 (`--only` picks some; each writes its own section of `--markdown`):
 
 1. `--streams` (600) concurrent streamed chat requests, each of which the upstream trickles out
    over `--stream-seconds` (5 s); every stream must arrive whole (all its parts, then `[DONE]`).
@@ -10,8 +10,13 @@ Two phases through a real `context-guard serve` process to a fake upstream proce
    to the fallback window so that every per-model metric is touched; every answer must be 200
    and name the model asked for. `/metrics` size and the proxy's resident memory are sampled at
    every fifth of the run and reported as flat or growing (bounding the model label is separate work).
+3. `cold` and 4. `flood` (`--repeats` times): bench/loop_stalls.py says what they measure. Their
+   prober and attackers run in processes of their own; phases 1-2 are clients in this process.
 
-Run: python bench/load_hardening.py [--streams N] [--stream-seconds S] [--requests N] [--concurrency C]
+Run: python bench/load_hardening.py [--only streams,models,cold,flood] [--repeats N] [--streams N]
+     [--stream-seconds S] [--requests N] [--concurrency C] [--markdown bench/hardening.md]
+     [--security-doc docs/security.md]
+The last two write their sections in place (between their markers), leaving the rest of the page.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -32,8 +38,10 @@ import aiohttp
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import loop_stalls  # noqa: E402
 from bench.processes import free_port, stop  # noqa: E402
 from bench.proxy_overhead import rss_mb, serve_proxy, wait_ready  # noqa: E402
+from bench.publish import write_section  # noqa: E402
 
 SLOW_UPSTREAM = (
     "import sys; from aiohttp import web; from tests.support.upstream import FakeUpstream; "
@@ -117,29 +125,43 @@ def trend(values: list[float]) -> str:
     return f"{'flat' if growth <= 0.10 else 'GROWING'} ({growth:+.0%} from the first fifth to the end)"
 
 
-def markdown(lines: list[str], load: float) -> str:
-    """The docs/benchmarks.md section of this run (`make bench` pulls bench/hardening.md in)."""
+PHASES = ("streams", "models", "cold", "flood")
+INTRO = (
+    "## Hardening load check (`bench/load_hardening.py`)\n\n"
+    "A real `context-guard serve --workers 1` in front of a fake upstream, both on 127.0.0.1, this\n"
+    "machine's two cores shared with other work. Written by\n"
+    "`python bench/load_hardening.py --markdown bench/hardening.md` (`--only PHASE` rewrites that\n"
+    "phase's section alone).\n"
+)
+NOTES = {
+    "models": "The `model` label of every metric is a configured or known model name, or `other`, so `/metrics`\n"
+    "stays the same size however many names clients invent.\n",
+    "cold": "The guard loads at start (before `/readyz` answers 200) the vocabularies its config can reach\n"
+    '(docs/security.md, "What runs off the event loop"); any other loads in a thread on first use.\n',
+    "flood": "The prober, the uploads and the hung-up clients are three processes, none sharing the guard's loop.\n",
+}
+
+
+def section(phase: str, lines: list[str]) -> str:
+    """`phase`'s part of bench/hardening.md, between its markers."""
     body = "\n".join(lines)
     return (
-        "## Hardening load check (`bench/load_hardening.py`)\n\n"
-        "A real `context-guard serve --workers 1` in front of a fake upstream, both on 127.0.0.1, this\n"
-        f"machine's two cores shared with other work (load average {load:.1f} at the end). Written by\n"
-        "`python bench/load_hardening.py --markdown bench/hardening.md`.\n\n"
-        f"```\n{body}\n```\n\n"
-        "The `model` label of every metric is a configured or known model name, or `other`, so `/metrics`\n"
-        "stays the same size however many names clients invent.\n"
+        f"<!-- {phase}:start -->\n"
+        f"Load average {os.getloadavg()[0]:.1f} at the end of this phase "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).\n\n"
+        f"```\n{body}\n```\n\n{NOTES.get(phase, '')}<!-- {phase}:end -->"
     )
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--streams", type=int, default=600)
-    parser.add_argument("--stream-seconds", type=float, default=5.0)
-    parser.add_argument("--requests", type=int, default=10_000)
-    parser.add_argument("--markdown", help="also write the docs section to this file (bench/hardening.md)")
-    parser.add_argument("--concurrency", type=int, default=64)
-    args = parser.parse_args()
+def write_markdown(path: Path, sections: dict[str, list[str]]) -> None:
+    if not path.is_file() or "<!-- streams:start -->" not in path.read_text(encoding="utf-8"):
+        path.write_text(INTRO, encoding="utf-8")  # the page as it was before it had sections: begun again
+    for phase in PHASES:
+        if phase in sections:
+            write_section(path, section(phase, sections[phase]), f"<!-- {phase}:start -->", f"<!-- {phase}:end -->")
 
+
+async def streams_and_models(args: argparse.Namespace, phases: set[str]) -> dict[str, list[str]]:
     up_port, proxy_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     chunk_delay = args.stream_seconds / PARTS
@@ -148,38 +170,70 @@ async def main() -> None:
     )
     proxy = serve_proxy(proxy_port, f"http://127.0.0.1:{up_port}/v1", env)
     base = f"http://127.0.0.1:{proxy_port}/v1"
+    sections: dict[str, list[str]] = {}
     try:
         await wait_ready(f"http://127.0.0.1:{up_port}/healthz")
         await wait_ready(f"http://127.0.0.1:{proxy_port}/healthz")
-        rss_start = rss_mb(proxy.pid)
-        complete, seconds = await slow_streams(base, args.streams)
-        print(
-            f"{args.streams} concurrent slow streams ({args.stream_seconds:g} s each upstream): "
-            f"{complete}/{args.streams} arrived whole in {seconds:.1f} s; "
-            f"proxy RSS {rss_start:.0f} MB -> {rss_mb(proxy.pid):.0f} MB"
-        )
-        result = await many_models(
-            base, f"http://127.0.0.1:{proxy_port}/metrics", args.requests, args.concurrency, proxy.pid
-        )
-        samples = result["samples"]
-        lines = [
-            f"{args.streams} concurrent slow streams ({args.stream_seconds:g} s each upstream): "
-            f"{complete}/{args.streams} arrived whole in {seconds:.1f} s",
-            f"{args.requests} requests, each naming a new model and cut to fit: "
-            f"{result['ok']}/{args.requests} answered correctly in {result['seconds']:.1f} s "
-            f"({args.requests / result['seconds']:.0f} req/s)",
-            "  requests done:  " + " ".join(f"{done:>8}" for done, _, _ in samples),
-            "  /metrics bytes: " + " ".join(f"{size:>8}" for _, size, _ in samples),
-            "  proxy RSS MB:   " + " ".join(f"{rss:>8.0f}" for _, _, rss in samples),
-            f"  /metrics size: {trend([float(size) for _, size, _ in samples])}",
-            f"  proxy RSS:     {trend([rss for _, _, rss in samples])}",
-        ]
-        print("\n".join(lines[1:]))
-        if args.markdown:
-            Path(args.markdown).write_text(markdown(lines, os.getloadavg()[0]), encoding="utf-8")
+        if "streams" in phases:
+            complete, seconds = await slow_streams(base, args.streams)
+            sections["streams"] = [
+                f"{args.streams} concurrent slow streams ({args.stream_seconds:g} s each upstream): "
+                f"{complete}/{args.streams} arrived whole in {seconds:.1f} s"
+            ]
+            print(sections["streams"][0], flush=True)
+        if "models" in phases:
+            result = await many_models(
+                base, f"http://127.0.0.1:{proxy_port}/metrics", args.requests, args.concurrency, proxy.pid
+            )
+            samples = result["samples"]
+            sections["models"] = [
+                f"{args.requests} requests, each naming a new model and cut to fit: "
+                f"{result['ok']}/{args.requests} answered correctly in {result['seconds']:.1f} s "
+                f"({args.requests / result['seconds']:.0f} req/s)",
+                "  requests done:  " + " ".join(f"{done:>8}" for done, _, _ in samples),
+                "  /metrics bytes: " + " ".join(f"{size:>8}" for _, size, _ in samples),
+                "  proxy RSS MB:   " + " ".join(f"{rss:>8.0f}" for _, _, rss in samples),
+                f"  /metrics size: {trend([float(size) for _, size, _ in samples])}",
+                f"  proxy RSS:     {trend([rss for _, _, rss in samples])}",
+            ]
+            print("\n".join(sections["models"]), flush=True)
     finally:
         for process in (proxy, upstream):
             stop(process)
+    return sections
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default=",".join(PHASES), help=f"comma-separated phases of {', '.join(PHASES)}")
+    parser.add_argument("--streams", type=int, default=600)
+    parser.add_argument("--stream-seconds", type=float, default=5.0)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of the flood, each on a fresh guard")
+    parser.add_argument("--markdown", help="also write the docs sections to this file (bench/hardening.md)")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--security-doc", help="also write the cold and flood tables into this page (docs/security.md)")
+    args = parser.parse_args()
+    phases = set(args.only.split(","))
+    if not phases <= set(PHASES):
+        parser.error(f"unknown phase in {args.only!r}")
+
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
+    sections = await streams_and_models(args, phases) if phases & {"streams", "models"} else {}
+    tables: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        if "cold" in phases:
+            sections["cold"], tables["cold"] = await loop_stalls.cold(Path(workdir))
+            print("\n".join(sections["cold"]), flush=True)
+        if "flood" in phases:
+            sections["flood"], tables["flood"] = await loop_stalls.flood(Path(workdir), args.repeats)
+            print("\n".join(sections["flood"][-5:]), flush=True)
+    if args.markdown:
+        write_markdown(Path(args.markdown), sections)
+    if args.security_doc:
+        for phase, table in tables.items():
+            start, end = f"<!-- {phase}:start (generated by bench/load_hardening.py) -->", f"<!-- {phase}:end -->"
+            write_section(Path(args.security_doc), "\n".join([start, *table, end]), start, end)
 
 
 if __name__ == "__main__":

@@ -55,27 +55,56 @@ models:
 
 
 def serve_traced(config: str, port: int, folder: Path) -> int:
-    """The child: `serve` with a profile hook on every thread, recording between the signals."""
+    """The child: `serve` with a profile hook on every thread, recording between the signals.
+
+    A request is done when the `records` middleware's last step, `Drain.finished`, runs, which is
+    after its client has the answer: a signal that comes while a request is in flight takes
+    effect when the last one in flight finishes, so the recording holds exactly the one request
+    (not the end of the warm-up request before it, nor less than its own end)."""
     recording = threading.Event()
     seen: set[str] = set()
+    flight = {"in": 0, "start": False, "stop": False}
 
-    def hook(frame: FrameType, event: str, _: Any) -> None:
-        if event == "call" and recording.is_set():
-            name = frame.f_globals.get("__name__", "")
-            if name.startswith("proxy"):
-                seen.add(name)
-
-    def start(*_: Any) -> None:
+    def start() -> None:
+        flight["start"] = False
         seen.clear()
         recording.set()
         (folder / "recording").touch()
 
-    def finish(*_: Any) -> None:
+    def finish() -> None:
+        flight["stop"] = False
         recording.clear()
         (folder / "modules.json").write_text(json.dumps(sorted(seen)))
 
-    signal.signal(signal.SIGUSR1, start)
-    signal.signal(signal.SIGUSR2, finish)
+    def hook(frame: FrameType, event: str, _: Any) -> None:
+        if event != "call":
+            return
+        name = frame.f_globals.get("__name__", "")
+        if not name.startswith("proxy"):
+            return
+        if recording.is_set():
+            seen.add(name)
+        if name == "proxy.server.process.drain" and frame.f_code.co_name in ("started", "finished"):
+            flight["in"] += 1 if frame.f_code.co_name == "started" else -1
+            if flight["in"] == 0 and flight["stop"]:
+                finish()
+            elif flight["in"] == 0 and flight["start"]:
+                start()
+
+    def on_start(*_: Any) -> None:
+        if flight["in"]:
+            flight["start"] = True
+        else:
+            start()
+
+    def on_stop(*_: Any) -> None:
+        if flight["in"]:
+            flight["stop"] = True
+        else:
+            finish()
+
+    signal.signal(signal.SIGUSR1, on_start)
+    signal.signal(signal.SIGUSR2, on_stop)
     threading.setprofile(hook)  # type: ignore[arg-type]  # threads the guard starts from now on
     sys.setprofile(hook)  # type: ignore[arg-type]
     from proxy.cli import main

@@ -32,9 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache
-from proxy.core.counting.prefetched import PrefetchedTokenizer
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.counting.tokenizer import PrefetchedTokenizer, Tokenizer
 from proxy.core.exchange import BACKEND_ROUNDS
 from proxy.core.learning.calibration import Calibration, CalibrationPolicy, calibrated
 from proxy.core.models.model_registry import ModelProfile, TokenizerSpec

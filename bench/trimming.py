@@ -32,8 +32,7 @@ from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelRegistry
 from proxy.core.plan import TrimPolicy, trim
 from proxy.core.trimming.budget import BudgetPolicy
-from proxy.core.trimming.roles import PINNED_ROLES, latest_user_index
-from proxy.core.trimming.turns import split_conversation, validity_problems
+from proxy.core.trimming.turns import PINNED_ROLES, latest_user_index, split_conversation, validity_problems
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

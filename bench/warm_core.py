@@ -36,7 +36,10 @@ def measure(config: str) -> dict[str, float]:
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import load_settings
     from proxy.server.backends.model_counting import Models
-    from proxy.wire import strict_json
+    try:  # an older checkout kept the strict reader apart from the codec
+        from proxy.wire import strict_json as strict_reader
+    except ImportError:
+        from proxy.wire import codec as strict_reader
 
     guard = Models(load_settings(config))
     memory = guard.settings.server.prefix_memory_bytes
@@ -66,11 +69,11 @@ def measure(config: str) -> dict[str, float]:
             parsed = endpoint.parse(reading.value, reading.known)
             readers.accepted(endpoint.adapter, reading)
             return parsed
-        if hasattr(strict_json, "read_json"):
-            return endpoint.parse(strict_json.read_json(raw))
+        if hasattr(strict_reader, "read_json"):
+            return endpoint.parse(strict_reader.read_json(raw))
         from proxy.apis.openai.chat_checks import check_chat_body  # before one reader: the handler's three steps
 
-        data = strict_json.loads_strict(raw)
+        data = strict_reader.loads_strict(raw)
         check_chat_body(data)
         return endpoint.parse(data)
 

@@ -27,8 +27,8 @@ from proxy import package_version
 from proxy.config.schema import build, shallow
 from proxy.config.settings import ModelsSettings, Settings, load_settings, masked
 from proxy.errors import BadRequest, ConfigError
-from proxy.server.edge.body_errors import bad_body_errors
-from proxy.wire.strict_json import read_json
+from proxy.server.edge.body import bad_body_errors
+from proxy.wire.codec import read_json
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REJECTED = 0, 2, 3
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -118,7 +118,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--context-window", type=int, help="override the model's context window")
         sub.add_argument(
             "--api",
-            choices=("chat", "responses", "completions", "messages", "generate_content", "interactions"),
+            choices=(
+                "chat", "responses", "completions", "messages", "generate_content", "interactions", "converse", "invoke"
+            ),
             help="the request's API shape (default: detected from the body)",
         )
         sub.set_defaults(run=run)

@@ -24,7 +24,7 @@ OpenAI's SDKs parse; the server's one error middleware is the only place that do
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from proxy.core.trimming.trim import TrimResult
@@ -84,11 +84,10 @@ class ContextLengthExceeded(GuardError):
     code = "context_length_exceeded"
 
     @classmethod
-    def refused(cls, result: TrimResult, api: str, headers: dict[str, str]) -> ContextLengthExceeded:
-        """The guard's refusal of `result`, worded as the provider of `api` words its own overflow
-        (so client libraries classify it as one), with the guard's budget in the headers too."""
-        anthropic = api in ("messages", "count_tokens", "converse", "invoke")  # Bedrock words Claude's as Anthropic
-        gemini = api.startswith("generate_content") or api == "interactions"
+    def refused(cls, result: TrimResult, wording: OverflowWording, headers: dict[str, str]) -> ContextLengthExceeded:
+        """The guard's refusal of `result`, worded as the provider of the request's API shape words
+        its own overflow (`wording`: the shape's adapter, so client libraries classify it as one),
+        with the guard's budget in the headers too."""
         budget = result.budget
         report = {
             **headers,
@@ -96,13 +95,16 @@ class ContextLengthExceeded(GuardError):
             "x-context-guard-output-reserve": str(budget.output_reserve),
             "x-context-guard-safety-margin": str(budget.safety_margin),
         }
-        if gemini:  # Gemini's own sentence (its limit: the input budget), then the guard's explanation
-            sentence = f"The input token count ({result.tokens_after}) exceeds the maximum number of tokens allowed "
-            message = f"{sentence}({budget.input_budget}). {result.rejection_message()}"
-        else:
-            message = result.rejection_message("anthropic" if anthropic else "openai")
-        # Anthropic's and Google's errors name no parameter (their adapters would put one before the message).
-        return cls(message, param=None if anthropic or gemini else "messages", headers=report)
+        message, param = wording.overflow_refusal(result)
+        return cls(message, param=param, headers=report)
+
+
+class OverflowWording(Protocol):
+    """Who words a refusal for overflow: an API shape's adapter (`proxy.apis.base.Adapter`)."""
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        """The message, and the parameter it names (None where the shape's errors name none)."""
+        ...
 
 
 class Unauthorized(GuardError):

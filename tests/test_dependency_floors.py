@@ -38,7 +38,7 @@ NEEDED: dict[str, tuple[str, str]] = {
     "botocore": (
         "1.34.0",
         "installed alone at 1.34.0 on Python 3.11, SigV4Auth signs a bedrock request (the session token included) "
-        "and RefreshableCredentials.refresh_needed exists: what proxy/server/bedrock/sigv4.py uses",
+        "and RefreshableCredentials.refresh_needed exists: what proxy/providers/bedrock_sigv4.py uses",
     ),
 }
 

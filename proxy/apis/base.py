@@ -9,14 +9,14 @@ shape. An adapter stands at the edge between a client's API and the core:
     render(parsed, ...)  -> the cut written back into the ORIGINAL shape: dropped view messages drop
                             their items, shortened ones replace only their text, messages the trim
                             added go where they stand in the view; everything else is kept as sent
-    error_body(error)    -> an error in the API's own shape
-    profile(profile, p)  -> the model profile as this API counts it (overheads no message carries)
-    pipeline(parsed)     -> strategies that replace the configured pipeline, or None
-    edited(parsed, c, g) -> the request as the provider sees it once the context edits it asks for
-                            ran (Anthropic's context editing), or None
+    error_body(error)    -> an error in the API's own shape (and `overflow_refusal`: the guard's
+                            refusal worded as the shape's provider words an overflow)
+    broken_stream_event  -> the event that ends a broken stream; `stream_framing`: a stream's own;
+                            `answer_usage`: an answer's usage in the shape's own spelling
+    profile, pipeline    -> the profile as this API counts it; strategies replacing the pipeline
+    edited(parsed, c, g) -> the request once the context edits it asks the provider for ran
 
-`proxy.apis.fitting.fit()` runs one parsed request through `proxy.core.plan.plan_request` and
-renders the result: the one call the server needs. Everything here is pure: no I/O, no aiohttp.
+`proxy.apis.fitting.fit()` runs a parsed request through the core and renders the result. Pure.
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from typing import Any, ClassVar, Protocol
 
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import StreamFraming, openai_broken
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import InvalidBody
-from proxy.core.trimming.trim import Removal, Strategy
+from proxy.core.trimming.trim import Removal, Strategy, TrimResult
 from proxy.errors import GuardError
 
 
 class InvalidRequest(InvalidBody):
-    """A body this API does not accept; `param` names the field in the API's own spelling
-    (`input[3].call_id`, `messages.0.content`)."""
+    """A body this API does not accept; `param` names the field as the API spells it (`input[3].call_id`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +66,14 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class HeldContext:
-    """Context the provider holds and puts in the prompt, that a request names by id."""
+    """Context the provider holds and puts in the prompt, named by id."""
 
     kind: str  # "response", "conversation", "cache" (Gemini's cachedContent) or "interaction"
     id: str
 
 
 class ViewBuilder:
-    """The chat view as an adapter builds it: the messages, where each came from, what had to be
-    estimated and whether part of the context lives on the provider."""
+    """The chat view as an adapter builds it: messages, their sources, estimates, held context."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
@@ -156,7 +155,7 @@ class Parsed:
     # Context the provider holds that this request names by id (`HeldContext`), in body order.
     held: tuple[HeldContext, ...] = ()
     # The earlier body these exact bytes are, when the reader knew it (`KnownPrefix.same`), weakly: the
-    # request and plan made for it may be this one's (`proxy.server.request.resent`).
+    # request and plan made for it may be this one's (`proxy.wire.readers`).
     same_as: Callable[[], object | None] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -182,8 +181,7 @@ class Parsed:
 
 @dataclass(frozen=True)
 class Changes:
-    """What trimming did to the view, per view message: dropped, or replaced by a shortened copy,
-    and the output reserve it lowered."""
+    """What trimming did to the view: view messages dropped or replaced (shortened), the reserve lowered."""
 
     dropped: frozenset[int]
     replaced: Mapping[int, Mapping[str, Any]]
@@ -226,8 +224,7 @@ def changes_of(
 
 
 class Adapter:
-    """One API shape. Subclasses implement `parse` and `_render`; the rest has defaults that
-    suit OpenAI-shaped APIs."""
+    """One API shape. Subclasses implement `parse` and `_render`; the rest defaults to OpenAI's ways."""
 
     name: ClassVar[str] = ""
     # Whether `_render` writes the messages a trim adds (the budget note, a summary) in this shape.
@@ -240,6 +237,10 @@ class Adapter:
     # the request, as chat's `max_tokens` or `max_completion_tokens`, and `Parsed` says).
     reserve_field: ClassVar[str | None] = None
     reserve_view_field: ClassVar[str | None] = None
+    # The body sent upstream is the chat view the core counts (chat completions): a backend's
+    # tokenizer can count a cut body again, and the prompt tokens an answer reports measure what
+    # the core counted, so an estimate may learn from them (calibration).
+    body_is_view: ClassVar[bool] = False
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         """The request as this API reads it. `known` says which leading elements of the re-sent
@@ -263,8 +264,7 @@ class Adapter:
         raise NotImplementedError
 
     def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
-        """The output reserve a trim lowered, written where this API keeps it (a top-level field
-        unless the shape nests it: Gemini's generation config, Converse's inference config)."""
+        """The output reserve a trim lowered, written where this API keeps it (a top-level field here)."""
         if parsed.reserve_field is not None:
             body[parsed.reserve_field] = reserve
 
@@ -273,12 +273,30 @@ class Adapter:
         return error.to_openai()
 
     def error_headers(self, error: GuardError) -> dict[str, str]:
-        """Headers an error of this API carries beside its body (Bedrock names its exception in one)."""
+        """Headers the shape's errors carry beside their body (Bedrock names its exception in one)."""
         return {}
 
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        """The guard's refusal of `result` worded as this shape's provider words its own overflow
+        (so clients classify it as one), and the parameter it names: OpenAI's, unless the shape
+        has its own (`proxy.errors.ContextLengthExceeded.refused`)."""
+        return result.rejection_message(result.openai_overflow()), "messages"
+
+    def broken_stream_event(self, message: str) -> bytes:
+        """The event that tells this shape's client its stream broke (`proxy.apis.stream_errors`)."""
+        return openai_broken(message)
+
+    def stream_framing(self, content_type: str) -> StreamFraming | None:
+        """A streamed answer of `content_type` in a framing of the shape's own; None: SSE's."""
+        return None
+
+    def answer_usage(self, payload: Mapping[str, Any]) -> tuple[int, int | None, int | None] | None:
+        """The usage an answer (or streamed event) reports where the shape spells it as no other does:
+        (prompt with its cached part, output, cached part); None: as `proxy.server.upstream.usage` reads."""
+        return None
+
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
-        """The profile this request is counted with: the API's fixed overheads are folded into
-        the reply priming, which the core adds once per request and never trims."""
+        """The profile this request is counted with: the API's fixed overheads in the reply priming."""
         if not parsed.fixed_tokens:
             return profile
         fmt = profile.chat_format
@@ -320,12 +338,9 @@ class AnswerAmendment(Protocol):
 
 @dataclass(frozen=True)
 class EditedRequest:
-    """A request as its provider will see it once the edits it asks the provider for have run
-    (`Adapter.edited`): `parsed` is what is counted and cut; `send`, the body to send when it fits
-    (None: the body as received, which the provider edits itself); `original_tokens`, its count
-    before the edits (None: the same as after them, nothing was cleared); `answer`, fields the
-    guard adds to the provider's answer (what it cleared in the provider's place), in the API's
-    own shape."""
+    """A request once the edits it asks its provider for ran (`Adapter.edited`): `parsed` is counted
+    and cut; `send`, the body to send when it fits (None: as received, the provider edits it); its
+    count before the edits (None: nothing cleared); `answer`, fields the guard adds to the answer."""
 
     parsed: Parsed
     original_tokens: int | None

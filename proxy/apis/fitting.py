@@ -2,7 +2,8 @@
 `proxy.core.plan.plan_request` and has the adapter render the cut (`Fitted`), the one call the
 server needs; `Counting` says what it is counted with. A request that asks the provider for edits
 of its own (Anthropic's context editing, `Adapter.edited`) is counted as the provider will see it
-once they ran. Pure: no I/O, no aiohttp."""
+once they ran; `count_kind` says what kind of count a plan's is (exact, an upper bound, an
+estimate, incomplete). Pure: no I/O, no aiohttp."""
 
 from __future__ import annotations
 
@@ -108,3 +109,36 @@ def _edited_fit(adapter: Adapter, parsed: Parsed, edited: EditedRequest, plan: P
         return Fitted(parsed, plan, body, original, edited.parsed)
     body = adapter.render(edited.parsed, result.body, result.removals, result.inserted)
     return Fitted(parsed, replace(plan, body=body, answer=edited.answer), body, original, edited.parsed)
+
+
+# Notes of what the guard now counts after all: held context by id, encrypted reasoning by its bound.
+_COUNTED_AFTER_ALL = (
+    "previous_response_id:",
+    "conversation:",
+    "previous_interaction_id",
+    "cachedContent:",
+    "encrypted reasoning",
+)
+
+
+def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None) -> str:
+    """What kind of count a plan's is (`COUNT_HEADER`): `exact`; `upper-bound` (a bound tokenizer,
+    a part the adapter bounded, a ciphertext's size: its note says "upper bound"); `estimate` (parts
+    estimated, a calibrated estimate, held context sized from the provider's reports in the
+    ledger); `incomplete` (what the provider adds is not counted at all). `exact`: the tokenizer's
+    count is; `held`: where the held context's size came from."""
+    kinds = set()
+    for note in parsed.notes:
+        if note.startswith(("not counted", "cachedContent")):
+            kinds.add("counted" if any(part in note for part in _COUNTED_AFTER_ALL) else "incomplete")
+        elif "upper bound" in note:
+            kinds.add("upper-bound")
+        elif not note.startswith("truncation"):
+            kinds.add("estimate")
+    if held in ("unknown", "partial") or "incomplete" in kinds:
+        return "incomplete"
+    # A cache's size is the provider's own count; a chain's, its last answer's input + output.
+    chained = held == "ledger" and any(context.kind != "cache" for context in parsed.held)
+    if "estimate" in kinds or source in ("calibrated", "estimate") or chained:
+        return "estimate"
+    return "exact" if exact and "upper-bound" not in kinds else "upper-bound"

@@ -1,4 +1,6 @@
-"""The event that ends a stream the upstream broke, in the grammar of the API the client speaks.
+"""A shape's stream: the event that ends one the upstream broke, in the grammar of the API the
+client speaks (each adapter's `broken_stream_event` picks its own here), and the framing of a
+stream that is not server-sent events (`StreamFraming`, an adapter's `stream_framing`).
 
 Once a stream has begun, its status (200) and first events are with the client; a failure can
 only be said by one more event, and it must be the one that client's SDK raises on, or the
@@ -20,25 +22,51 @@ partial answer passes for a whole one:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 BROKEN_CODE = "upstream_stream_broken"
-ANTHROPIC_APIS = frozenset({"messages", "count_tokens"})
 
 
-def broken_stream_event(api: str, message: str) -> bytes:
-    """The SSE event that tells a client of `api` its stream broke, for `message`."""
-    error: dict[str, Any] = {"message": message, "type": "upstream_error", "param": None, "code": BROKEN_CODE}
-    if api in ANTHROPIC_APIS:
-        data: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": message}}
-        return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
-    if api.startswith("generate_content"):
-        google = {"error": {"code": 502, "message": message, "status": "UNAVAILABLE"}}
-        return b"data: " + json.dumps(google).encode() + b"\n\n"
-    if api == "interactions":
-        data = {"event_type": "error", "error": {"code": "unavailable", "message": message}}
-        return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
-    if api == "responses":
-        data = {"type": "error", "code": BROKEN_CODE, "message": message, "param": None, "error": error}
-        return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
-    return b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
+class StreamFraming(Protocol):
+    """One streamed answer in a framing of its shape's own (AWS's event stream, frames of binary
+    headers and a JSON payload): the relay forwards what `feed` returns, whole frames only, and
+    reads the usage from the payloads it found; `ended` once the answer's last frame went by."""
+
+    ended: bool
+
+    def feed(self, chunk: bytes) -> tuple[bytes, list[object]]:
+        """What to forward of `chunk` now, and the payloads of the frames it completed."""
+        ...
+
+    def finish(self) -> bytes:
+        """What is left at the end of the stream."""
+        ...
+
+
+def _openai_error(message: str) -> dict[str, Any]:
+    return {"message": message, "type": "upstream_error", "param": None, "code": BROKEN_CODE}
+
+
+def openai_broken(message: str) -> bytes:
+    """Chat completions' and legacy completions' event: an `error` object in an unnamed event."""
+    return b"data: " + json.dumps({"error": _openai_error(message)}).encode() + b"\n\n"
+
+
+def responses_broken(message: str) -> bytes:
+    data = {"type": "error", "code": BROKEN_CODE, "message": message, "param": None, "error": _openai_error(message)}
+    return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
+
+
+def anthropic_broken(message: str) -> bytes:
+    data = {"type": "error", "error": {"type": "api_error", "message": message}}
+    return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
+
+
+def google_broken(message: str) -> bytes:
+    google = {"error": {"code": 502, "message": message, "status": "UNAVAILABLE"}}
+    return b"data: " + json.dumps(google).encode() + b"\n\n"
+
+
+def interactions_broken(message: str) -> bytes:
+    data = {"event_type": "error", "error": {"code": "unavailable", "message": message}}
+    return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"

@@ -26,6 +26,21 @@ class BackendOptions:
     tokenize_concurrency: int = 4
     min_output_tokens: int | None = None  # kept free where the server lowers max_tokens; None: default reserve
 
+    @property
+    def declared(self) -> Kind:
+        """The kind assumed until the server says more: the one declared, `generic` for `auto`."""
+        return "generic" if self.kind == "auto" else self.kind
+
+    @property
+    def decided_by_server(self) -> bool:
+        """`auto`: what the server's endpoints answer decides its kind; else the operator's word stands."""
+        return self.kind == "auto"
+
+    @property
+    def probed(self) -> bool:
+        """Whether discovery may ask the server anything: hosted APIs (`openai`, `vertex`) never are."""
+        return self.kind not in ("openai", "vertex")
+
     def __post_init__(self) -> None:
         if self.kind != "auto" and self.kind not in KINDS:
             raise ValueError(f"kind must be auto or one of {', '.join(KINDS)}, not {self.kind!r}")

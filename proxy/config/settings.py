@@ -36,7 +36,7 @@ from proxy.core.learning.calibration import CalibrationPolicy
 from proxy.core.learning.corrections import CorrectionPolicy
 from proxy.core.models.model_registry import ModelOverride, TokenizerSpec
 from proxy.core.plan import TrimPolicy
-from proxy.core.trimming.notes import CompactionPolicy
+from proxy.core.trimming.budget import CompactionPolicy
 from proxy.core.trimming.strategies import build_pipeline
 from proxy.errors import ConfigError
 
@@ -120,6 +120,10 @@ class TokenizerSettings:
     # all clients (more hits when many clients send the same long texts; only for clients that trust
     # each other).
     share_count_cache: bool = False
+    # Vocabularies loaded at start, before the process is ready, beside the configured models'
+    # (proxy.tokenizers.at_start): `auto`, what the upstreams' kinds serve; `all`, every family's;
+    # or model names, theirs besides `auto`'s. Any other loads on first use, holding the loop once.
+    preload: Literal["auto", "all"] | tuple[Annotated[str, Bounds(min_length=1)], ...] = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +265,7 @@ class Settings:
         if summariser is not None and summariser.upstream not in self.upstreams:
             raise SchemaError(f"{summariser.upstream!r} is not one of the upstreams: {known}", where)
         serving = self.upstreams[summariser.upstream] if summariser is not None else None
-        if serving is not None and (not serving.serves("chat") or serving.kind == "azure"):
+        if serving is not None and (not serving.serves("chat") or not serving.provider.chat_at_base_url):
             raise SchemaError("must serve chat completions at base_url/chat/completions", where)
         for i, route in enumerate(self.routes):
             if route.upstream not in self.upstreams:

@@ -5,27 +5,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
+from proxy.apis.registry import API_NAMES
 from proxy.config.backends import BackendOptions
 from proxy.config.schema import INTERNAL, Bounds, PositiveFloat, SchemaError, carried
-
-UpstreamKind = Literal[
-    "auto", "openai", "azure", "vertex", "gemini", "vllm", "llamacpp", "ollama", "anthropic", "generic", "echo",
-    "bedrock",
-]
-# Kinds whose server is asked at start what it is (its window, whether it can tokenize).
-DISCOVERED_KINDS = frozenset({"auto", "vllm", "llamacpp", "ollama"})
-# How each kind behaves as a backend (proxy.server.backends.profiles); hosted APIs are never probed.
-# Gemini's Developer API words its limits as Vertex AI does.
-_BACKEND_KIND = {"azure": "openai", "anthropic": "openai", "echo": "openai", "gemini": "vertex", "bedrock": "openai"}
-# Kinds whose API applies Anthropic's context edits itself (`UpstreamSettings.context_edits`).
-EDITING_KINDS = frozenset({"anthropic"})
-ApiName = Literal[
-    "chat", "responses", "completions", "messages", "generate_content", "interactions", "converse", "invoke"
-]
+from proxy.providers.kinds import provider_for
+from proxy.providers.provider import Provider, SettingsRefused
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +22,7 @@ class UpstreamSettings:
     # Which API shapes it serves, how it authenticates, and how it counts: `auto` asks the server at
     # start (vLLM, llama.cpp, Ollama: its window, its tokenizer; `--upstream URL` is `auto`);
     # `generic` asks nothing.
-    kind: UpstreamKind = "generic"
+    kind: str = "generic"  # one of `proxy.providers.kinds.KINDS`
     tokenize: Literal["auto", "local", "backend"] = "auto"  # count with the server's own tokenizer where it has one
     discovery_timeout: Annotated[float, Bounds(gt=0, le=60)] = 3.0
     tokenize_timeout: Annotated[float, Bounds(gt=0, le=60)] = 2.0  # one request's tokenize calls together
@@ -50,18 +37,18 @@ class UpstreamSettings:
     # Where the server lowers max_tokens to what the window leaves (llama.cpp, Ollama): the output
     # the budget keeps free at least; null: the default reserve (15% of the window, 500 to 4,096).
     min_output_tokens: Annotated[int, Bounds(ge=0)] | None = None
-    apis: tuple[ApiName, ...] | None = None  # the API shapes it serves; None: what its kind serves
+    apis: tuple[str, ...] | None = None  # the API shapes it serves (`API_NAMES`); None: what its kind serves
     api_key_env: str | None = None  # injected as the kind's auth header; else the client's passes through
     token_command: str | None = None  # e.g. `gcloud auth print-access-token`
     token_file: str | None = None
     token_refresh_seconds: Annotated[float, Bounds(ge=1)] = 3000.0
     # `adc`: a token from Google's Application Default Credentials (a service-account file, the
     # metadata server on GKE and Cloud Run, gcloud's user credentials), refreshed before it expires.
-    # `sigv4` (a `kind: bedrock` upstream): every request signed again with the AWS credentials of
-    # the guard's environment (botocore's chain: environment keys, profiles, container and instance
-    # roles) for `region`; `proxy.server.bedrock.sigv4`.
+    # `sigv4` (a provider that signs: `kind: bedrock`): every request signed again with the AWS
+    # credentials of the guard's environment (botocore's chain: environment keys, profiles,
+    # container and instance roles) for `region` (`proxy.providers.bedrock_sigv4`).
     auth: Literal["adc", "sigv4"] | None = None
-    region: str | None = None  # AWS's region a `kind: bedrock` upstream signs for; None: read from base_url
+    region: str | None = None  # the AWS region a `kind: bedrock` upstream signs for; None: read from base_url
     headers: dict[str, str] = field(default_factory=dict)
     # Who applies the context edits a Messages request asks for (Anthropic's `context_management`):
     # `provider` (the upstream does, as Anthropic's API does: the guard counts the request after
@@ -77,66 +64,43 @@ class UpstreamSettings:
             check_url(self.base_url)
         except ValueError as exc:
             raise SchemaError(str(exc), ("base_url",)) from None
+        try:
+            provider = provider_for(self.kind)
+        except ValueError as exc:
+            raise SchemaError(str(exc), ("kind",)) from None
+        if self.auth == "sigv4" and not provider.signs:
+            raise SchemaError(f"auth: sigv4 signs AWS requests; kind {self.kind} signs nothing", ("auth",))
+        try:
+            provider.check(self)
+        except SettingsRefused as exc:
+            raise SchemaError(str(exc), (exc.key,)) from None
+        for index, api in enumerate(self.apis or ()):
+            if api not in API_NAMES:
+                raise SchemaError(f"must be one of {', '.join(API_NAMES)}, not {api!r}", ("apis", index))
         if self.auth == "adc" and (self.token_command or self.token_file or self.api_key_env):
             message = "auth: adc fetches the token itself; drop token_command, token_file and api_key_env"
             raise SchemaError(message, ("auth",))
-        check_bedrock(self)  # bedrock: its region and its one credential
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        # Worked out once, here, and read on every request as plain attributes: the kind's
+        # provider (everything else asks it, never the kind's name), the shapes served, and
+        # whether the guard applies a request's context edits itself (`context_edits`).
+        object.__setattr__(self, "provider", provider)
+        object.__setattr__(self, "served", frozenset(self.apis if self.apis is not None else provider.shapes))
+        by_guard = (self.context_edits or ("provider" if provider.edits_context else "guard")) == "guard"
+        object.__setattr__(self, "edits_by_guard", by_guard)
+
+    # Set on each instance by `__post_init__` (not settings: no YAML key names them).
+    provider: ClassVar[Provider]  # the object that knows this upstream's kind (`proxy.providers`)
+    served: ClassVar[frozenset[str]]  # the API shapes it serves: `apis`, else its provider's
+    edits_by_guard: ClassVar[bool]
 
     @property
     def backend_options(self) -> BackendOptions:
-
-        kind = _BACKEND_KIND.get(self.kind, self.kind)
-        return carried(BackendOptions, self, kind=kind)  # the kinds map onto the backend kinds above
-
-    @property
-    def edits_by_guard(self) -> bool:
-        """Whether the guard applies a request's context edits itself (`context_edits`)."""
-        return (self.context_edits or ("provider" if self.kind in EDITING_KINDS else "guard")) == "guard"
+        """How the upstream behaves as a backend: as its provider says (Azure and Anthropic as OpenAI)."""
+        return carried(BackendOptions, self, kind=self.provider.backend_kind)
 
     def serves(self, api: str) -> bool:
-        return api in (self.apis if self.apis is not None else KIND_APIS[self.kind])
-
-
-KIND_APIS: Mapping[str, tuple[str, ...]] = {
-    "openai": ("chat", "responses", "completions"),
-    "azure": ("chat", "responses", "completions"),
-    # Vertex AI: its OpenAI-compatible endpoint and its native `publishers/google` paths (served
-    # from the host's root whatever the base URL's path: `proxy.server.edge.paths.host_root_url`).
-    "vertex": ("chat", "generate_content", "interactions"),
-    "gemini": ("generate_content", "interactions"),  # the Gemini Developer API, base URL at the host's root
-    "vllm": ("chat", "responses", "completions"),
-    "llamacpp": ("chat", "completions"),
-    "ollama": ("chat", "completions"),
-    "anthropic": ("messages",),
-    "generic": ("chat", "responses", "completions", "messages", "generate_content", "interactions"),
-    "echo": ("chat", "responses", "completions", "messages", "generate_content", "interactions", "converse", "invoke"),
-    "auto": ("chat", "responses", "completions", "messages"),
-    "bedrock": ("converse", "invoke"),  # bedrock-runtime's paths (`/model/{modelId}/...`)
-}
-
-
-# -- bedrock: a few lines kept here until the upstream kinds become objects ------------------------
-_BEDROCK_HOST = re.compile(r"^https?://bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?::\d+)?/?$")
-
-
-def check_bedrock(upstream: UpstreamSettings) -> None:
-    """`auth: sigv4` only for a `kind: bedrock` upstream, which signs (with a region, named or read
-    from `bedrock-runtime.{region}.amazonaws.com`) or sends an API key, never both, never neither."""
-    if upstream.auth == "sigv4" and upstream.kind != "bedrock":
-        raise SchemaError("auth: sigv4 signs for AWS Bedrock: it needs kind: bedrock", ("auth",))
-    if upstream.kind != "bedrock":
-        return
-    if upstream.region is None:
-        found = _BEDROCK_HOST.match(upstream.base_url)
-        object.__setattr__(upstream, "region", found[1] if found else None)
-    if upstream.auth == "sigv4" and upstream.region is None:
-        raise SchemaError("auth: sigv4 needs the AWS region to sign for (region: us-east-1)", ("region",))
-    if upstream.region is not None and not re.fullmatch(r"[a-z]{2}(?:-[a-z]+)+-\d", upstream.region):
-        raise SchemaError(f"region {upstream.region!r} is not an AWS region name (us-east-1)", ("region",))
-    if (upstream.auth == "sigv4") == bool(upstream.api_key_env) or upstream.token_command or upstream.token_file:
-        message = "a bedrock upstream authenticates with auth: sigv4 or api_key_env (a Bedrock API key), one of them"
-        raise SchemaError(message, ("auth",))
+        return api in self.served
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,8 +15,8 @@ from typing import Any
 
 from proxy.core.learning.corrections import Correction
 from proxy.core.plan import Plan
+from proxy.core.trimming.budget import SummaryStatus
 from proxy.core.trimming.compaction import SummaryRequest
-from proxy.core.trimming.notes import SummaryStatus
 from proxy.core.trimming.trim import TrimResult
 
 
@@ -42,8 +42,8 @@ class Routed:
     """What the model's route says of the request: the window the serving model runs with and
     where it came from (the config, the model map, the server, `fallback`); the larger window the
     request opts into by a header, when it names one (None: none); the vocabulary package that is
-    not installed (counted with the family's bound); the upstream's configured kind and what
-    discovery found it to be (a correction names the provider); whether the upstream's count
+    not installed (counted with the family's bound); the provider a learned correction names (the
+    upstream's provider says it, from what discovery found; None: none); whether the upstream's count
     endpoint may decide at the budget's edge; and how the request is counted, when the route knows
     it already (None: `ChooseTokenizer`)."""
 
@@ -51,8 +51,7 @@ class Routed:
     window_source: str
     opt_in_window: int | None = None
     vocabulary_missing: str | None = None
-    upstream_kind: str = "openai"
-    backend_kind: str = "generic"
+    provider: str | None = None
     provider_counts: bool = False
     chosen: Chosen | None = None
 

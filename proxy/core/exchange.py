@@ -194,9 +194,7 @@ class Exchange:
         larger = opted if opted is not None and opted > routed.context_window else None
         self.known_window, self.window = larger or routed.context_window, larger
         self.window_source = routed.window_source if larger is None else "opt_in"
-        # The provider a correction names: an Anthropic upstream is counted as an OpenAI-like backend.
-        kind = routed.backend_kind
-        self.provider = "anthropic" if routed.upstream_kind == "anthropic" else kind if kind != "generic" else None
+        self.provider = routed.provider  # the provider a correction names
         chosen: Chosen = routed.chosen if routed.chosen is not None else (yield CHOOSE_TOKENIZER)
         self.recounts = chosen.recounts  # nothing to count again without the backend's tokenizer
         # Bounds straddling the budget: the upstream counts (the backend's own tokenizer needs none).

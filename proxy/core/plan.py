@@ -1,4 +1,5 @@
-"""The one entry point of the core: validate a body, count it, budget it, trim it.
+"""The one entry point of the core: validate a body, count it, budget it, trim it; and the one type
+every layer raises for a request body it refuses.
 
 `plan_request()` is pure and synchronous, and safe to call from a worker thread (tiktoken
 releases the GIL while it encodes; the count cache takes a lock), so that the server can move
@@ -7,6 +8,18 @@ the counting of a very large body off its event loop.
 `trim()` fits a counted body to its budget as a `TrimPolicy` says: it runs the policy's
 strategies in order on a `TrimState` (`proxy.core.trimming.trim`, which says what a trim works
 on and returns) and inserts the budget note the policy asks for.
+
+A body refused, by whichever layer, is a `BodyError` naming the field to blame:
+
+    BodyError          proxy.core.plan    a body the guard refuses; `param`: the field, if one is to blame
+    ├── AmbiguousJson     proxy.wire.codec   JSON the guard will not guess about (`param`: a key written twice)
+    ├── DenseJson         proxy.wire.codec   JSON whose values would take too much memory for its size
+    ├── UnreadableJson    proxy.wire.codec   not JSON, ambiguous or too dense, worded for the client
+    └── InvalidBody       proxy.core.plan    not a chat-completions body
+        └── InvalidRequest  proxy.apis.base  not a body this API accepts (`param` in its spelling)
+
+None of them knows HTTP: `proxy.server.edge.body` turns a `BodyError` into the 400 the server
+answers and the message the CLI prints, in one place.
 """
 
 from __future__ import annotations
@@ -15,15 +28,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from proxy.core.body_error import BodyError
 from proxy.core.counting.count_rules import RequestCount
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.trimming.budget import BudgetPolicy, input_budget
-from proxy.core.trimming.notes import LONGEST_NOTE, CompactionPolicy, budget_note
-from proxy.core.trimming.roles import PINNED_ROLES
+from proxy.core.trimming.budget import LONGEST_NOTE, BudgetPolicy, CompactionPolicy, budget_note, input_budget
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.trimming.trim import Outcome, Strategy, TrimResult, TrimState
-from proxy.core.trimming.turns import protected_start
+from proxy.core.trimming.turns import PINNED_ROLES, protected_start
+
+
+class BodyError(ValueError):
+    """A request body the guard refuses; the message is the client's, `param` names the field
+    (or the duplicated key) to blame, when one is."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class InvalidBody(BodyError):
@@ -60,7 +79,7 @@ class Plan:
         return self.result.body if self.body is None else self.body
 
     def again(self, body: Mapping[str, Any], count_seconds: float) -> Plan:
-        """This plan for a body sent again (`proxy.server.request.resent`): `body` sent, the lookup's time
+        """This plan for a body sent again (`proxy.wire.readers`): `body` sent, the lookup's time
         as the count's and none as the trim's (every field named: a copy by `replace` cost 5 us)."""
         return Plan(self.count, self.result, count_seconds, 0.0, self.counter, body, self.rewritten, self.answer)
 

@@ -11,8 +11,7 @@ upstream and a model, so two upstreams serving the same model name never share a
 
 from __future__ import annotations
 
-from proxy.state.memory import MemoryStore
-from proxy.state.store import StateKey, StateOptions, StateStatus, StateStore, Value
+from proxy.state.store import MemoryStore, StateKey, StateOptions, StateStatus, StateStore, Value
 
 
 def open_store(options: StateOptions, log: object | None = None) -> StateStore:

@@ -30,8 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from proxy.state.memory import MemoryStore
-from proxy.state.store import StateKey, StateOptions, StateStatus, Value
+from proxy.state.store import MemoryStore, StateKey, StateOptions, StateStatus, Value
 
 OPEN_SECONDS = 2.0  # the longest `open()` waits for Redis at start (a deadline's worth at the least)
 

@@ -189,8 +189,7 @@ def _load(name: str) -> Encode:
             return _sentencepiece(path)
         if vocabulary.format == "huggingface":
             return _huggingface(path)
-        ranks = _tekken_ranks(path) if vocabulary.format == "tekken" else _tiktoken_ranks(path)
-        pattern = vocabulary.pattern or _tekken_pattern(path)
+        ranks, pattern = _tekken(path) if vocabulary.format == "tekken" else (_tiktoken_ranks(path), vocabulary.pattern)
         return _tiktoken(name, ranks, pattern, vocabulary.nfc)
     except VocabularyMissing:
         raise
@@ -212,7 +211,8 @@ def _tiktoken_ranks(path: Path) -> dict[bytes, int]:
 _TEKKEN_SPECIAL = 1000
 
 
-def _tekken_ranks(path: Path) -> dict[bytes, int]:
+def _tekken(path: Path) -> tuple[dict[bytes, int], str]:
+    """A tekken file's ranks and pattern, from one parse of it (each parse holds the GIL ~0.1 s)."""
     data = json.loads(path.read_bytes())
     config = data["config"]
     size = int(config.get("default_vocab_size", 131072)) - int(
@@ -222,12 +222,8 @@ def _tekken_ranks(path: Path) -> dict[bytes, int]:
     ranks = {binascii.a2b_base64(entry["token_bytes"]): int(entry["rank"]) for entry in vocab}
     if len(ranks) != size:
         raise ValueError(f"{len(ranks)} distinct tokens where {size} were expected")
-    return ranks
-
-
-def _tekken_pattern(path: Path) -> str:
-    pattern: str = json.loads(path.read_bytes())["config"]["pattern"]
-    return pattern
+    pattern: str = config["pattern"]
+    return ranks, pattern
 
 
 def _tiktoken(name: str, ranks: dict[bytes, int], pattern: str, nfc: bool) -> Encode:

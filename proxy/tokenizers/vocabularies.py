@@ -297,7 +297,7 @@ def tokenizer_file_id(path: str) -> str:
 
 def _hf_encoder(path: str) -> tuple[Callable[[str], list[int]], bool]:
     """`huggingface:<path>`: a `tokenizer.json` file, or the vocabulary inside a `.gguf` model file;
-    and whether its texts may be counted in slices (`proxy.core.counting.slices`): a byte-level BPE
+    and whether its texts may be counted in slices (`proxy.core.counting.bound`): a byte-level BPE
     vocabulary whose normaliser is none or NFC, as every GGUF vocabulary read here is."""
     from tokenizers import Tokenizer as HfTokenizer
 
@@ -321,7 +321,7 @@ def _hf_encoder(path: str) -> tuple[Callable[[str], list[int]], bool]:
 
 
 def hf_sliceable(config: str) -> bool:
-    """Whether a `tokenizer.json`'s texts count exactly in slices cut as `proxy.core.counting.slices` cuts
+    """Whether a `tokenizer.json`'s texts count exactly in slices cut as `proxy.core.counting.bound` cuts
     them: its pre-tokeniser ends in `ByteLevel` (regular-expression splits of GPT-2's kind, or
     `ByteLevel`'s own) and its normaliser is none or NFC. SentencePiece-style vocabularies (a
     `Metaspace` or no pre-tokeniser: BPE runs over the whole text) are encoded whole."""

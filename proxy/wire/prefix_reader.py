@@ -54,7 +54,7 @@ from typing import Any
 
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.wire.array_bytes import LocatedBody, element_spans, located_body, shared_elements
-from proxy.wire.strict_json import DEFAULT_LIMITS, JsonLimits, read_json
+from proxy.wire.codec import DEFAULT_LIMITS, JsonLimits, read_json
 
 _HEAD = 128  # bytes of a body that name its family of earlier bodies
 _MARKER = "\x00earlier"

@@ -16,14 +16,14 @@ import time
 import zlib
 from pathlib import Path
 
-from proxy.core.body_error import BodyError
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelRegistry
-from proxy.server.edge.decoding import inflate
+from proxy.core.plan import BodyError
+from proxy.server.edge.body import inflate_within
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
-from proxy.wire.strict_json import loads_strict
+from proxy.wire.codec import loads_strict
 
 SAMPLES = "tests/data/samples/"
 
@@ -76,7 +76,7 @@ def main(kind: str, size_mb: float, model: str, gzipped: bool) -> None:
     held = megabytes("VmRSS")
     started = time.process_time()
     try:
-        count = counter.request(loads_strict(inflate(body, "gzip", size) if gzipped else body))
+        count = counter.request(loads_strict(inflate_within(body, "gzip", size) if gzipped else body))
     except BodyError as refused:
         tokens, notes = None, [f"refused: {refused}"]
     else:

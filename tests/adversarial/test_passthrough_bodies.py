@@ -1,7 +1,7 @@
 """A pass-through body's `model` is read off the event loop when the body is large.
 
 A body over `INLINE_BYTES` sent to a pass-through endpoint (`/v1/embeddings`) is read for its
-model in the client's share of the threads; a dense one (proxy.wire.strict_json) is not read for
+model in the client's share of the threads; a dense one (proxy.wire.codec) is not read for
 a name at all, and the others are read without building their values
 (proxy.wire.top_level_model), since a whole parse by orjson in a thread holds the GIL while it
 builds them.

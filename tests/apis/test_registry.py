@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from proxy.apis.base import InvalidRequest
-from proxy.apis.registry import AdapterRegistry
+from proxy.apis.openai.completions import CompletionsAdapter, CompletionsOptions
+from proxy.apis.registry import API_NAMES, AdapterRegistry
 
 REGISTRY = AdapterRegistry()
 
@@ -122,3 +123,38 @@ class TestPurity:
         code = "import sys, proxy.apis.registry; print('aiohttp' in sys.modules)"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         assert out.stdout.strip() == "False"
+
+
+class TestShapes:
+    """Each shape registers itself once (`SHAPES`): its name, its adapters and its paths."""
+
+    def test_every_shape_is_named_once_and_the_api_names_are_theirs(self) -> None:
+        assert tuple(shape.name for shape in REGISTRY.shapes) == API_NAMES
+        assert len(set(API_NAMES)) == len(API_NAMES)
+        assert all(REGISTRY.by_name(shape.name) is shape.adapter for shape in REGISTRY.shapes)
+
+    def test_no_fixed_path_is_claimed_by_two_shapes(self) -> None:
+        claimed = [path for shape in REGISTRY.shapes for path in shape.exact]
+        assert len(claimed) == len(set(claimed))
+
+    def test_a_shape_s_options_reach_its_adapter(self) -> None:
+        registry = AdapterRegistry(CompletionsOptions(overflow="reject"))
+        adapter = registry.by_name("completions")
+        assert isinstance(adapter, CompletionsAdapter) and adapter.options.overflow == "reject"
+
+    @pytest.mark.parametrize(
+        "path",
+        [
+            ("v1", "chat", "completions"),
+            ("v1", "projects", "p", "locations", "l", "endpoints", "openapi", "chat", "completions"),
+            ("v1beta", "models", "gemini-2.5-flash:generateContent"),
+            ("v1beta", "models", "gemini-2.5-flash:generate_content"),
+            ("v1beta1", "projects", "p", "locations", "l", "interactions"),
+        ],
+    )
+    def test_a_path_that_reaches_a_generating_endpoint_is_known_by_its_shape(self, path: tuple[str, ...]) -> None:
+        assert REGISTRY.generates(path)
+
+    @pytest.mark.parametrize("path", [("v1", "models"), ("v1beta", "cachedContents", "c1"), ("v1", "embeddings")])
+    def test_other_paths_generate_nothing(self, path: tuple[str, ...]) -> None:
+        assert not REGISTRY.generates(path)

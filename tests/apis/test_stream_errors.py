@@ -1,10 +1,18 @@
-"""The event that ends a broken stream, in each API's grammar."""
+"""The event that ends a broken stream, in each API's grammar (each adapter's `broken_stream_event`)."""
 
 from __future__ import annotations
 
 import json
 
-from proxy.apis.stream_errors import broken_stream_event
+from proxy.apis.registry import AdapterRegistry
+from proxy.apis.stream_errors import openai_broken
+
+REGISTRY = AdapterRegistry()
+
+
+def broken_stream_event(api: str, message: str) -> bytes:
+    """The event the adapter of `api` ends a broken stream with."""
+    return REGISTRY.by_name(api).broken_stream_event(message)
 
 
 def _parse(event: bytes) -> tuple[str | None, dict]:
@@ -29,6 +37,10 @@ class TestBrokenStreamEvent:
         assert data["message"] == "it broke" and data["error"]["code"] == "upstream_stream_broken"
 
     def test_chat_and_completions_keep_an_unnamed_event_with_an_error_object(self):
-        for api in ("chat", "completions", "passthrough"):
-            name, data = _parse(broken_stream_event(api, "it broke"))
+        for event in (broken_stream_event("chat", "it broke"), broken_stream_event("completions", "it broke")):
+            name, data = _parse(event)
             assert name is None and data["error"]["code"] == "upstream_stream_broken"
+
+    def test_a_path_passed_through_gets_openai_s_event(self):
+        name, data = _parse(openai_broken("it broke"))
+        assert name is None and data["error"]["code"] == "upstream_stream_broken"

@@ -156,7 +156,7 @@ class TestRedisAway:
 class TestSharedCorrectionsThroughRedis:
     async def test_a_correction_learned_by_one_replica_applies_on_another_and_after_both_restart(self, redis_server):
         from proxy.core.learning.corrections import Correction
-        from proxy.state.shared_corrections import SharedCorrections
+        from proxy.state.store import SharedCorrections
 
         learned = Correction(window=7000, factor=1.2, provider="openai")
         a, b = store(redis_server), store(redis_server)

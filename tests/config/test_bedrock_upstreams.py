@@ -46,7 +46,7 @@ class TestBedrockUpstreams:
         assert key in str(refused.value)
 
     def test_sigv4_is_only_for_bedrock(self) -> None:
-        with pytest.raises(ConfigError, match="kind: bedrock"):
+        with pytest.raises(ConfigError, match="kind openai signs nothing"):
             settings_from_dict(
                 {"upstreams": {"openai": {"kind": "openai", "base_url": "https://api.openai.com/v1", "auth": "sigv4"}}},
                 "guard.yaml",

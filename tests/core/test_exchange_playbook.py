@@ -440,7 +440,7 @@ class TestDecidedFromTheRoute:
 
     def test_a_route_that_cannot_say_how_the_request_is_counted_has_the_tokenizer_chosen(self):
         machine = Exchange("enforce")
-        routed = Routed(WINDOW, "backend", backend_kind="vllm", provider_counts=True)
+        routed = Routed(WINDOW, "backend", provider="vllm", provider_counts=True)
         assert (
             Playbook(machine)
             << FindRoute()
@@ -493,16 +493,19 @@ class TestDecidedFromTheRoute:
             << PlanFor(None)
         )
 
-    def test_the_provider_a_correction_names_follows_the_upstream_and_what_discovery_found(self):
-        def provider(upstream_kind: str, backend_kind: str) -> str | None:
+    def test_the_provider_a_correction_names_is_the_routes(self):
+        """The route says it (its upstream's provider, from what discovery found: proxy.providers);
+        None leaves it to the error's own words."""
+
+        def provider(named: str | None) -> str | None:
             machine = Exchange("enforce")
-            routed = Routed(WINDOW, "model_map", upstream_kind=upstream_kind, backend_kind=backend_kind)
+            routed = Routed(WINDOW, "model_map", provider=named)
             assert Playbook(machine) << FindRoute() >> routed << ChooseTokenizer() >> Chosen("model")
             return machine.provider
 
-        assert provider("anthropic", "generic") == "anthropic"
-        assert provider("openai", "llama.cpp") == "llama.cpp"
-        assert provider("openai", "generic") is None  # as the error's own words say
+        assert provider("anthropic") == "anthropic"
+        assert provider("llama.cpp") == "llama.cpp"
+        assert provider(None) is None
 
     def test_under_mode_off_the_route_is_still_found_for_the_record_and_the_request_sent_as_it_came(self):
         machine = Exchange("off")

@@ -1,5 +1,5 @@
 """Helpers for tests of relayed streams: the async-iterator plumbing the guard itself does
-inside `proxy.server.upstream.answers.UsageReader`, spelled out for tests that drive the parts."""
+inside `proxy.server.upstream.relay.UsageReader`, spelled out for tests that drive the parts."""
 
 from __future__ import annotations
 

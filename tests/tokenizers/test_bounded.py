@@ -9,8 +9,7 @@ import threading
 
 import pytest
 
-from proxy.core.cancellation import WorkCancelled, bound
-from proxy.core.work_budget import OverBudget, budgeted
+from proxy.core.work_budget import OverBudget, WorkCancelled, bound, budgeted
 from proxy.tokenizers.bounded import BOUND_BASE, bound_tokenizer
 from proxy.tokenizers.vocabularies import Tokenizers
 

@@ -18,8 +18,8 @@ from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.plan import TrimPolicy
 from proxy.core.trimming.strategies import STRATEGIES, build_pipeline
+from proxy.wire.codec import JsonLimits, UnreadableJson, read_json
 from proxy.wire.prefix_reader import PrefixReader
-from proxy.wire.strict_json import JsonLimits, UnreadableJson, read_json
 
 
 def conversation(turns: int, words: int = 40, tag: str = "") -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ block by block (`read_system`, `read_message`).
 The newest compaction block that holds a summary (server-side compaction, `compact_20260112`) is
 where Anthropic starts reading: "the API drops all message blocks prior to the compaction block".
 What precedes it is checked and left out of the view (`read_messages`), the block goes in as a
-pinned compaction marker (`proxy.core.trimming.compaction_prompts`), and a cut request drops what
+pinned compaction marker (`proxy.core.trimming.compaction`), and a cut request drops what
 preceded it first (`drop_before_compaction`): the provider would not have read it anyway.
 
 A user message's tool_result blocks become tool messages answering their tool_use id, ahead of a
@@ -22,7 +22,7 @@ from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, Parsed, ViewBuilder, opaque_part, text_part
 from proxy.core.costs.images import ANTHROPIC_IMAGE_SIDE_MOST, side_over
-from proxy.core.trimming.compaction_prompts import MARKER
+from proxy.core.trimming.compaction import MARKER
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "assistant"})

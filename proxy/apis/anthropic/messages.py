@@ -38,6 +38,7 @@ written back into the blocks. Reading the system prompt and the messages block b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -63,11 +64,14 @@ from proxy.apis.base import (
     text_part,
 )
 from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import anthropic_broken
 from proxy.core.costs.images import AreaCost
 from proxy.core.counting.edge import bound_ratio_of, lower_bound
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile
+from proxy.core.trimming.trim import TrimResult
 from proxy.errors import GuardError
 
 EDITS = "context_edits"  # `Parsed.private`: the context edits a request asks for
@@ -178,6 +182,12 @@ class MessagesAdapter(Adapter):
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return anthropic_error_body(error.status, error.message, error.param)
 
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        return result.rejection_message(result.anthropic_overflow()), None  # Anthropic's errors name no field
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return anthropic_broken(message)
+
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)
         messages: list[Any] = list(body["messages"])
@@ -252,3 +262,28 @@ def _write_blocks(blocks: Sequence[Any], source: Source, old: Mapping[str, Any],
         else:  # an image replaced by a marker
             out[target] = {"type": "text", "text": text}
     return out
+
+
+# Vertex AI's Claude: the model in the path (`count-tokens` names its count endpoint).
+_VERTEX_CLAUDE = re.compile(
+    r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/(?P<model>[^/:]+):(?P<method>rawPredict|streamRawPredict)"
+)
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Anthropic Messages at Anthropic's paths and Vertex AI's Claude paths; its count endpoint
+    answered locally (logged as `count_tokens`)."""
+    adapter, count = MessagesAdapter(), CountTokensAdapter()
+    counting = Endpoint(count, local=True, answer=count_tokens_body, named="count_tokens")
+    exact = {**dict.fromkeys(("/v1/messages", "/messages"), Endpoint(adapter)),
+             **dict.fromkeys(("/v1/messages/count_tokens", "/messages/count_tokens"), counting)}  # fmt: skip
+
+    def vertex(path: str) -> Endpoint | None:
+        found = _VERTEX_CLAUDE.fullmatch(path)
+        if found is None:
+            return None
+        if found["model"] == "count-tokens":
+            return counting
+        return Endpoint(adapter, path_model=found["model"], stream=found["method"] == "streamRawPredict")
+
+    return Shape(adapter.name, (adapter, count), exact, vertex)

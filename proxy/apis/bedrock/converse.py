@@ -47,9 +47,12 @@ from proxy.apis.base import (
     require_object,
     shortened_texts,
 )
+from proxy.apis.bedrock.event_streams import CONTENT_TYPE, EventStreamFraming, broken_frame, converse_usage
 from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import StreamFraming
 from proxy.core.models.model_registry import ModelProfile
+from proxy.core.trimming.trim import TrimResult
 from proxy.errors import GuardError
 
 CONVERSE_FIELDS = frozenset(
@@ -110,7 +113,32 @@ def exception_name(status: int) -> str:
     return EXCEPTIONS.get(status, "InternalServerException" if status >= 500 else "ValidationException")
 
 
-class ConverseAdapter(Adapter):
+class BedrockWays:
+    """What every bedrock-runtime operation's adapter answers alike: errors as `{"message"}` with
+    the exception's name in `x-amzn-ErrorType`, the guard's overflow in the words Bedrock relays
+    Claude's in, streams as AWS event streams (ended by an exception frame when broken), and
+    Converse's own spelling of the usage."""
+
+    def error_body(self, error: GuardError) -> dict[str, Any]:
+        return bedrock_error_body(error.named_message)
+
+    def error_headers(self, error: GuardError) -> dict[str, str]:
+        return error_headers(error)
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        return result.rejection_message(result.anthropic_overflow()), None
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return broken_frame(message)
+
+    def stream_framing(self, content_type: str) -> StreamFraming | None:
+        return EventStreamFraming() if content_type.startswith(CONTENT_TYPE) else None
+
+    def answer_usage(self, payload: Mapping[str, Any]) -> tuple[int, int | None, int | None] | None:
+        return converse_usage(payload)
+
+
+class ConverseAdapter(BedrockWays, Adapter):
     name: ClassVar[str] = "converse"
     writes_inserted: ClassVar[bool] = True
     resent_array: ClassVar[str | None] = "messages"
@@ -153,12 +181,6 @@ class ConverseAdapter(Adapter):
         if "claude" in model:
             profile = replace(profile, images=ANTHROPIC_IMAGES)
         return super().profile(profile, parsed)
-
-    def error_body(self, error: GuardError) -> dict[str, Any]:
-        return bedrock_error_body(error.named_message)
-
-    def error_headers(self, error: GuardError) -> dict[str, str]:
-        return error_headers(error)
 
     def write_reserve(self, body: dict[str, Any], parsed: Parsed, reserve: int) -> None:
         body["inferenceConfig"] = {**body.get("inferenceConfig", {}), "maxTokens": reserve}

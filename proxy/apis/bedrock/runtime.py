@@ -19,12 +19,17 @@ InvokeModel bodies of other models (Llama's prompt with its chat template, Mistr
 prompt, Nova's `messages-v1`) are each their maker's own format, which the guard does not read: it
 refuses them (ValidationException, naming Converse, which it counts for every model) rather than
 forward a prompt it cannot count.
+
+Two shapes register here (`converse_shape`, `invoke_shape`: a line each in
+`proxy.apis.registry.SHAPES`); both read bedrock-runtime's raw paths themselves
+(`Shape.reads_path` = `bedrock_path`), since the general path reader refuses an encoded `/`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -33,10 +38,10 @@ from urllib.parse import quote, unquote
 
 from proxy.apis.anthropic.messages import MessagesAdapter
 from proxy.apis.base import Adapter, InvalidRequest, Parsed, require_object
-from proxy.apis.bedrock.converse import ConverseAdapter, bedrock_error_body, error_headers, foundation_model
+from proxy.apis.bedrock.converse import BedrockWays, ConverseAdapter, foundation_model
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models.model_registry import ModelProfile
-from proxy.errors import GuardError
 
 OPERATIONS = ("converse", "converse-stream", "invoke", "invoke-with-response-stream", "count-tokens")
 STREAMING = frozenset({"converse-stream", "invoke-with-response-stream"})
@@ -87,7 +92,7 @@ def upstream_path(model: str, operation: str, served: str | None) -> str:
     return f"/model/{quote(name or model, safe='')}/{operation}"
 
 
-class InvokeAdapter(MessagesAdapter):
+class InvokeAdapter(BedrockWays, MessagesAdapter):
     """InvokeModel(WithResponseStream) of Claude: Anthropic's Messages body as Bedrock takes it,
     counted and cut by the Messages adapter; errors in Bedrock's shape."""
 
@@ -104,14 +109,8 @@ class InvokeAdapter(MessagesAdapter):
             )
         return super().parse(checked, known)
 
-    def error_body(self, error: GuardError) -> dict[str, Any]:
-        return bedrock_error_body(error.named_message)
 
-    def error_headers(self, error: GuardError) -> dict[str, str]:
-        return error_headers(error)
-
-
-class CountTokensAdapter(Adapter):
+class CountTokensAdapter(BedrockWays, Adapter):
     """CountTokens: `{"input": {"converse": {...}}}` read by the Converse adapter, `{"input":
     {"invokeModel": {"body": "<a Messages body as a JSON string>"}}}` by the invoke adapter
     (`max_tokens` optional there, as the provider counts the prompt alone)."""
@@ -138,12 +137,6 @@ class CountTokensAdapter(Adapter):
         adapter = self._invoke if "anthropic_version" in parsed.body else self._converse
         return adapter.profile(profile, parsed)
 
-    def error_body(self, error: GuardError) -> dict[str, Any]:
-        return bedrock_error_body(error.named_message)
-
-    def error_headers(self, error: GuardError) -> dict[str, str]:
-        return error_headers(error)
-
 
 class _CountedInvoke(InvokeAdapter):
     requires_max_tokens: ClassVar[bool] = False
@@ -166,3 +159,40 @@ def _invoke_body(text: str) -> object:
 
 def count_tokens_answer(total: int) -> Mapping[str, Any]:
     return {"inputTokens": total}
+
+
+def _endpoint(adapters: Mapping[str, Adapter], path: str) -> Endpoint | None:
+    """The endpoint of a canonical bedrock-runtime path whose operation one of `adapters` reads:
+    routed and counted by the model the id names, sent under the id as written."""
+    found = BEDROCK_PATH.fullmatch(path)
+    if found is None or found["operation"] not in adapters:
+        return None
+    model, operation = model_id(found["model"]), found["operation"]
+    adapter, named = adapters[operation], routed_model(model)
+    if operation == "count-tokens":
+        return Endpoint(adapter, named, local=True, answer=count_tokens_answer)
+    sent = functools.partial(upstream_path, model, operation)
+    return Endpoint(adapter, named, stream=operation in STREAMING, sent_path=sent)
+
+
+def _generates(segments: tuple[str, ...]) -> bool:
+    """A path that reaches a model of Bedrock's (`.../model/{id}/converse`, `invoke`, streamed or not)."""
+    return len(segments) >= 3 and segments[-3] == "model" and segments[-1] in _GENERATING
+
+
+_GENERATING = frozenset(OPERATIONS) - {"count-tokens"}
+
+
+def converse_shape(options: ShapeOptions) -> Shape:
+    """Converse and ConverseStream, and CountTokens (either body) answered locally."""
+    adapter, count = ConverseAdapter(), CountTokensAdapter()
+    operations: dict[str, Adapter] = {"converse": adapter, "converse-stream": adapter, "count-tokens": count}
+    match = functools.partial(_endpoint, operations)
+    return Shape(adapter.name, (adapter, count), {}, match, _generates, reads_path=bedrock_path)
+
+
+def invoke_shape(options: ShapeOptions) -> Shape:
+    """InvokeModel and InvokeModelWithResponseStream, for Claude's Messages body."""
+    adapter = InvokeAdapter()
+    match = functools.partial(_endpoint, {"invoke": adapter, "invoke-with-response-stream": adapter})
+    return Shape(adapter.name, (adapter,), {}, match, _generates, reads_path=bedrock_path)

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
+from proxy.core.trimming.trim import TrimResult
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "model", "function"})  # `function`: the v1beta name of a user turn answering calls
@@ -241,3 +242,10 @@ def with_output_reserve(body: dict[str, Any], reserve: int, snake: bool) -> None
     camel = "maxOutputTokens" in generation or (not snake and "max_output_tokens" not in generation)
     generation["maxOutputTokens" if camel else "max_output_tokens"] = reserve
     body[key] = generation
+
+
+def google_overflow(result: TrimResult) -> str:
+    """The guard's refusal as Google words an overflow (its limit: the input budget), then the
+    guard's explanation; Google's errors name no field."""
+    sentence = f"The input token count ({result.tokens_after}) exceeds the maximum number of tokens allowed "
+    return f"{sentence}({result.budget.input_budget}). {result.rejection_message()}"

@@ -26,6 +26,7 @@ dropped ones. Errors take Google's shape, `{"error": {"code", "message", "status
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -43,9 +44,13 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
-from proxy.apis.gemini.gemini_parts import Turns, field, read_system, with_output_reserve
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
+from proxy.apis.gemini.gemini_parts import Turns, field, google_overflow, read_system, with_output_reserve
+from proxy.apis.gemini.google_paths import generation_method
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import google_broken
 from proxy.core.models.model_names import url_model_name
+from proxy.core.trimming.trim import TrimResult
 from proxy.errors import GuardError
 
 API = "generate_content"
@@ -76,6 +81,8 @@ STATUSES = {
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
+
+
 def model_name(name: str) -> str:
     """The model a Gemini path names, refused unless it is one plain URL segment
     (proxy.core.models.model_names: it goes into the upstream's URL and the count endpoint's)."""
@@ -151,6 +158,12 @@ class GenerateContentAdapter(Adapter):
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return gemini_error(error.status, error.named_message)
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        return google_overflow(result), None
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return google_broken(message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)
@@ -298,3 +311,33 @@ def _joined(kept: list[tuple[int, Mapping[str, Any]]]) -> list[Any]:
 def _role(content: Mapping[str, Any]) -> str:
     role = content.get("role", "user")
     return "user" if role == "function" else str(role)
+
+
+# The Developer API (`v1`, `v1beta`) and Vertex AI's publisher models (`v1`, `v1beta1`; regional and
+# global locations, and express mode's paths without a project). The model is any segment here,
+# checked when the request is parsed: a loose match, so that no spelling of these paths falls
+# through to pass-through uncounted.
+_GEMINI = re.compile(
+    r"/(?:v1|v1beta|v1alpha)/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent|countTokens)"
+    r"|/(?:v1|v1beta1)/(?:projects/[^/]+/locations/[^/]+/)?publishers/google/models/(?P<vmodel>[^/:]+)"
+    r":(?P<vmethod>generateContent|streamGenerateContent|countTokens)"
+)
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Gemini's generateContent (the Developer API's and Vertex AI's), sent to the upstream's host
+    under the path as written; `:countTokens` answered locally."""
+    adapter, count = GenerateContentAdapter(), CountTokensAdapter()
+
+    def models(path: str) -> Endpoint | None:
+        found = _GEMINI.fullmatch(path)
+        if found is None:
+            return None
+        model, method = found["model"] or found["vmodel"], found["method"] or found["vmethod"]
+        if method == "countTokens":
+            answer = count_tokens_answer
+            return Endpoint(count, model, local=True, answer=answer, at_host_root=True, model_check=model_name)
+        stream = method == "streamGenerateContent"
+        return Endpoint(adapter, model, stream=stream, at_host_root=True, model_check=model_name)
+
+    return Shape(adapter.name, (adapter, count), {}, models, lambda segments: generation_method(segments) is not None)

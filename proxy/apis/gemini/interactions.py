@@ -25,6 +25,7 @@ google-genai's `interactions` raise with the message.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -41,9 +42,12 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
-from proxy.apis.gemini.gemini_parts import field, with_output_reserve
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
+from proxy.apis.gemini.gemini_parts import field, google_overflow, with_output_reserve
 from proxy.apis.gemini.interaction_steps import Steps, chat_tools, content_parts, is_content
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.stream_errors import interactions_broken
+from proxy.core.trimming.trim import TrimResult
 from proxy.errors import GuardError
 
 API = "interactions"
@@ -126,6 +130,12 @@ class InteractionsAdapter(Adapter):
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return interactions_error(error.status, error.named_message)
+
+    def overflow_refusal(self, result: TrimResult) -> tuple[str, str | None]:
+        return google_overflow(result), None
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return interactions_broken(message)
 
     def _render(self, parsed: Parsed, changes: Changes) -> dict[str, Any]:
         body = dict(parsed.body)
@@ -233,3 +243,20 @@ def _written_contents(
         # A shortened text keeps its other fields; a medium cut to a marker becomes that text.
         contents[target] = {**before, "text": text} if before.get("type") == "text" else {"type": "text", "text": text}
     return contents
+
+
+# Vertex AI's: a project's and location's (google-genai with vertexai=True sends v1beta1).
+_VERTEX_INTERACTIONS = re.compile(r"/(?:v1|v1beta1)/projects/[^/]+/locations/[^/]+/interactions")
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Google's Interactions API on the Developer API's versions (google-genai sends `/v1`) and
+    Vertex AI's, sent to the upstream's host under the path as written."""
+    adapter = InteractionsAdapter()
+    endpoint = Endpoint(adapter, at_host_root=True)
+    exact = {f"/{version}/interactions": endpoint for version in ("v1", "v1beta", "v1alpha")}
+
+    def vertex(path: str) -> Endpoint | None:
+        return endpoint if _VERTEX_INTERACTIONS.fullmatch(path) else None
+
+    return Shape(adapter.name, (adapter,), exact, vertex, lambda segments: segments[-1:] == ("interactions",))

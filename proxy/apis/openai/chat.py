@@ -1,6 +1,6 @@
 """Chat completions: the core's own shape, so the view is the body itself.
 
-Parsing checks every field the core reads (`proxy.wire.chat_body`: `messages`, each an object with a
+Parsing checks every field the core reads (`proxy.wire.readers`: `messages`, each an object with a
 string `role`, tools, tool calls, content parts, token limits; a string `model` when present:
 Azure deployments name the model in the path instead). Rendering returns the trimmed body, which
 the core already built with every other field kept.
@@ -8,12 +8,14 @@ the core already built with every other field kept.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from proxy.apis import fields
 from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.openai.chat_checks import check_chat_body
@@ -39,6 +41,7 @@ def message_sources(count: int) -> tuple[Source, ...]:
 
 class ChatAdapter(Adapter):
     name: ClassVar[str] = "chat"
+    body_is_view: ClassVar[bool] = True
     writes_inserted: ClassVar[bool] = True
     resent_array: ClassVar[str | None] = "messages"
     accounted: ClassVar[frozenset[str]] = fields.CHAT  # the output reserve's field is the body's: `Parsed` says
@@ -76,3 +79,22 @@ class ChatAdapter(Adapter):
         (the budget note): the trimmed body is the answer."""
         return dict(trimmed)
 
+
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions", "/openai/v1/chat/completions")
+_AZURE_CHAT = re.compile(r"/openai/deployments/(?P<deployment>[^/]+)/chat/completions")
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Chat Completions, at OpenAI's paths and an Azure deployment's (its model: the deployment)."""
+    adapter = ChatAdapter()
+    endpoint = Endpoint(adapter)
+
+    def deployment(path: str) -> Endpoint | None:
+        found = _AZURE_CHAT.fullmatch(path)
+        return Endpoint(adapter, path_model=found["deployment"]) if found else None
+
+    return Shape(adapter.name, (adapter,), dict.fromkeys(CHAT_PATHS, endpoint), deployment, _generates)
+
+
+def _generates(segments: tuple[str, ...]) -> bool:
+    return segments[-2:] == ("chat", "completions")

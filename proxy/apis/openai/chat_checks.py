@@ -8,7 +8,7 @@ reads another. Fields the core does not read are not looked at, and are forwarde
 
 `check_chat_body(value)` is the one check, run by the chat adapter's `parse` (so by the server's
 chat path and the CLI's `count` / `trim` alike) on a body already read strictly
-(`proxy.wire.chat_body.read_chat_body` reads and checks in one call). It raises `InvalidBody`,
+(`proxy.wire.readers.read_chat_body` reads and checks in one call). It raises `InvalidBody`,
 whose message is one line and whose `param` names the field.
 """
 

@@ -16,6 +16,7 @@ A batch of several prompts, or prompts given as token ids, is counted by its lon
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
@@ -33,6 +34,7 @@ from proxy.apis.base import (
     require_object,
     stream_flag,
 )
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.fields import unread_fields
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.core.counting.tokenizer import Tokenizer
@@ -158,3 +160,19 @@ def _prompt(prompt: object) -> tuple[str, Origin, int, int]:
 
 def _is_token(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+COMPLETIONS_PATHS = ("/v1/completions", "/completions", "/openai/v1/completions")
+_AZURE_COMPLETIONS = re.compile(r"/openai/deployments/(?P<deployment>[^/]+)/completions")
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """Legacy completions (`apis.completions` its options), at OpenAI's paths and an Azure deployment's."""
+    adapter = CompletionsAdapter(options.get("completions"))
+    endpoint = Endpoint(adapter)
+
+    def deployment(path: str) -> Endpoint | None:
+        found = _AZURE_COMPLETIONS.fullmatch(path)
+        return Endpoint(adapter, path_model=found["deployment"]) if found else None
+
+    return Shape(adapter.name, (adapter,), dict.fromkeys(COMPLETIONS_PATHS, endpoint), deployment)

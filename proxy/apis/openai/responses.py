@@ -54,6 +54,7 @@ from proxy.apis.base import (
     shortened_texts,
 )
 from proxy.apis.cut_positions import inserted_texts
+from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
 from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.openai.responses_items import (
     OUTPUT_TYPES,
@@ -63,6 +64,7 @@ from proxy.apis.openai.responses_items import (
     chat_tools,
     read_items,
 )
+from proxy.apis.stream_errors import responses_broken
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.work_budget import ITEM_UNITS, spend
 
@@ -75,6 +77,9 @@ class ResponsesAdapter(Adapter):
     reserve_field: ClassVar[str | None] = "max_output_tokens"
     reserve_view_field: ClassVar[str | None] = "max_completion_tokens"
     compacts: ClassVar[bool] = False  # every request asks to compact (`ResponsesCompactAdapter`)
+
+    def broken_stream_event(self, message: str) -> bytes:
+        return responses_broken(message)
 
     def parse(self, body: object, known: KnownPrefix = NOTHING_KNOWN) -> Parsed:
         body = require_object(body)
@@ -209,3 +214,15 @@ def _held(key: str, value: object) -> HeldContext | None:
     if not isinstance(value, str) or key == "prompt":
         return None
     return HeldContext("response" if key == "previous_response_id" else "conversation", value)
+
+
+RESPONSES_PATHS = ("/v1/responses", "/responses", "/openai/v1/responses", "/openai/responses")
+COMPACT_PATHS = ("/v1/responses/compact", "/responses/compact", "/openai/v1/responses/compact")
+
+
+def shape(options: ShapeOptions) -> Shape:
+    """OpenAI Responses, and its compaction requests (read with the same reader)."""
+    adapter = ResponsesAdapter()
+    compact = Endpoint(ResponsesCompactAdapter())
+    exact = {**dict.fromkeys(RESPONSES_PATHS, Endpoint(adapter)), **dict.fromkeys(COMPACT_PATHS, compact)}
+    return Shape(adapter.name, (adapter,), exact)

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import HeldContext, InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
-from proxy.core.counting.ciphertext import CIPHERTEXT_NOTE, CIPHERTEXT_TOKENS, base64_bytes
-from proxy.core.trimming.compaction_prompts import MARKER, TRIGGER
+from proxy.core.counting.bound import CIPHERTEXT_NOTE, CIPHERTEXT_TOKENS, base64_bytes
+from proxy.core.trimming.compaction import MARKER, TRIGGER
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})

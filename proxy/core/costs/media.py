@@ -5,11 +5,11 @@ file's own structure is bounded, and the part's note says it is an estimate.
 - **Audio** (`input_audio`): Gemini documents 32 tokens per second ("Understand and count
   tokens", https://ai.google.dev/gemini-api/docs/tokens), the highest published rate (OpenAI
   publishes none, so its audio is priced at it too); the length is read from the format's own
-  structure (`proxy.core.costs.audio_lengths`: WAV, MP3, FLAC, Ogg; M4A and WebM audio by their
-  containers, `proxy.core.costs.video_lengths`); audio of another format, or
+  structure (`proxy.core.costs.media_lengths`: WAV, MP3, FLAC, Ogg; M4A and WebM audio by their
+  containers, `proxy.core.costs.media_lengths`); audio of another format, or
   one that cannot be followed, is assumed to be 16 kbit/s, a lower rate than any common codec's.
 - **Video** (`input_video` with `data`): the length is read from the container
-  (`proxy.core.costs.video_lengths`: MP4, MOV, WebM, Matroska) and each second costs `fps`
+  (`proxy.core.costs.media_lengths`: MP4, MOV, WebM, Matroska) and each second costs `fps`
   frames (1 unless the part asks for another rate) at the model's frame rate
   (`ImageCostScheme.frame_cost`: Gemini 2.x 258, 66 at a low media resolution; Gemini 3 by the
   level asked), its sound's 32 and `VIDEO_METADATA_PER_SECOND` for the timestamps Gemini adds
@@ -46,10 +46,9 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from proxy.core.costs.audio_lengths import audio_seconds
 from proxy.core.costs.images import ImageCostScheme
+from proxy.core.costs.media_lengths import audio_seconds, video_seconds
 from proxy.core.costs.pdf_pages import PAGES_MOST, pdf_pages
-from proxy.core.costs.video_lengths import video_seconds
 from proxy.core.work_budget import spend
 
 if TYPE_CHECKING:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.costs.tool_schema import function_definition, render_namespace
+from proxy.core.counting.bound import utf8_bytes
 from proxy.core.counting.count_cache import CountCache, count_text
-from proxy.core.counting.slices import utf8_bytes
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ChatFormat
 
@@ -54,6 +54,11 @@ class ToolsCount:
     @property
     def exact(self) -> bool:
         return not self.notes
+
+
+NOTHING = ToolsCount(0)  # a part the body does not have
+# The fields whose absence makes every tool cost nothing: a plain chat skips the tools' code whole.
+TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 
 
 def functions_of(body: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[Any]]:

@@ -36,14 +36,12 @@ from typing import Any
 from proxy.core.costs.images import image_cost, is_media_resolution
 from proxy.core.costs.media import audio_cost, file_cost, video_cost
 from proxy.core.costs.tool_calls import ResultContext, calls_tokens, parallel_result_piece, result_framing
-from proxy.core.costs.tools import ToolsCount, response_format_tokens, tool_definitions_tokens
-from proxy.core.counting.bounded_text import BoundedText, bounded_text
-from proxy.core.counting.ciphertext import CIPHERTEXT_TOKENS
-from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, count_text
-from proxy.core.counting.openings import Tally
-from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.costs.tools import NOTHING, TOOL_FIELDS, ToolsCount, response_format_tokens, tool_definitions_tokens
+from proxy.core.counting.bound import CIPHERTEXT_TOKENS
+from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, Tally, count_text
+from proxy.core.counting.tokenizer import BoundedText, Tokenizer, bounded_text
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.roles import latest_user_index
+from proxy.core.trimming.turns import latest_user_index
 
 COMPONENTS = (
     "system",
@@ -150,8 +148,8 @@ class CountRules:
         """The request's count from its messages' counts and their sums (`tally`): the parts
         outside the messages (the tool definitions first) counted and added, the components split,
         the notes gathered; `recording` (`note_bounded_text`) ends here, after the last text counted."""
-        tool_count = self._tool_definitions(body)
-        format_count = response_format_tokens(body, self.tokenizer, self.fmt)
+        tool_count = self._tool_definitions(body) if any(key in body for key in TOOL_FIELDS) else NOTHING
+        format_count = response_format_tokens(body, self.tokenizer, self.fmt) if "response_format" in body else NOTHING
         documents = self._documents(body)
         tools, response_format = tool_count.tokens, format_count.tokens
         components = dict.fromkeys(COMPONENTS, 0)
@@ -211,7 +209,7 @@ class CountRules:
         rendering of them, never cut."""
         documents = body.get("documents")
         if not documents:
-            return ToolsCount(0)
+            return NOTHING
         text = json.dumps(documents, ensure_ascii=False, separators=(",", ":"), default=str)
         note = "documents: rendered by the server's chat template, if at all; counted as their JSON"
         return ToolsCount(count_text(self.tokenizer, text, self.cache), (note,))

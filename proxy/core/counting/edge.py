@@ -7,39 +7,21 @@ tell whether the request fits: it asks the upstream's count endpoint once, and t
 Away from the edge nothing is asked: a request whose upper bound fits is sent, one whose lower
 bound does not fit is cut.
 
-The endpoints (their documented shapes):
-- Anthropic: `POST /v1/messages/count_tokens`, the Messages body without `max_tokens` and the
-  sampling fields; answers `{"input_tokens": N}`.
-- OpenAI: `POST /v1/responses/input_tokens`, a Responses body (a chat body is rewritten as one);
-  answers `{"object": "response.input_tokens", "input_tokens": N}`.
-- Vertex AI: `POST .../publishers/google/models/{model}:countTokens` with `contents`,
-  `systemInstruction` and `tools`; answers `{"totalTokens": N}`. A native Gemini request
-  (`generate_content`) goes as it is, less its generation settings. In express mode (an API
-  key, the global host, no project: a base URL without `/projects/`) the same call is
-  `POST /v1/publishers/google/models/{model}:countTokens` at the base's host (`/v1beta1/...`
-  when the base says `v1beta1`; Google's "Vertex AI in express mode REST API reference").
-- Gemini Developer API: `POST /v1beta/models/{model}:countTokens` with the whole request as its
-  `generateContentRequest`; answers `{"totalTokens": N}`.
-- vLLM and llama.cpp count through their tokenize endpoints (`proxy.server.backends.tokenize`).
+Each upstream kind's provider (`proxy.providers`) builds the call to its own endpoint
+(`CountCall`); the bodies it needs said in another shape are here (`responses_body`, `vertex_body`).
+vLLM and llama.cpp count through their tokenize endpoints (`proxy.server.backends.tokenize`).
 
 Pure: the shell (`proxy.server.backends.provider_count`) performs the call and caches the answer.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
-from urllib.parse import quote
-
-from proxy.core.models.model_names import url_model_name
-
-EndpointKind = Literal["anthropic", "openai", "vertex", "gemini", "bedrock"]
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -80,12 +62,14 @@ def straddles(upper: int, lower: int | None, budget: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CountCall:
-    """One request to a count endpoint, and the field of its answer that holds the count."""
+    """One request to a count endpoint (built by the upstream's provider, `proxy.providers`), the
+    field of its answer that holds the count, and the headers the endpoint requires when the
+    forwarded request carries none (Anthropic's `anthropic-version`)."""
 
-    kind: EndpointKind
     url: str
     body: Mapping[str, Any]
     answer_field: str
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def key(self, upstream: str, model: str) -> str:
         """What a cached answer is kept under: the upstream, the model, the URL and the body's digest."""
@@ -109,113 +93,6 @@ def read_count(call: CountCall, answer: object) -> int | None:
     """The count in an endpoint's answer; None for an answer without one."""
     value = answer.get(call.answer_field) if isinstance(answer, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-# What each count endpoint reads of a request; the rest (max_tokens, sampling) it refuses or ignores.
-_ANTHROPIC_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers")
-_RESPONSES_FIELDS = (
-    "model",
-    "input",
-    "instructions",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "reasoning",
-    "text",
-    "truncation",
-    "conversation",
-    "previous_response_id",
-)
-_VERTEX_BASE = re.compile(r"^(https?://[^/]+/v1(?:beta1)?/projects/[^/]+/locations/[^/]+)(?:/|$)")
-_HOST_AND_PATH = re.compile(r"^(https?://[^/?#]+)([^?#]*)")
-
-
-def _vertex_models(base: str) -> str | None:
-    """Where Vertex AI's publisher models are for an upstream at `base`: under the base's project
-    and location, or in express mode (no project in the base) under the host's `/v1` (`/v1beta1`
-    when the base's path starts with it); None for a base that is neither."""
-    found = _VERTEX_BASE.match(base)
-    if found is not None:
-        return f"{found.group(1)}/publishers/google/models"
-    split = _HOST_AND_PATH.match(base)
-    if split is None or "/projects/" in f"{split.group(2)}/":
-        return None
-    version = "v1beta1" if re.match(r"/v1beta1(?:/|$)", split.group(2)) else "v1"
-    return f"{split.group(1)}/{version}/publishers/google/models"
-
-
-def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:
-    """The call that counts `body` (in the shape of `api`) on an upstream of `kind` at `base_url`;
-    None when that upstream has no count endpoint for it (or the body cannot be said in its shape)."""
-    base = base_url.rstrip("/")
-    if kind == "anthropic" and api == "messages":
-        root = base[: -len("/v1")] if base.endswith("/v1") else base
-        picked = {k: body[k] for k in _ANTHROPIC_FIELDS if k in body}
-        return CountCall("anthropic", f"{root}/v1/messages/count_tokens", {**picked, "model": model}, "input_tokens")
-    if kind == "openai" and api in ("responses", "chat"):
-        request = dict(body) if api == "responses" else responses_body(body)
-        if request is None:
-            return None
-        picked = {k: request[k] for k in _RESPONSES_FIELDS if k in request}
-        return CountCall("openai", f"{base}/responses/input_tokens", {**picked, "model": model}, "input_tokens")
-    if api == "generate_content" and kind in ("vertex", "gemini"):
-        return _gemini_call(kind, base, model, body)
-    if kind == "bedrock" and api in ("converse", "invoke"):
-        return _bedrock_call(base, model, api, body)
-    if kind == "vertex" and api == "chat":  # the OpenAI-compatible endpoint: a project's only
-        found = _VERTEX_BASE.match(base)
-        contents = vertex_body(body)
-        if found is None or contents is None:
-            return None
-        # The model is written into the URL: a name that is not one plain path segment is never asked about.
-        name = url_model_name(model.split("/", 1)[1] if model.startswith("google/") else model)
-        if name is None:
-            return None
-        url = f"{found.group(1)}/publishers/google/models/{name}:countTokens"
-        return CountCall("vertex", url, contents, "totalTokens")
-    return None
-
-
-# What Gemini's countTokens reads of a generateContent request (Vertex AI takes them at the top level).
-_GEMINI_FIELDS = ("contents", "systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config")
-
-
-def _gemini_call(kind: str, base: str, model: str, body: Mapping[str, Any]) -> CountCall | None:
-    """The countTokens call for a native Gemini request: the model, a plain name (quoted all the
-    same), put in a URL at the upstream's host; for Vertex AI under the base URL's project, or
-    express mode's path when the base names none (`_vertex_models`)."""
-    name = url_model_name(model.rpartition("/")[2])
-    if name is None:
-        return None
-    quoted = quote(name, safe="")
-    picked = {k: body[k] for k in _GEMINI_FIELDS if k in body}
-    if kind == "gemini":
-        root = re.sub(r"^(https?://[^/]+).*$", r"\1", base)
-        request = {"generateContentRequest": {**picked, "model": f"models/{name}"}}
-        return CountCall("gemini", f"{root}/v1beta/models/{quoted}:countTokens", request, "totalTokens")
-    models = _vertex_models(base)
-    if models is None:
-        return None
-    return CountCall("vertex", f"{models}/{quoted}:countTokens", picked, "totalTokens")
-
-
-# What Bedrock's CountTokens reads of a Converse request.
-_CONVERSE_FIELDS = ("messages", "system", "toolConfig", "additionalModelRequestFields")
-
-
-def _bedrock_call(base: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall:
-    """Bedrock's CountTokens for the foundation model a profile's id names (it counts for foundation
-    models): a Converse request's fields, or an InvokeModel body whole (a blob: base64 of its JSON)."""
-    foundation = quote(_BEDROCK_GEOGRAPHY.sub("", model), safe="")
-    if api == "converse":
-        counted: dict[str, Any] = {"converse": {k: body[k] for k in _CONVERSE_FIELDS if k in body}}
-    else:
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        counted = {"invokeModel": {"body": base64.b64encode(data).decode("ascii")}}
-    return CountCall("bedrock", f"{base}/model/{foundation}/count-tokens", {"input": counted}, "inputTokens")
-
-
-_BEDROCK_GEOGRAPHY = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z0-9-]+\.[a-z0-9])")
 
 
 def _text(content: object) -> str | None:

@@ -8,7 +8,7 @@ a request was counted before. The bookkeeping here finds that out without counti
   (`proxy.wire.prefix_reader`) or of its compact JSON, scoped to this tokenizer, chat format and
   image pricing, and for a tool result to the call it answers (`_message_keys`);
 - the counts of a conversation's opening and their sums are kept as an `Opening`
-  (`proxy.core.counting.openings`), so a request that extends it walks only the messages after;
+  (`proxy.core.counting.count_cache`), so a request that extends it walks only the messages after;
 - the tool definitions are counted once per set of definitions (and first system message);
 - the large texts of the messages the cache does not have are encoded in one batch before the
   walk, so the encoder gets one large job instead of thousands of calls (`_prefetch`).
@@ -27,19 +27,19 @@ import orjson
 
 from proxy.core.costs.tool_calls import ResultContext, flag_groups, no_tool_traffic, result_contexts, scan_calls
 from proxy.core.costs.tools import ToolsCount, first_system_text, tool_definitions_tokens
-from proxy.core.counting.bounded_text import note_bounded_text
-from proxy.core.counting.count_cache import CountCache, count_text
-from proxy.core.counting.count_rules import CountRules, MessageCount, RequestCount
-from proxy.core.counting.openings import (
+from proxy.core.counting.count_cache import (
     NO_TALLY,
+    CountCache,
     Opening,
     Tally,
+    count_text,
     opening_key,
     sizes_to_keep,
     sizes_to_look_up,
     still_marked_alike,
 )
-from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.counting.count_rules import CountRules, MessageCount, RequestCount
+from proxy.core.counting.tokenizer import Tokenizer, note_bounded_text
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.work_budget import BLOCK_UNITS, ITEM_UNITS, content_blocks, spend
 
@@ -81,7 +81,7 @@ class RequestCounter(CountRules):
         # Counts of this request's large texts, encoded in one batch before the walk; keyed by
         # object identity, holding the text so that the identity stays valid.
         self._prefetched: dict[int, tuple[str, int]] = {}
-        self._scope = hash((tokenizer.identity, profile.chat_format, profile.images))
+        self._scope = hash((tokenizer.identity, profile.rules_hash))
 
     def text(self, text: str) -> int:
         """A text's count: from the batch encoded before the walk when it is one of its texts."""
@@ -93,9 +93,9 @@ class RequestCounter(CountRules):
     def request(self, body: Mapping[str, Any]) -> RequestCount:
         """The body's count. With the hashes of its messages (one per message: those of the
         body this counter was built for), the counts of the opening it shares with a request
-        counted before are carried (`proxy.core.counting.openings`); `shared_messages` is where
+        counted before are carried (`proxy.core.counting.count_cache`); `shared_messages` is where
         its siblings part from it."""
-        recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.counting.slices)
+        recording = note_bounded_text()  # what is counted by a bound instead of encoded (proxy.core.counting.bound)
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         spend(ITEM_UNITS * len(messages))  # each message is looked up, split into turns and maybe cut

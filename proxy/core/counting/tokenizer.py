@@ -1,4 +1,5 @@
-"""Text tokenizers as the core sees them.
+"""Text tokenizers as the core sees them, the note of what they bounded instead of encoding, and
+the tokenizers that count a request with a backend's counts.
 
 The core never loads a vocabulary: the shell (`proxy.tokenizers.vocabularies`) builds the encoders and
 hands them in. A tokenizer here is anything with a `name`, an `identity` and `count(text) -> int`.
@@ -9,22 +10,74 @@ Three kinds exist:
   families whose own tokenizer is not available but whose ratio to it is known and measured;
 - `CharEstimateTokenizer`, a character-based estimate that never reads a vocabulary.
 
-The cache of their counts is `proxy.core.counting.count_cache`; what they bound instead of encoding is
-noted in `proxy.core.counting.bounded_text`.
+The cache of their counts is `proxy.core.counting.count_cache`.
+
+`EncoderTokenizer` counts a stretch of text by an upper bound when it cannot be cut where the count
+stays exact, or when the native encoder fails on it. The counter
+(`proxy.core.counting.request_count`) wants to say so on the request's record, but the tokenizer is
+called deep inside counting with no request in hand: a ContextVar carries the note (`BoundedText`)
+for the counting of one request, in its thread or task, and nothing else.
+
+The core counts synchronously; a backend answers over the network. So a request counted with a
+backend's own tokenizer is counted twice: first with a `RecordingTokenizer` (the local tokenizer,
+every text it is asked about remembered), then, once the backend has counted those texts
+(`proxy.server.backends.tokenize`), with a `PrefetchedTokenizer` holding the answers.
+`tool_call_texts` names the texts a template that drops tool calls never shows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from proxy.core.cancellation import checkpoint
-from proxy.core.counting.bounded_text import note_bounded
-from proxy.core.counting.slices import SLICE_CHARS, spans, utf8_bytes
-from proxy.core.work_budget import spend
+from proxy.core.counting.bound import SLICE_CHARS, spans, utf8_bytes
+from proxy.core.work_budget import checkpoint, spend
+
+
+@dataclass(slots=True)
+class BoundedText:
+    """What a request's counting bounded instead of encoding: stretches and their characters."""
+
+    stretches: int = 0
+    chars: int = 0
+    reasons: set[str] = field(default_factory=set)
+
+    def note(self) -> str | None:
+        if not self.stretches:
+            return None
+        why = " and ".join(sorted(self.reasons))
+        return (
+            f"text: {self.stretches} stretch(es) of {self.chars} characters ({why}) counted at one token per "
+            "UTF-8 byte, an upper bound"
+        )
+
+
+_BOUNDED: ContextVar[BoundedText | None] = ContextVar("context_guard_bounded_text", default=None)
+
+
+def note_bounded_text() -> Token[BoundedText | None]:
+    """Start recording, for the counting that follows in this thread or task, what is bounded
+    instead of encoded; `bounded_text(token)` ends it and returns the record."""
+    return _BOUNDED.set(BoundedText())
+
+
+def bounded_text(token: Token[BoundedText | None]) -> BoundedText:
+    record = _BOUNDED.get() or BoundedText()
+    _BOUNDED.reset(token)
+    return record
+
+
+def note_bounded(chars: int, reason: str) -> None:
+    """Record a stretch of `chars` characters counted by a bound, when a recording is under way."""
+    record = _BOUNDED.get()
+    if record is not None:
+        record.stretches += 1
+        record.chars += chars
+        record.reasons.add(reason)
 
 
 class Tokenizer(Protocol):
@@ -53,7 +106,7 @@ class EncoderTokenizer:
     happens to contain `<|endoftext|>` is text, which is how the providers treat it.
 
     A text longer than `SLICE_CHARS` is counted in slices cut where the count stays exact
-    (`proxy.core.counting.slices`), so that no token list longer than a slice's is ever held; stretches
+    (`proxy.core.counting.bound`), so that no token list longer than a slice's is ever held; stretches
     with no such cut are counted by `bound` (UTF-8 bytes: one token a byte at most for byte-level
     BPE) and noted (`BoundedText`). `sliceable` False (a vocabulary whose pre-tokeniser the cut
     rule was not proven for, such as SentencePiece's) encodes every text whole, as before.
@@ -137,7 +190,7 @@ class EncoderTokenizer:
     def _sliced(self, text: str) -> int:
         total = 0
         for span in spans(text, SLICE_CHARS):
-            checkpoint()  # a request whose client hung up stops here (proxy.core.cancellation)
+            checkpoint()  # a request whose client hung up stops here (proxy.core.work_budget)
             if span.exact:
                 total += self._encoded_length(text[span.start : span.end])
             else:
@@ -188,6 +241,89 @@ class CharEstimateTokenizer:
         else:
             other = len(text) - ascii_chars
         return math.ceil(ascii_chars / self.chars_per_token) + other
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+
+def tool_call_texts(body: Mapping[str, Any]) -> set[str]:
+    """The names and arguments of the assistant tool calls in `body`."""
+    texts: set[str] = set()
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                texts.update(v for v in (function.get("name"), function.get("arguments")) if isinstance(v, str))
+    return texts
+
+
+@dataclass
+class RecordingTokenizer:
+    """Counts with `base` and remembers every text it was asked about."""
+
+    base: Tokenizer
+    texts: set[str] = field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @property
+    def identity(self) -> str:
+        return self.base.identity
+
+    @property
+    def exact(self) -> bool:
+        return self.base.exact
+
+    def count(self, text: str) -> int:
+        if text:
+            self.texts.add(text)
+        return self.base.count(text)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+
+@dataclass
+class PrefetchedTokenizer:
+    """The backend's counts of one request's texts; any other text (one a trim shortened, a note
+    it inserted) is counted by `fallback` and remembered in `missing`, and then the count is no
+    longer exact until `BackendCounter.complete()` has fetched those too. One per request: never
+    cache counts under its name."""
+
+    name: str
+    counts: dict[str, int]
+    fallback: Tokenizer
+    missing: set[str] = field(default_factory=set)
+    # After `bound_missing()`, a text the backend has not counted costs at most its UTF-8 bytes
+    # plus one (no byte-level BPE or byte-fallback SentencePiece token is shorter than a byte; the
+    # one is a dummy-prefix space): a plan made then cannot undercount, whatever the estimate.
+    bounded: bool = False
+
+    @property
+    def identity(self) -> str:
+        return self.name
+
+    @property
+    def exact(self) -> bool:
+        return not self.missing
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        n = self.counts.get(text)
+        if n is None:
+            self.missing.add(text)
+            estimate = self.fallback.count(text)
+            return max(estimate, len(text.encode("utf-8", "surrogatepass")) + 1) if self.bounded else estimate
+        return n
+
+    def bound_missing(self) -> None:
+        """From now on, texts the backend has not counted are counted by their upper bound."""
+        self.bounded = True
 
     def count_many(self, texts: list[str]) -> list[int]:
         return [self.count(t) for t in texts]

@@ -13,7 +13,7 @@ client. Three rules stop that:
   that same sentence;
 - a measured limit or factor outside a plausible range of the known window is not believed;
 - a correction is remembered only after the retry it produced succeeded (the caller commits it,
-  per upstream and model, with an expiry, in `proxy.state.shared_corrections`), or, when the
+  per upstream and model, with an expiry, in `proxy.state.store`), or, when the
   window the provider stated is too small for the request to be retried at all (what may not be
   cut and its output reserve do not fit it), that stated window alone (`Correction.limit_only`),
   which is smaller than the one known.

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from proxy.core.costs.images import ImageCostScheme, PatchCost, TileCost
-from proxy.core.models.chat_format import TEMPLATE_FORMAT as TEMPLATE_FORMAT
-from proxy.core.models.chat_format import ChatFormat as ChatFormat  # re-exported: the profile's type
 from proxy.core.models.families import OPEN_FAMILIES, UNKNOWN_FAMILY, Family
-from proxy.core.models.families import TokenizerKind as TokenizerKind
+from proxy.core.models.families import ChatFormat as ChatFormat  # re-exported: the profile's type
 from proxy.core.models.families import TokenizerSpec as TokenizerSpec
 from proxy.core.models.open_windows import documented_window, maker_provider
 
@@ -147,6 +145,10 @@ class ModelProfile:
     images: ImageCostScheme
     window_source: Literal["config", "model_map", "model_card", "fallback"]
     tokenizer_exact: bool
+    rules_hash: int = field(init=False, repr=False, compare=False)  # in every count-cache key: hashed once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules_hash", hash((self.chat_format, self.images)))
 
     @property
     def known(self) -> bool:
@@ -171,11 +173,9 @@ V = TypeVar("V")
 
 
 def _keep(cache: OrderedDict[str, V], name: str, value: V) -> None:
-    """`value` kept under `name`, a client's model name: past `CACHED_NAMES` the oldest goes, so a
-    cache that clients filled with names nobody sends again keeps serving the ones that come next
-    (a full cache that kept nothing new resolved every new name twice a request: 1.1-1.2x the
-    CPU). An ordered dict's pop of its oldest is O(1); deleting a plain dict's first key again and
-    again makes finding the next one walk the holes left."""
+    """`value` kept under `name`, a client's model name: past `CACHED_NAMES` the oldest goes (an
+    ordered dict pops it in O(1)), so a cache that clients filled with names nobody sends again
+    keeps serving the ones that come next."""
     if len(name) > CACHED_NAME_CHARS:
         return
     if len(cache) >= CACHED_NAMES:
@@ -251,7 +251,6 @@ class ModelRegistry:
     _override_cache: OrderedDict[str, ModelOverride | None] = field(
         default_factory=OrderedDict, compare=False, repr=False
     )
-
     _by_host: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
     _keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     _hosts: set[str] = field(default_factory=set, compare=False, repr=False)

@@ -12,10 +12,10 @@ that then refuses such a request says so in its overflow error, and the guard's 
 (`proxy.core.learning.corrections`) learns the smaller window from it and keeps it.
 
 Only a window that came from the model map is raised: an operator's override and the window a
-server states win over a header. And only where the provider honours the header: the upstream
-kinds and API shapes an opt-in names (Anthropic's own Messages API). The same header sent to an
-OpenAI-compatible server, a Gemini or a Vertex AI upstream asks nothing of it, so the model keeps
-its own window there.
+server states win over a header. And only where the provider honours the header: the providers
+that list it (`proxy.providers`: Anthropic's) and the API shapes it names (Messages). The same
+header sent to an OpenAI-compatible server, a Gemini or a Vertex AI upstream asks nothing of it,
+so the model keeps its own window there.
 
 A correction learned on a request that opted in is about the window served to such requests: it
 is kept apart (`correction_key`), and applies neither to the model's requests that did not opt in
@@ -39,7 +39,6 @@ class OptIn:
     context_window: int
     source: str  # the provider's page that documents it
     checked: str  # the date it was read (YYYY-MM-DD)
-    upstreams: tuple[str, ...] = ("anthropic",)  # the upstream kinds that honour the header
     apis: tuple[str, ...] = ("messages",)  # the API shapes it is honoured on
 
     def to_dict(self) -> dict[str, object]:
@@ -60,15 +59,15 @@ OPT_INS: tuple[OptIn, ...] = (
 )
 
 
-def opted_in(model: str, headers: Mapping[str, str], upstream_kind: str, api: str) -> OptIn | None:
-    """The larger window `headers` ask `model` to be served with by an upstream of `upstream_kind`
-    on API shape `api`, or None (`headers`: a mapping whose `get` takes a header's name in lower
-    case, as aiohttp's does)."""
-    for opt_in in OPT_INS:
+def opted_in(model: str, headers: Mapping[str, str], opt_ins: tuple[OptIn, ...], api: str) -> OptIn | None:
+    """The larger window `headers` ask `model` to be served with on API shape `api`, among
+    `opt_ins` (those the upstream's provider honours, `Provider.opt_ins`), or None (`headers`: a
+    mapping whose `get` takes a header's name in lower case, as aiohttp's does)."""
+    for opt_in in opt_ins:
         value = headers.get(opt_in.header)  # most requests carry none: nothing more is done for them
         if not value or opt_in.token not in (v.strip() for v in value.split(",")):
             continue
-        if upstream_kind not in opt_in.upstreams or api not in opt_in.apis:
+        if api not in opt_in.apis:
             continue
         name = model.lower().rsplit("/", 1)[-1]
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in opt_in.models):

@@ -25,7 +25,7 @@ follow from the result and its call alone). It follows from the request alone: a
 computes the same, with no state shared.
 
 **A client's compaction request** (its latest user message asks to summarise the conversation,
-or it ends in a compaction trigger: `proxy.core.trimming.compaction_prompts`) is the one request
+or it ends in a compaction trigger: `proxy.core.trimming.compaction`) is the one request
 that needs the whole history: clearing would leave the summary without material. Its tool results
 are instead all shortened middle-out to one common cap, the largest that fits (the placeholder
 only below `compaction_floor` tokens each), and later strategies may not drop its opening
@@ -41,11 +41,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from proxy.core.trimming.compaction_prompts import compiled_patterns, is_compaction_request
-from proxy.core.trimming.roles import TOOL_RESULT_ROLES
-from proxy.core.trimming.shrink import shorten_message
+from proxy.core.trimming.compaction import compiled_patterns, is_compaction_request
+from proxy.core.trimming.history import shorten_message
 from proxy.core.trimming.trim import TrimState
-from proxy.core.trimming.turns import Unit
+from proxy.core.trimming.turns import TOOL_RESULT_ROLES, Unit
 
 
 def placeholder(tool: str | None, tokens: int) -> str:

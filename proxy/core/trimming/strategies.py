@@ -33,9 +33,17 @@ from typing import Any
 
 from proxy.core.trimming.budget import requested_output, thinking_budget
 from proxy.core.trimming.clearing import ClearToolResults, clear_result, tool_results
-from proxy.core.trimming.compaction_prompts import MARKER, is_flagged
-from proxy.core.trimming.history import DropOldestTurns, check_at_least, drop_groups, keep_in_part, unguaranteed
-from proxy.core.trimming.shrink import is_image, shorten_message, without_images
+from proxy.core.trimming.compaction import MARKER, is_flagged
+from proxy.core.trimming.history import (
+    DropOldestTurns,
+    check_at_least,
+    drop_groups,
+    is_image,
+    keep_in_part,
+    shorten_message,
+    unguaranteed,
+    without_images,
+)
 from proxy.core.trimming.trim import Strategy, TrimState
 from proxy.core.trimming.turns import Turn
 

@@ -27,10 +27,15 @@ import orjson
 from proxy.core.counting.count_rules import RequestCount
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.record_fields import field_dict
-from proxy.core.trimming.budget import Budget, BudgetPolicy, input_budget, requested_output
-from proxy.core.trimming.cuts import HistoryCut
-from proxy.core.trimming.notes import SummaryReport, insertion_point
-from proxy.core.trimming.turns import Conversation, split_conversation
+from proxy.core.trimming.budget import (
+    Budget,
+    BudgetPolicy,
+    SummaryReport,
+    input_budget,
+    insertion_point,
+    requested_output,
+)
+from proxy.core.trimming.turns import Conversation, HistoryCut, split_conversation
 
 RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
 Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
@@ -76,18 +81,22 @@ class TrimResult:
     def fits(self) -> bool:
         return self.tokens_after <= self.budget.input_budget
 
-    def rejection_message(self, shape: Literal["openai", "anthropic"] | None = None) -> str:
-        """Why the request is refused. With a `shape`, it opens with the sentence that provider
-        words its own overflow error with (clients act on it: litellm's ContextWindowExceededError;
-        Claude Code lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too
-        long"), and the guard's explanation follows."""
+    def rejection_message(self, opening: str = "") -> str:
+        """Why the request is refused, after `opening`: the sentence the provider words its own
+        overflow error with (the adapter of the request's API shape picks it, `openai_overflow`,
+        `anthropic_overflow`; clients act on it: litellm's ContextWindowExceededError; Claude Code
+        lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too long")."""
         explanation = self._explanation()
-        if shape == "anthropic":
-            return f"{self._anthropic_sentence()} {explanation}"
-        if shape == "openai":
-            # The code in the text too: langchain-openai, among others, looks for it in the message.
-            return f"{self._openai_sentence()} (context-guard, context_length_exceeded) {explanation}"
-        return explanation
+        return f"{opening} {explanation}" if opening else explanation
+
+    def openai_overflow(self) -> str:
+        """OpenAI's overflow sentence, with the code in the text too: langchain-openai, among
+        others, looks for it in the message."""
+        return f"{self._openai_sentence()} (context-guard, context_length_exceeded)"
+
+    def anthropic_overflow(self) -> str:
+        """Anthropic's overflow sentence."""
+        return self._anthropic_sentence()
 
     def _openai_sentence(self) -> str:
         # OpenAI's own wording (numbers without separators, as it writes them), for the case it fits.

@@ -26,9 +26,8 @@ from typing import Any, Literal
 import aiohttp
 
 from proxy.core.counting.count_cache import CountCache
-from proxy.core.counting.prefetched import PrefetchedTokenizer
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.counting.tokenizer import PrefetchedTokenizer, Tokenizer
 from proxy.core.learning.calibration import Calibration, CalibrationTable, calibrated
 from proxy.core.models.model_registry import ModelProfile
 from proxy.server.backends.profiles import (
@@ -156,7 +155,7 @@ class Backends:
         found = self.discoveries.get(upstream)
         if found is None:
             return True, None
-        if found.kind != "ollama":
+        if not found.profile.window_per_model:
             return True, found.window(model)
         key = (upstream, model)
         return (True, self._windows[key]) if key in self._windows else (False, None)

@@ -30,13 +30,12 @@ from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache, ScopedCountCache
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile, ModelRegistry, TokenizerSpec
-from proxy.core.trimming.budget import BudgetPolicy
-from proxy.core.trimming.notes import CompactionPolicy
+from proxy.core.trimming.budget import BudgetPolicy, CompactionPolicy
 from proxy.errors import ConfigError
-from proxy.server.request.resent import ResentPlans
 from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
+from proxy.wire.readers import ResentPlans
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +117,7 @@ class Models:
         return self.profile(model).matched or "other"
 
     def count_cache(self, client: object | None) -> CountCache:
-        """The count cache as `client` (`proxy.server.edge.client_scope`) sees it: its own part of the
+        """The count cache as `client` (`proxy.server.threads.placement`) sees it: its own part of the
         shared one, unless `tokenizers.share_count_cache` (or no client is named: the CLI)."""
         if self.shares_count_cache or client is None:
             return self.cache

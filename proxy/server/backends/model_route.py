@@ -1,6 +1,8 @@
-"""What a model's requests are counted and sent with, worked out once per model and API.
+"""A model's route: the upstream it goes to (`Router`, `Target`), and what its requests are counted
+and sent with, worked out once per model and API (`ModelRoute`).
 
-Every request names a model; from it the guard works out the upstream it goes to, the model that
+Every upstream comes from the config; a client can name a model, never a host, so the proxy is
+never an open relay. Every request names a model; from it the guard works out the upstream it goes to, the model that
 serves it, that model's profile (its window: the config's, the model map's, or the one the server
 states), the tokenizer to count with and how it was chosen, the upstream's kind of backend and
 the budget policy that follows from it (`ModelRoute`). None of that depends on the request: it
@@ -28,15 +30,66 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.config.settings import Settings
+from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.core.commands import Chosen, Routed
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.trimming.budget import BudgetPolicy
+from proxy.errors import ModelNotRouted
 from proxy.server.backends.catalogue import Backends, Choice
 from proxy.server.backends.model_counting import CountedAs, Models
 from proxy.server.backends.profiles import BackendProfile, budget_policy
-from proxy.server.upstream.routing import Target
 from proxy.tokenizers.map_corrections import correction_for
+
+
+@dataclass(frozen=True)
+class Target:
+    upstream: UpstreamSettings
+    model: str | None  # the name to send upstream (renamed by the route, if it says so)
+
+
+class Router:
+    """The routes of one configuration. A model's target is worked out once (the routes' globs
+    tried in order) and kept, for at most `MAX_ROUTED` model names (clients name what they like:
+    past the bound the oldest kept goes, so names nobody sends again do not freeze the table);
+    a reload builds a new gateway and with it a new router, so nothing kept outlives the routes
+    it came from."""
+
+    MAX_ROUTED = 4096
+
+    def __init__(self, settings: Settings) -> None:
+        self.upstreams = settings.upstreams
+        self.routes: tuple[Route, ...] = settings.routes
+        self._routed: dict[str, Target | None] = {}  # None: no route matches
+
+    def route(self, model: str | None) -> Target:
+        """The upstream for `model`: the first route whose name or glob matches it."""
+        if model is None:
+            return self.default()
+        try:
+            target = self._routed[model]
+        except KeyError:
+            target = self._first_match(model)
+            routed = self._routed
+            if len(routed) >= self.MAX_ROUTED:
+                del routed[next(iter(routed))]
+            routed[model] = target
+        if target is None:
+            raise ModelNotRouted(f"no upstream is configured for model {model!r}", param="model")
+        return target
+
+    def _first_match(self, model: str) -> Target | None:
+        for route in self.routes:
+            if route.matches(model):
+                return Target(self.upstreams[route.upstream], route.rename or model)
+        return None
+
+    def default(self) -> Target:
+        """For requests that name no model: the catch-all route's upstream, else the first route's."""
+        route = next((r for r in self.routes if r.match == "*"), self.routes[0])
+        return Target(self.upstreams[route.upstream], None)
+
 
 MAX_ROUTES = 4096  # models remembered per gateway: clients name what they like, past this the oldest goes
 
@@ -120,8 +173,8 @@ async def model_route(
         profile.context_window,
         window_source,
         vocabulary_missing=missing,
-        upstream_kind=upstream.kind,
-        backend_kind=backend.kind,
+        # The provider a correction names: the upstream's own name for it, else what discovery found it to be.
+        provider=upstream.provider.corrections_name or (backend.kind if backend.named_in_corrections else None),
         provider_counts=upstream.provider_count,
         chosen=None if choice is None else chosen_of(choice),
     )

@@ -25,6 +25,7 @@ The response parsers are pure functions, tested against responses recorded from 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import uuid
 from collections.abc import Mapping
@@ -39,6 +40,8 @@ from proxy.config.backends import BackendOptions as BackendOptions
 from proxy.config.backends import Kind as Kind
 from proxy.config.backends import TokenizeMode as TokenizeMode
 from proxy.core.trimming.budget import BudgetPolicy
+from proxy.providers.kinds import provider_for
+from proxy.providers.provider import BackendProfile as BackendProfile
 from proxy.wire.codec import loads
 
 Flavor = Literal["llama-server", "llama-cpp-python", "vllm", "ollama"]
@@ -49,47 +52,15 @@ Flavor = Literal["llama-server", "llama-cpp-python", "vllm", "ollama"]
 OLLAMA_DEFAULT_NUM_CTX = 2048
 
 
-@dataclass(frozen=True, slots=True)
-class BackendProfile:
-    kind: Kind
-    output_must_fit: bool  # prompt + max_tokens must fit the window; False: only the prompt must
-    usage_in_streams: bool  # honours `stream_options.include_usage`
-    overflow_texts: tuple[str, ...]  # phrases of its context-overflow errors
-    signals_overflow: bool = True  # False: it truncates silently, so the guard must never be late
-    empty_stream_on_overflow: bool = False  # an over-window stream is a 200 with an empty body
-    request_id_must_be_uuid: bool = False  # any other `x-request-id` is refused with an empty 400
-
-
-PROFILES: Mapping[str, BackendProfile] = {
-    "openai": BackendProfile(
-        "openai", True, True, ("maximum context length is", "context_length_exceeded", "your messages resulted in")
-    ),
-    "vertex": BackendProfile(
-        "vertex", True, True, ("input token count", "exceeds the maximum number of tokens allowed")
-    ),
-    "vllm": BackendProfile(
-        "vllm", True, True, ("maximum context length is", "your request has", "in the messages")
-    ),
-    # llama-server says `exceed_context_size_error`; llama-cpp-python, OpenAI's words (non-streaming
-    # only: a stream is answered 200 with an empty body).
-    "llamacpp": BackendProfile(
-        "llamacpp",
-        False,
-        True,
-        ("exceed_context_size_error", "exceeds the available context size", "maximum context length is"),
-        empty_stream_on_overflow=True,
-        request_id_must_be_uuid=True,  # llama-cpp-python's starlette-context RequestIdPlugin
-    ),
-    "ollama": BackendProfile("ollama", False, True, (), signals_overflow=False),
-    "generic": BackendProfile("generic", True, False, ("maximum context length", "context length", "too long")),
-}
-
-
 def profile_for(kind: str) -> BackendProfile:
+    """How a server of backend kind `kind` behaves (`proxy.config.backends.KINDS`): its provider says."""
     try:
-        return PROFILES[kind]
-    except KeyError:
-        raise ValueError(f"unknown upstream kind {kind!r}; known: {', '.join(KINDS)}") from None
+        profile = provider_for(kind).backend
+    except ValueError:
+        profile = None
+    if profile is None:
+        raise ValueError(f"unknown upstream kind {kind!r}; known: {', '.join(KINDS)}")
+    return profile
 
 
 @dataclass(frozen=True)
@@ -103,9 +74,10 @@ class Discovery:
     default_window: int | None = None
     notes: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def profile(self) -> BackendProfile:
-        return PROFILES[self.kind]
+        """How the server behaves as a backend: its kind's provider says, once per discovery."""
+        return profile_for(self.kind)
 
     @property
     def can_tokenize(self) -> bool:
@@ -269,16 +241,15 @@ async def discover(
     """Ask the server at `base_url` what it is, within `options.discovery_timeout` in all. A
     declared kind is trusted; `auto` is decided by which endpoints answer. Hosted APIs (`openai`,
     `vertex`) are never probed."""
-    if options.kind in ("openai", "vertex"):
-        return Discovery(options.kind)
+    if not options.probed:
+        return Discovery(options.declared)
     try:
         found = await asyncio.wait_for(_discover(session, base_url, options, headers), options.discovery_timeout)
     except TimeoutError:
-        kind: Kind = "generic" if options.kind == "auto" else options.kind
-        return Discovery(kind, notes=(f"discovery took over {options.discovery_timeout:g}s; nothing learned",))
-    declared = options.kind
-    if declared != "auto" and declared != found.kind:  # what the server's endpoints suggest, its operator overrules
-        return replace(found, kind=declared)
+        notes = (f"discovery took over {options.discovery_timeout:g}s; nothing learned",)
+        return Discovery(options.declared, notes=notes)
+    if not options.decided_by_server and options.declared != found.kind:
+        return replace(found, kind=options.declared)  # what the server's endpoints suggest, its operator overrules
     return found
 
 
@@ -306,8 +277,7 @@ async def _discover(
         return Discovery(
             "llamacpp", "llama-cpp-python", notes=("llama-cpp-python states no window; overflow errors teach it",)
         )
-    kind: Kind = "generic" if options.kind == "auto" else options.kind
-    return Discovery(kind, notes=("the server answered none of the known discovery endpoints",))
+    return Discovery(options.declared, notes=("the server answered none of the known discovery endpoints",))
 
 
 async def ollama_window(

@@ -24,29 +24,29 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from yarl import URL
 
 from proxy.core.counting.edge import (
     CountCall,
     body_key,
     bound_ratio_of,
     bytes_key,
-    count_call,
     lower_bound,
     read_count,
     straddles,
 )
 from proxy.core.models.model_registry import family_for
 from proxy.core.plan import Plan
+from proxy.errors import UpstreamUnavailable
+from proxy.providers.provider import OutgoingCall
 from proxy.server.backends.profiles import BackendDown, Discovery, answered_json
 from proxy.server.backends.tokenize_calls import calls_for
-from proxy.server.bedrock.sigv4 import SigV4Signer
-from proxy.server.upstream.headers import request_headers
+from proxy.server.upstream.connection import request_headers
 from proxy.wire.codec import dumps
 
 if TYPE_CHECKING:
     from proxy.apis.base import Parsed
     from proxy.config.upstreams import UpstreamSettings
+    from proxy.providers.provider import Provider
 
 KEPT = 1024  # provider counts remembered per gateway
 # What of the forwarded request's headers a count call carries: who asks, and the API's version.
@@ -63,8 +63,6 @@ _CREDENTIALS = frozenset(
         "x-goog-api-key",
     )
 )
-_KINDS = {"anthropic": "anthropic", "openai": "openai", "vertex": "vertex", "gemini": "gemini", "bedrock": "bedrock"}
-_ANTHROPIC_VERSION = "2023-06-01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,21 +83,33 @@ class ProviderCounts:
     calls: int = 0
 
     async def count(
-        self, session: aiohttp.ClientSession, call: SerialisedCall, headers: Mapping[str, str], timeout: float
+        self,
+        session: aiohttp.ClientSession,
+        call: SerialisedCall,
+        headers: Mapping[str, str],
+        timeout: float,
+        finish: Finish | None = None,
     ) -> int | None:
-        """The count `call` answers (kept or asked for now); None when it fails or is late."""
+        """The count `call` answers (kept or asked for now); None when it fails or is late (`finish`:
+        the provider signs the call as it is sent)."""
         key = call.key
         if key in self.kept:
             self.kept.move_to_end(key)
             return self.kept[key]
         self.calls += 1
         sent = dict(headers)
-        if call.call.kind == "anthropic":
-            sent.setdefault("anthropic-version", _ANTHROPIC_VERSION)
+        for name, value in call.call.headers.items():  # what the endpoint requires (Anthropic's version)
+            sent.setdefault(name, value)
+        url = call.call.url
         try:
             async with asyncio.timeout(timeout):
-                answer = await answered_json(session, "POST", call.call.url, call.data, sent)
-        except (TimeoutError, BackendDown):
+                if finish is not None:  # signed as sent: its type too
+                    finished = await finish(
+                        OutgoingCall("POST", url, {**sent, "Content-Type": "application/json"}, call.data)
+                    )
+                    url, sent = finished.url, dict(finished.headers)
+                answer = await answered_json(session, "POST", url, call.data, sent)
+        except (TimeoutError, BackendDown, UpstreamUnavailable):  # late, failed, or no credentials to sign with
             return None
         counted = read_count(call.call, answer)
         if counted is not None:
@@ -117,7 +127,7 @@ class EdgeRequest:
     """What the edge check needs of one request, gathered by the handler."""
 
     upstream: str
-    kind: str  # the upstream's configured kind
+    provider: Provider  # what the upstream's kind knows: its count endpoint
     base_url: str
     model: str  # as served
     api: str
@@ -127,21 +137,17 @@ class EdgeRequest:
     timeout: float
     assumed_ratio: float | None
     discovery: Discovery | None
-    signer: SigV4Signer | None = None  # Bedrock's `auth: sigv4`: the count call signed as it is sent
+    body_is_view: bool  # the body is the chat view (`Adapter.body_is_view`): a tokenize call counts it
+    finish: Finish | None = None  # the provider signs its calls: the count call is signed as it is sent
 
     @classmethod
     def of(
-        cls,
-        upstream: UpstreamSettings,
-        model: str,
-        parsed: Parsed,
-        discoveries: Mapping[str, Discovery],
-        signer: SigV4Signer | None = None,
+        cls, upstream: UpstreamSettings, model: str, parsed: Parsed, discoveries: Mapping[str, Discovery], view: bool
     ) -> EdgeRequest:
-        """`parsed` as sent to `upstream`'s `model` (as served)."""
+        """`parsed` as sent to `upstream`'s `model` (as served); `view`: its adapter's `body_is_view`."""
         return cls(
             upstream.name,
-            upstream.kind,
+            upstream.provider,
             upstream.base_url,
             model,
             parsed.api,
@@ -151,7 +157,7 @@ class EdgeRequest:
             upstream.provider_count_timeout,
             upstream.provider_count_ratio,
             discoveries.get(upstream.name),
-            signer,
+            view,
         )
 
 
@@ -167,6 +173,8 @@ class EdgeBudget:
 # Runs work that grows with the body where the request's own counting runs (on the loop for a
 # small body, else in the client's share of the threads: `proxy.server.threads.placement.performed`).
 Placed = Callable[[Callable[[], Any]], Awaitable[Any]]
+# Makes an outgoing call final: a signing provider's signature (`UpstreamAuth.finished`).
+Finish = Callable[[OutgoingCall], Awaitable[OutgoingCall]]
 
 
 def edge_budget(request: EdgeRequest, plan: Plan, tokenizer: object) -> EdgeBudget | None:
@@ -220,9 +228,9 @@ def count_call_headers(
     return {k: v for k, v in headers.items() if k.lower() in _CREDENTIALS or k in upstream.headers}
 
 
-def _serialised(kind: str, request: EdgeRequest) -> SerialisedCall | None:
+def _serialised(request: EdgeRequest) -> SerialisedCall | None:
     """The count call for `request`, its body serialised, and its cache key (the bytes' digest)."""
-    call = count_call(kind, request.base_url, request.model, request.api, request.body)
+    call = request.provider.count_call(request.base_url, request.model, request.api, request.body)
     if call is None:
         return None
     data = dumps(call.body)
@@ -239,17 +247,10 @@ async def provider_counted(
     """The provider's own count of `request` (its count endpoint, or a local server's tokenize
     calls), kept or asked now; None when it cannot be had. The call's body is built, serialised
     and digested (its cache key) by `placed`: never on the loop for a large body."""
-    kind = _KINDS.get(request.kind)
-    if kind is not None:
-        call = await placed(functools.partial(_serialised, kind, request))
-        if call is None:
-            return None
-        if request.signer is not None:
-            headers = dict(headers)
-            # Signed as aiohttp sends it: a URL given as text is requoted (`%3A` goes out as `:`).
-            await request.signer.sign("POST", str(URL(call.call.url)), headers, call.data)
-        return await counts.count(session, call, headers, request.timeout)
-    if request.discovery is not None and request.api == "chat":  # vLLM, llama.cpp: their tokenize calls
+    if request.provider.count_endpoint:
+        call = await placed(functools.partial(_serialised, request))
+        return None if call is None else await counts.count(session, call, headers, request.timeout, request.finish)
+    if request.discovery is not None and request.body_is_view:  # vLLM, llama.cpp: their tokenize calls
         calls = calls_for(request.discovery, session, request.base_url, request.model, headers)
         messages = request.chat.get("messages")
         if calls is None or not isinstance(messages, list) or request.chat.get("tools"):

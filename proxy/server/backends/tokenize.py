@@ -7,7 +7,7 @@ The chat template's framing is measured once per model, from tiny conversations 
 renders (or, on llama-cpp-python, which cannot render without generating, answers with
 `max_tokens: 1`), and becomes the `ChatFormat` the core counts with (`proxy.core.models.framing`). The
 calls each kind of server answers are `proxy.server.backends.tokenize_calls`; the tokenizers the
-core counts with, from the counts fetched here, are `proxy.core.counting.prefetched`.
+core counts with, from the counts fetched here, are `proxy.core.counting.tokenizer`.
 
 The upstream's `BackendOptions` set the deadlines and the concurrency: each request's calls, the
 wait for the framing included, run under one deadline (`tokenize_timeout`), at most
@@ -36,9 +36,8 @@ from typing import Any
 
 from proxy.config.backends import BackendOptions
 from proxy.core.counting.count_cache import CountCache
-from proxy.core.counting.prefetched import PrefetchedTokenizer, RecordingTokenizer, tool_call_texts
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.counting.tokenizer import PrefetchedTokenizer, RecordingTokenizer, Tokenizer, tool_call_texts
 from proxy.core.models.framing import PROBE_CONVERSATIONS, PROBE_TEXTS, Framing, framing_from
 from proxy.core.models.model_registry import ModelProfile
 from proxy.server.backends.profiles import BackendDown

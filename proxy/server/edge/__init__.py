@@ -1,2 +1,2 @@
-"""The edge: what arrives, read once: the path and its route, the body within its limits, credentials
-and who the client is."""
+"""The edge: what arrives, read once: the path and its route, the body within its limits, and the
+credentials."""

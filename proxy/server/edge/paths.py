@@ -12,6 +12,9 @@ raw path is read once, here:
   separator to some servers and not to others), a raw `\\`, a control character or NUL, a `%`
   left after decoding (decoded again by some servers), and `..` that would climb above the root.
 
+A shape whose paths hold what these rules refuse says how it reads them (`Shape.reads_path`:
+Bedrock's model ids, an ARN's encoded `/` inside one segment); its reading decides those paths.
+
 The result, `CanonicalPath`, is matched against the API adapters' paths (`proxy.apis.registry`:
 every counted path and the shape it speaks), the local paths (`proxy.server.edge.local_paths`,
 answered here), and the pass-through policy; and it builds the upstream URL, which always stays
@@ -31,10 +34,9 @@ from urllib.parse import quote
 from aiohttp import web
 from yarl import URL
 
-from proxy.apis.bedrock.runtime import bedrock_path
 from proxy.apis.gemini.generate_content import gemini_error
 from proxy.apis.gemini.google_paths import generation_method, google_path, is_google_shaped
-from proxy.apis.registry import Endpoint, endpoint_api
+from proxy.apis.registry import Endpoint, endpoint_api, shape_path
 from proxy.errors import BadRequest, GuardError, MethodNotAllowed, PathNotFound
 
 API_PREFIX = "/v1"  # the client-facing API version; the upstream's base URL carries its own
@@ -85,11 +87,12 @@ def canonical_path(raw: str) -> CanonicalPath:
     `CanonicalPath` is immutable; a refusal is not kept, it is worked out again)."""
     if "#" in raw or "?" in raw:
         raise InvalidPath("the request path holds a '#' or '?' where none can be")
-    try:  # bedrock-runtime's: a model id holds ':' and, in an ARN, an encoded '/', in one segment
-        if (bedrock := bedrock_path(raw)) is not None:
-            return CanonicalPath(bedrock)
+    try:  # a shape's own spelling first (Bedrock's model ids: an ARN's encoded '/' in one segment)
+        own = shape_path(raw)
     except ValueError as exc:
         raise InvalidPath(str(exc)) from None
+    if own is not None:
+        return CanonicalPath(own)
     if "\\" in raw:
         raise InvalidPath("the request path holds a '\\', which servers read differently")
     for match in _ESCAPE.finditer(raw.encode("utf-8", "surrogatepass")):

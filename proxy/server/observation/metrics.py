@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from proxy.server.observation.record import RequestRecord
+from proxy.server.process.loop_lag import LoopLag
 from proxy.state.store import StateStatus
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the library's own API, untyped
@@ -94,6 +95,8 @@ class Metrics:
             _LATENCY_BUCKETS,
         )
         r.register(self.duration)
+        self.loop_lag = LoopLag()  # fed by the serving process's `LoopWatch` (proxy.server.process.lifecycle)
+        r.register(self.loop_lag)
 
     def observe(self, record: RequestRecord) -> None:
         """Everything one finished request adds, read from its record."""

@@ -1,4 +1,14 @@
-"""The request's record written from its flow, in one place.
+"""The request's record from its opening to its close: the id it is opened with, and what its
+flow worked out written into it, in one place.
+
+The `records` middleware opens the record with a fresh request id (`new_request_id`), made without
+a system call: `secrets.token_hex(16)` asks the kernel for 16 random bytes on every request (a
+`getrandom` call), while an id needs to be unique, not secret. 64 random bits drawn once per process
+(again in a forked child, whose counter would otherwise repeat its parent's) name the process among
+every worker and replica, and a counter names the request within it. The id is written as a UUID
+version 4 in 32 hex digits, the form the proxy has always used, so that an upstream that accepts
+only UUIDs (llama-cpp-python answers any other `x-request-id` with a 400 and an empty body) takes
+it as it is.
 
 The steps of a request put what they worked out on its `Flow` (the model the client named, the
 mode, the route, the tokenizer's choice, the exchange with the window it decided and a correction
@@ -8,11 +18,12 @@ record; so do the upstream call's status and time and what the relay saw (a brok
 gone, the whole answer delivered), the upstream's usage beside the guard's count, what the provider
 holds for the request and an overflow the upstream answered. What the edge opens the record with
 (id, method, path, kind), the error the middleware answered with, the notes and the opt-in
-previews are written where they happen.
-"""
+previews are written where they happen."""
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +32,34 @@ from proxy.core.record_fields import field_dict
 from proxy.server.observation.recent import removed_tool_names
 from proxy.server.observation.record import RequestRecord, note
 from proxy.server.request.flow import Flow
+
+# A UUID's version (4) sits in bits 12-15 of its high 64, its variant (RFC 4122: binary 10) in
+# the top two of its low 64: the prefix is the high half, the counter takes the other 62 bits, so
+# it wraps only after 4.6e18 requests of one process.
+_COUNTER_BITS = (1 << 62) - 1
+_VARIANT = 0b10 << 62
+
+
+class RequestIds:
+    """A source of ids unique across processes: `next()` is a counter step and one format."""
+
+    def __init__(self) -> None:
+        self._reseed()
+
+    def _reseed(self) -> None:
+        high = int.from_bytes(os.urandom(8), "big") & ~(0xF << 12) | (4 << 12)
+        self._head = f"{high:016x}"
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        return self._head + format(next(self._counter) & _COUNTER_BITS | _VARIANT, "016x")
+
+
+REQUEST_IDS = RequestIds()
+os.register_at_fork(after_in_child=REQUEST_IDS._reseed)
+# A fresh id: 32 hex digits, a UUID version 4, never one this or another process gave. The bound
+# method itself, not a function calling it: one call per request.
+new_request_id = REQUEST_IDS.next
 
 
 def fill(record: RequestRecord, flow: Flow) -> None:

@@ -24,15 +24,23 @@ from aiohttp import web
 
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
-from proxy.config.upstreams import DISCOVERED_KINDS, UpstreamSettings
+from proxy.config.upstreams import UpstreamSettings
 from proxy.core.learning.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.logging import get_logger, log_request_line
 from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.model_counting import Models
+from proxy.server.backends.model_route import Router
 from proxy.server.backends.profiles import Discovery
-from proxy.server.edge.body import BODY_POLICY, UNREAD_BODY_LINGER_SECONDS, BodyPolicy
-from proxy.server.edge.body_budget import BODY_BUDGET, HELD_BODY, BodyBudget, BodyLimits
+from proxy.server.edge.body import (
+    BODY_BUDGET,
+    BODY_POLICY,
+    HELD_BODY,
+    UNREAD_BODY_LINGER_SECONDS,
+    BodyBudget,
+    BodyLimits,
+    BodyPolicy,
+)
 from proxy.server.edge.credentials import UpstreamAuth, holds_client_key
 from proxy.server.edge.local_paths import LOCAL_PATHS, is_probe, local_name, open_without_client_key
 from proxy.server.edge.paths import (
@@ -45,24 +53,21 @@ from proxy.server.edge.paths import (
     error_body,
     route_for,
 )
-from proxy.server.edge.request_ids import new_request_id
 from proxy.server.observation.health import Health, Reachability, install_health
 from proxy.server.observation.metrics import Metrics
 from proxy.server.observation.recent import RECENT, RecentDecisions, install_page
 from proxy.server.observation.record import RequestRecord, log_event
-from proxy.server.observation.recording import fill
+from proxy.server.observation.recording import fill, new_request_id
 from proxy.server.process.drain import DRAIN, install_drain
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import GATEWAY, Gateway
 from proxy.server.request.handlers import guarded
 from proxy.server.request.summariser import Summariser, SummariserOptions
+from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, upstream_session
 from proxy.server.upstream.forwarding import passthrough
-from proxy.server.upstream.pool import UPSTREAM_POOL, PoolPolicy, UpstreamPool
-from proxy.server.upstream.routing import Router
-from proxy.server.upstream.session import upstream_session
 from proxy.state import open_store
+from proxy.wire.codec import JsonLimits
 from proxy.wire.readers import BodyReaders
-from proxy.wire.strict_json import JsonLimits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps
@@ -155,7 +160,6 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         gateway.session = session
         gateway.summariser = open_summariser(gateway.settings, session)
         await discover_upstreams(gateway, session)
-        await asyncio.gather(*(a.sigv4.ready() for a in gateway.auths.values() if a.sigv4))  # AWS's, in a thread
         await gateway.store.open()  # connected before the first request, so it does not pay for it
         yield
         current = app[GATEWAY]  # a reload may have replaced the gateway the session was opened with
@@ -169,9 +173,8 @@ async def discover_upstreams(gateway: Gateway, session: aiohttp.ClientSession) -
 
     async def one(upstream: UpstreamSettings) -> None:
         options = upstream.backend_options
-        if upstream.kind not in DISCOVERED_KINDS:
-            kind = options.kind if options.kind != "auto" else "generic"
-            gateway.backends.discoveries[upstream.name] = Discovery(kind)
+        if not upstream.provider.discovered:
+            gateway.backends.discoveries[upstream.name] = Discovery(options.declared)
             return
         headers = gateway.service_headers(upstream, await _credential(gateway, upstream))
         found = await gateway.backends.discover(session, upstream.name, upstream.base_url, headers)
@@ -303,7 +306,7 @@ def error_response(error: GuardError, request: web.Request) -> web.Response:
     body = endpoint.adapter.error_body(error) if endpoint is not None else error_body(error, record.path)
     response = web.json_response(body, status=error.status)
     response.headers.update(error.headers)
-    if endpoint is not None:  # Bedrock names its exception in a header
+    if endpoint is not None:  # a shape that names its error in a header too (Bedrock's exception type)
         response.headers.update(endpoint.adapter.error_headers(error))
     response.headers["x-request-id"] = record.request_id
     if error.status in (408, 413):  # the rest of the body was never read: this connection cannot be reused

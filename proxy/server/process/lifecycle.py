@@ -2,8 +2,10 @@
 
 Starting: the config and the model map load, and the files of the configured vocabularies are
 checked (a missing one is one log line and exit status 2); the process then listens at once and
-loads the vocabularies off the loop (about half a second each), `/readyz` answering 503 "tokenizers
-are still loading" until they are in. A request that needs one meanwhile waits for it.
+loads the vocabularies off the loop (about half a second each: the configured models' and those
+`tokenizers.preload` names, `proxy.tokenizers.at_start`), `/readyz` answering 503 "tokenizers are
+still loading" until they are in. A request that needs one meanwhile waits for it. The event
+loop's lag is watched from the start (`proxy.server.process.loop_lag`).
 
 Stopping without losing a request (SIGTERM or SIGINT):
 1. `/readyz` turns 503 at once, so load balancers take the process out of rotation;
@@ -44,9 +46,12 @@ from proxy.server.observation.peers import Peers, serve_own
 from proxy.server.observation.recent import GATHER, RECENT
 from proxy.server.process.app import build_gateway, create_app
 from proxy.server.process.drain import DRAIN
+from proxy.server.process.loop_lag import LoopWatch
 from proxy.server.request.gateway import GATEWAY
 from proxy.server.threads.collector import collect_young_less_often
+from proxy.tokenizers.at_start import vocabularies_at_start
 from proxy.tokenizers.malloc import one_arena
+from proxy.tokenizers.vocabularies import TokenizerUnavailable
 
 EXIT_OK, EXIT_CANNOT_START = 0, 2
 # Once this process's own wait for in-flight requests is over, aiohttp's shutdown only has to
@@ -138,6 +143,8 @@ async def serve_process(
         log.info("stopped", signal=stop_signal[0], in_flight_at_close=0)
         return EXIT_OK
     app = create_app(settings, guard)
+    watch = LoopWatch(app[GATEWAY].metrics.loop_lag, loop)  # the metrics outlive a reload: so does the watch
+    watch.start()
     peers = supervised.peers if supervised is not None else None
     if peers is not None:  # one of several workers: its page shows every worker's decisions
         app[GATHER] = peers.gather
@@ -151,6 +158,7 @@ async def serve_process(
     except OSError as exc:
         log.error("cannot_listen", host=settings.server.host, port=settings.server.port, reason=os_error_reason(exc))
         await runner.cleanup()
+        watch.stop()
         return EXIT_CANNOT_START
     own = await _answer_peers(app, peers) if peers is not None else None
 
@@ -190,8 +198,10 @@ async def serve_process(
         loading.cancel()  # stopped while loading: the load's thread finishes on its own
     elif loading.result() is not None:  # a vocabulary that did not load: a failed start, already logged
         await runner.cleanup()
+        watch.stop()
         return EXIT_CANNOT_START
     drained = await drain(app, runner, site, options)
+    watch.stop()
     if own is not None:
         await own.cleanup()
     log.info("stopped", signal=stop_signal[0] if stop_signal else "parent_exited", **drained)
@@ -204,6 +214,24 @@ def load_models(settings: Settings) -> Models:
     return Models(settings, None, False)
 
 
+def load_vocabularies(guard: Models) -> None:
+    """The vocabularies a process loads before it is ready: the configured models' and what
+    `tokenizers.preload` names (`proxy.tokenizers.at_start`). Those `auto` picks whose files are
+    not on disk are left to load (and fail) on first use, as before; a named one fails the start."""
+    guard.load_configured()
+    settings, tokenizers = guard.settings, guard.tokenizers
+    providers = [upstream.provider for upstream in settings.upstreams.values()]
+    preload = settings.tokenizers.preload
+    for spec in vocabularies_at_start(preload, providers, lambda model: guard.registry.profile(model).tokenizer):
+        try:
+            tokenizers.check(spec)
+        except TokenizerUnavailable:
+            if preload != "auto":
+                raise
+            continue
+        tokenizers.get(spec)
+
+
 def announce(settings: Settings, port: int, workers: int, stream: Any = None) -> None:
     """One line for a person at a terminal, beside the JSON lines: where the guard listens, how many
     processes serve it, where to look. Written only to a terminal, so a log pipeline reads JSON alone."""
@@ -212,10 +240,7 @@ def announce(settings: Settings, port: int, workers: int, stream: Any = None) ->
         return
     host = settings.server.host
     base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    upstreams = ", ".join(
-        "the built-in echo upstream (no model is called)" if u.kind == "echo" else f"{name} ({u.base_url})"
-        for name, u in settings.upstreams.items()
-    )
+    upstreams = ", ".join(u.provider.describe(name, u.base_url) for name, u in settings.upstreams.items())
     stream.write(
         f"context-guard listening on {base} ({workers} worker{'s' if workers != 1 else ''}), forwarding to "
         f"{upstreams}\n  recent decisions: {base}/context-guard/recent   health: {base}/livez, {base}/readyz"
@@ -233,12 +258,13 @@ async def _load_tokenizers(
     health = app[HEALTH]
     health.tokenizers_ready = False
     try:
-        await asyncio.to_thread(guard.load_configured)
+        await asyncio.to_thread(load_vocabularies, guard)
     except ConfigError as exc:
         get_logger().error("cannot_start", reason=str(exc))
         stop.set()
         return str(exc)
     collect_young_less_often()  # from now on, while serving (proxy.server.threads.collector)
+    app[GATEWAY].metrics.loop_lag.forget_recent()
     health.tokenizers_ready = True
     if ready is not None:
         ready()
@@ -304,6 +330,7 @@ async def reload_config(app: web.Application, load: Callable[[], Settings]) -> b
     try:
         settings = await asyncio.to_thread(load)
         guard = await asyncio.to_thread(Models, settings, None)
+        await asyncio.to_thread(load_vocabularies, guard)  # those loaded already are kept: milliseconds
     except Exception as exc:  # whatever stops the new config from loading, the running one stays
         reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
         log.error("reload_refused", reason=reason, kept=old.settings.source)

@@ -22,10 +22,9 @@ from proxy.config.budget_and_trim import Mode
 from proxy.core.exchange import Exchange
 from proxy.core.plan import Plan
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_route import ModelRoute
+from proxy.server.backends.model_route import ModelRoute, Target
 from proxy.server.observation.record import RequestRecord
 from proxy.server.request.gateway import Gateway
-from proxy.server.upstream.routing import Target
 from proxy.server.upstream.usage import Usage
 
 
@@ -67,8 +66,8 @@ class Flow:
 
     def __init__(self, request: web.Request, gw: Gateway, record: RequestRecord) -> None:
         self.request, self.gw, self.record = request, gw, record
-        self.client = ""  # its share of the threads and upstream calls (`proxy.server.threads.slots.client_key`)
-        self.scope: Hashable = None  # its part of the count cache (`proxy.server.edge.client_scope`)
+        self.client = ""  # its share of the threads and upstream calls (`proxy.server.threads.placement.client_key`)
+        self.scope: Hashable = None  # its part of the count cache (`proxy.server.threads.placement`)
         self.raw = b""  # its body, decoded, as received
         self.large = False  # over `server.offload_bytes` of new bytes: its work goes to the large-body threads
         self.model: str | None = None  # as the client named it

@@ -19,19 +19,16 @@ from proxy.config.upstreams import UpstreamSettings
 from proxy.core.learning.corrections import CorrectionPolicy
 from proxy.server.backends.catalogue import Backends
 from proxy.server.backends.model_counting import Models
-from proxy.server.backends.model_route import ModelRoutes
+from proxy.server.backends.model_route import ModelRoutes, Router
 from proxy.server.backends.provider_count import ProviderCounts
 from proxy.server.edge.credentials import UpstreamAuth
 from proxy.server.edge.paths import PathRoute
 from proxy.server.observation.metrics import Metrics
-from proxy.server.request.resent import PARSES_PER_BODY, KeptPerBody
 from proxy.server.request.summariser import Summariser
-from proxy.server.upstream.headers import request_headers
-from proxy.server.upstream.routing import Router
+from proxy.server.upstream.connection import request_headers
 from proxy.state import MemoryStore, StateStore
-from proxy.state.held_ledger import HeldLedger
-from proxy.state.shared_corrections import SharedCorrections
-from proxy.wire.readers import BodyReaders
+from proxy.state.store import HeldLedger, SharedCorrections
+from proxy.wire.readers import PARSES_PER_BODY, BodyReaders, KeptPerBody
 
 MODE_HEADER = "x-context-guard-mode"
 
@@ -48,7 +45,7 @@ class Gateway:
     log: Any
     apis: AdapterRegistry = field(default_factory=AdapterRegistry)
     readers: BodyReaders = field(default_factory=BodyReaders)  # the bodies' strict, incremental readers
-    # The requests of bodies sent again, by endpoint (`proxy.server.request.resent`).
+    # The requests of bodies sent again, by endpoint (`proxy.wire.readers`).
     parses: KeptPerBody[Parsed] = field(default_factory=lambda: KeptPerBody(PARSES_PER_BODY))
     store: StateStore = field(default_factory=MemoryStore)  # learned state: this process, or Redis
     session: aiohttp.ClientSession | None = None

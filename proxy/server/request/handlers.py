@@ -21,9 +21,7 @@ from proxy.apis.registry import Endpoint
 from proxy.config.budget_and_trim import MODES, Mode
 from proxy.core.commands import Command
 from proxy.errors import BadRequest
-from proxy.server.edge.body import read_body
-from proxy.server.edge.body_errors import bad_body_errors
-from proxy.server.edge.client_scope import client_scope
+from proxy.server.edge.body import bad_body_errors, read_body
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.edge.paths import PATH_ROUTE
 from proxy.server.observation.record import ANSWERED_LOCALLY, COUNT_HEADER, OUTCOME_HEADER
@@ -31,11 +29,9 @@ from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import GATEWAY, MODE_HEADER, Gateway
 from proxy.server.request.held import counted_with_held
 from proxy.server.request.perform import prepared
-from proxy.server.request.resent import earlier_body
-from proxy.server.threads.placement import performed, planned
-from proxy.server.threads.slots import client_key
-from proxy.wire.chat_body import read_chat_body
+from proxy.server.threads.placement import client_key, client_scope, performed, planned
 from proxy.wire.prefix_reader import Match
+from proxy.wire.readers import earlier_body, read_chat_body
 
 
 async def guarded(request: web.Request) -> web.StreamResponse:
@@ -84,7 +80,7 @@ def _parse(gw: Gateway, endpoint: Endpoint, raw: bytes, match: Match | None = No
     """The body read strictly (duplicate keys, depth, encoding) and parsed by its API's adapter
     (the chat adapter type-checks every field the core reads); a conversation re-sent with a new
     turn is read and checked only where it is new, and a body sent again as it was is the request
-    parsed the last time (`proxy.server.request.resent`)."""
+    parsed the last time (`proxy.wire.readers`)."""
     if match is not None and match.same:
         kept = gw.parses.get(match.earlier, endpoint)
         if kept is not None:

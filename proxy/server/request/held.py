@@ -2,7 +2,7 @@
 
 A request names held context by id (`Parsed.held`: a stored response, a conversation, an
 interaction, a cached prompt). What it weighs comes, in order, from:
-- the ledger (`proxy.state.held_ledger`): the answers the guard relayed to this client said it;
+- the ledger (`proxy.state.store`): the answers the guard relayed to this client said it;
 - the provider's own count: OpenAI's `POST /responses/input_tokens` with the request's own fields
   counts the whole request, held and sent (`proxy.server.backends.provider_count`); Gemini's
   `GET cachedContents/{id}` says a cache's `totalTokenCount` and `expireTime` (kept then);
@@ -14,14 +14,13 @@ that the provider would not tell it. `learned()` keeps what a relayed answer rep
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
-from yarl import URL
 
-from proxy.apis.base import HeldContext, Parsed
+from proxy.apis.base import HeldContext
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.commands import Held
 from proxy.errors import ContextLengthExceeded, GuardError
@@ -31,12 +30,7 @@ from proxy.server.edge.paths import host_root_url
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.upstream.usage import Reported, held_of
-from proxy.state.held_ledger import client_of
-
-# A cache's name as Google's two APIs write it: `cachedContents/{id}` (Gemini), or under a project.
-_CACHE_NAME = re.compile(r"^(?:projects/[\w.-]+/locations/[\w-]+/)?cachedContents/[\w-]{1,128}$")
-_VERSION = re.compile(r"^/(v1beta1|v1beta|v1)(?:/|$)")  # the version the base URL's path opens with
-_COUNTED_WHOLE = frozenset({"response", "conversation"})  # what OpenAI's input_tokens counts with the request
+from proxy.state.store import client_of
 
 
 def ledger_client(flow: Flow) -> str:
@@ -59,18 +53,19 @@ async def looked_up(flow: Flow, headers: Mapping[str, str], placed: Placed) -> H
             known += size.tokens
     if not unknown:
         return Held(known, "ledger")
-    if upstream.kind == "openai" and any(held.kind in _COUNTED_WHOLE for held in unknown):
+    provider = upstream.provider
+    if any(held.kind in provider.counts_held_with_request for held in unknown):  # OpenAI's input_tokens
         whole = await _whole_count(flow, headers, placed)
         if whole is not None:
             return Held(None, "provider", whole=whole)
-    if upstream.kind in ("gemini", "vertex"):
-        for held in [h for h in unknown if h.kind == "cache"]:
-            tokens = await _cache_size(flow, held, headers)
-            if tokens is not None:
-                known += tokens
-                unknown.remove(held)
-        if not unknown:
-            return Held(known, "provider")
+    for held in list(unknown):  # what the provider says of each (Gemini's cachedContents)
+        path = provider.held_size_path(upstream.base_url, held.kind, held.id)
+        tokens = None if path is None else await _held_size(flow, held, path, headers)
+        if tokens is not None:
+            known += tokens
+            unknown.remove(held)
+    if not unknown:  # every one the ledger did not know, the provider said
+        return Held(known, "provider")
     return Held(known or None, "partial" if known else "unknown")
 
 
@@ -79,19 +74,21 @@ async def _whole_count(flow: Flow, headers: Mapping[str, str], placed: Placed) -
     gw, route = flow.gw, flow.route
     if route is None or gw.session is None:  # a count endpoint answered locally: no route was worked out
         return None
-    edge = EdgeRequest.of(flow.target.upstream, route.served, flow.parsed, gw.backends.discoveries)
+    view = flow.endpoint.adapter.body_is_view
+    upstream = flow.target.upstream
+    edge = EdgeRequest.of(upstream, route.served, flow.parsed, gw.backends.discoveries, view)
+    if upstream.provider.signs:
+        edge = replace(edge, finish=gw.auths[upstream.name].finished)
     return await provider_counted(gw.provider_counts, gw.session, headers, edge, placed)
 
 
-async def _cache_size(flow: Flow, held: HeldContext, headers: Mapping[str, str]) -> int | None:
-    """A cache's `totalTokenCount` as `GET {version}/{name}` says it (and kept until it expires)."""
+async def _held_size(flow: Flow, held: HeldContext, path: tuple[str, ...], headers: Mapping[str, str]) -> int | None:
+    """What `GET` at `path` (the provider's, at the host's root) says `held` weighs (Gemini's
+    `totalTokenCount` of a cache, kept until it expires)."""
     upstream, gw = flow.target.upstream, flow.gw
-    if _CACHE_NAME.match(held.id) is None or gw.session is None:
+    if gw.session is None:
         return None
-    stated = _VERSION.match(URL(upstream.base_url).path)
-    version = stated.group(1) if stated else ("v1beta" if upstream.kind == "gemini" else "v1")
-    segments = (version, *held.id.split("/"))
-    url = str(host_root_url(upstream.base_url, segments))
+    url = str(host_root_url(upstream.base_url, path))
     try:
         async with asyncio.timeout(upstream.provider_count_timeout):
             answer = await answered_json(gw.session, "GET", url, None, headers)
@@ -124,37 +121,6 @@ async def count_call_headers_for(request: web.Request, gw: Gateway, upstream: Up
     return count_call_headers(request.headers, upstream, auth, keys)
 
 
-# Notes of what the guard now counts after all: held context by id, encrypted reasoning by its bound.
-_COUNTED_AFTER_ALL = (
-    "previous_response_id:",
-    "conversation:",
-    "previous_interaction_id",
-    "cachedContent:",
-    "encrypted reasoning",
-)
-
-
-def count_kind(exact: bool, parsed: Parsed, source: str, held: str | None) -> str:
-    """What kind of count a plan's is (`COUNT_HEADER`): `exact`; `upper-bound` (a bound tokenizer,
-    a part the adapter bounded, a ciphertext's size: its note says "upper bound"); `estimate` (parts
-    estimated, a calibrated estimate, held context sized from the provider's reports in the
-    ledger); `incomplete` (what the provider adds is not counted at all). `exact`: the tokenizer's
-    count is; `held`: where the held context's size came from."""
-    kinds = set()
-    for note in parsed.notes:
-        if note.startswith(("not counted", "cachedContent")):
-            kinds.add("counted" if any(part in note for part in _COUNTED_AFTER_ALL) else "incomplete")
-        elif "upper bound" in note:
-            kinds.add("upper-bound")
-        elif not note.startswith("truncation"):
-            kinds.add("estimate")
-    if held in ("unknown", "partial") or "incomplete" in kinds:
-        return "incomplete"
-    # A cache's size is the provider's own count; a chain's, its last answer's input + output.
-    chained = held == "ledger" and any(context.kind != "cache" for context in parsed.held)
-    if "estimate" in kinds or source in ("calibrated", "estimate") or chained:
-        return "estimate"
-    return "exact" if exact and "upper-bound" not in kinds else "upper-bound"
 
 
 def held_refusal(refusal: ContextLengthExceeded, held: int) -> ContextLengthExceeded:

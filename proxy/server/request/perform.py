@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from proxy.apis.fields import refuse_client_template
+from proxy.apis.fitting import count_kind
 from proxy.config.budget_and_trim import Mode
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.commands import (
@@ -49,7 +50,7 @@ from proxy.core.commands import (
     Summarise,
     Summary,
 )
-from proxy.core.counting.ciphertext import CIPHERTEXT_NOTE
+from proxy.core.counting.bound import CIPHERTEXT_NOTE
 from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import correction_key, opted_in
@@ -57,7 +58,7 @@ from proxy.core.plan import Plan
 from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
 from proxy.server.backends.catalogue import Choice, Reach
 from proxy.server.backends.model_counting import CountedAs
-from proxy.server.backends.model_route import ModelRoute, chosen_of, model_route
+from proxy.server.backends.model_route import ModelRoute, Target, chosen_of, model_route
 from proxy.server.backends.provider_count import (
     EdgeRequest,
     edge_budget,
@@ -68,15 +69,12 @@ from proxy.server.observation.record import count_headers, note, report_headers
 from proxy.server.observation.recording import previews
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
-from proxy.server.request.held import count_call_headers_for, count_kind, held_refusal, learned, looked_up
+from proxy.server.request.held import count_call_headers_for, held_refusal, learned, looked_up
 from proxy.server.threads.placement import performed, planned
-from proxy.server.upstream import answers
-from proxy.server.upstream.answers import UsageReader, first_event
+from proxy.server.upstream.connection import decoded, json_message, overflow_told, read_error_body, request_headers
 from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
-from proxy.server.upstream.headers import request_headers
-from proxy.server.upstream.routing import Target
-from proxy.server.upstream.streams import ask_for_usage
-from proxy.server.upstream.upstream_errors import decoded, json_message, overflow_told, read_error_body
+from proxy.server.upstream.relay import UsageReader, ask_for_usage, first_event
+from proxy.server.upstream.relay import error_body as first_error_body
 
 T = TypeVar("T")
 
@@ -88,7 +86,7 @@ class Performer:
     def __init__(self, flow: Flow) -> None:
         self.flow, self.request, self.gw, self.record = flow, flow.request, flow.gw, flow.record
         self.endpoint, self.parsed, self.raw, self.large = flow.endpoint, flow.parsed, flow.raw, flow.large
-        # Its share of the threads; its part of the count cache (`proxy.server.edge.client_scope`).
+        # Its share of the threads; its part of the count cache (`proxy.server.threads.placement`).
         self.client, self.scope, self.target = flow.client, flow.scope, flow.target
         self.response: web.StreamResponse | None = None
         self._counted: CountedAs | None = None  # what the plans count the request as, once chosen
@@ -115,7 +113,7 @@ class Performer:
         routed = route.routed
         if route.choice is not None:
             self._chosen(route.choice)
-        opted = opted_in(route.served, self.request.headers, self.target.upstream.kind, self.endpoint.api)
+        opted = opted_in(route.served, self.request.headers, self.target.upstream.provider.opt_ins, self.endpoint.api)
         self._learned_as = correction_key(route.served, opted)  # an opted-in request's corrections apart
         return routed if opted is None else replace(routed, opt_in_window=opted.context_window)
 
@@ -142,7 +140,7 @@ class Performer:
             counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget, by_guard)
         self._counted = counted
         self._learns = (
-            self.endpoint.api == "chat"
+            self.endpoint.adapter.body_is_view
             and choice.source in ("calibrated", "estimate")
             and route.backend.usage_in_streams
         )
@@ -167,7 +165,7 @@ class Performer:
     async def reject(self, command: Reject) -> None:
         self.flow.outcome = "rejected"
         headers = report_headers(command.plan, self.flow.mode) | self._count_headers()
-        refusal = ContextLengthExceeded.refused(command.plan.result, self.endpoint.api, headers)
+        refusal = ContextLengthExceeded.refused(command.plan.result, self.endpoint.adapter, headers)
         raise held_refusal(refusal, self.flow.exchange.held_tokens if self.flow.exchange is not None else 0)
 
     async def _performed(self, work: Callable[..., T], *args: Any) -> T:
@@ -212,7 +210,7 @@ class Performer:
         choice = self.choice
         if not await choice.complete():
             return None
-        if self.endpoint.api != "chat":
+        if not self.endpoint.adapter.body_is_view:  # the backend's tokenizer counts chat bodies
             return Recounted(None)
         return Recounted(await self._performed(choice.recount, command.body))
 
@@ -220,8 +218,10 @@ class Performer:
         """The upstream's own count, asked when the plan's bounds straddle its budget
         (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
         gw, upstream, plan = self.gw, self.target.upstream, command.plan
-        signer = gw.auths[upstream.name].sigv4  # Bedrock's count call is signed
-        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries, signer)
+        view = self.endpoint.adapter.body_is_view
+        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries, view)
+        if upstream.provider.signs:  # the count call is signed as the forwarded request is
+            edge = replace(edge, finish=gw.auths[upstream.name].finished)
         budget = edge_budget(edge, plan, self.choice.tokenizer)
         if budget is None:
             return None
@@ -257,9 +257,11 @@ class Performer:
         raw_error = b""
         async with upstream_call(self.flow, payload) as response:
             if response.status < 400:
-                first = await first_event(response, stream)
+                content_type = response.headers.get("Content-Type", "")
+                framing = self.endpoint.adapter.stream_framing(content_type) if stream else None  # the shape's own
+                first = await first_event(response, stream, framing)
                 if first is None or first.kind == "data":
-                    reader = UsageReader(response, strip=added)
+                    reader = UsageReader(response, added, framing, self.endpoint.adapter.answer_usage)
                     chunks = reader.relayed(first.head if first is not None else b"", response)
                     try:
                         self.response = await relay_answer(self.flow, response, extra, chunks)
@@ -267,13 +269,14 @@ class Performer:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
                             flow.delivered, flow.client_gone = True, False
                     self._learn(reader, sent)
-                    await learned(flow, reader.reported)
+                    if reader.reported.held:  # what the provider now holds, kept for later requests
+                        await learned(flow, reader.reported)
                     chars = gw.settings.log.content_preview_chars
                     if chars > 0:
                         previews(self.record, exchange.plan, self.parsed.messages, chars)
                     return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
-                status, error_body = 502, answers.error_body(first)
+                status, error_body = 502, first_error_body(first)
                 if first.kind == "empty" and self.route.backend.empty_stream_on_overflow:
                     note(record, "empty_stream")
                     status, error_body = await probe_overflow(self.flow, sent)
@@ -312,7 +315,7 @@ class Performer:
         if usage is None:
             return
         flow.usage = usage
-        if parsed.api != "chat" or flow.client_gone or flow.stream_broken or not parsed.read_whole:
+        if not self.endpoint.adapter.body_is_view or flow.client_gone or flow.stream_broken or not parsed.read_whole:
             return
         gw = self.gw
         learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.scope))
@@ -337,7 +340,7 @@ def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
     if mode == "enforce" and gw.settings.trim.client_templates == "refuse":
         refuse_client_template(parsed.body)
     upstream = target.upstream
-    if not upstream.serves(endpoint.api):
+    if endpoint.api not in upstream.served:
         raise HTTPRefusal(
             f"upstream {upstream.name!r} does not serve the {endpoint.api} API", 404, code="api_not_served"
         )

@@ -20,8 +20,8 @@ from typing import Any
 
 import aiohttp
 
+from proxy.core.trimming.budget import SummaryStatus
 from proxy.core.trimming.compaction import SummaryRequest, summariser_messages
-from proxy.core.trimming.notes import SummaryStatus
 
 # Tokens of the summary message that are not the summary itself (the marker line and framing).
 SUMMARY_OVERHEAD_TOKENS = 40

@@ -10,18 +10,18 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.apis.gemini.google_paths import GooglePath, generation_method, google_path, passes
-from proxy.apis.names import MAX_NAME_CHARS
+from proxy.apis.endpoints import MAX_NAME_CHARS
+from proxy.apis.gemini.google_paths import GooglePath, google_path, passes
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
+from proxy.providers.provider import OutgoingCall
+from proxy.server.backends.model_route import Target
 from proxy.server.backends.profiles import forwardable_request_id
-from proxy.server.bedrock.sigv4 import bedrock_request
 from proxy.server.edge.body import read_body
-from proxy.server.edge.client_scope import client_scope
 from proxy.server.edge.credentials import (
-    GOOGLE_KINDS,
     credential_digest,
     injects_credential,
     outside_project,
@@ -40,24 +40,21 @@ from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import learned
-from proxy.server.threads.placement import INLINE_BYTES, performed
-from proxy.server.threads.slots import client_key
-from proxy.server.upstream.headers import request_headers, response_headers
-from proxy.server.upstream.pool import UPSTREAM_POOL
-from proxy.server.upstream.relay import relay
-from proxy.server.upstream.routing import Target
-from proxy.server.upstream.session import send_retrying_stale
-from proxy.server.upstream.streams import overflow_probe
-from proxy.server.upstream.upstream_errors import (
+from proxy.server.threads.placement import INLINE_BYTES, client_key, client_scope, performed
+from proxy.server.upstream.connection import (
+    UPSTREAM_POOL,
     client_timeout,
     decoded,
     read_error_body,
+    request_headers,
+    response_headers,
+    send_retrying_stale,
     upstream_errors,
     upstream_failure,
 )
+from proxy.server.upstream.relay import overflow_probe, relay
 from proxy.server.upstream.usage import reported_from_body
-from proxy.wire.codec import dumps
-from proxy.wire.strict_json import check_density
+from proxy.wire.codec import check_density, dumps
 from proxy.wire.top_level_model import top_level_model
 
 
@@ -94,8 +91,8 @@ class UpstreamCall:
             query = without_parameter(query, "key")
         route = request[PATH_ROUTE]
         endpoint = route.endpoint
-        if endpoint is not None and endpoint.under_base is not None:  # Bedrock's ids: one encoded segment
-            tail = endpoint.under_base(flow.target.model) + (f"?{query}" if query else "")
+        if endpoint is not None and endpoint.sent_path is not None:  # the shape writes its own path
+            tail = endpoint.sent_path(flow.target.model) + (f"?{query}" if query else "")
             url = URL(upstream.base_url + tail, encoded=True)
         elif endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
             # Google's paths carry their own version and project: at the host's root, as written.
@@ -105,7 +102,7 @@ class UpstreamCall:
             url = host_root_url(upstream.base_url, segments, query)
         else:
             url = upstream_url(upstream.base_url, route.path, query)
-        if upstream.kind in GOOGLE_KINDS:  # the operator's credential stays in its project
+        if upstream.provider.google_native:  # Google's: the operator's credential stays in its project
             why = outside_project(upstream, _segments(url), gw.auths[upstream.name].project)
             if why is not None:
                 raise HTTPRefusal(f"context-guard does not send this request: {why}", 403, code="project_refused")
@@ -114,8 +111,10 @@ class UpstreamCall:
             headers["x-request-id"] = record.request_id
             if not forwardable_request_id(gw.backends.profile_of(upstream.name), record.request_id):
                 del headers["x-request-id"]  # llama-cpp-python refuses any id that is not a UUID
-        if upstream.kind == "bedrock":  # signed once the body is final
-            await bedrock_request(gw.auths[upstream.name].sigv4, request.method, str(url), headers, self._payload)
+        if upstream.provider.signs:  # signed once the body and headers are final (AWS SigV4)
+            call = OutgoingCall(request.method, str(url), headers, self._payload)
+            call = await gw.auths[upstream.name].finished(call)
+            url, headers = URL(call.url, encoded=True), CIMultiDict(call.headers)
         assert gw.session is not None, "the app's upstream session is opened at startup"
         self._started = time.perf_counter()
         self._pool = pool = request.app[UPSTREAM_POOL]
@@ -238,8 +237,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             )
     elif google is not None and google.google_only:
         raise PathNotFound(f"context-guard does not forward {path}: upstream {upstream.name!r} is not Google's")
-    elif upstream.kind == "bedrock":  # signed with the guard's credentials: nothing goes uncounted (async-invoke)
-        raise PathNotFound(f"context-guard forwards only bedrock-runtime's counted paths to upstream {upstream.name!r}")
+    elif not upstream.provider.forwards_uncounted:  # signed with the guard's credentials: a model run uncounted
+        raise PathNotFound(f"context-guard forwards only the counted paths to upstream {upstream.name!r}")
     else:
         _refuse_counted_or_generating(upstream.base_url, path, gw)
     async with upstream_call(flow, raw) as response:
@@ -275,15 +274,18 @@ def _passthrough_target(gw: Gateway, model: str | None, google: GooglePath | Non
         with contextlib.suppress(ModelNotRouted):
             routed = gw.router.route(model)
     asks_google = _asks_google(google, request)
-    if routed is not None and (routed.upstream.kind in GOOGLE_KINDS or not asks_google):
+    if routed is not None and (routed.upstream.provider.google_native or not asks_google):
         return routed
-    if asks_google:
-        kinds = ("vertex", "gemini") if google is not None and google.project is not None else ("gemini", "vertex")
-        upstreams = [gw.settings.upstreams[route.upstream] for route in gw.router.routes]
-        for kind in kinds:
-            found = next((u for u in upstreams if u.kind == kind), None)
-            if found is not None:
-                return Target(found, None)
+    if asks_google:  # the Google upstream its provider ranks first for the path (Vertex AI's for a project's)
+        names_project = google is not None and google.project is not None
+        ranked = []
+        for order, route in enumerate(gw.router.routes):
+            upstream = gw.settings.upstreams[route.upstream]
+            rank = upstream.provider.google_preference(names_project)
+            if rank is not None:
+                ranked.append((rank, order, upstream))
+        if ranked:
+            return Target(min(ranked, key=lambda found: found[:2])[2], None)
     return routed or gw.router.default()
 
 
@@ -292,9 +294,7 @@ def native_google(upstream: UpstreamSettings, request: web.Request) -> bool:
     under the path as written): always to a Gemini upstream, and to a Vertex AI upstream for a
     path of Google's own; an OpenAI-shaped path (`/v1/embeddings`) goes to Vertex AI's
     OpenAI-compatible endpoint under the base URL, as to any OpenAI upstream."""
-    if upstream.kind == "gemini":
-        return True
-    return upstream.kind == "vertex" and _asks_google(google_path(request[PATH_ROUTE].path.segments), request)
+    return upstream.provider.native_path(_asks_google(google_path(request[PATH_ROUTE].path.segments), request))
 
 
 def _asks_google(google: GooglePath | None, request: web.Request) -> bool:
@@ -322,7 +322,7 @@ def _refuse_counted_or_generating(base_url: str, path: CanonicalPath, gw: Gatewa
         sent = canonical_path(upstream_url(base_url, path).raw_path).segments
     except ValueError:
         return
-    if generation_method(sent) is not None or sent[-2:] == ("chat", "completions") or sent[-1:] == ("interactions",):
+    if gw.apis.generates(sent):
         raise PathNotFound(f"context-guard does not forward {path}: it would reach an endpoint that generates")
 
 

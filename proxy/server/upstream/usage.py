@@ -12,19 +12,58 @@ interaction, a cached prompt (`cachedContents`: its `totalTokenCount`, until its
 
 `usage_from_body()` / `reported_from_body()` read a whole (non-streamed) answer; `UsageTap` watches
 an SSE stream for them, and drops the usage chunk when the guard asked for it on the client's behalf
-(`proxy.server.upstream.streams.ask_for_usage`). The answer the client gets is relayed byte for
-byte otherwise (`proxy.server.upstream.answers` drives both).
+(`proxy.server.upstream.relay.ask_for_usage`). The answer the client gets is relayed byte for
+byte otherwise (`proxy.server.upstream.relay` drives both).
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
-from proxy.server.edge.decoding import decoded
-from proxy.server.upstream.sse import event_data, event_end, json_or_none, may_name
+from proxy.apis.stream_errors import StreamFraming
+from proxy.server.edge.body import decoded
+from proxy.wire.codec import loads
+
+# Server-sent events, read part by part (also how `proxy.server.upstream.relay` reads a stream's first event).
+_EVENT_END = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+
+def event_end(text: bytes | bytearray, start: int = 0) -> tuple[int, int]:
+    """Where the first event terminator in `text` at or after `start` is, and its length; (-1, 0)
+    if there is none."""
+    if text.find(b"\r", start) < 0:  # the usual case: one terminator to look for
+        end = text.find(b"\n\n", start)
+        return (end, 2) if end >= 0 else (-1, 0)
+    found = [(i, len(sep)) for sep in _EVENT_END if (i := text.find(sep, start)) >= 0]
+    return min(found) if found else (-1, 0)
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The `data:` of one SSE event (lines joined by newlines), or None for a comment-only event."""
+    if event.startswith(b"data: ") and b"\n" not in event and b"\r" not in event:
+        return event[6:]  # the usual event: one data line
+    lines = [line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+def json_or_none(data: bytes) -> Any:
+    """`data` parsed as JSON, or None when it is not JSON."""
+    try:
+        return loads(data)
+    except ValueError:
+        return None
+
+
+def may_name(data: bytes, key: bytes) -> bool:
+    """False when the JSON text `data` cannot hold the key `key`: it is not there as written, and
+    no `\\u` escape could spell it. Saves parsing events that are not what is looked for."""
+    return key in data or b"\\u" in data
+
 
 # An event of a relayed stream larger than this is relayed as it comes, without being parsed: the
 # tap holds at most this much of a partial event, and looks at each byte once.
@@ -54,16 +93,25 @@ class HeldReport:
     expires_at: float | None = None
 
 
+# An API shape's own spelling of an answer's usage (`Adapter.answer_usage`): (prompt, output, cached).
+Spelling = Callable[[Mapping[str, Any]], tuple[int, int | None, int | None] | None]
+
+
 @dataclass(slots=True)
 class Reported:
-    """What an answer reported: its usage (merged across a stream's events) and what is held."""
+    """What an answer reported: its usage (merged across a stream's events) and what is held
+    (`spelled`: the usage as the answer's shape spells it, where no other shape does)."""
 
     usage: Usage | None = None
     held: list[HeldReport] = field(default_factory=list)
+    spelled: Spelling | None = None
 
     def add(self, payload: object) -> bool:
         """Take in one answer or event; whether it carried usage."""
         found = usage_of(payload)
+        if found is None and self.spelled is not None and type(payload) is dict:
+            own = self.spelled(payload)
+            found = Usage(*own) if own is not None else None
         if found is not None:
             self.usage = _merged(self.usage, found)
         self.held += held_of(payload, found if found is not None else self.usage)
@@ -120,9 +168,7 @@ def usage_of(payload: object) -> Usage | None:
 
 
 def _input_usage(usage: dict[str, object], delta: bool) -> Usage | None:
-    """A usage spelled with input tokens: Responses', Anthropic's, Interactions', Bedrock Converse's."""
-    if "inputTokens" in usage:
-        return converse_usage(usage)
+    """A usage spelled with input tokens: Responses', Anthropic's, Interactions'."""
     if "total_input_tokens" in usage:  # Interactions
         prompt = _count(usage.get("total_input_tokens"))
         if prompt is None:
@@ -138,16 +184,6 @@ def _input_usage(usage: dict[str, object], delta: bool) -> Usage | None:
     details = usage.get("input_tokens_details")  # Responses: input_tokens counts the cached ones too
     cached = _count(details.get("cached_tokens")) if type(details) is dict else None
     return Usage(prompt, output, cached)
-
-
-def converse_usage(usage: dict[str, object]) -> Usage | None:
-    """Bedrock Converse's usage (a whole answer's, a stream's `metadata`): `inputTokens` leaves out
-    what was read from or written to the cache."""
-    prompt, output = _count(usage.get("inputTokens")), _count(usage.get("outputTokens"))
-    if prompt is None:
-        return None
-    read, written = _count(usage.get("cacheReadInputTokens")), _count(usage.get("cacheWriteInputTokens"))
-    return Usage(prompt + (read or 0) + (written or 0), output, read)
 
 
 def held_of(payload: object, usage: Usage | None) -> list[HeldReport]:
@@ -208,7 +244,7 @@ def _expiry(value: object) -> float | None:
 MAX_INFLATED_BODY = 16 * 1024 * 1024  # a compressed answer is read for its usage up to this much inflated
 
 
-def reported_from_body(body: bytes, content_encoding: str | None = None) -> Reported:
+def reported_from_body(body: bytes, content_encoding: str | None = None, spelled: Spelling | None = None) -> Reported:
     """What a whole (non-streamed) response body reports, compressed or not (inflated at most
     `MAX_INFLATED_BODY`: past it, the JSON is cut and nothing is read). A body that is a JSON array
     (Gemini's stream without `alt=sse`) reports what its pieces report, in order."""
@@ -220,7 +256,7 @@ def reported_from_body(body: bytes, content_encoding: str | None = None) -> Repo
     usage = payload.get("usage") if type(payload) is dict else None
     if payload is None or (type(usage) is dict and type(usage.get("prompt_tokens")) is float):
         payload = json_or_none(data)  # the exact reader: NaN and Infinity, a count past 64 bits
-    reported = Reported()
+    reported = Reported(spelled=spelled)
     for piece in payload if isinstance(payload, list) else (payload,):
         reported.add(piece)
     return reported
@@ -231,6 +267,27 @@ def usage_from_body(body: bytes, content_encoding: str | None = None) -> Usage |
     return reported_from_body(body, content_encoding).usage
 
 
+class FramedTap:
+    """Passes a stream in its shape's own framing through (`StreamFraming`: whole frames) and keeps
+    the usage its payloads carry."""
+
+    def __init__(self, framing: StreamFraming, spelled: Spelling | None = None) -> None:
+        self.framing, self.reported = framing, Reported(spelled=spelled)
+
+    @property
+    def ended(self) -> bool:
+        return self.framing.ended
+
+    def feed(self, chunk: bytes) -> bytes:
+        out, payloads = self.framing.feed(chunk)
+        for payload in payloads:
+            self.reported.add(payload)
+        return out
+
+    def finish(self) -> bytes:
+        return self.framing.finish()
+
+
 class UsageTap:
     """Passes an SSE stream through, event by event, and keeps the usage it carries.
 
@@ -239,9 +296,9 @@ class UsageTap:
     A compressed stream cannot be read: it is passed through as it is, and `usage` stays None.
     """
 
-    def __init__(self, strip: bool, content_encoding: str | None = None) -> None:
+    def __init__(self, strip: bool, content_encoding: str | None = None, spelled: Spelling | None = None) -> None:
         self.strip = strip
-        self.reported = Reported()
+        self.reported = Reported(spelled=spelled)
         self.ended = False  # the `[DONE]` event went through: what follows it is not the answer
         self.oversized = 0  # events over `MAX_EVENT_BYTES`, relayed unparsed
         self._readable = not (content_encoding or "").strip() or content_encoding == "identity"

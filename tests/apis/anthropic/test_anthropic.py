@@ -376,7 +376,7 @@ class TestRender:
         fitted = fit_body(ADAPTER, body, 20_000, model=CLAUDE, pipeline=("clamp_max_tokens",), options=options)
         result = fitted.plan.result
         assert result.outcome == "rejected" and fitted.body["max_tokens"] == 19_000
-        message = result.rejection_message("anthropic")
+        message = result.rejection_message(result.anthropic_overflow())
         assert message.startswith(f"input length and `max_tokens` exceed context limit: {result.tokens_after} + ")
         assert "> 19000, decrease input length or `max_tokens` and try again." in message
 

@@ -18,7 +18,6 @@ from proxy.apis.gemini.generate_content import (
     overflow_sentence,
 )
 from proxy.apis.registry import AdapterRegistry, endpoint_api
-from proxy.apis.stream_errors import broken_stream_event
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.learning.corrections import parse_overflow
 from proxy.core.trimming.trim import Removal
@@ -214,7 +213,7 @@ class TestGoogleLanguage:
         assert overflow is not None and overflow.limit == 1_048_575 and overflow.prompt_tokens == 2_769_478
 
     def test_a_broken_stream_ends_with_an_error_chunk_google_genai_raises_on(self) -> None:
-        event = broken_stream_event("generate_content", "upstream went away")
+        event = ADAPTER.broken_stream_event("upstream went away")
         assert event.startswith(b'data: {"error": {"code": 502') and event.endswith(b"\n\n")
 
 

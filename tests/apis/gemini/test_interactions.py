@@ -10,7 +10,6 @@ import pytest
 from proxy.apis.base import HeldContext, InvalidRequest
 from proxy.apis.gemini.interactions import InteractionsAdapter, interactions_error
 from proxy.apis.registry import AdapterRegistry
-from proxy.apis.stream_errors import broken_stream_event
 from proxy.core.trimming.trim import Removal
 from proxy.errors import ContextLengthExceeded, HTTPRefusal
 from tests.apis.fitting import fit_body, words
@@ -164,12 +163,12 @@ class TestTheApisOwnLanguage:
         assert ADAPTER.error_body(HTTPRefusal("slow down", 429))["error"]["code"] == "rate_limit_exceeded"
 
     def test_a_broken_stream_ends_with_the_api_s_error_event(self) -> None:
-        event = broken_stream_event("interactions", "the upstream went away")
+        event = ADAPTER.broken_stream_event("the upstream went away")
         assert event.startswith(b"event: error\ndata: ") and b'"event_type": "error"' in event
 
     def test_the_overflow_opens_with_gemini_s_sentence(self) -> None:
         fitted = fit_body(ADAPTER, {"model": "gpt-4o", "system_instruction": words(3000), "input": "hi"}, 2000)
-        refused = ContextLengthExceeded.refused(fitted.plan.result, "interactions", {})
+        refused = ContextLengthExceeded.refused(fitted.plan.result, ADAPTER, {})
         assert refused.message.startswith("The input token count (") and refused.param is None
 
     @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.apis.base import HeldContext, InvalidRequest
 from proxy.apis.openai.responses import ResponsesAdapter
-from proxy.core.counting.ciphertext import CIPHERTEXT_TOKENS
+from proxy.core.counting.bound import CIPHERTEXT_TOKENS
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.trimming.turns import split_conversation
 from tests.apis.fitting import fit_body, words

@@ -9,9 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.core.costs.audio_lengths import audio_seconds
+from proxy.core.costs.media_lengths import audio_seconds, video_seconds
 from proxy.core.costs.pdf_pages import PAGES_MOST, PdfPages, pdf_pages
-from proxy.core.costs.video_lengths import video_seconds
 from tests.adversarial.media_files import audio, pdf, video, with_junk_before_format
 
 

@@ -120,7 +120,7 @@ class TestCountCacheMemory:
         assert len(cache) == 2 and cache.bytes >= 20_000
 
     def test_the_openings_of_re_sent_conversations_are_held_to_the_bound_too(self, registry):
-        from proxy.core.counting.openings import Opening
+        from proxy.core.counting.count_cache import Opening
 
         cache = CountCache(max_bytes=64 * 1024)
         profile, tokenizer = registry.profile("gpt-4o"), CountingTokenizer()

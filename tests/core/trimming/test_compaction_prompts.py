@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.trimming.compaction_prompts import TRIGGER, compiled_patterns, is_compaction_request
+from proxy.core.trimming.compaction import TRIGGER, compiled_patterns, is_compaction_request
 
 CLAUDE_CODE = (
     "Your task is to create a detailed summary of the conversation so far, paying close attention to the "

@@ -8,8 +8,7 @@ from typing import Any
 
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.trimming.budget import BudgetPolicy
-from proxy.core.trimming.history import keep_in_part
-from proxy.core.trimming.shrink import IMAGE_MARKER
+from proxy.core.trimming.history import IMAGE_MARKER, keep_in_part
 from proxy.core.trimming.strategies import DropRecentTurns
 from proxy.core.trimming.trim import TrimState
 from proxy.core.trimming.turns import validity_problems

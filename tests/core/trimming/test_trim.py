@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.trimming.shrink import IMAGE_MARKER
+from proxy.core.trimming.history import IMAGE_MARKER
 from proxy.core.trimming.strategies import build_pipeline
 from proxy.core.trimming.turns import validity_problems
 from tests.conftest import png_data_url
@@ -263,7 +263,7 @@ class TestRejectionWording:
 
     def test_openai_wording_states_the_window_and_the_messages_tokens(self, counter_for):
         result = self._rejected(counter_for)
-        message = result.rejection_message("openai")
+        message = result.rejection_message(result.openai_overflow())
         assert message.startswith(
             f"This model's maximum context length is 8192 tokens. However, your messages resulted in "
             f"{result.tokens_after} tokens. Please reduce the length of the messages. (context-guard, "
@@ -280,7 +280,7 @@ class TestRejectionWording:
         body = {"model": "gpt-4", "max_tokens": 2000, "messages": messages}
         result = plan_request(body, counter, TrimPolicy(budget=BudgetPolicy())).result
         assert result.outcome == "rejected" and result.tokens_after < 8192
-        assert result.rejection_message("openai").startswith(
+        assert result.rejection_message(result.openai_overflow()).startswith(
             f"This model's maximum context length is 8192 tokens. However, you requested "
             f"{result.tokens_after + 2000} tokens ({result.tokens_after} in the messages, 2000 in the completion)."
         )
@@ -298,7 +298,7 @@ class TestRejectionWording:
         result = plan_request(body, counter, TrimPolicy(budget=BudgetPolicy())).result
         limit = 8192 - 410  # the window less the guard's safety margin
         assert result.outcome == "rejected" and result.tokens_after < limit < result.tokens_after + 2000
-        assert result.rejection_message("anthropic").startswith(
+        assert result.rejection_message(result.anthropic_overflow()).startswith(
             f"input length and `max_tokens` exceed context limit: {result.tokens_after} + 2000 > {limit}, "
             "decrease input length or `max_tokens` and try again."
         )
@@ -308,6 +308,6 @@ class TestRejectionWording:
 
     def test_anthropic_wording_says_the_prompt_is_too_long_against_its_budget(self, counter_for):
         result = self._rejected(counter_for)
-        message = result.rejection_message("anthropic")
+        message = result.rejection_message(result.anthropic_overflow())
         assert message.startswith(f"prompt is too long: {result.tokens_after} tokens > 6554 maximum.")
         assert "context window 8,192" in message

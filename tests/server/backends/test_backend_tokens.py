@@ -17,8 +17,9 @@ from proxy.config.backends import BackendOptions
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import CharEstimateTokenizer
+from proxy.core.models.families import TEMPLATE_FORMAT
 from proxy.core.models.framing import Framing
-from proxy.core.models.model_registry import TEMPLATE_FORMAT, ModelRegistry
+from proxy.core.models.model_registry import ModelRegistry
 from proxy.server.backends.profiles import BackendDown
 from proxy.server.backends.tokenize import BackendCounter, measure_framing
 from tests.support.clock import ManualClock

@@ -19,7 +19,6 @@ from proxy.core.learning.corrections import parse_overflow
 from proxy.core.trimming.budget import BudgetPolicy, input_budget
 from proxy.server.backends.profiles import (
     OLLAMA_DEFAULT_NUM_CTX,
-    PROFILES,
     BackendOptions,
     budget_policy,
     discover,
@@ -86,19 +85,19 @@ async def serve(aiohttp_server: Any):
 
 class TestProfiles:
     def test_hosted_apis_and_vllm_need_prompt_and_max_tokens_to_fit(self):
-        assert all(PROFILES[k].output_must_fit for k in ("openai", "vertex", "vllm"))
+        assert all(profile_for(k).output_must_fit for k in ("openai", "vertex", "vllm"))
 
     def test_llama_cpp_lowers_max_tokens_itself_and_may_answer_an_overflow_with_an_empty_stream(self):
-        assert not PROFILES["llamacpp"].output_must_fit
-        assert PROFILES["llamacpp"].empty_stream_on_overflow
+        assert not profile_for("llamacpp").output_must_fit
+        assert profile_for("llamacpp").empty_stream_on_overflow
 
     def test_llama_cpp_python_is_sent_only_a_uuid_request_id(self):
-        assert not forwardable_request_id(PROFILES["llamacpp"], "abc-123")
-        assert forwardable_request_id(PROFILES["llamacpp"], "0b6f2d1e-8c1a-4a57-9d7e-2f5c3f6a9b10")
-        assert forwardable_request_id(PROFILES["vllm"], "abc-123")
+        assert not forwardable_request_id(profile_for("llamacpp"), "abc-123")
+        assert forwardable_request_id(profile_for("llamacpp"), "0b6f2d1e-8c1a-4a57-9d7e-2f5c3f6a9b10")
+        assert forwardable_request_id(profile_for("vllm"), "abc-123")
 
     def test_ollama_truncates_silently(self):
-        assert not PROFILES["ollama"].signals_overflow
+        assert not profile_for("ollama").signals_overflow
 
     def test_an_unknown_kind_is_an_error_listing_the_known_ones(self):
         with pytest.raises(ValueError, match="known: openai, vertex, vllm, llamacpp, ollama, generic"):
@@ -114,7 +113,7 @@ class TestProfiles:
     )
     def test_each_overflow_error_says_what_its_profile_expects_and_parses(self, kind, recording):
         raw = (RECORDED / recording).read_bytes()
-        assert any(text in raw.decode() for text in PROFILES[kind].overflow_texts)
+        assert any(text in raw.decode() for text in profile_for(kind).overflow_texts)
         overflow = parse_overflow(400, raw)
         assert overflow is not None and overflow.limit is not None
 
@@ -268,11 +267,11 @@ class TestTokenizeCalls:
 
 class TestBudgetPolicy:
     def test_a_server_that_must_fit_the_output_keeps_the_configured_policy(self):
-        assert budget_policy(PROFILES["vllm"], BudgetPolicy()) == BudgetPolicy()
+        assert budget_policy(profile_for("vllm"), BudgetPolicy()) == BudgetPolicy()
 
     def test_llama_cpp_and_ollama_budget_for_the_output_they_will_really_leave(self):
         for kind in ("llamacpp", "ollama"):
-            policy = budget_policy(PROFILES[kind], BudgetPolicy(), min_output=64)
+            policy = budget_policy(profile_for(kind), BudgetPolicy(), min_output=64)
             assert not policy.output_must_fit and policy.min_output == 64
             assert input_budget(2048, {"max_tokens": 4096}, 7, 0, policy).fits
 

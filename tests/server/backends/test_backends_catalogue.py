@@ -164,7 +164,7 @@ class TestKnownWindow:
         assert Backends().known_window("openai", "gpt-4o") == (True, None)
 
     def test_a_discovered_server_s_window_is_known_without_asking(self):
-        counting = Backends(discoveries={"local": Discovery("llama_cpp", windows={"smol": 4096})})
+        counting = Backends(discoveries={"local": Discovery("llamacpp", windows={"smol": 4096})})
         assert counting.known_window("local", "smol") == (True, 4096)
 
     async def test_an_ollama_model_not_asked_yet_must_be_asked_and_is_known_after(self, aiohttp_server):

@@ -12,9 +12,8 @@ from proxy.config.settings import load_settings
 from proxy.core.counting.tokenizer import CharEstimateTokenizer
 from proxy.server.backends.catalogue import Backends, Choice
 from proxy.server.backends.model_counting import Models
-from proxy.server.backends.model_route import MAX_ROUTES, ModelRoute, ModelRoutes, model_route
+from proxy.server.backends.model_route import MAX_ROUTES, ModelRoute, ModelRoutes, Router, model_route
 from proxy.server.backends.profiles import Discovery
-from proxy.server.upstream.routing import Router
 
 CONFIG = """\
 upstreams:

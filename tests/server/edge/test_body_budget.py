@@ -1,5 +1,5 @@
 """The request bodies a serving process holds at once are bounded, in all and per client
-(`proxy.server.edge.body_budget`): past a client's share its body gets 429, past the process's
+(`proxy.server.edge.body`): past a client's share its body gets 429, past the process's
 budget 503, each in the API's own shape with `Retry-After`; compressed bytes and what they inflate
 to are both counted, and everything a request held goes back when it ends, however it ends."""
 
@@ -14,7 +14,7 @@ import pytest
 from proxy.config.schema import SchemaError
 from proxy.config.settings import ServerSettings
 from proxy.errors import Overloaded, TooManyRequests
-from proxy.server.edge.body_budget import BODY_BUDGET, BodyBudget, BodyLimits
+from proxy.server.edge.body import BODY_BUDGET, BodyBudget, BodyLimits
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import raw_request
 

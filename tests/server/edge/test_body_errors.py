@@ -7,9 +7,9 @@ import pytest
 from proxy.apis.base import InvalidRequest
 from proxy.core.plan import InvalidBody
 from proxy.errors import BadRequest
-from proxy.server.edge.body_errors import bad_body_errors
+from proxy.server.edge.body import bad_body_errors
 from proxy.server.request.handlers import parse_chat
-from proxy.wire.strict_json import UnreadableJson
+from proxy.wire.codec import UnreadableJson
 from tests.server.raw_http import raw_request
 
 JSON = {"Content-Type": "application/json"}

@@ -7,7 +7,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.config.upstreams import UpstreamSettings
 from proxy.server.edge.credentials import injects_credential, outside_project
-from proxy.server.upstream.headers import request_headers
+from proxy.server.upstream.connection import request_headers
 
 BASE = "https://us-central1-aiplatform.googleapis.com/v1/projects/mine/locations/us-central1/endpoints/openapi"
 

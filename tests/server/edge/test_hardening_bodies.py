@@ -143,7 +143,7 @@ class TestCompressedBodiesOverSockets:
         assert response.status == 401 and inflated == [] and upstream.received == []
 
     async def test_a_bomb_gets_413_fast_and_the_server_keeps_serving(self, start_proxy, upstream, monkeypatch):
-        """Fast: it is inflated only up to the body limit (`decoding.inflate` stops there, see test_decoding)."""
+        """Fast: it is inflated only up to the body limit (`inflate_within` stops there, see test_body_decoding)."""
         limits: list[int] = []
         inflate = body_module.inflate
 

@@ -10,8 +10,8 @@ import pytest
 
 from proxy.apis.openai.chat_checks import check_chat_body
 from proxy.core.plan import InvalidBody
-from proxy.wire.chat_body import read_chat_body
-from proxy.wire.strict_json import AmbiguousJson, JsonLimits, loads_strict
+from proxy.wire.codec import AmbiguousJson, JsonLimits, loads_strict
+from proxy.wire.readers import read_chat_body
 from tests.server.raw_http import raw_request
 
 JSON = {"Content-Type": "application/json"}

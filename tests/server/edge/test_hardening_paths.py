@@ -89,6 +89,30 @@ class TestCanonicalPath:
         assert apis.api_for("/v1/models") is None
 
 
+class TestAShapesOwnPaths:
+    """A shape that reads its own paths (`Shape.reads_path`, Bedrock's model ids) decides their
+    spelling; every other path is read by the general rules, an encoded '/' refused."""
+
+    ARN = "arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Ainference-profile%2Fus.anthropic.claude-sonnet-4-5-v1%3A0"
+
+    def test_an_arns_encoded_slash_stays_inside_its_model_segment(self):
+        path = canonical_path(f"/model/{self.ARN}/converse")
+        assert path.segments == (
+            "model",
+            "arn:aws:bedrock:us-east-1:123456789012:inference-profile%2Fus.anthropic.claude-sonnet-4-5-v1:0",
+            "converse",
+        )
+        assert AdapterRegistry().api_for(path.value) == "converse"
+
+    def test_a_model_id_the_shape_refuses_is_an_invalid_path(self):
+        with pytest.raises(InvalidPath, match="not a Bedrock model id"):
+            canonical_path("/model/..%2F..%2Fadmin/converse")
+
+    def test_an_encoded_slash_outside_a_shapes_own_path_is_still_refused(self):
+        with pytest.raises(InvalidPath, match="encoded '/'"):
+            canonical_path(f"/v1/models/{self.ARN}")
+
+
 class TestPassthroughPolicy:
     def test_the_default_forwards_the_openai_api_surface_only(self):
         policy = PassthroughPolicy()

@@ -11,7 +11,7 @@ import pytest
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import UpstreamUnavailable
 from proxy.server.edge.credentials import UpstreamAuth
-from proxy.server.upstream.headers import request_headers
+from proxy.server.upstream.connection import request_headers
 from tests.server.conftest import gateway_settings, long_conversation
 
 HI = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}

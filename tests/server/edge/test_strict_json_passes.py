@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.wire.strict_json import AmbiguousJson, JsonLimits, UnreadableJson, loads_strict, read_json
+from proxy.wire.codec import AmbiguousJson, JsonLimits, UnreadableJson, loads_strict, read_json
 
 LIMITS = JsonLimits(max_depth=6)
 

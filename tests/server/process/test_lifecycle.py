@@ -10,9 +10,10 @@ import pytest
 
 from proxy.config.settings import Settings
 from proxy.config.source import SettingsSource
+from proxy.core.models.model_registry import TokenizerSpec
 from proxy.errors import ConfigError
 from proxy.server.process.drain import DRAIN, Drain
-from proxy.server.process.lifecycle import ServerOptions, available_cores, reload_config
+from proxy.server.process.lifecycle import ServerOptions, available_cores, load_models, load_vocabularies, reload_config
 from proxy.server.request.gateway import GATEWAY
 from tests.server.conftest import gateway_settings
 from tests.support.upstream import FakeUpstream
@@ -117,3 +118,22 @@ class TestServerOptions:
     def test_a_bad_value_is_refused_naming_the_key(self, options, message):
         with pytest.raises(ValueError, match=message):
             ServerOptions(**options)
+
+
+class TestVocabulariesAtStart:
+    """What a process loads before it is ready (`tokenizers.preload`): the configured models', then
+    what the setting names, so that no request's first use of them holds the event loop."""
+
+    def test_auto_loads_openais_encodings_for_a_generic_upstream(self):
+        guard = load_models(gateway_settings("http://127.0.0.1:9/v1"))
+        assert guard.tokenizers.loaded == ()
+        load_vocabularies(guard)
+        loaded = set(guard.tokenizers.loaded)
+        assert {TokenizerSpec("tiktoken", "o200k_base"), TokenizerSpec("tiktoken", "cl100k_base")} <= loaded
+        assert TokenizerSpec("vocab", "llama3") not in loaded
+
+    def test_a_named_model_loads_its_familys_vocabulary_too(self):
+        settings = gateway_settings("http://127.0.0.1:9/v1", tokenizers={"preload": ["llama-3.1-8b-instruct"]})
+        guard = load_models(settings)
+        load_vocabularies(guard)
+        assert TokenizerSpec("vocab", "llama3") in guard.tokenizers.loaded

@@ -17,7 +17,7 @@ class TestRouteEndpoint:
     def test_a_counted_path_carries_its_adapter(self):
         chat = route("/v1/chat/completions")
         assert chat.kind == "guarded" and chat.api == "chat" and chat.endpoint is not None
-        assert chat.endpoint.adapter is REGISTRY.chat
+        assert chat.endpoint.adapter is REGISTRY.by_name("chat")
 
     def test_an_azure_deployment_path_carries_the_model_it_names(self):
         azure = route("/openai/deployments/my-gpt4o/chat/completions")

@@ -7,7 +7,7 @@ import orjson
 
 from proxy.apis.base import Origin
 from proxy.apis.openai import chat
-from proxy.core.counting.openings import sizes_to_keep
+from proxy.core.counting.count_cache import sizes_to_keep
 from proxy.server.request.gateway import GATEWAY
 from tests.server.conftest import gateway_settings, long_conversation
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from bench.processes import free_port
-from proxy.server.threads.slots import FairSlots
+from proxy.server.threads.placement import FairSlots
 from tests.server.conftest import gateway_settings, long_conversation
 
 

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from proxy.core.learning.corrections import Correction, Overflow, parse_overflow
-from proxy.server.upstream.upstream_errors import overflow_told
+from proxy.server.upstream.connection import overflow_told
 from tests.server.conftest import gateway_settings, long_conversation
 from tests.support.trimming import fit, words
 from tests.support.upstream import overflow_error

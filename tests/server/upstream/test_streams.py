@@ -20,9 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.processes import free_port
-from proxy.server.upstream.session import is_stale_connection, send_retrying_stale
-from proxy.server.upstream.sse import peek_first_event
-from proxy.server.upstream.streams import ask_for_usage, overflow_probe
+from proxy.server.upstream.connection import is_stale_connection, send_retrying_stale
+from proxy.server.upstream.relay import ask_for_usage, overflow_probe, peek_first_event
 from proxy.server.upstream.usage import UsageTap, usage_from_body
 from tests.server.conftest import gateway_settings
 from tests.support.streams import replay, tapped
