@@ -67,9 +67,8 @@ class Bedrock(Provider):
 
     def finish(self, call: OutgoingCall, keys: object) -> OutgoingCall:
         headers = without_client_signing(call.headers)
-        if keys is not None:
-            signing: tuple[object, str] = keys  # type: ignore[assignment]  # AwsKeys.current's
-            headers = signed_headers(call.method, call.url, headers, call.body, signing)
+        if isinstance(keys, tuple):  # `AwsKeys.current`'s: the frozen credentials and the region (`auth: sigv4`)
+            headers = signed_headers(call.method, call.url, headers, call.body, keys)
         return OutgoingCall(call.method, call.url, headers, call.body)
 
     def count_call(self, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:

@@ -36,6 +36,13 @@ class TestAuto:
     def test_a_kind_whose_models_the_config_cannot_tell_loads_openais_encodings(self):
         assert at_start("auto", "generic") == at_start("auto", "openai")
 
+    def test_a_bedrock_upstream_loads_what_claude_and_the_open_models_are_counted_with(self):
+        specs = at_start("auto", "bedrock")
+        for model in ("anthropic.claude-sonnet-4-5-20250929-v1:0", "us.anthropic.claude-haiku-4-5-20251001-v1:0",
+                      "amazon.nova-pro-v1:0"):  # fmt: skip
+            assert REGISTRY.profile(model).tokenizer in specs, model
+        assert O200K not in specs
+
     def test_every_upstream_adds_its_kinds_vocabularies(self):
         assert at_start("auto", "anthropic", "gemini") == at_start("auto", "anthropic") | at_start("auto", "gemini")
 
