@@ -100,6 +100,14 @@ class RequestRecord:
             return ()
         return self.plan.result.removals
 
+    def note(self, name: str, present: bool = True) -> None:
+        """Say `name` on the request's log line and its row on the page, once (or no longer say
+        it): the one channel every step's notes and reasons reach the operator by."""
+        if present and name not in self.notes:
+            self.notes.append(name)
+        elif not present and name in self.notes:
+            self.notes.remove(name)
+
     @property
     def is_warning(self) -> bool:
         """Worth an operator's attention: a rejection, a server-side failure, a request sent on
@@ -110,14 +118,6 @@ class RequestRecord:
             or self.correction_note == "implausible"
             or "fallback_window" in self.notes
         )
-
-
-def note(record: RequestRecord, name: str, present: bool = True) -> None:
-    """Say `name` on the request's log line once (or no longer say it)."""
-    if present and name not in record.notes:
-        record.notes.append(name)
-    elif not present and name in record.notes:
-        record.notes.remove(name)
 
 
 def _outcome_for_status(status: int, kind: str) -> str:

@@ -34,7 +34,7 @@ from proxy.core.record_fields import field_dict
 from proxy.server.backends.catalogue import Choice
 from proxy.server.backends.model_route import ModelRoute, Target
 from proxy.server.observation.recent import removed_tool_names
-from proxy.server.observation.record import RequestRecord, note
+from proxy.server.observation.record import RequestRecord
 from proxy.server.request.gateway import Gateway
 from proxy.server.upstream.usage import Usage
 
@@ -133,7 +133,7 @@ class Flow(RequestRecord):
         self.learned_correction, self.correction_note = exchange.learned, exchange.ignored_overflow
         if exchange.attempt == 2 and self.window_source != "correction":  # a retry planned for the corrected window
             self.window_source = "correction"
-            note(self, "fallback_window", present=False)
+            self.note("fallback_window", present=False)
 
     def keep_previews(self, chars: int) -> None:
         """With `log.content_preview_chars` set, the start of each message the sent plan removed

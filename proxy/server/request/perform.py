@@ -64,7 +64,7 @@ from proxy.server.backends.provider_count import (
     provider_counted,
     settled,
 )
-from proxy.server.observation.record import count_headers, note, report_headers
+from proxy.server.observation.record import count_headers, report_headers
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import count_call_headers_for, held_refusal, learned, looked_up
@@ -144,6 +144,8 @@ class Performer:
     def _chosen(self, choice: Choice) -> None:
         route = self.route
         self.flow.choice = choice
+        if choice.note is not None:  # why the backend's own tokenizer did not count it
+            self.flow.note(choice.note)
         counted = route.counted
         if counted is None or choice is not route.choice:  # chosen for this request
             by_guard = self.flow.target.upstream.edits_by_guard
@@ -170,7 +172,7 @@ class Performer:
         return self.flow.endpoint.adapter.render(self._rendered, view.body, view.removals, view.inserted)
 
     async def note(self, command: Note) -> None:
-        note(self.flow, command.name, command.present)
+        self.flow.note(command.name, command.present)
 
     async def reject(self, command: Reject) -> None:
         self.flow.outcome = "rejected"
@@ -199,20 +201,20 @@ class Performer:
         if bound_unfetched:
             choice.bound_unfetched()
         if any(CIPHERTEXT_NOTE in n for n in parsed.notes):  # the adapter bounded a ciphertext
-            note(record, "ciphertext_bound")
+            record.note("ciphertext_bound")
         if held:
             parsed = replace(parsed, fixed_tokens=parsed.fixed_tokens + held)
         fitted = self.flow.gw.models.fit(self.flow.endpoint.adapter, parsed, window, self._counted, self.flow.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
-            note(record, "estimate")
+            record.note("estimate")
         held_from = self.flow.exchange.held if self.flow.exchange is not None else None
         exact, source = fitted.plan.count.exact and choice.tokenizer.exact, held_from.source if held_from else None
         self.count_kind = count_kind(exact, parsed, choice.source, source)
         self._rendered = fitted.edited or self.flow.parsed
         if fitted.original_tokens is not None:  # counted as the provider sees it after its context edits
-            note(record, "context_edits:guard" if record.target.upstream.edits_by_guard else "context_edits:provider")
+            record.note("context_edits:guard" if record.target.upstream.edits_by_guard else "context_edits:provider")
         if self.flow.parsed.server_state:
-            note(record, "server_state")
+            record.note("server_state")
         return fitted.plan
 
     async def recount(self, command: Recount) -> Recounted | None:
@@ -239,7 +241,7 @@ class Performer:
         assert session is not None, "the app's upstream session is opened at startup"
         headers = await count_call_headers_for(self.flow.request, gw, upstream)
         counted = await provider_counted(gw.provider_counts, session, headers, edge, self._placed)
-        made = settled(plan, edge, budget, counted, self.flow.notes)
+        made = settled(plan, edge, budget, counted, self.flow.note)
         if made is not None:
             self.flow.provider_counted = True
         return made
@@ -289,7 +291,7 @@ class Performer:
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, first_error_body(first)
                 if first.kind == "empty" and self.route.backend.empty_stream_on_overflow:
-                    note(record, "empty_stream")
+                    record.note("empty_stream")
                     status, error_body = await probe_overflow(self.flow, sent)
             else:
                 status, raw_error = response.status, await read_error_body(target.upstream, response)
