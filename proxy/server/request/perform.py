@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from proxy.apis.fields import refuse_client_template
-from proxy.apis.fitting import count_kind
+from proxy.apis.fitting import Counting, count_kind
 from proxy.config.budget_and_trim import Mode
 from proxy.core.commands import (
     DELIVERED,
@@ -56,7 +56,6 @@ from proxy.core.models.opt_in_windows import correction_key, opted_in
 from proxy.core.plan import Plan
 from proxy.errors import ContextLengthExceeded, HTTPRefusal, UpstreamUnavailable
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_counting import CountedAs
 from proxy.server.backends.model_route import ModelRoute, Target, chosen_of, model_route
 from proxy.server.backends.provider_count import (
     EdgeRequest,
@@ -84,7 +83,7 @@ class Performer:
     def __init__(self, flow: Flow) -> None:
         self.flow = flow
         self.response: web.StreamResponse | None = None
-        self._counted: CountedAs | None = None  # what the plans count the request as, once chosen
+        self._counted: Counting | None = None  # what the plans count the request as, once chosen
         self._rendered = flow.parsed  # what a plan's view is written into: the request after its context edits
         self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
@@ -148,8 +147,8 @@ class Performer:
             self.flow.note(choice.note)
         counted = route.counted
         if counted is None or choice is not route.choice:  # chosen for this request
-            by_guard = self.flow.target.upstream.edits_by_guard
-            counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget, by_guard)
+            by_guard, served, budget = self.flow.target.upstream.edits_by_guard, route.served, route.budget
+            counted = Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget)
         self._counted = counted
         self._learns = (
             self.flow.endpoint.adapter.body_is_view
