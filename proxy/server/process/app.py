@@ -131,11 +131,12 @@ def create_app(settings: Settings, guard: Models | None = None) -> web.Applicati
     app[PASSTHROUGH] = PassthroughPolicy.parse(server.passthrough)
     app[BODY_POLICY] = BodyPolicy(server.body_timeout_seconds)
     app[BODY_BUDGET] = BodyBudget(BodyLimits(*server.body_memory))
-    app[UPSTREAM_POOL] = UpstreamPool(PoolPolicy(server.upstream_connections, server.connection_wait_seconds))
+    pool = app[UPSTREAM_POOL] = UpstreamPool(PoolPolicy(server.upstream_connections, server.connection_wait_seconds))
     install_drain(app)
     app.cleanup_ctx.append(_upstream_session)
     upstreams = {name: upstream.base_url for name, upstream in settings.upstreams.items()}
-    install_health(app, Health(Reachability(upstreams, settings.readiness), settings.source))
+    reachability = Reachability(upstreams, settings.readiness, answered=pool.answered)
+    install_health(app, Health(reachability, settings.source))
     install_page(app, settings.page.size)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
@@ -348,8 +349,12 @@ def client_keys(request: web.Request) -> None:
     """Unauthorized unless the request holds one of the proxy's client keys (when any are set)."""
     settings = request.app[GATEWAY].settings
     keys = settings.server.client_keys
-    open_path = open_without_client_key(request[PATH_ROUTE].path.value, settings.server.metrics_public)
-    if keys and not open_path and not holds_client_key(request.headers, keys):
+    # Whether the path is one the keys do not guard is asked last: only of a request without a key.
+    if (
+        keys
+        and not holds_client_key(request.headers, keys)
+        and not open_without_client_key(request[PATH_ROUTE].path.value, settings.server.metrics_public)
+    ):
         raise Unauthorized(
             "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key, api-key or "
             "x-goog-api-key)"

@@ -36,7 +36,6 @@ from proxy.server.edge.paths import (
     host_root_url,
     upstream_url,
 )
-from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import learned
@@ -143,7 +142,7 @@ class UpstreamCall:
             raise
         response = self._sent.response
         flow.upstream_status = response.status
-        request.app[HEALTH].reachability.saw(upstream.name)
+        self._pool.answered[upstream.name] = time.monotonic()  # it answered: reachable, for `/readyz`
         return response
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
