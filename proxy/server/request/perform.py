@@ -121,8 +121,9 @@ class Performer:
         routed = route.routed
         if route.choice is not None:
             self._chosen(route.choice)
-        opted = opted_in(route.served, flow.request.headers, flow.target.upstream.provider.opt_ins, api)
-        self._learned_as = correction_key(route.served, opted)  # an opted-in request's corrections apart
+        opt_ins = flow.target.upstream.provider.opt_ins  # most providers honour none: nothing to look for
+        opted = opted_in(route.served, flow.request.headers, opt_ins, api) if opt_ins else None
+        self._learned_as = route.served if opted is None else correction_key(route.served, opted)  # kept apart
         return routed if opted is None else replace(routed, opt_in_window=opted.context_window)
 
     async def choose_tokenizer(self, command: ChooseTokenizer) -> Chosen:
