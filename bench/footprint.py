@@ -149,9 +149,10 @@ def functions_per_request(requests: int) -> None:
 def _job_runner(bodies: Bodies) -> Any:
     """The job of one request of `bodies`' conversation (as the server runs it for a warm body on
     the event loop), as a function of the body's bytes."""
+    from proxy.apis.fitting import Counting
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import settings_from_dict
-    from proxy.server.backends.model_counting import CountedAs, Models
+    from proxy.server.backends.model_counting import Models
     from proxy.wire.readers import BodyReaders
 
     upstreams = {"fake": {"base_url": "http://127.0.0.1:9/v1"}}
@@ -164,7 +165,7 @@ def _job_runner(bodies: Bodies) -> Any:
     endpoint = registry.endpoint_for("/v1/chat/completions")
     assert endpoint is not None
     profile = models.profile("gpt-4.1")
-    counting = CountedAs("gpt-4.1", profile, models.tokenizer(profile))
+    counting = Counting(profile, models.tokenizer(profile), model="gpt-4.1")
 
     def job(raw: bytes) -> Any:
         match = readers.match(endpoint.adapter, raw)

@@ -56,7 +56,7 @@ def measure(config: str) -> dict[str, float]:
     endpoint = registry.endpoint_for("/v1/chat/completions")
     assert endpoint is not None
     profile = guard.profile("gpt-4.1")
-    counted = getattr(guard, "counted_as", None)  # `CountedAs` from issue 40 on; a (profile, tokenizer) pair before
+    counted = getattr(guard, "counted_as", None)  # `Counting`; a (profile, tokenizer) pair in older trees
     shared = {"shared_cache": True} if "shared_cache" in inspect.signature(guard.fit).parameters else {}
     if counted is not None:
         counting, leading = counted("gpt-4.1"), ()

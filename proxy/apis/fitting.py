@@ -17,6 +17,7 @@ from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import Plan, TrimPolicy, plan_request
+from proxy.core.trimming.budget import BudgetPolicy
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,11 @@ class Fitted:
 
 @dataclass(frozen=True, slots=True)
 class Counting:
-    """What a request is counted and budgeted with: the model's profile, the tokenizer (the
-    model's own, the backend's, or a calibrated estimate), the count cache to go through (None:
-    past it) and the window when it is not the profile's (a learned correction)."""
+    """What a request is counted and budgeted with, the one type for it: the model's profile, the
+    tokenizer (the model's own, the backend's, or a calibrated estimate), the count cache to go
+    through (None: past it), the window when it is not the profile's (a learned correction), the
+    model it is counted as (after a route's rename; empty: the one it names) and the upstream's
+    budget policy (None: the configured one)."""
 
     profile: ModelProfile
     tokenizer: Tokenizer
@@ -70,6 +73,8 @@ class Counting:
     # The upstream cannot apply the edits a request asks of the provider (Anthropic's context
     # editing): the guard applies them and sends the edited body (`Adapter.edited`).
     edits_by_guard: bool = False
+    model: str = ""
+    budget: BudgetPolicy | None = None
 
 
 def fit(
@@ -83,6 +88,9 @@ def fit(
     pipeline = adapter.pipeline(parsed)
     if pipeline is not None:
         policy = replace(policy, pipeline=pipeline)
+    budget = counting.budget
+    if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one
+        policy = replace(policy, budget=budget)
     edited = adapter.edited(parsed, counter, counting.edits_by_guard)
     if edited is not None:  # counted as the provider will see it (other messages: a counter of their own)
         if edited.parsed.chat is not parsed.chat:

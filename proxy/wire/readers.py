@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 
 from proxy.apis.base import Adapter, Parsed
 from proxy.apis.fitting import Fitted
-from proxy.apis.openai.chat_checks import check_chat_body
+from proxy.apis.openai.chat import check_chat_body
 from proxy.core.plan import Plan
 from proxy.wire.codec import DEFAULT_LIMITS, JsonLimits, read_json
 from proxy.wire.prefix_reader import Match, PrefixReader, Reading

@@ -11,12 +11,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.apis.fitting import Counting
 from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.learning.calibration import Calibration, CalibrationPolicy, calibrated
 from proxy.core.models.model_registry import TokenizerSpec
-from proxy.server.backends.model_counting import CountedAs, Models
+from proxy.server.backends.model_counting import Models
 from proxy.server.backends.profiles import BackendOptions, discover
 from proxy.server.backends.tokenize import BackendCounter
 from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
@@ -77,7 +78,7 @@ class TestBackendTokenizer:
                     request = body(kind, size, MODEL)
                     prepared = await counter.prepare(request, profile, local)
                     assert prepared.remote, prepared.note
-                    plan = plan_with(guard, request, MODEL, llama.n_ctx, counting=CountedAs(MODEL, prepared.profile, prepared.tokenizer))
+                    plan = plan_with(guard, request, MODEL, llama.n_ctx, counting=Counting(prepared.profile, prepared.tokenizer, model=MODEL))
                     if plan.result.outcome == "rejected":  # a system prompt larger than the window: refused, rightly
                         assert plan.result.budget.pinned_tokens > plan.result.budget.input_budget
                         continue

@@ -8,9 +8,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.apis.fitting import Counting
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.plan import Plan, plan_request
-from proxy.server.backends.model_counting import CountedAs, Models
+from proxy.server.backends.model_counting import Models
 
 
 def plan_with(
@@ -18,7 +19,7 @@ def plan_with(
     body: Mapping[str, Any],
     model: str,
     context_window: int | None = None,
-    counting: CountedAs | None = None,
+    counting: Counting | None = None,
 ) -> Plan:
     """Count and trim `body` for `model`. `counting` replaces the model's own profile and tokenizer
     (the shared cache counts only with the profile's own loaded tokenizer: `Models._counting`)."""

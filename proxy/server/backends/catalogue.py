@@ -74,7 +74,7 @@ class Choice:
     tokenizer: Tokenizer
     source: Source
     calibration: Calibration | None = None
-    note: str | None = None
+    note: str | None = None  # why the backend's own tokenizer did not count it: said on the request's line
     backend_calls: int = 0
     counter: BackendCounter | None = None  # with `backend`: what counts the texts a trim produces
     learning: Learning | None = None  # with an estimate: what the upstream's usage calibrates
@@ -199,7 +199,7 @@ class Backends:
             return None
         note = None
         if options.tokenize == "backend":
-            note = "tokenize: backend, but the upstream offers no tokenize endpoint the guard knows"
+            note = "backend_count_skipped: no tokenize endpoint"  # `tokenize: backend` asked for one
         return self._local(upstream, model, profile, local, note)
 
     def _local(self, upstream: str, model: str, profile: ModelProfile, local: Tokenizer, note: str | None) -> Choice:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +30,12 @@ from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache, ScopedCountCache
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile, ModelRegistry, TokenizerSpec
-from proxy.core.trimming.budget import BudgetPolicy, CompactionPolicy
+from proxy.core.trimming.budget import CompactionPolicy
 from proxy.errors import ConfigError
 from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 from proxy.wire.readers import ResentPlans
-
-
-@dataclass(frozen=True, slots=True)
-class CountedAs:
-    """What one request is counted as, where it is not its own model's default (`Models.fit`): the
-    model that serves it (after a rename), the profile and tokenizer its upstream's choice names (a
-    window the backend states, the backend's tokenizer, a calibrated estimate) and the upstream's
-    budget policy (None: the configured one); whether the guard applies the context edits a request
-    asks of the provider, for an upstream that cannot (`UpstreamSettings.edits_by_guard`)."""
-
-    model: str
-    profile: ModelProfile
-    tokenizer: Tokenizer
-    budget: BudgetPolicy | None = None
-    edits_by_guard: bool = False
 
 
 class Models:
@@ -123,13 +108,13 @@ class Models:
             return self.cache
         return ScopedCountCache(self.cache, client)
 
-    def counted_as(self, model: str) -> CountedAs:
+    def counted_as(self, model: str) -> Counting:
         """`model` counted with its own profile and tokenizer (for a request that names another)."""
         profile = self.profile(model)
-        return CountedAs(model, profile, self.tokenizer(profile))
+        return Counting(profile, self.tokenizer(profile), model=model)
 
     def _counting(
-        self, model: str, counted: CountedAs | None, client: object | None = None
+        self, model: str, counted: Counting | None, client: object | None = None
     ) -> tuple[ModelProfile, Tokenizer, CountCache | None]:
         """The profile, tokenizer and cache to count with. The shared cache serves the profile's
         own loaded tokenizer, whichever profile it came with; any other tokenizer (the backend's,
@@ -147,7 +132,7 @@ class Models:
         adapter: Adapter,
         parsed: Parsed,
         context_window: int | None = None,
-        counted: CountedAs | None = None,
+        counted: Counting | None = None,
         client: object | None = None,
     ) -> Fitted:
         """Count and trim a parsed request of any API shape, written back in its shape: for the
@@ -159,21 +144,19 @@ class Models:
         # The budget note and a summary go in where the adapter can write them (not legacy completions).
         base = policy = self.policy if adapter.writes_inserted else self._without_note
         budget = counted.budget if counted is not None else None
-        if budget is not None and budget is not policy.budget:  # most upstreams keep the configured one
-            policy = replace(policy, budget=budget)
-
         by_guard = counted is not None and counted.edits_by_guard
 
         def made() -> Fitted:
-            window, clock = context_window, time.perf_counter
-            return fit(adapter, parsed, Counting(profile, tokenizer, cache, window, by_guard), policy, clock)
+            counting = Counting(profile, tokenizer, cache, context_window, by_guard, model, budget)
+            return fit(adapter, parsed, counting, policy, time.perf_counter)
 
         if cache is None:  # counted past the cache (the backend's tokenizer, a calibrated estimate): not kept
             return made()
 
         def key() -> Hashable:  # what else the plan depended on
-            budget, fixed, identity = policy.budget, parsed.fixed_tokens, tokenizer.identity  # fixed: held context
-            return (adapter.name, model, context_window, profile, identity, id(base), budget, client, fixed, by_guard)
+            fixed, identity = parsed.fixed_tokens, tokenizer.identity  # fixed: held context
+            used = budget if budget is not None else policy.budget  # the budget `fit` plans with
+            return (adapter.name, model, context_window, profile, identity, id(base), used, client, fixed, by_guard)
 
         return self.resent.fitted(parsed, key, made)
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.apis.fitting import Counting
 from proxy.config.settings import Settings
 from proxy.config.upstreams import Route, UpstreamSettings
 from proxy.core.commands import Chosen, Routed
@@ -38,7 +39,7 @@ from proxy.core.models.model_registry import ModelProfile
 from proxy.core.trimming.budget import BudgetPolicy
 from proxy.errors import ModelNotRouted
 from proxy.server.backends.catalogue import Backends, Choice
-from proxy.server.backends.model_counting import CountedAs, Models
+from proxy.server.backends.model_counting import Models
 from proxy.server.backends.profiles import BackendProfile, budget_policy
 from proxy.tokenizers.map_corrections import correction_for
 
@@ -112,7 +113,7 @@ class ModelRoute:
     budget: BudgetPolicy
     discovery: object | None  # what discovery found of the upstream when this was worked out
     routed: Routed  # what the exchange is told of it (`FindRoute`), before any window a request opts into
-    counted: CountedAs | None  # what its requests are counted as, with `choice` (None: chosen per request)
+    counted: Counting | None  # what its requests are counted as, with `choice` (None: chosen per request)
 
     @property
     def kept_as_is(self) -> bool:
@@ -194,7 +195,9 @@ async def model_route(
         budget=budget,
         discovery=counting.discoveries.get(upstream.name),
         routed=routed,
-        counted=None if choice is None else CountedAs(served, choice.profile, choice.tokenizer, budget, by_guard),
+        counted=None
+        if choice is None
+        else Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget),
     )
     return route, asked
 

@@ -192,14 +192,16 @@ def edge_budget(request: EdgeRequest, plan: Plan, tokenizer: object) -> EdgeBudg
     return EdgeBudget(budget, clamped) if straddles(upper, lower, budget) else None
 
 
-def settled(plan: Plan, request: EdgeRequest, edge: EdgeBudget, counted: int | None, notes: list[str]) -> Plan | None:
+def settled(
+    plan: Plan, request: EdgeRequest, edge: EdgeBudget, counted: int | None, note: Callable[[str], object]
+) -> Plan | None:
     """`plan` as the provider's count re-makes it (the request as the client sent it) when that
-    count fits `edge`'s budget; else None, saying why in `notes`: `plan` stands."""
+    count fits `edge`'s budget; else None, saying why by `note` (the request's notes): `plan` stands."""
     if counted is None:
-        notes.append("provider_count_failed")
+        note("provider_count_failed")
         return None
     if counted > edge.input_budget:
-        notes.append("provider_count_over_budget")
+        note("provider_count_over_budget")
         return None
     return _as_sent(plan, request.body, request.chat, counted, edge.clamped)
 

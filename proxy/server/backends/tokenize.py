@@ -150,10 +150,10 @@ class BackendCounter:
     async def prepare(self, body: Mapping[str, Any], profile: ModelProfile, fallback: Tokenizer) -> Prepared:
         """Fetch the counts of every text in `body` the cache lacks, within the deadline."""
         if self.clock() < self._down_until:
-            return Prepared(profile, fallback, False, note="backend tokenizer failed recently")
+            return Prepared(profile, fallback, False, note="backend_count_skipped: failed recently")
         framing = await self._framing_within_deadline()
         if framing is None:
-            return Prepared(profile, fallback, False, note="backend template framing unknown")
+            return Prepared(profile, fallback, False, note="backend_count_skipped: template framing unknown")
         fmt = framing.chat_format(profile.chat_format)
         messages = body.get("messages")
         first = messages[0] if isinstance(messages, list) and messages else None
@@ -172,7 +172,7 @@ class BackendCounter:
         tokenizer = PrefetchedTokenizer(self.name, counts, fallback)
         uncounted = len(recorder.texts - counts.keys())
         complete = uncounted == 0
-        note = None if complete else f"{uncounted} texts counted locally (backend too slow, or it refused them)"
+        note = None if complete else f"backend_count_partial: {uncounted} texts counted locally"
         return Prepared(counted_profile, tokenizer, complete, calls, note)
 
     async def complete(self, tokenizer: PrefetchedTokenizer) -> int:

@@ -5,8 +5,9 @@
   ready, every upstream answered recently, and it is not draining. Otherwise 503 with every
   reason, so a load balancer takes it out of rotation and a person can read why.
 
-An upstream counts as reachable when a TCP connection to it succeeded (or a response came back,
-for callers that report it through `Reachability.saw`) within `reachable_within_seconds`. A
+An upstream counts as reachable when a TCP connection to it succeeded, or a call through the
+upstream pool had an answer (`UpstreamPool.answered`, which the upstream call writes without
+asking this module), within `reachable_within_seconds`. A
 background task connects to each upstream every `probe_interval_seconds`, skipping upstreams
 seen recently, so an idle replica still knows whether its upstreams are there.
 
@@ -47,9 +48,11 @@ class Reachability:
         upstreams: Mapping[str, str],
         options: ReadinessOptions,
         clock: Callable[[], float] = time.monotonic,
+        answered: Mapping[str, float] | None = None,
     ) -> None:
         self.options = options
         self._clock = clock
+        self._answered = answered if answered is not None else {}  # by real traffic, on `clock`'s scale
         self._addresses = {name: _address(url) for name, url in upstreams.items()}
         self._seen = {name: _Seen() for name in upstreams}
 
@@ -63,12 +66,22 @@ class Reachability:
         if name in self._seen:
             self._seen[name] = _Seen(self._clock())
 
+    def _last(self, name: str, seen: _Seen) -> float | None:
+        """When `name` was last reached, by a probe or by real traffic."""
+        answered = self._answered.get(name)
+        if answered is None or (seen.at is not None and seen.at >= answered):
+            return seen.at
+        return answered
+
     def problems(self) -> list[str]:
         now, within = self._clock(), self.options.reachable_within_seconds
         out = []
         for name, seen in self._seen.items():
-            if seen.at is None or now - seen.at > within:
-                why = f": {seen.error}" if seen.error else (": not checked yet" if seen.at is None else "")
+            at = self._last(name, seen)
+            if at is None or now - at > within:
+                # A probe's error is the latest word only when no answer came after the probe's success.
+                error = seen.error if at == seen.at else None
+                why = f": {error}" if error else (": not checked yet" if at is None else "")
                 out.append(f"upstream {name!r} not reached in the last {within:g} s{why}")
         return out
 
@@ -78,7 +91,7 @@ class Reachability:
         due = [
             name
             for name, seen in self._seen.items()
-            if seen.at is None or now - seen.at >= self.options.probe_interval_seconds
+            if (at := self._last(name, seen)) is None or now - at >= self.options.probe_interval_seconds
         ]
         await asyncio.gather(*(self._probe(name) for name in due))
 

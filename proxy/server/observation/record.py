@@ -1,11 +1,13 @@
 """One typed record per request, and the renderers that all read from it.
 
-The `records` middleware opens a `RequestRecord` for every request that reaches the app and closes
-it in one place, whatever happened (a 401, a path refused, a client that went away, a trimmed
-stream), so every request yields exactly one log line and one metrics update. The steps keep
-what they work out on the request's flow; `proxy.server.observation.recording.fill` writes it in. The log
-line (`log_event`), the `x-context-guard-*` headers (`report_headers`), the metrics
-(`Metrics.observe`) and the recent-decisions page are each rendered from it, in one place each.
+`RequestRecord` is what the operator reads of a request. The request's flow
+(`proxy.server.request.flow.Flow`) is one: the `records` middleware opens it for every request that
+reaches the app and closes it in one place, whatever happened (a 401, a path refused, a client
+that went away, a trimmed stream), so every request yields exactly one log line and one metrics
+update. The steps write what they work out on it, and its notes go by one channel
+(`RequestRecord.note`). The log line (`log_event`), the `x-context-guard-*` headers
+(`report_headers`), the metrics (`Metrics.observe`) and the recent-decisions page are each
+rendered from it, in one place each.
 
 A log line starts with the summary an operator scans for: outcome, model, tokens before/after
 against the budget, how many messages and tokens went, by which strategy. What was removed
@@ -100,6 +102,14 @@ class RequestRecord:
             return ()
         return self.plan.result.removals
 
+    def note(self, name: str, present: bool = True) -> None:
+        """Say `name` on the request's log line and its row on the page, once (or no longer say
+        it): the one channel every step's notes and reasons reach the operator by."""
+        if present and name not in self.notes:
+            self.notes.append(name)
+        elif not present and name in self.notes:
+            self.notes.remove(name)
+
     @property
     def is_warning(self) -> bool:
         """Worth an operator's attention: a rejection, a server-side failure, a request sent on
@@ -110,14 +120,6 @@ class RequestRecord:
             or self.correction_note == "implausible"
             or "fallback_window" in self.notes
         )
-
-
-def note(record: RequestRecord, name: str, present: bool = True) -> None:
-    """Say `name` on the request's log line once (or no longer say it)."""
-    if present and name not in record.notes:
-        record.notes.append(name)
-    elif not present and name in record.notes:
-        record.notes.remove(name)
 
 
 def _outcome_for_status(status: int, kind: str) -> str:

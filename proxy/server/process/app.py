@@ -3,7 +3,7 @@ upstream session.
 
 One middleware, `records`, does in order what every request needs before its handler:
 - it counts the request in flight until it ends, for a graceful drain (`proxy.server.process.lifecycle`);
-- it opens the request's `Flow` and `RequestRecord` (with a request id it can trust), turns every failure
+- it opens the request's `Flow`, which is its record (with a request id it can trust), turns every failure
   into an error in the API's own shape (no traceback ever reaches a client), and when the
   request ends, however it ends, writes its one log line and its metrics;
 - `canonical_route` reads the request's one canonical path (`proxy.server.edge.paths`), which alone
@@ -57,9 +57,8 @@ from proxy.server.observation.health import Health, Reachability, install_health
 from proxy.server.observation.metrics import Metrics
 from proxy.server.observation.recent import RECENT, RecentDecisions, install_page
 from proxy.server.observation.record import RequestRecord, log_event
-from proxy.server.observation.recording import fill, new_request_id
 from proxy.server.process.drain import DRAIN, install_drain
-from proxy.server.request.flow import FLOW, Flow
+from proxy.server.request.flow import FLOW, Flow, new_request_id
 from proxy.server.request.gateway import GATEWAY, Gateway
 from proxy.server.request.handlers import guarded
 from proxy.server.request.summariser import Summariser, SummariserOptions
@@ -132,11 +131,12 @@ def create_app(settings: Settings, guard: Models | None = None) -> web.Applicati
     app[PASSTHROUGH] = PassthroughPolicy.parse(server.passthrough)
     app[BODY_POLICY] = BodyPolicy(server.body_timeout_seconds)
     app[BODY_BUDGET] = BodyBudget(BodyLimits(*server.body_memory))
-    app[UPSTREAM_POOL] = UpstreamPool(PoolPolicy(server.upstream_connections, server.connection_wait_seconds))
+    pool = app[UPSTREAM_POOL] = UpstreamPool(PoolPolicy(server.upstream_connections, server.connection_wait_seconds))
     install_drain(app)
     app.cleanup_ctx.append(_upstream_session)
     upstreams = {name: upstream.base_url for name, upstream in settings.upstreams.items()}
-    install_health(app, Health(Reachability(upstreams, settings.readiness), settings.source))
+    reachability = Reachability(upstreams, settings.readiness, answered=pool.answered)
+    install_health(app, Health(reachability, settings.source))
     install_page(app, settings.page.size)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
@@ -225,8 +225,7 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
     drain = request.app[DRAIN]
     drain.started()  # in flight until the `finally` below, past the log line
     gateway = request.app[GATEWAY]
-    record = RequestRecord(request_id_of(request.headers.get("x-request-id")), request.method, request.path)
-    request[FLOW] = flow = Flow(request, gateway, record)
+    request[FLOW] = flow = Flow(request, gateway, request_id_of(request.headers.get("x-request-id")))
     status = 500
     try:
         fresh = canonical_route(request)
@@ -234,12 +233,12 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
         if fresh is not None:  # a route is kept only for a request that passed the client-key check
             keep_route(request.app[GATEWAY], *fresh)
         response = await handler(request)
-        status = CLIENT_CLOSED if flow.client_gone and not flow.delivered else response.status
+        status = CLIENT_CLOSED if flow.client_disconnected and not flow.delivered else response.status
         return response
     except GuardError as exc:
-        record.error, status = exc.code, exc.status
+        flow.error, status = exc.code, exc.status
         if status == CLIENT_CLOSED:
-            record.client_disconnected = True
+            flow.client_disconnected = True
             raise
         return error_response(exc, request)
     except web.HTTPException as exc:  # aiohttp's own: 413 while reading, ...
@@ -248,27 +247,26 @@ async def records(request: web.Request, handler: Handler) -> web.StreamResponse:
             error = PayloadTooLarge("the request body is over the configured limit")
         else:
             error = HTTPRefusal(exc.reason or "request failed", exc.status)
-        record.error, status = error.code, error.status
+        flow.error, status = error.code, error.status
         return error_response(error, request)
     except (ConnectionResetError, asyncio.CancelledError):  # the client went away (handler cancellation)
         # After the whole answer (a stream's [DONE]) a client may close at once: it was answered.
         status = (flow.upstream_status or 200) if flow.delivered else CLIENT_CLOSED
-        record.client_disconnected = not flow.delivered
+        flow.client_disconnected = flow.client_disconnected or not flow.delivered
         raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # a native library's panic (pyo3's PanicException) too
         # Never a closed connection: one log line (its traceback inside it) and an error in the API's own shape.
         gateway.log.exception(
-            "unhandled_error", request_id=record.request_id, path=record.path, error_type=type(exc).__name__
+            "unhandled_error", request_id=flow.request_id, path=flow.path, error_type=type(exc).__name__
         )
-        record.error = "internal_error"
+        flow.error = "internal_error"
         return error_response(GuardError("internal error in context-guard"), request)
     finally:
         try:
-            fill(record, flow)
-            record.finish(status)
-            _write(request.app[GATEWAY], record, request.app[RECENT])
+            flow.close(status)
+            _write(request.app[GATEWAY], flow, request.app[RECENT])
         finally:
             # The flow holds the request and the request its flow: a cycle that only the collector
             # frees, and the collector is kept off the serving loop's young objects
@@ -298,7 +296,7 @@ def error_response(error: GuardError, request: web.Request) -> web.Response:
     """`error` in the shape of the API the request spoke, as its adapter renders it; for a request
     no adapter reads (a pass-through or local path, or one refused before its route), Google's on
     Google's own paths and OpenAI's elsewhere (`proxy.server.edge.paths.error_body`)."""
-    record = request[FLOW].record
+    record = request[FLOW]
     if error.status >= 500 and record.request_id not in error.message:  # what the operator's log is searched by
         error.message = f"{error.message} (request id {record.request_id})"
     route = request.get(PATH_ROUTE)
@@ -324,7 +322,7 @@ def canonical_route(request: web.Request) -> tuple[tuple[str, str], PathRoute] |
     if "#" in request.raw_path:  # a fragment has no place in a request target; yarl would drop it silently
         raise InvalidPath("the request target holds a '#'")
     path = canonical_path(request.rel_url.raw_path)
-    record = request[FLOW].record
+    record = request[FLOW]
     record.path = path.value
     gw, key = request.app[GATEWAY], (path.value, request.method)
     route = gw.routes.get(key)
@@ -351,8 +349,12 @@ def client_keys(request: web.Request) -> None:
     """Unauthorized unless the request holds one of the proxy's client keys (when any are set)."""
     settings = request.app[GATEWAY].settings
     keys = settings.server.client_keys
-    open_path = open_without_client_key(request[PATH_ROUTE].path.value, settings.server.metrics_public)
-    if keys and not open_path and not holds_client_key(request.headers, keys):
+    # Whether the path is one the keys do not guard is asked last: only of a request without a key.
+    if (
+        keys
+        and not holds_client_key(request.headers, keys)
+        and not open_without_client_key(request[PATH_ROUTE].path.value, settings.server.metrics_public)
+    ):
         raise Unauthorized(
             "a valid context-guard client key is required (Authorization: Bearer <key>, x-api-key, api-key or "
             "x-goog-api-key)"

@@ -17,7 +17,8 @@ from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.learning.corrections import CorrectionPolicy
-from proxy.server.backends.catalogue import Backends
+from proxy.errors import GuardError
+from proxy.server.backends.catalogue import Backends, Reach
 from proxy.server.backends.model_counting import Models
 from proxy.server.backends.model_route import ModelRoutes, Router
 from proxy.server.backends.provider_count import ProviderCounts
@@ -81,6 +82,17 @@ class Gateway:
             headers = MappingProxyType(dict(request_headers({}, upstream, authorization)))
             kept = self._service[upstream.name] = (authorization, headers)
         return kept[1]
+
+    async def reach(self, upstream: UpstreamSettings) -> Reach:
+        """How the guard's own calls reach `upstream` (tokenize, a window): the app's session and
+        the headers of the guard's own credential."""
+        session = self.session
+        assert session is not None, "the app's upstream session is opened at startup"
+        try:
+            auth = await self.auths[upstream.name].header(None, False)
+        except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
+            auth = None
+        return Reach(session, upstream.name, upstream.base_url, self.service_headers(upstream, auth))
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

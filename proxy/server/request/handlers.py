@@ -5,8 +5,8 @@ the adapter its route names into the chat view the core counts; `proxy.server.re
 opens its exchange, and `proxy.core.exchange.Exchange` then yields commands (find the route,
 choose the tokenizer, look up a correction, plan, recount, summarise, send, remember, reject,
 relay) that `Performer` performs and answers, until the exchange is over. What each step
-works out is kept on the request's `Flow`; the `records` middleware writes it into the request's
-`RequestRecord` (`proxy.server.observation.recording`), logs and counts it when the request ends.
+works out is kept on the request's `Flow`, which is its record: the `records` middleware closes,
+logs and counts it when the request ends.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ async def _count_tokens(flow: Flow) -> web.Response:
     """A count endpoint (Anthropic's count_tokens, Gemini's countTokens), counted where a request
     is planned (sized by the whole body, within the client's share of the threads; its scope: its
     part of the count cache)."""
-    gw, record, endpoint, parsed = flow.gw, flow.record, flow.endpoint, flow.parsed
+    gw, endpoint, parsed = flow.gw, flow.endpoint, flow.parsed
     fit, adapter, scope = gw.models.fit, endpoint.adapter, flow.scope
     size, client = len(flow.raw), flow.client
     fitted = await planned(flow.large, fit, adapter, parsed, None, None, scope, size=size, client=client)
@@ -108,7 +108,7 @@ async def _count_tokens(flow: Flow) -> web.Response:
     if parsed.held:  # a cache it names: added as the provider counts it (`proxy.server.request.held`)
         total, kind = await counted_with_held(flow, total, fitted.plan.count.exact)
     response = web.json_response(adapter.count_answer(endpoint.answer(total), fitted.original_tokens))
-    response.headers["x-request-id"] = record.request_id
+    response.headers["x-request-id"] = flow.request_id
     # The body has no field for it: what kind of count this is (an upper bound where no tokenizer of the model ships).
     response.headers[COUNT_HEADER] = kind
     response.headers[OUTCOME_HEADER] = ANSWERED_LOCALLY

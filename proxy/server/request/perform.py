@@ -3,9 +3,9 @@
 `proxy.core.exchange.Exchange` decides (route, tokenizer, correction, plan, recount, summarise,
 send, correct, re-plan) and yields commands; `Performer.perform(command)` does each one for this
 request (the gateway's route table and backends, the guard, the adapter, the summariser, the
-upstream) and answers it, keeping what it learns on the request's `Flow` (the record is filled
-from it when the request ends). `prepared()` checks what needs no command (the upstream serves
-the API, a client's template) and opens the exchange.
+upstream) and answers it, keeping what it learns on the request's `Flow` (which is its record);
+the `Performer` holds only what its commands pass to each other. `prepared()` checks what needs
+no command (the upstream serves the API, a client's template) and opens the exchange.
 
 How a command's work runs, inline on the loop, in the medium-body threads or in the large-body
 threads, each within the client's fair share of them, is decided in one place: `performed()`.
@@ -20,9 +20,8 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from proxy.apis.fields import refuse_client_template
-from proxy.apis.fitting import count_kind
+from proxy.apis.fitting import Counting, count_kind
 from proxy.config.budget_and_trim import Mode
-from proxy.config.upstreams import UpstreamSettings
 from proxy.core.commands import (
     DELIVERED,
     DELIVERED_IN_PART,
@@ -55,9 +54,8 @@ from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import correction_key, opted_in
 from proxy.core.plan import Plan
-from proxy.errors import ContextLengthExceeded, GuardError, HTTPRefusal, UpstreamUnavailable
-from proxy.server.backends.catalogue import Choice, Reach
-from proxy.server.backends.model_counting import CountedAs
+from proxy.errors import ContextLengthExceeded, HTTPRefusal, UpstreamUnavailable
+from proxy.server.backends.catalogue import Choice
 from proxy.server.backends.model_route import ModelRoute, Target, chosen_of, model_route
 from proxy.server.backends.provider_count import (
     EdgeRequest,
@@ -65,8 +63,7 @@ from proxy.server.backends.provider_count import (
     provider_counted,
     settled,
 )
-from proxy.server.observation.record import count_headers, note, report_headers
-from proxy.server.observation.recording import previews
+from proxy.server.observation.record import count_headers, report_headers
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import count_call_headers_for, held_refusal, learned, looked_up
@@ -84,17 +81,28 @@ class Performer:
     route and the tokenizer's choice are the ones `FindRoute` and `ChooseTokenizer` found."""
 
     def __init__(self, flow: Flow) -> None:
-        self.flow, self.request, self.gw, self.record = flow, flow.request, flow.gw, flow.record
-        self.endpoint, self.parsed, self.raw, self.large = flow.endpoint, flow.parsed, flow.raw, flow.large
-        # Its share of the threads; its part of the count cache (`proxy.server.threads.placement`).
-        self.client, self.scope, self.target = flow.client, flow.scope, flow.target
+        self.flow = flow
         self.response: web.StreamResponse | None = None
-        self._counted: CountedAs | None = None  # what the plans count the request as, once chosen
+        self._counted: Counting | None = None  # what the plans count the request as, once chosen
         self._rendered = flow.parsed  # what a plan's view is written into: the request after its context edits
         self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
         self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
         self.count_kind = "exact"  # what kind of count the latest plan's is (`COUNT_HEADER`)
         self._learned_as = ""  # the name corrections are kept under (`correction_key`), once routed
+
+    @property
+    def route(self) -> ModelRoute:
+        """The model's route, as `FindRoute` found it (every later command follows it)."""
+        route = self.flow.route
+        assert route is not None, "the exchange finds the route first"
+        return route
+
+    @property
+    def choice(self) -> Choice:
+        """The tokenizer's choice, as `FindRoute` or `ChooseTokenizer` made it."""
+        choice = self.flow.choice
+        assert choice is not None, "the exchange chooses the tokenizer before it plans"
+        return choice
 
     async def perform(self, command: Command) -> Reply:
         return await _PERFORMED[type(command)](self, command)
@@ -103,81 +111,85 @@ class Performer:
         """The model's route: kept, else worked out (asking the upstream for the served model's
         window when it was not asked yet); with the window the request opts into by a header
         (Anthropic's 1M beta), which the exchange weighs against the route's."""
-        flow, gw, model, api = self.flow, self.gw, self.flow.model or "", self.endpoint.api
+        flow, gw, model, api = self.flow, self.flow.gw, self.flow.model or "", self.flow.endpoint.api
         route = gw.model_routes.get(model, api, gw.backends.discoveries)
         if route is None:  # the model's first request, or one that had to ask
-            route, asked = await _route_of(gw, model, self.target)
+            route, asked = await _route_of(gw, model, self.flow.target)
             if not asked:
                 gw.model_routes.put(model, api, route)
-        self.route = flow.route = route
+        flow.route = route
         routed = route.routed
         if route.choice is not None:
             self._chosen(route.choice)
-        opted = opted_in(route.served, self.request.headers, self.target.upstream.provider.opt_ins, self.endpoint.api)
-        self._learned_as = correction_key(route.served, opted)  # an opted-in request's corrections apart
+        opt_ins = flow.target.upstream.provider.opt_ins  # most providers honour none: nothing to look for
+        opted = opted_in(route.served, flow.request.headers, opt_ins, api) if opt_ins else None
+        self._learned_as = route.served if opted is None else correction_key(route.served, opted)  # kept apart
         return routed if opted is None else replace(routed, opt_in_window=opted.context_window)
 
     async def choose_tokenizer(self, command: ChooseTokenizer) -> Chosen:
         """The backend's own tokenizer when it counts this body, else the model's or an estimate."""
         route = self.route
-        reach = await _reach(self.gw, self.target.upstream)
-        choice = await self.gw.backends.choose(reach, route.served, self.parsed.chat, route.profile, route.local)
+        flow = self.flow
+        reach = await flow.gw.reach(flow.target.upstream)
+        choice = await flow.gw.backends.choose(reach, route.served, flow.parsed.chat, route.profile, route.local)
         self._chosen(choice)
         return chosen_of(choice)
 
     async def look_up_correction(self, command: LookUpCorrection) -> Correction | None:
         """A correction learned earlier for the upstream and the served model (Redis when shared)."""
-        corrections, name, served = self.gw.corrections, self.target.upstream.name, self._learned_as
+        corrections, name, served = self.flow.gw.corrections, self.flow.target.upstream.name, self._learned_as
         held, correction = corrections.held(name, served)
         return correction if held else await corrections.get(name, served)
 
     def _chosen(self, choice: Choice) -> None:
         route = self.route
-        self.choice = self.flow.choice = choice
+        self.flow.choice = choice
+        if choice.note is not None:  # why the backend's own tokenizer did not count it
+            self.flow.note(choice.note)
         counted = route.counted
         if counted is None or choice is not route.choice:  # chosen for this request
-            by_guard = self.target.upstream.edits_by_guard
-            counted = CountedAs(route.served, choice.profile, choice.tokenizer, route.budget, by_guard)
+            by_guard, served, budget = self.flow.target.upstream.edits_by_guard, route.served, route.budget
+            counted = Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget)
         self._counted = counted
         self._learns = (
-            self.endpoint.adapter.body_is_view
+            self.flow.endpoint.adapter.body_is_view
             and choice.source in ("calibrated", "estimate")
             and route.backend.usage_in_streams
         )
 
     async def plan_for(self, command: PlanFor) -> Plan:
         """The plan for the command's window, where this request's counting work runs (`_performed`)."""
-        window, bound, size = command.window, command.bound_unfetched, len(self.raw)
-        return await planned(self.large, self.plan, window, bound, command.held, size=size, client=self.client)
+        flow, window, bound = self.flow, command.window, command.bound_unfetched
+        return await planned(flow.large, self.plan, window, bound, command.held, size=len(flow.raw), client=flow.client)
 
     async def look_up_held(self, command: LookUpHeld) -> Held:
         """What the context the provider holds for this request weighs (`proxy.server.request.held`)."""
-        headers = await count_call_headers_for(self.request, self.gw, self.target.upstream)
+        headers = await count_call_headers_for(self.flow.request, self.flow.gw, self.flow.target.upstream)
         return await looked_up(self.flow, headers, self._placed)
 
     async def render(self, command: Render) -> Mapping[str, Any]:
         view = command.view
-        return self.endpoint.adapter.render(self._rendered, view.body, view.removals, view.inserted)
+        return self.flow.endpoint.adapter.render(self._rendered, view.body, view.removals, view.inserted)
 
     async def note(self, command: Note) -> None:
-        note(self.record, command.name, command.present)
+        self.flow.note(command.name, command.present)
 
     async def reject(self, command: Reject) -> None:
         self.flow.outcome = "rejected"
         headers = report_headers(command.plan, self.flow.mode) | self._count_headers()
-        refusal = ContextLengthExceeded.refused(command.plan.result, self.endpoint.adapter, headers)
+        refusal = ContextLengthExceeded.refused(command.plan.result, self.flow.endpoint.adapter, headers)
         raise held_refusal(refusal, self.flow.exchange.held_tokens if self.flow.exchange is not None else 0)
 
     async def _performed(self, work: Callable[..., T], *args: Any) -> T:
         """This request's counting work (plans, recounts): sized by the whole body, since a
         re-sent conversation whose counts left the cache (or are still being made by its twin in
         flight) is counted whole: on the loop as long as that stays within the inline budget."""
-        return await planned(self.large, work, *args, size=len(self.raw), client=self.client)
+        return await planned(self.flow.large, work, *args, size=len(self.flow.raw), client=self.flow.client)
 
     async def _placed(self, work: Callable[[], T]) -> T:
         """Work that grows with the whole body but spends no budget (the edge count call's body):
         on the loop for a body of at most `INLINE_BYTES`, else in the client's share of the threads."""
-        return await performed(self.large, work, size=len(self.raw), client=self.client)
+        return await performed(self.flow.large, work, size=len(self.flow.raw), client=self.flow.client)
 
     def plan(self, window: int | None, bound_unfetched: bool = False, held: int = 0) -> Plan:
         """Count and trim for `window` with the tokenizer the choice names (the backend's own, the
@@ -185,24 +197,24 @@ class Performer:
         API's own shape (`Plan.body`). `held` tokens the provider adds are counted as the API's fixed
         tokens: with the request, never cut. The bound of an encrypted reasoning item is counted with
         the message it precedes (`CIPHERTEXT_TOKENS`), and goes when that goes."""
-        choice, record, parsed = self.choice, self.record, self.parsed
+        choice, record, parsed = self.choice, self.flow, self.flow.parsed
         if bound_unfetched:
             choice.bound_unfetched()
         if any(CIPHERTEXT_NOTE in n for n in parsed.notes):  # the adapter bounded a ciphertext
-            note(record, "ciphertext_bound")
+            record.note("ciphertext_bound")
         if held:
             parsed = replace(parsed, fixed_tokens=parsed.fixed_tokens + held)
-        fitted = self.gw.models.fit(self.endpoint.adapter, parsed, window, self._counted, self.scope)
+        fitted = self.flow.gw.models.fit(self.flow.endpoint.adapter, parsed, window, self._counted, self.flow.scope)
         if not fitted.exact or not choice.tokenizer.exact:  # the trim's texts too
-            note(record, "estimate")
+            record.note("estimate")
         held_from = self.flow.exchange.held if self.flow.exchange is not None else None
         exact, source = fitted.plan.count.exact and choice.tokenizer.exact, held_from.source if held_from else None
         self.count_kind = count_kind(exact, parsed, choice.source, source)
-        self._rendered = fitted.edited or self.parsed
+        self._rendered = fitted.edited or self.flow.parsed
         if fitted.original_tokens is not None:  # counted as the provider sees it after its context edits
-            note(record, "context_edits:guard" if self.target.upstream.edits_by_guard else "context_edits:provider")
-        if self.parsed.server_state:
-            note(record, "server_state")
+            record.note("context_edits:guard" if record.target.upstream.edits_by_guard else "context_edits:provider")
+        if self.flow.parsed.server_state:
+            record.note("server_state")
         return fitted.plan
 
     async def recount(self, command: Recount) -> Recounted | None:
@@ -210,16 +222,16 @@ class Performer:
         choice = self.choice
         if not await choice.complete():
             return None
-        if not self.endpoint.adapter.body_is_view:  # the backend's tokenizer counts chat bodies
+        if not self.flow.endpoint.adapter.body_is_view:  # the backend's tokenizer counts chat bodies
             return Recounted(None)
         return Recounted(await self._performed(choice.recount, command.body))
 
     async def provider_count(self, command: ProviderCount) -> Plan | None:
         """The upstream's own count, asked when the plan's bounds straddle its budget
         (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
-        gw, upstream, plan = self.gw, self.target.upstream, command.plan
-        view = self.endpoint.adapter.body_is_view
-        edge = EdgeRequest.of(upstream, self.route.served, self.parsed, gw.backends.discoveries, view)
+        gw, upstream, plan = self.flow.gw, self.flow.target.upstream, command.plan
+        view = self.flow.endpoint.adapter.body_is_view
+        edge = EdgeRequest.of(upstream, self.route.served, self.flow.parsed, gw.backends.discoveries, view)
         if upstream.provider.signs:  # the count call is signed as the forwarded request is
             edge = replace(edge, finish=gw.auths[upstream.name].finished)
         budget = edge_budget(edge, plan, self.choice.tokenizer)
@@ -227,29 +239,30 @@ class Performer:
             return None
         session = gw.session
         assert session is not None, "the app's upstream session is opened at startup"
-        headers = await count_call_headers_for(self.request, gw, upstream)
+        headers = await count_call_headers_for(self.flow.request, gw, upstream)
         counted = await provider_counted(gw.provider_counts, session, headers, edge, self._placed)
-        made = settled(plan, edge, budget, counted, self.record.notes)
+        made = settled(plan, edge, budget, counted, self.flow.note)
         if made is not None:
             self.flow.provider_counted = True
         return made
 
     async def summarise(self, command: Summarise) -> Summary:
-        summariser = self.gw.summariser
+        summariser = self.flow.gw.summariser
         assert summariser is not None, "the exchange asks for summaries only when a summariser is set"
-        upstream = self.gw.settings.upstreams[summariser.upstream]
-        auth = await self.gw.auths[upstream.name].header(None, False)
+        upstream = self.flow.gw.settings.upstreams[summariser.upstream]
+        auth = await self.flow.gw.auths[upstream.name].header(None, False)
         outcome = await summariser.summarise(command.request, dict(request_headers({}, upstream, auth)))
         return Summary(outcome.text, outcome.status)
 
     async def send(self, command: Send) -> Delivered | Answered:
         """Forward, and relay the answer when it is one; else say what came back, for a correction."""
-        gw, record, target, parsed, flow = self.gw, self.record, self.target, self.parsed, self.flow
+        flow = self.flow
+        gw, record, target, parsed = flow.gw, flow, flow.target, flow.parsed
         flow.outcome = command.outcome
-        stream = parsed.stream or self.endpoint.stream
+        stream = parsed.stream or self.flow.endpoint.stream
         sent = command.body if command.body is not None else parsed.body
         with_usage, added = ask_for_usage(sent) if self._learns and stream else (sent, False)
-        payload = outgoing(target, parsed.model or "", parsed.body, self.raw, with_usage if added else command.body)
+        payload = outgoing(target, parsed.model or "", parsed.body, flow.raw, with_usage if added else command.body)
         exchange = flow.exchange
         assert exchange is not None, "a send is an exchange's command"
         extra = {"x-request-id": record.request_id, **report_headers(exchange.plan, flow.mode)}
@@ -258,27 +271,27 @@ class Performer:
         async with upstream_call(self.flow, payload) as response:
             if response.status < 400:
                 content_type = response.headers.get("Content-Type", "")
-                framing = self.endpoint.adapter.stream_framing(content_type) if stream else None  # the shape's own
+                framing = self.flow.endpoint.adapter.stream_framing(content_type) if stream else None  # the shape's own
                 first = await first_event(response, stream, framing)
                 if first is None or first.kind == "data":
-                    reader = UsageReader(response, added, framing, self.endpoint.adapter.answer_usage)
+                    reader = UsageReader(response, added, framing, self.flow.endpoint.adapter.answer_usage)
                     chunks = reader.relayed(first.head if first is not None else b"", response)
                     try:
                         self.response = await relay_answer(self.flow, response, extra, chunks)
                     finally:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
-                            flow.delivered, flow.client_gone = True, False
+                            flow.delivered, flow.client_disconnected = True, False
                     self._learn(reader, sent)
                     if reader.reported.held:  # what the provider now holds, kept for later requests
                         await learned(flow, reader.reported)
                     chars = gw.settings.log.content_preview_chars
                     if chars > 0:
-                        previews(self.record, exchange.plan, self.parsed.messages, chars)
-                    return DELIVERED_IN_PART if flow.client_gone or flow.stream_broken else DELIVERED
+                        flow.keep_previews(chars)
+                    return DELIVERED_IN_PART if flow.client_disconnected or flow.stream_broken else DELIVERED
                 # The status line said 200, then nothing came, or an error: not an answer.
                 status, error_body = 502, first_error_body(first)
                 if first.kind == "empty" and self.route.backend.empty_stream_on_overflow:
-                    note(record, "empty_stream")
+                    record.note("empty_stream")
                     status, error_body = await probe_overflow(self.flow, sent)
             else:
                 status, raw_error = response.status, await read_error_body(target.upstream, response)
@@ -291,7 +304,7 @@ class Performer:
         assert self._failed is not None, "a relay follows an answer that was not accepted"
         response, raw_error, error_body, extra = self._failed
         if response.status < 400:  # an empty or error stream the guard cannot fix
-            raise UpstreamUnavailable(f"upstream {self.target.upstream.name!r}: {json_message(error_body)}")
+            raise UpstreamUnavailable(f"upstream {self.flow.target.upstream.name!r}: {json_message(error_body)}")
         exchange = self.flow.exchange
         told = overflow_told(error_body, exchange.overflow, exchange.plan) if exchange is not None else None
         if told is not None:  # the body as inflated: its encoding header no longer applies
@@ -302,7 +315,7 @@ class Performer:
 
     async def remember(self, command: Remember) -> None:
         """A retry the upstream accepted: its correction is now trusted, for this upstream and model."""
-        gw, name, served = self.gw, self.target.upstream.name, self.route.served
+        gw, name, served = self.flow.gw, self.flow.target.upstream.name, self.route.served
         kept = await gw.corrections.remember(name, self._learned_as, command.correction)
         gw.metrics.corrected_window.labels(name, gw.models.model_label(served)).set(kept.window)
 
@@ -311,16 +324,17 @@ class Performer:
         from its prompt tokens (chat completions), when everything the upstream may have put in
         the prompt was counted: a field the guard does not read (vLLM's `documents`) would
         otherwise teach every other request its size."""
-        flow, parsed, usage = self.flow, self.parsed, reader.usage
+        flow, parsed, usage = self.flow, self.flow.parsed, reader.usage
         if usage is None:
             return
         flow.usage = usage
-        if not self.endpoint.adapter.body_is_view or flow.client_gone or flow.stream_broken or not parsed.read_whole:
+        cut_short = flow.client_disconnected or flow.stream_broken
+        if not flow.endpoint.adapter.body_is_view or cut_short or not parsed.read_whole:
             return
-        gw = self.gw
-        learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.scope))
+        gw = self.flow.gw
+        learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.flow.scope))
         if learned is not None:
-            flow.calibration = learned.factor
+            flow.calibration = learned.factor  # the estimate's factor its usage taught
 
     def _count_headers(self) -> dict[str, str]:
         """What kind of count the guard's is, and the held context it includes (`count_headers`)."""
@@ -362,21 +376,9 @@ async def _route_of(gw: Gateway, model: str, target: Target) -> tuple[ModelRoute
     upstream, served = target.upstream, target.model or model
     known, stated = gw.backends.known_window(upstream.name, served)
     if not known:
-        stated = await gw.backends.window(await _reach(gw, upstream), served)
+        stated = await gw.backends.window(await gw.reach(upstream), served)
     route, loaded = await model_route(gw.models, gw.backends, model, target, stated)
     return route, loaded or not known
-
-
-async def _reach(gw: Gateway, upstream: UpstreamSettings) -> Reach:
-    """How the guard's own calls reach `upstream` (tokenize, a window): the app's session and the
-    headers of the guard's own credential."""
-    session = gw.session
-    assert session is not None, "the app's upstream session is opened at startup"
-    try:
-        auth = await gw.auths[upstream.name].header(None, False)
-    except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
-        auth = None
-    return Reach(session, upstream.name, upstream.base_url, gw.service_headers(upstream, auth))
 
 
 _PERFORMED: dict[type, Callable[[Performer, Any], Awaitable[Reply]]] = {

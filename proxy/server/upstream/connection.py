@@ -160,6 +160,9 @@ class UpstreamPool:
         self.per_client = max(1, policy.size - policy.size // 4)
         self._slots = asyncio.Semaphore(policy.size)
         self._shares: dict[str, _Share] = {}  # clients with a call holding or waiting for a slot
+        # When each upstream last answered a call through the pool (monotonic time, any status):
+        # `/readyz` reads it beside its own probes (`proxy.server.observation.health.Reachability`).
+        self.answered: dict[str, float] = {}
 
     async def acquire(self, client: str = "") -> None:
         """Take a slot for `client`: at once when one is free and the client is within its share,

@@ -36,7 +36,6 @@ from proxy.server.edge.paths import (
     host_root_url,
     upstream_url,
 )
-from proxy.server.observation.health import HEALTH
 from proxy.server.request.flow import FLOW, Flow
 from proxy.server.request.gateway import Gateway
 from proxy.server.request.held import learned
@@ -83,7 +82,7 @@ class UpstreamCall:
 
     async def __aenter__(self) -> aiohttp.ClientResponse:
         flow, upstream = self._flow, self._upstream
-        request, gw, record = flow.request, flow.gw, flow.record
+        request, gw = flow.request, flow.gw
         keys = gw.settings.server.client_keys
         auth = await gw.auths[upstream.name].header(request.headers.get("Authorization"), bool(keys))
         query = without_client_keys(request.rel_url.raw_query_string, keys)  # as received, less the proxy's keys
@@ -108,8 +107,8 @@ class UpstreamCall:
                 raise HTTPRefusal(f"context-guard does not send this request: {why}", 403, code="project_refused")
         headers = request_headers(request.headers, upstream, auth, keys)
         if "x-request-id" in headers:  # the id the log and the answer carry, never one the proxy refused
-            headers["x-request-id"] = record.request_id
-            if not forwardable_request_id(gw.backends.profile_of(upstream.name), record.request_id):
+            headers["x-request-id"] = flow.request_id
+            if not forwardable_request_id(gw.backends.profile_of(upstream.name), flow.request_id):
                 del headers["x-request-id"]  # llama-cpp-python refuses any id that is not a UUID
         if upstream.provider.signs:  # signed once the body and headers are final (AWS SigV4)
             call = OutgoingCall(request.method, str(url), headers, self._payload)
@@ -143,7 +142,7 @@ class UpstreamCall:
             raise
         response = self._sent.response
         flow.upstream_status = response.status
-        request.app[HEALTH].reachability.saw(upstream.name)
+        self._pool.answered[upstream.name] = time.monotonic()  # it answered: reachable, for `/readyz`
         return response
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -187,7 +186,7 @@ async def relay_answer(
         flow.stream_broken = relayed.broken
         flow.gw.metrics.upstream_errors.labels(flow.target.upstream.name, "stream_broken").inc()
     if relayed.client_gone:
-        flow.client_gone = True
+        flow.client_disconnected = True
     return relayed.response
 
 
@@ -216,8 +215,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     (`proxy.apis.gemini.google_paths`), under the path as written; to any other, nothing that
     lands on a path that generates."""
     flow = request[FLOW]
-    gw, record = flow.gw, flow.record
-    record.kind = "passthrough"
+    gw = flow.gw
+    flow.kind = "passthrough"
     digest = credential_digest(request.headers, request.query)  # who the client is: its shares and its scope
     client = flow.client = client_key(digest, request.remote)
     raw = await read_body(request, gw.settings.server.max_body_bytes, client)
@@ -242,7 +241,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     else:
         _refuse_counted_or_generating(upstream.base_url, path, gw)
     async with upstream_call(flow, raw) as response:
-        extra = {"x-request-id": record.request_id}
+        extra = {"x-request-id": flow.request_id}
         if google is not None and request.method == "POST" and google.resource[-1:] == ("cachedContents",):
             flow.scope = client_scope(request, digest)
             return await _cache_made(flow, response, extra)

@@ -238,14 +238,15 @@ class TestSharedCountCache:
         assert cache.hits > hits
 
     async def test_a_calibrated_estimate_counts_without_the_shared_cache(self, model_map):
+        from proxy.apis.fitting import Counting
         from proxy.config.settings import Settings
-        from proxy.server.backends.model_counting import CountedAs, Models
+        from proxy.server.backends.model_counting import Models
 
         guard = Models(Settings(), model_map)
         profile = guard.profile("gpt-4o")
-        plan_with(guard, chat(3), "gpt-4o", counting=CountedAs("gpt-4o", profile, CharEstimateTokenizer(2.5)))
+        plan_with(guard, chat(3), "gpt-4o", counting=Counting(profile, CharEstimateTokenizer(2.5), model="gpt-4o"))
         assert len(guard.cache) == 0
-        plan_with(guard, chat(3), "gpt-4o", counting=CountedAs("gpt-4o", profile, guard.tokenizer(profile)))
+        plan_with(guard, chat(3), "gpt-4o", counting=Counting(profile, guard.tokenizer(profile), model="gpt-4o"))
         assert len(guard.cache) > 0
 
     async def test_the_shared_cache_holds_to_the_configured_memory(self, model_map):

@@ -8,7 +8,7 @@ import time
 import orjson
 import pytest
 
-from proxy.apis.openai.chat_checks import check_chat_body
+from proxy.apis.openai.chat import check_chat_body
 from proxy.core.plan import InvalidBody
 from proxy.wire.codec import AmbiguousJson, JsonLimits, loads_strict
 from proxy.wire.readers import read_chat_body

@@ -13,8 +13,8 @@ import pytest
 from proxy.errors import ModelNotRouted
 from proxy.server.backends.model_route import Router
 from proxy.server.backends.profiles import forwardable_request_id, profile_for
-from proxy.server.observation.recording import RequestIds, new_request_id
 from proxy.server.process.app import request_id_of
+from proxy.server.request.flow import RequestIds, new_request_id
 from tests.server.conftest import gateway_settings
 
 ROOT = Path(__file__).parents[3]
@@ -32,7 +32,7 @@ class TestRequestIds:
 
     def test_two_processes_share_no_id(self):
         """Each process (a spawned worker, a replica) draws its own prefix at start."""
-        code = "from proxy.server.observation.recording import new_request_id as n; print(n(), n())"
+        code = "from proxy.server.request.flow import new_request_id as n; print(n(), n())"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         runs = [
             subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

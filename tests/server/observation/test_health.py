@@ -11,6 +11,7 @@ from bench.processes import free_port  # a port nothing listens on
 from proxy.config.settings import settings_from_dict
 from proxy.errors import ConfigError
 from proxy.server.observation.health import HEALTH, Reachability, ReadinessOptions
+from proxy.server.upstream.connection import UPSTREAM_POOL
 from tests.server.conftest import gateway_settings
 
 
@@ -83,6 +84,25 @@ class TestReachability:
         assert reach.problems() == []
         now[0] += 2
         assert reach.problems() == ["upstream 'a' not reached in the last 30 s"]
+
+    def test_an_answer_through_the_upstream_pool_counts_as_reached_until_it_is_too_old(self):
+        """What the upstream call writes into the pool's `answered` is read beside the probes."""
+        now, answered = [100.0], {}
+        reach = Reachability({"a": "https://example.invalid/v1"}, ReadinessOptions(), lambda: now[0], answered)
+        answered["a"] = now[0]
+        now[0] += 29
+        assert reach.problems() == []
+        now[0] += 2
+        assert reach.problems() == ["upstream 'a' not reached in the last 30 s"]
+
+    async def test_a_request_forwarded_through_the_guard_marks_its_upstream_answered(self, proxy):
+        """The upstream call writes the answer's time where readiness reads it."""
+        assert "fake" not in proxy.app[UPSTREAM_POOL].answered
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+            async with session.post(proxy.make_url("/v1/chat/completions"), json=body) as response:
+                assert response.status == 200
+        assert "fake" in proxy.app[UPSTREAM_POOL].answered
 
     async def test_a_probe_skips_upstreams_seen_within_the_interval(self):
         reach = Reachability({"a": f"http://127.0.0.1:{free_port()}"}, ReadinessOptions())
