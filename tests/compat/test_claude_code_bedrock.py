@@ -5,22 +5,16 @@ InvokeModelWithResponseStream with a shell call, then a final answer."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
-from proxy.server.process.app import create_app
+from tests.compat.threaded_guard import guard_in_thread
 from tests.support.bedrock_upstream import GUARD_KEY, GUARD_SECRET, GUARD_TOKEN, REGION, FakeBedrock, ToolCall
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -38,39 +32,14 @@ def claude() -> Path:
     return Path(folder) / "claude"
 
 
-@contextmanager
-def bedrock_guard(fake: FakeBedrock, window: int) -> Iterator[str]:
+def bedrock_guard(fake: FakeBedrock, window: int) -> AbstractContextManager[str]:
     """The guard (its own AWS credentials from its environment) in front of `fake`, both on loopback
     in a background thread; its root URL."""
-    loop, ready, urls = asyncio.new_event_loop(), threading.Event(), []
-    stop = asyncio.Event()
 
-    async def serve() -> None:
-        up = web.AppRunner(fake.app(), access_log=None)
-        await up.setup()
-        await web.TCPSite(up, "127.0.0.1", 0).start()
-        upstream = {"kind": "bedrock", "base_url": f"http://127.0.0.1:{up.addresses[0][1]}", "region": REGION,
-                    "auth": "sigv4", "read_timeout": 60}  # fmt: skip
-        data = {"upstreams": {"bedrock": upstream},
-                "models": {"overrides": [{"match": "*claude-sonnet-4-5*", "context_window": window}]}}  # fmt: skip
-        settings = settings_from_dict(data, "compat.yaml", {})
-        guard = web.AppRunner(create_app(settings, Models(settings)), access_log=None, handler_cancellation=True)
-        await guard.setup()
-        await web.TCPSite(guard, "127.0.0.1", 0).start()
-        urls.append(f"http://127.0.0.1:{guard.addresses[0][1]}")
-        ready.set()
-        await stop.wait()
-        await guard.cleanup()
-        await up.cleanup()
+    def bedrock(root: str) -> dict[str, Any]:
+        return {"kind": "bedrock", "base_url": root, "region": REGION, "auth": "sigv4", "read_timeout": 60}
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(120), "the servers did not start"
-    try:
-        yield urls[0]
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
+    return guard_in_thread(fake.app(), window, ["*claude-sonnet-4-5*"], upstream_settings=bedrock)
 
 
 def run_claude_on_bedrock(root: str, home: Path) -> subprocess.CompletedProcess[str]:

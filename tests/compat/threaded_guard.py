@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from aiohttp import web
 
@@ -16,13 +17,24 @@ from proxy.server.backends.model_counting import Models
 from proxy.server.process.app import create_app
 
 
+def generic_upstream(read_timeout: float) -> Callable[[str], dict[str, Any]]:
+    """The settings of a generic upstream serving under `/v1` of the root URL it is given."""
+    return lambda root: {"base_url": f"{root}/v1", "kind": "generic", "read_timeout": read_timeout}
+
+
 @contextmanager
 def guard_in_thread(
-    upstream: web.Application, window: int, models: Sequence[str], read_timeout: float
+    upstream: web.Application,
+    window: int,
+    models: Sequence[str],
+    read_timeout: float = 60,
+    upstream_settings: Callable[[str], dict[str, Any]] | None = None,
 ) -> Iterator[str]:
-    """The guard's root URL, in front of `upstream` (a generic upstream), with `models` given a
+    """The guard's root URL, in front of `upstream` (by default a generic upstream; else the
+    settings `upstream_settings` gives for its root URL), with `models` (names or globs) given a
     `window`-token window; both stop when the block ends. The guard logs JSON lines wherever the
     suite's logging was configured to write."""
+    settings_of = upstream_settings or generic_upstream(read_timeout)
     loop = asyncio.new_event_loop()
     ready, urls = threading.Event(), []
     stop: asyncio.Event | None = None
@@ -33,9 +45,9 @@ def guard_in_thread(
         up = web.AppRunner(upstream, access_log=None)
         await up.setup()
         await web.TCPSite(up, "127.0.0.1", 0).start()
-        up_url = f"http://127.0.0.1:{up.addresses[0][1]}/v1"
+        root = f"http://127.0.0.1:{up.addresses[0][1]}"
         data = {
-            "upstreams": {"up": {"base_url": up_url, "kind": "generic", "read_timeout": read_timeout}},
+            "upstreams": {"up": settings_of(root)},
             "models": {"overrides": [{"match": m, "context_window": window} for m in models]},
             "log": {"format": "json", "level": "info"},
         }
