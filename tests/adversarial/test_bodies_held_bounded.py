@@ -21,12 +21,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from proxy.config.settings import ServerSettings
 from tests.support.memory_bounds import HELD_BYTES_FACTOR
-from tests.support.processes import Guard
-from tests.support.upstream import FakeUpstream
+from tests.support.processes import Guard, guard_before_fake_upstream
 
 pytestmark = [
     pytest.mark.components,  # a guard process counting three 31 MiB bodies: 20-40 s on a shared 2-core machine
@@ -66,27 +64,8 @@ def compressible_chat(size: int) -> bytes:
 async def guard(tmp_path: Path) -> AsyncIterator[Guard]:
     """`context-guard serve` with the default limits, one worker, in front of the fake upstream; warm
     (its vocabulary loaded) and its peak memory reset, so that VmHWM is the attack's."""
-    upstream = web.AppRunner(FakeUpstream().app())
-    await upstream.setup()
-    site = web.TCPSite(upstream, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    config = tmp_path / "guard.yaml"
-    config.write_text(
-        f"upstreams:\n  fake:\n    base_url: http://127.0.0.1:{port}/v1\n    kind: generic\nlog:\n  format: json\n"
-    )
-    process = Guard("guard", 0, tmp_path, "--config", str(config), "--workers", "1").start()
-    try:
-        await process.until_ready()
-        async with aiohttp.ClientSession() as session:
-            body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "warm up"}]}
-            async with session.post(process.url(CHAT), json=body) as answer:
-                assert answer.status == 200
-        Path(f"/proc/{process.pid}/clear_refs").write_text("5")
+    async with guard_before_fake_upstream(tmp_path, warm=True) as process:
         yield process
-    finally:
-        process.stop()
-        await upstream.cleanup()
 
 
 def assert_within_the_bound(guard: Guard, idle_mib: float) -> None:

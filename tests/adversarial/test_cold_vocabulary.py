@@ -13,10 +13,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from tests.support.processes import Guard
-from tests.support.upstream import FakeUpstream
+from tests.support.processes import Guard, guard_before_fake_upstream
 
 pytestmark = [
     pytest.mark.components,  # a guard process of its own
@@ -44,20 +42,8 @@ async def first_request_growth(guard: Guard, model: str) -> float:
 
 @pytest.fixture
 async def guard(tmp_path: Path) -> AsyncIterator[Guard]:
-    upstream = web.AppRunner(FakeUpstream().app())
-    await upstream.setup()
-    site = web.TCPSite(upstream, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    config = tmp_path / "guard.yaml"
-    config.write_text(f"upstreams:\n  fake:\n    base_url: http://127.0.0.1:{port}/v1\n    kind: generic\n")
-    process = Guard("guard", 0, tmp_path, "--config", str(config), "--workers", "1").start()
-    try:
-        await process.until_ready()
+    async with guard_before_fake_upstream(tmp_path, warm=False) as process:
         yield process
-    finally:
-        process.stop()
-        await upstream.cleanup()
 
 
 class TestFirstRequestOfAModel:

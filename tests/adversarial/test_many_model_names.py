@@ -23,10 +23,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from tests.support.processes import Guard
-from tests.support.upstream import FakeUpstream
+from tests.support.processes import Guard, fake_upstream_config
 
 pytestmark = [
     pytest.mark.components,  # guard processes and thousands of requests: 20-50 s on a shared 2-core machine
@@ -51,16 +49,7 @@ async def guards(tmp_path: Path) -> AsyncIterator[Callable[[int], asyncio.Future
     """`await guards(n)`: n `context-guard serve` processes, one worker each, in front of one fake
     upstream, ready and warm."""
     async with AsyncExitStack() as stack:
-        upstream = web.AppRunner(FakeUpstream().app())
-        await upstream.setup()
-        stack.push_async_callback(upstream.cleanup)
-        site = web.TCPSite(upstream, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        config = tmp_path / "guard.yaml"
-        config.write_text(
-            f"upstreams:\n  fake:\n    base_url: http://127.0.0.1:{port}/v1\n    kind: generic\nlog:\n  format: json\n"
-        )
+        config = await stack.enter_async_context(fake_upstream_config(tmp_path))
 
         async def start(count: int) -> list[Guard]:
             started = []

@@ -13,12 +13,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from bench.processes import PortTaken, free_port, on_free_port, stop
+from tests.support.upstream import FakeUpstream
 
 __all__ = ["Guard", "PortTaken", "Process", "free_port", "listens", "on_free_port"]
 
@@ -156,3 +159,40 @@ class Guard(Process):
                 if name is None or event.get("event") == name:
                     out.append(event)
         return out
+
+
+@contextlib.asynccontextmanager
+async def fake_upstream_config(folder: Path) -> AsyncIterator[Path]:
+    """A guard config file in `folder` naming the suite's fake upstream (a generic upstream, JSON
+    logs), which serves on a loopback port while the block runs."""
+    upstream = web.AppRunner(FakeUpstream().app())
+    await upstream.setup()
+    try:
+        await web.TCPSite(upstream, "127.0.0.1", 0).start()
+        port = upstream.addresses[0][1]
+        config = folder / "guard.yaml"
+        config.write_text(
+            f"upstreams:\n  fake:\n    base_url: http://127.0.0.1:{port}/v1\n    kind: generic\nlog:\n  format: json\n"
+        )
+        yield config
+    finally:
+        await upstream.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def guard_before_fake_upstream(folder: Path, warm: bool) -> AsyncIterator[Guard]:
+    """`context-guard serve`, one worker, ready, in front of the fake upstream; with `warm`, one chat
+    answered and its peak memory reset after it, so that VmHWM is what follows."""
+    async with fake_upstream_config(folder) as config:
+        process = Guard("guard", 0, folder, "--config", str(config), "--workers", "1").start()
+        try:
+            await process.until_ready()
+            if warm:
+                body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "warm up"}]}
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(process.url("/v1/chat/completions"), json=body) as answer:
+                        assert answer.status == 200
+                Path(f"/proc/{process.pid}/clear_refs").write_text("5")
+            yield process
+        finally:
+            process.stop()
