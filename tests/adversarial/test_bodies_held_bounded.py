@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import gzip
 import json
-import os
 import random
 import threading
 from collections.abc import AsyncIterator
@@ -24,7 +23,7 @@ import pytest
 
 from proxy.config.settings import ServerSettings
 from tests.support.memory_bounds import HELD_BYTES_FACTOR
-from tests.support.processes import Guard, guard_before_fake_upstream
+from tests.support.processes import Guard, descriptors, guard_before_fake_upstream, status_mib
 
 pytestmark = [
     pytest.mark.components,  # a guard process counting three 31 MiB bodies: 20-40 s on a shared 2-core machine
@@ -34,18 +33,6 @@ pytestmark = [
 MiB = 1024 * 1024
 BUDGET_MIB = ServerSettings().body_memory[0] / MiB  # what the guard below runs with: the defaults
 CHAT = "/v1/chat/completions"
-
-
-def megabytes(pid: int, key: str) -> float:
-    """A line of /proc/<pid>/status in MiB (VmRSS now, VmHWM the peak since start or reset)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1]) / 1024
-    raise KeyError(key)
-
-
-def descriptors(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def compressible_chat(size: int) -> bytes:
@@ -69,7 +56,7 @@ async def guard(tmp_path: Path) -> AsyncIterator[Guard]:
 
 
 def assert_within_the_bound(guard: Guard, idle_mib: float) -> None:
-    grown = megabytes(guard.pid, "VmHWM") - idle_mib
+    grown = status_mib(guard.pid, "VmHWM") - idle_mib
     bound = HELD_BYTES_FACTOR * BUDGET_MIB
     assert grown <= bound, f"the guard grew by {grown:.0f} MiB at its peak; the documented bound is {bound:.0f}"
 
@@ -121,7 +108,7 @@ class TestSixteenInflatingUploads:
         """Each key is a client of its own: the process budget (three bodies of the limit) is what holds."""
         upload = gzip.compress(compressible_chat(31 * MiB), 6)
         assert len(upload) < MiB
-        idle = megabytes(guard.pid, "VmRSS")
+        idle = status_mib(guard.pid, "VmRSS")
 
         async def send(key: int) -> tuple[int, str | None, dict[str, object]]:
             headers = {
@@ -155,7 +142,7 @@ class TestAHundredHungUpClients:
             f"POST {CHAT} HTTP/1.1\r\nHost: guard\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
-        idle, open_before = megabytes(guard.pid, "VmRSS"), descriptors(guard.pid)
+        idle, open_before = status_mib(guard.pid, "VmRSS"), descriptors(guard.pid)
 
         async def hang_up() -> None:
             _, writer = await asyncio.open_connection("127.0.0.1", guard.port)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import gzip
 import json
-import os
 import re
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import pytest
 from bench.hardening_clients import compressible_chat
 from proxy.config.settings import ServerSettings
 from tests.support.memory_bounds import HELD_BYTES_FACTOR
-from tests.support.processes import Guard, guard_before_fake_upstream
+from tests.support.processes import Guard, descriptors, guard_before_fake_upstream, status_mib
 
 pytestmark = [
     pytest.mark.components,  # a guard process counting 31 MiB bodies: 20-40 s on a shared 2-core machine
@@ -36,17 +35,6 @@ pytestmark = [
 MiB = 1024 * 1024
 CHAT = "/v1/chat/completions"
 PROBER = [sys.executable, str(Path(__file__).parents[2] / "bench" / "hardening_clients.py"), "prober"]
-
-
-def status_mib(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1]) / 1024
-    raise KeyError(key)
-
-
-def descriptors(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 async def metric(guard: Guard, name: str) -> float:

@@ -15,14 +15,17 @@ from typing import Any
 import pytest
 
 from tests.compat.threaded_guard import guard_in_thread
-from tests.support.bedrock_upstream import GUARD_KEY, GUARD_SECRET, GUARD_TOKEN, REGION, FakeBedrock, ToolCall
+from tests.support.bedrock_upstream import (
+    GUARD_AWS_ENV,
+    REGION,
+    FakeBedrock,
+    ToolCall,
+)
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 MARKER = "guarded-bedrock-tool-ran"
 FINAL = "All done through Bedrock."
-AWS_ENV = {"AWS_ACCESS_KEY_ID": GUARD_KEY, "AWS_SECRET_ACCESS_KEY": GUARD_SECRET, "AWS_SESSION_TOKEN": GUARD_TOKEN,
-           "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+AWS_ENV = GUARD_AWS_ENV
 
 
 def claude() -> Path:

@@ -19,8 +19,7 @@ from proxy.config.settings import settings_from_dict
 from proxy.server.backends.model_counting import Models
 from proxy.server.process.app import create_app
 from tests.support.bedrock_upstream import (
-    GUARD_KEY,
-    GUARD_SECRET,
+    GUARD_AWS_ENV,
     GUARD_TOKEN,
     REGION,
     FakeBedrock,
@@ -38,9 +37,7 @@ WINDOW = {"overrides": [{"match": "*claude-sonnet-4-5*", "context_window": 16_00
 @pytest.fixture
 def guard_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """The guard's AWS credentials, from its environment (botocore's chain reads them first)."""
-    for name, value in {"AWS_ACCESS_KEY_ID": GUARD_KEY, "AWS_SECRET_ACCESS_KEY": GUARD_SECRET,
-                        "AWS_SESSION_TOKEN": GUARD_TOKEN, "AWS_CONFIG_FILE": "/nonexistent",
-                        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}.items():  # fmt: skip
+    for name, value in GUARD_AWS_ENV.items():
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK"):
         monkeypatch.delenv(name, raising=False)
@@ -152,7 +149,10 @@ class TestConverse:
                 messages=[{"role": "user", "content": [{"text": "hi"}]}],
             )  # fmt: skip
         error = refused.value.response["Error"]
-        assert error["Code"] == "ValidationException" and refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        assert (
+            error["Code"] == "ValidationException"
+            and refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        )
         assert "prompt is too long:" in error["Message"] and "maximum" in error["Message"]
         assert fake.received == []
 
@@ -174,7 +174,9 @@ class TestInvokeModel:
         guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
         body = _claude_body(_claude_history(12, 1500))
         client = _client(guard)
-        answer = await asyncio.to_thread(lambda: json.loads(client.invoke_model(modelId=SONNET, body=json.dumps(body))["body"].read()))
+        answer = await asyncio.to_thread(
+            lambda: json.loads(client.invoke_model(modelId=SONNET, body=json.dumps(body))["body"].read())
+        )
         sent = fake.last("invoke").json()
         assert answer["content"] == [{"type": "text", "text": "Done."}]
         assert prompt_tokens(sent) <= fake.window and fake.refused == [] and "model" not in sent

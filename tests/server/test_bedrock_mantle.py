@@ -41,4 +41,7 @@ class TestMantle:
         assert answer.content[0].text == "Done." and sent.raw_path == "/anthropic/v1/messages"  # type: ignore[union-attr]
         assert sent.headers["x-api-key"] == "guard-mantle-key" and "sk-the-clients-own" not in str(sent.headers)
         assert prompt_tokens(history) > fake.window >= prompt_tokens(sent.json())
-        assert sent.json()["messages"][-1] == {"role": "user", "content": "latest"} and sent.json()["system"] == "Be brief."
+        assert (
+            sent.json()["messages"][-1] == {"role": "user", "content": "latest"}
+            and sent.json()["system"] == "Be brief."
+        )

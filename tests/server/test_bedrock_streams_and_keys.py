@@ -18,9 +18,7 @@ from proxy.server.backends.model_counting import Models
 from proxy.server.process.app import create_app
 from tests.server.conftest import Logs
 from tests.support.bedrock_upstream import (
-    GUARD_KEY,
-    GUARD_SECRET,
-    GUARD_TOKEN,
+    GUARD_AWS_ENV,
     REGION,
     FakeBedrock,
     prompt_tokens,
@@ -35,9 +33,7 @@ CLAUDE_HELLO = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64,
 
 @pytest.fixture
 def guard_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {"AWS_ACCESS_KEY_ID": GUARD_KEY, "AWS_SECRET_ACCESS_KEY": GUARD_SECRET,
-                        "AWS_SESSION_TOKEN": GUARD_TOKEN, "AWS_CONFIG_FILE": "/nonexistent",
-                        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}.items():  # fmt: skip
+    for name, value in GUARD_AWS_ENV.items():
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK"):
         monkeypatch.delenv(name, raising=False)

@@ -43,6 +43,11 @@ from tests.support.cookbook import encoding
 
 REGION = "us-east-1"
 GUARD_KEY, GUARD_SECRET, GUARD_TOKEN = "AKIDGUARDEXAMPLE", "guard/secret/key/EXAMPLE", "guard-session-token"
+# The guard's AWS credentials as its environment gives them (botocore's chain reads these first),
+# with every other source of the chain closed: no profile file, no instance metadata.
+GUARD_AWS_ENV = {"AWS_ACCESS_KEY_ID": GUARD_KEY, "AWS_SECRET_ACCESS_KEY": GUARD_SECRET, "AWS_SESSION_TOKEN": GUARD_TOKEN,
+                 "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                 "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
 _PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<operation>[a-z-]+)")
 _AUTHORIZATION = re.compile(
     r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<scope>[^,]+), SignedHeaders=(?P<signed>[^,]+), "
@@ -106,7 +111,9 @@ class FakeBedrock:
             return web.json_response({"inputTokens": prompt_tokens(_counted_body(payload))})
         tokens = prompt_tokens(payload)
         if tokens > self.window:
-            message = f"The model returned the following errors: prompt is too long: {tokens} tokens > {self.window} maximum"
+            message = (
+                f"The model returned the following errors: prompt is too long: {tokens} tokens > {self.window} maximum"
+            )
             return _error(400, "ValidationException", message)
         if operation == "converse":
             return web.json_response(_converse_answer(tokens))
@@ -122,11 +129,16 @@ class FakeBedrock:
         body = await request.read()
         if request.headers.get("x-api-key") != self.api_key:
             self.refused.append("the API key is not the one expected")
-            return web.json_response({"type": "error", "error": {"type": "authentication_error", "message": "no"}}, status=401)
+            return web.json_response(
+                {"type": "error", "error": {"type": "authentication_error", "message": "no"}}, status=401
+            )
         self.received.append(Received("mantle", "", request.raw_path, dict(request.headers), body))
         tokens = prompt_tokens(json.loads(body))
         if tokens > self.window:
-            error = {"type": "invalid_request_error", "message": f"prompt is too long: {tokens} tokens > {self.window} maximum"}
+            error = {
+                "type": "invalid_request_error",
+                "message": f"prompt is too long: {tokens} tokens > {self.window} maximum",
+            }
             return web.json_response({"type": "error", "error": error}, status=400)
         return web.json_response(_messages_answer("Done.", tokens))
 
@@ -162,7 +174,9 @@ def signature_problem(request: web.Request, body: bytes) -> str | None:
         return "the session token is not the guard's"
     names = found["signed"].split(";")
     headers = {name: request.headers.get(name, "") for name in names}
-    signed = AWSRequest(method=request.method, url=f"http://{request.host}{request.raw_path}", data=body, headers=headers)
+    signed = AWSRequest(
+        method=request.method, url=f"http://{request.host}{request.raw_path}", data=body, headers=headers
+    )
     signed.context["timestamp"] = request.headers.get("X-Amz-Date", "")
     auth = SigV4Auth(Credentials(GUARD_KEY, GUARD_SECRET, GUARD_TOKEN), "bedrock", REGION)
     expected = auth.signature(auth.string_to_sign(signed, auth.canonical_request(signed)), signed)

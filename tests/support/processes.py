@@ -196,3 +196,16 @@ async def guard_before_fake_upstream(folder: Path, warm: bool) -> AsyncIterator[
             yield process
         finally:
             process.stop()
+
+
+def status_mib(pid: int, key: str) -> float:
+    """A line of /proc/<pid>/status in MiB (VmRSS now, VmHWM the peak since start or reset)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+def descriptors(pid: int) -> int:
+    """How many file descriptors process `pid` holds open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
