@@ -14,10 +14,12 @@ and API reads it back: one lookup instead of a dozen (issue 28).
 What is not kept, and why:
 - a route that had to ask the upstream (an Ollama model's window not asked yet), or whose
   vocabulary was still loading: the next request asks or loads no more, and is kept then;
-- a choice other than the model's own exact tokenizer (`Choice.source != "model"`): a calibrated
-  estimate's factor moves as usage is learned, and the backend's own tokenizer counts each body;
+- a route with no choice (`choice` None): the backend's own tokenizer counts each body;
 - anything learned per request or shared between replicas: a correction of the window
   (`SharedCorrections`), which the request looks up itself.
+A route whose choice is an estimate (`Choice.source` other than `model`) is kept with the
+calibration table's version it was made at (`calibrated_at`): a calibrated estimate's factor moves
+as usage is learned, so once the table learned anything since, the route is worked out again.
 A kept route is dropped when the upstream is discovered again (its `Discovery` is another object).
 """
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,11 +115,12 @@ class ModelRoute:
     discovery: object | None  # what discovery found of the upstream when this was worked out
     routed: Routed  # what the exchange is told of it (`FindRoute`), before any window a request opts into
     counted: Counting | None  # what its requests are counted as, with `choice` (None: chosen per request)
+    calibrated_at: int = 0  # the calibration table's version when `choice` was made (`CalibrationTable.version`)
 
     @property
     def kept_as_is(self) -> bool:
-        """Whether every later request of the model may read this back (see the module docstring)."""
-        return self.choice is not None and self.choice.source == "model"
+        """Whether later requests of the model may read this back (see the module docstring)."""
+        return self.choice is not None
 
 
 class ModelRoutes:
@@ -127,11 +129,15 @@ class ModelRoutes:
     def __init__(self) -> None:
         self._routes: OrderedDict[tuple[str, str], ModelRoute] = OrderedDict()  # its oldest popped in O(1)
 
-    def get(self, model: str, api: str, discoveries: Mapping[str, object]) -> ModelRoute | None:
-        """The route kept for `model` and `api`, unless its upstream was discovered again since
-        (`discoveries`: what discovery found, by upstream)."""
+    def get(self, model: str, api: str, backends: Backends) -> ModelRoute | None:
+        """The route kept for `model` and `api`, unless its upstream was discovered again since,
+        or its choice is an estimate and calibration learned something since (`backends`: what
+        discovery found, by upstream, and the calibration table)."""
         route = self._routes.get((model, api))
-        if route is not None and route.discovery is not discoveries.get(route.target.upstream.name):
+        if route is None or route.discovery is not backends.discoveries.get(route.target.upstream.name):
+            return None
+        choice = route.choice
+        if choice is not None and choice.source != "model" and route.calibrated_at != backends.calibration.version:
             return None
         return route
 
@@ -198,6 +204,7 @@ async def model_route(
         counted=None
         if choice is None
         else Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget),
+        calibrated_at=counting.calibration.version,
     )
     return route, asked
 
