@@ -19,7 +19,8 @@ What is not kept, and why:
   (`SharedCorrections`), which the request looks up itself.
 A route whose choice is an estimate (`Choice.source` other than `model`) is kept with the
 calibration table's version it was made at (`calibrated_at`): a calibrated estimate's factor moves
-as usage is learned, so once the table learned anything since, the route is worked out again.
+as usage is learned, so once the table learned anything since, its choice is made again
+(`rechosen`; the rest of the route stands).
 A kept route is dropped when the upstream is discovered again (its `Discovery` is another object).
 """
 
@@ -130,15 +131,19 @@ class ModelRoutes:
         self._routes: OrderedDict[tuple[str, str], ModelRoute] = OrderedDict()  # its oldest popped in O(1)
 
     def get(self, model: str, api: str, backends: Backends) -> ModelRoute | None:
-        """The route kept for `model` and `api`, unless its upstream was discovered again since,
-        or its choice is an estimate and calibration learned something since (`backends`: what
-        discovery found, by upstream, and the calibration table)."""
+        """The route kept for `model` and `api`, unless its upstream was discovered again since
+        (`backends`: what discovery found, by upstream); an estimate's choice made again when
+        calibration learned something since (`backends.calibration`)."""
         route = self._routes.get((model, api))
         if route is None or route.discovery is not backends.discoveries.get(route.target.upstream.name):
             return None
         choice = route.choice
         if choice is not None and choice.source != "model" and route.calibrated_at != backends.calibration.version:
-            return None
+            route = rechosen(route, backends)
+            if route is None:  # the backend's tokenizer counts now: worked out anew, and kept no more
+                del self._routes[(model, api)]
+                return None
+            self._routes[(model, api)] = route
         return route
 
     def put(self, model: str, api: str, route: ModelRoute) -> None:
@@ -186,7 +191,6 @@ async def model_route(
         chosen=None if choice is None else chosen_of(choice),
     )
     budget = budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens)
-    by_guard = upstream.edits_by_guard  # context edits the upstream cannot apply: the guard does
     route = ModelRoute(
         target=target,
         served=served,
@@ -201,12 +205,31 @@ async def model_route(
         budget=budget,
         discovery=counting.discoveries.get(upstream.name),
         routed=routed,
-        counted=None
-        if choice is None
-        else Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget),
+        counted=None if choice is None else counted_with(choice, upstream, served, budget),
         calibrated_at=counting.calibration.version,
     )
     return route, asked
+
+
+def rechosen(route: ModelRoute, counting: Backends) -> ModelRoute | None:
+    """`route` with its tokenizer chosen again by `counting` as `model_route` chose it (an
+    estimate, scaled by what calibration learned by now); None when the choice is the backend's
+    to make per body."""
+    upstream = route.target.upstream
+    choice = counting.local_choice(upstream.name, route.served, route.profile, route.local)
+    if choice is None:
+        return None
+    counted = counted_with(choice, upstream, route.served, route.budget)
+    routed = dataclasses.replace(route.routed, chosen=chosen_of(choice))
+    version = counting.calibration.version
+    return dataclasses.replace(route, choice=choice, routed=routed, counted=counted, calibrated_at=version)
+
+
+def counted_with(choice: Choice, upstream: UpstreamSettings, served: str, budget: BudgetPolicy) -> Counting:
+    """What a route's requests are counted as with `choice` (`Counting`); with the context edits
+    the upstream cannot apply, which the guard then does."""
+    by_guard = upstream.edits_by_guard
+    return Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget)
 
 
 def chosen_of(choice: Choice) -> Chosen:

@@ -110,20 +110,26 @@ class TestKeeping:
 
     @pytest.mark.parametrize("source", ["calibrated", "estimate"])
     async def test_an_estimate_is_read_back_until_calibration_learns_something(self, gateway_parts, source):
-        """A calibrated estimate's factor moves with what is learned: the route made before it is
-        worked out anew, so the choice follows the calibration."""
-        _, backends, _ = gateway_parts
+        """A calibrated estimate's factor moves with what is learned: once the table learned
+        anything, the route read back has its choice made anew, and nothing else worked out again."""
+        models, backends, _ = gateway_parts
         route, _ = await route_of(gateway_parts, "gpt-4o")
         choice = Choice(route.profile, CharEstimateTokenizer(4.0), source)
         estimated = ModelRoute(**{**_fields(route), "choice": choice})
         routes = ModelRoutes()
         routes.put("gpt-4o", "chat", estimated)
         assert routes.get("gpt-4o", "chat", backends) is estimated
+        looked_up = models.looked_up
         backends.calibration.observe("openai", "gpt-4o-mini", 1_300, 1_000)  # any model's: the table moved
-        assert routes.get("gpt-4o", "chat", backends) is None
+        again = routes.get("gpt-4o", "chat", backends)
+        assert again is not None and again.choice is not None and again.choice is not choice
+        assert again.choice.source == "model" and again.routed.chosen is not None  # gpt-4o's own tokenizer
+        assert again.counted is not None and again.counted.tokenizer is again.choice.tokenizer
+        assert (again.profile, again.target, models.looked_up) == (route.profile, route.target, looked_up)
+        assert routes.get("gpt-4o", "chat", backends) is again
 
-    async def test_a_route_worked_out_after_calibration_learned_chooses_the_calibrated_estimate(self, gateway_parts):
-        _, backends, _ = gateway_parts
+    async def test_a_claude_route_s_choice_follows_what_calibration_learns(self, gateway_parts):
+        models, backends, _ = gateway_parts
         backends.calibration.observe("openai", "claude-sonnet-4-5", 1_300, 1_000)
         route, _ = await route_of(gateway_parts, "claude-sonnet-4-5")
         assert route.choice is not None and route.choice.source == "calibrated"
@@ -131,11 +137,12 @@ class TestKeeping:
         routes.put("claude-sonnet-4-5", "messages", route)
         assert routes.get("claude-sonnet-4-5", "messages", backends) is route
         backends.calibration.observe("openai", "claude-sonnet-4-5", 1_600, 1_000)
-        assert routes.get("claude-sonnet-4-5", "messages", backends) is None
-        again, _ = await route_of(gateway_parts, "claude-sonnet-4-5")
-        assert again.choice is not None and again.choice.tokenizer.count("word " * 200) > route.choice.tokenizer.count(
-            "word " * 200
-        )
+        looked_up = models.looked_up
+        again = routes.get("claude-sonnet-4-5", "messages", backends)
+        assert again is not None and again.choice is not None and models.looked_up == looked_up
+        text = "word " * 200
+        assert again.choice.tokenizer.count(text) > route.choice.tokenizer.count(text)
+        assert again.counted is not None and again.counted.tokenizer is again.choice.tokenizer
 
     async def test_how_many_models_are_remembered_is_bounded_whatever_names_clients_send(self, gateway_parts):
         _, backends, _ = gateway_parts
