@@ -242,10 +242,8 @@ def _turns(messages: Sequence[Any]) -> list[list[int]]:
 
 
 def _only_tool_results(content: object) -> bool:
-    return (
-        isinstance(content, list)
-        and bool(content)
-        and all(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content
     )
 
 

@@ -67,6 +67,7 @@ class TestProtectedStart:
         assert protected_start([SYSTEM, A, A]) is None
 
 
+
 class TestValidityProblems:
     def test_a_valid_agent_conversation_has_none(self):
         assert validity_problems([SYSTEM, U, call("a", "b"), result("b"), result("a"), A, U]) == []
