@@ -22,7 +22,7 @@ from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, Parsed, ViewBuilder, opaque_part, text_part
 from proxy.core.costs.images import ANTHROPIC_IMAGE_SIDE_MOST, side_over
-from proxy.core.trimming.compaction import MARKER
+from proxy.core.trimming.turns import MARKER
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "assistant"})

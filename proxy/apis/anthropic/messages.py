@@ -125,7 +125,8 @@ class MessagesAdapter(Adapter):
         chat: dict[str, Any] = {"messages": view.messages}
         if model is not None:
             chat["model"] = model
-        tools, fixed = chat_tools(body.get("tools"), view)
+        listed = body.get("tools")
+        tools, fixed = ([], 0) if listed is None else chat_tools(listed, view)
         if tools:
             chat["tools"] = tools
             fixed += tool_prompt_tokens(model, body.get("tool_choice"))
@@ -175,9 +176,16 @@ class MessagesAdapter(Adapter):
     def answer_amendment(self, fields: Mapping[str, Any], stream: bool) -> AnswerAmendment | None:
         return StreamedAnswer(fields) if stream else WholeAnswer(fields)
 
+    # The last profile priced by Anthropic's rule and its priced copy: requests of a model count
+    # with its route's one profile, and a new copy would hash every field again (`ModelProfile.rules_hash`).
+    _priced: tuple[ModelProfile, ModelProfile] | None = None
+
     def profile(self, profile: ModelProfile, parsed: Parsed) -> ModelProfile:
         """Images are priced by Anthropic's rule on this API, whatever the model's family."""
-        return super().profile(replace(profile, images=ANTHROPIC_IMAGES), parsed)
+        priced = self._priced
+        if priced is None or priced[0] is not profile:
+            priced = self._priced = (profile, replace(profile, images=ANTHROPIC_IMAGES))
+        return super().profile(priced[1], parsed)
 
     def error_body(self, error: GuardError) -> dict[str, Any]:
         return anthropic_error_body(error.status, error.message, error.param)

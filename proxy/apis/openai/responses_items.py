@@ -20,7 +20,7 @@ from typing import Any
 
 from proxy.apis.base import HeldContext, InvalidRequest, Origin, Source, ViewBuilder, opaque_part, text_part
 from proxy.core.counting.bound import CIPHERTEXT_NOTE, CIPHERTEXT_TOKENS, base64_bytes
-from proxy.core.trimming.compaction import MARKER, TRIGGER
+from proxy.core.trimming.turns import MARKER, TRIGGER
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})

@@ -155,10 +155,13 @@ def calibrated(tokenizer: Tokenizer, calibration: Calibration | None) -> Tokeniz
 @dataclass
 class CalibrationTable:
     """Calibrations by (upstream, model), for a single process; a shared store holds the same
-    dicts `to_dict()` gives. At most `max_entries` are kept, the least recently updated forgotten."""
+    dicts `to_dict()` gives. At most `max_entries` are kept, the least recently updated forgotten.
+    `version` counts the observations: what was worked out from the table (a model's route) holds
+    while it is unchanged, read without a call."""
 
     policy: CalibrationPolicy = field(default_factory=CalibrationPolicy)
     max_entries: int = 4096
+    version: int = 0
     _entries: dict[tuple[str, str], Calibration] = field(default_factory=dict)
 
     def get(self, upstream: str, model: str) -> Calibration | None:
@@ -169,6 +172,7 @@ class CalibrationTable:
         current = self._entries.pop(key, Calibration())
         updated = current.observe(provider_tokens, estimated_tokens, self.policy)
         self._entries[key] = updated
+        self.version += 1
         while len(self._entries) > self.max_entries:
             del self._entries[next(iter(self._entries))]
         return updated

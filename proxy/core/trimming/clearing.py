@@ -25,11 +25,30 @@ follow from the result and its call alone). It follows from the request alone: a
 computes the same, with no state shared.
 
 **A client's compaction request** (its latest user message asks to summarise the conversation,
-or it ends in a compaction trigger: `proxy.core.trimming.compaction`) is the one request
+or it ends in a compaction trigger, `proxy.core.trimming.turns.TRIGGER`) is the one request
 that needs the whole history: clearing would leave the summary without material. Its tool results
 are instead all shortened middle-out to one common cap, the largest that fits (the placeholder
 only below `compaction_floor` tokens each), and later strategies may not drop its opening
 (`TrimState.compaction_request`).
+
+Agent clients compact their history themselves when it grows too long: they send the whole
+conversation once more with an instruction to summarise it, and replace the history with the
+answer (`is_compaction_request`). The prompts recognised:
+
+- Claude Code: "Your task is to create a detailed summary of the conversation so far ...", and (2.1)
+  "... of this conversation. This summary will be placed at the start of a continuing session"
+  and, for a partial compaction, "... of the RECENT portion of the conversation"
+- Codex CLI: "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for
+  another LLM that will resume the task." (and its older "write a summary/memento ... for the next
+  agent" family)
+- gemini-cli: its latest user message asks to "generate the <state_snapshot>" (the instruction
+  itself goes as the system instruction)
+- generic: "summarize (or summarise) the/this/our conversation (so far)", "compact the conversation"
+
+and any regular expression the operator adds (`clear_tool_results.compaction_patterns`). Matching
+is case-insensitive, over the message's text, and only its first 4,000 characters are read: the
+instruction is short and comes first, while the same words deep inside pasted material are not a
+request to compact.
 
 The chat view is the core's: each adapter maps its own units onto it (chat `tool` messages,
 Responses `function_call_output` items, Anthropic `tool_result` blocks, Gemini function
@@ -38,13 +57,59 @@ responses), and writes the placeholder back as that unit's content.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
-from proxy.core.trimming.compaction import compiled_patterns, is_compaction_request
 from proxy.core.trimming.history import shorten_message
 from proxy.core.trimming.trim import TrimState
-from proxy.core.trimming.turns import TOOL_RESULT_ROLES, Unit
+from proxy.core.trimming.turns import TOOL_RESULT_ROLES, TRIGGER, Unit, is_flagged
+
+BUILT_IN = (
+    r"create a detailed summary of (?:the conversation so far|this conversation|the recent portion of the conv)",
+    r"context checkpoint compaction",
+    r"create a handoff summary for another llm",
+    r"\bsummari[sz]e (?:the|this|our) (?:entire |whole )?(?:conversation|chat|session)\b",
+    r"\bcompact (?:the|this|our) (?:conversation|chat|session|context)\b",
+    r"\b(?:summary|memento)\b[^.]{0,80}\bfor the next agent\b",
+    r"generate the <state_snapshot>",
+)
+READ_CHARS = 4000
+
+
+@lru_cache(maxsize=64)
+def compiled_patterns(extra: tuple[str, ...] = ()) -> re.Pattern[str]:
+    """The built-in prompts and `extra` as one expression; ValueError naming a bad one."""
+    for pattern in extra:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"compaction pattern {pattern!r} is not a regular expression: {exc}") from None
+    return re.compile("|".join(f"(?:{p})" for p in (*BUILT_IN, *extra)), re.IGNORECASE)
+
+
+def is_compaction_request(messages: Sequence[Any], protected: Iterable[int], extra: tuple[str, ...] = ()) -> bool:
+    """Whether the latest user message (the first user message of the `protected` tail) asks
+    to summarise the conversation, or the tail holds a compaction trigger."""
+    latest = next((i for i in protected if _role(messages[i]) == "user"), None)
+    if latest is None:
+        return False
+    if any(is_flagged(messages[i], TRIGGER) for i in protected):
+        return True
+    text = _text(messages[latest])[:READ_CHARS]
+    return bool(text) and compiled_patterns(extra).search(text) is not None
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = (p.get("text") for p in content if isinstance(p, Mapping))
+    return "\n".join(t for t in parts if isinstance(t, str))
 
 
 def placeholder(tool: str | None, tokens: int) -> str:

@@ -35,9 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.trimming.compaction import MARKER, is_flagged
 from proxy.core.trimming.trim import TrimState
-from proxy.core.trimming.turns import CutReason, HistoryCut, Turn, Unit, cut_point
+from proxy.core.trimming.turns import MARKER, CutReason, HistoryCut, Turn, Unit, cut_point, is_flagged
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,6 @@ from typing import Any
 
 from proxy.core.trimming.budget import requested_output, thinking_budget
 from proxy.core.trimming.clearing import ClearToolResults, clear_result, tool_results
-from proxy.core.trimming.compaction import MARKER, is_flagged
 from proxy.core.trimming.history import (
     DropOldestTurns,
     check_at_least,
@@ -45,7 +44,7 @@ from proxy.core.trimming.history import (
     without_images,
 )
 from proxy.core.trimming.trim import Strategy, TrimState
-from proxy.core.trimming.turns import Turn
+from proxy.core.trimming.turns import MARKER, Turn, is_flagged
 
 
 @dataclass(frozen=True)

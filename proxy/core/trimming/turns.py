@@ -7,6 +7,13 @@ the latest), and where its history is cut.
   progress), also as units (`Conversation.tail`). The latest user message is never dropped, and
   only a last-resort strategy may shorten it; the tool exchanges after it may be cleared or dropped
   whole, the newest kept (`proxy.core.trimming.clearing`).
+- **Compaction flags**: where a client compacted its history itself. A *marker* (Anthropic's
+  `compaction` block, the Responses `compaction` item) is where the provider starts reading the
+  conversation: the adapter leaves out of the view what precedes it (the provider drops it) and
+  puts the marker in as a pinned message flagged `MARKER` (true), which no strategy shortens. A
+  *trigger* (Codex's `compaction_trigger` item, the synthetic end of a `/v1/responses/compact`
+  request) is a view message flagged `TRIGGER`: its request is a compaction request whatever its
+  text (`proxy.core.trimming.clearing`). The flags are booleans, which the count does not read.
 - **History**: everything else, as *turns* in order. A turn starts at a user message and runs to
   the next one (history that opens with an assistant message forms a turn of its own). Inside a
   turn, an assistant message with `tool_calls` (or a legacy `function_call`) and all of its
@@ -42,13 +49,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
-
-from proxy.core.record_fields import field_dict
 
 PINNED_ROLES = frozenset({"system", "developer"})
 TOOL_RESULT_ROLES = frozenset({"tool", "function"})
+MARKER = "context_guard_compaction_marker"
+TRIGGER = "context_guard_compaction_trigger"
+
+
+def is_flagged(message: object, flag: str) -> bool:
+    """Whether a view message carries `flag` (`MARKER`, `TRIGGER`)."""
+    return isinstance(message, Mapping) and message.get(flag) is True
 
 
 def latest_user_index(messages: Sequence[Any]) -> int | None:
@@ -288,4 +300,5 @@ class HistoryCut:
     head_partial_index: int | None = None  # index of the message shortened to end the opening
 
     def to_dict(self) -> dict[str, Any]:
-        return field_dict(self)
+        """The cut as the log line shows it: its fields, all plain values, by their names."""
+        return asdict(self)

@@ -14,10 +14,13 @@ and API reads it back: one lookup instead of a dozen (issue 28).
 What is not kept, and why:
 - a route that had to ask the upstream (an Ollama model's window not asked yet), or whose
   vocabulary was still loading: the next request asks or loads no more, and is kept then;
-- a choice other than the model's own exact tokenizer (`Choice.source != "model"`): a calibrated
-  estimate's factor moves as usage is learned, and the backend's own tokenizer counts each body;
+- a route with no choice (`choice` None): the backend's own tokenizer counts each body;
 - anything learned per request or shared between replicas: a correction of the window
   (`SharedCorrections`), which the request looks up itself.
+A route whose choice is an estimate (`Choice.source` other than `model`) is kept with the
+calibration table's version it was made at (`calibrated_at`): a calibrated estimate's factor moves
+as usage is learned, so once the table learned anything since, its choice is made again
+(`rechosen`; the rest of the route stands).
 A kept route is dropped when the upstream is discovered again (its `Discovery` is another object).
 """
 
@@ -26,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,11 +116,12 @@ class ModelRoute:
     discovery: object | None  # what discovery found of the upstream when this was worked out
     routed: Routed  # what the exchange is told of it (`FindRoute`), before any window a request opts into
     counted: Counting | None  # what its requests are counted as, with `choice` (None: chosen per request)
+    calibrated_at: int = 0  # the calibration table's version when `choice` was made (`CalibrationTable.version`)
 
     @property
     def kept_as_is(self) -> bool:
-        """Whether every later request of the model may read this back (see the module docstring)."""
-        return self.choice is not None and self.choice.source == "model"
+        """Whether later requests of the model may read this back (see the module docstring)."""
+        return self.choice is not None
 
 
 class ModelRoutes:
@@ -127,12 +130,20 @@ class ModelRoutes:
     def __init__(self) -> None:
         self._routes: OrderedDict[tuple[str, str], ModelRoute] = OrderedDict()  # its oldest popped in O(1)
 
-    def get(self, model: str, api: str, discoveries: Mapping[str, object]) -> ModelRoute | None:
+    def get(self, model: str, api: str, backends: Backends) -> ModelRoute | None:
         """The route kept for `model` and `api`, unless its upstream was discovered again since
-        (`discoveries`: what discovery found, by upstream)."""
+        (`backends`: what discovery found, by upstream); an estimate's choice made again when
+        calibration learned something since (`backends.calibration`)."""
         route = self._routes.get((model, api))
-        if route is not None and route.discovery is not discoveries.get(route.target.upstream.name):
+        if route is None or route.discovery is not backends.discoveries.get(route.target.upstream.name):
             return None
+        choice = route.choice
+        if choice is not None and choice.source != "model" and route.calibrated_at != backends.calibration.version:
+            route = rechosen(route, backends)
+            if route is None:  # the backend's tokenizer counts now: worked out anew, and kept no more
+                del self._routes[(model, api)]
+                return None
+            self._routes[(model, api)] = route
         return route
 
     def put(self, model: str, api: str, route: ModelRoute) -> None:
@@ -180,7 +191,6 @@ async def model_route(
         chosen=None if choice is None else chosen_of(choice),
     )
     budget = budget_policy(backend, models.policy.budget, counting.options_for(upstream.name).min_output_tokens)
-    by_guard = upstream.edits_by_guard  # context edits the upstream cannot apply: the guard does
     route = ModelRoute(
         target=target,
         served=served,
@@ -195,11 +205,31 @@ async def model_route(
         budget=budget,
         discovery=counting.discoveries.get(upstream.name),
         routed=routed,
-        counted=None
-        if choice is None
-        else Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget),
+        counted=None if choice is None else counted_with(choice, upstream, served, budget),
+        calibrated_at=counting.calibration.version,
     )
     return route, asked
+
+
+def rechosen(route: ModelRoute, counting: Backends) -> ModelRoute | None:
+    """`route` with its tokenizer chosen again by `counting` as `model_route` chose it (an
+    estimate, scaled by what calibration learned by now); None when the choice is the backend's
+    to make per body."""
+    upstream = route.target.upstream
+    choice = counting.local_choice(upstream.name, route.served, route.profile, route.local)
+    if choice is None:
+        return None
+    counted = counted_with(choice, upstream, route.served, route.budget)
+    routed = dataclasses.replace(route.routed, chosen=chosen_of(choice))
+    version = counting.calibration.version
+    return dataclasses.replace(route, choice=choice, routed=routed, counted=counted, calibrated_at=version)
+
+
+def counted_with(choice: Choice, upstream: UpstreamSettings, served: str, budget: BudgetPolicy) -> Counting:
+    """What a route's requests are counted as with `choice` (`Counting`); with the context edits
+    the upstream cannot apply, which the guard then does."""
+    by_guard = upstream.edits_by_guard
+    return Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget)
 
 
 def chosen_of(choice: Choice) -> Chosen:

@@ -112,7 +112,7 @@ class Performer:
         window when it was not asked yet); with the window the request opts into by a header
         (Anthropic's 1M beta), which the exchange weighs against the route's."""
         flow, gw, model, api = self.flow, self.flow.gw, self.flow.model or "", self.flow.endpoint.api
-        route = gw.model_routes.get(model, api, gw.backends.discoveries)
+        route = gw.model_routes.get(model, api, gw.backends)
         if route is None:  # the model's first request, or one that had to ask
             route, asked = await _route_of(gw, model, self.flow.target)
             if not asked:
@@ -128,8 +128,7 @@ class Performer:
 
     async def choose_tokenizer(self, command: ChooseTokenizer) -> Chosen:
         """The backend's own tokenizer when it counts this body, else the model's or an estimate."""
-        route = self.route
-        flow = self.flow
+        route, flow = self.route, self.flow
         reach = await flow.gw.reach(flow.target.upstream)
         choice = await flow.gw.backends.choose(reach, route.served, flow.parsed.chat, route.profile, route.local)
         self._chosen(choice)
@@ -230,6 +229,8 @@ class Performer:
         """The upstream's own count, asked when the plan's bounds straddle its budget
         (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
         gw, upstream, plan = self.flow.gw, self.flow.target.upstream, command.plan
+        if not plan.result.removals and plan.count.total <= plan.result.budget.input_budget:
+            return None  # its upper bound fits a budget nothing lowered: the bounds cannot straddle it
         view = self.flow.endpoint.adapter.body_is_view
         edge = EdgeRequest.of(upstream, self.route.served, self.flow.parsed, gw.backends.discoveries, view)
         if upstream.provider.signs:  # the count call is signed as the forwarded request is

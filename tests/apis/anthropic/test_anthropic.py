@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.apis.anthropic.messages import CountTokensAdapter, MessagesAdapter, count_tokens_body
+from proxy.apis.anthropic.messages import ANTHROPIC_IMAGES, CountTokensAdapter, MessagesAdapter, count_tokens_body
 from proxy.apis.base import InvalidRequest
 from proxy.core.learning.corrections import parse_overflow
 from proxy.core.trimming.turns import split_conversation
@@ -17,6 +17,7 @@ from proxy.errors import BadRequest, HTTPRefusal
 from proxy.tokenizers.vocabularies import bundled_encodings_dir
 from tests.apis.fitting import fit_body, words
 from tests.conftest import png_data_url
+from tests.support.trimming import profile
 from tests.support.validity import messages_problems
 
 ADAPTER = MessagesAdapter()
@@ -154,6 +155,20 @@ class TestParse:
         }
         count = fit_body(ADAPTER, body, 200_000).plan.count
         assert count.components["images"] == math.ceil(1000 * 1000 / 750)
+
+    def test_requests_of_different_models_in_turn_each_count_with_their_own_profile_priced(self) -> None:
+        """A model's requests count with its route's one profile: its priced copy is made once, and
+        a request of another model in between never gets it."""
+        adapter = MessagesAdapter()
+        parsed = adapter.parse({"model": CLAUDE, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+        small, large = profile(8_000, "gpt-4o"), profile(200_000, "gpt-4o-mini")
+        first = adapter.profile(small, parsed)
+        assert adapter.profile(small, parsed) is first
+        other = adapter.profile(large, parsed)
+        again = adapter.profile(small, parsed)
+        assert (other.name, other.context_window) == ("gpt-4o-mini", 200_000)
+        assert (again.name, again.context_window) == ("gpt-4o", 8_000)
+        assert {first.images, other.images, again.images} == {ANTHROPIC_IMAGES} != {small.images}
 
     def test_a_remote_image_is_priced_at_the_most_an_image_can_cost(self) -> None:
         body = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.trimming.compaction import TRIGGER, compiled_patterns, is_compaction_request
+from proxy.core.trimming.clearing import compiled_patterns, is_compaction_request
+from proxy.core.trimming.turns import TRIGGER
 
 CLAUDE_CODE = (
     "Your task is to create a detailed summary of the conversation so far, paying close attention to the "

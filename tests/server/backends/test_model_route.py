@@ -83,10 +83,10 @@ class TestKeeping:
         routes.put("gpt-4o", "chat", first)
         looked_up = models.looked_up
         for _ in range(3):
-            assert routes.get("gpt-4o", "chat", backends.discoveries) is first
+            assert routes.get("gpt-4o", "chat", backends) is first
         assert models.looked_up == looked_up
-        assert routes.get("gpt-4o", "responses", backends.discoveries) is None  # per API
-        assert routes.get("gpt-4o-mini", "chat", backends.discoveries) is None
+        assert routes.get("gpt-4o", "responses", backends) is None  # per API
+        assert routes.get("gpt-4o-mini", "chat", backends) is None
 
     async def test_a_route_is_not_read_back_once_its_upstream_was_discovered_again(self, gateway_parts):
         _, backends, _ = gateway_parts
@@ -94,22 +94,55 @@ class TestKeeping:
         routes = ModelRoutes()
         route, _ = await route_of(gateway_parts, "gpt-4o")
         routes.put("gpt-4o", "chat", route)
-        assert routes.get("gpt-4o", "chat", backends.discoveries) is route
+        assert routes.get("gpt-4o", "chat", backends) is route
         backends.discoveries["openai"] = Discovery("vllm", default_window=4096)
-        assert routes.get("gpt-4o", "chat", backends.discoveries) is None
+        assert routes.get("gpt-4o", "chat", backends) is None
         again, _ = await route_of(gateway_parts, "gpt-4o")
         assert again.profile.context_window == 4096
 
-    @pytest.mark.parametrize("source", ["calibrated", "estimate", None])
-    async def test_a_choice_that_can_change_is_worked_out_anew_for_every_request(self, gateway_parts, source):
-        """A calibrated estimate's factor moves with what is learned; no choice at all means the
-        backend's own tokenizer counts each body."""
+    async def test_a_choice_the_backend_makes_per_body_is_worked_out_anew_for_every_request(self, gateway_parts):
+        """No choice at all means the backend's own tokenizer counts each body."""
         route, _ = await route_of(gateway_parts, "gpt-4o")
-        choice = None if source is None else Choice(route.profile, CharEstimateTokenizer(4.0), source)
-        moving = ModelRoute(**{**_fields(route), "choice": choice})
+        moving = ModelRoute(**{**_fields(route), "choice": None})
         routes = ModelRoutes()
         routes.put("gpt-4o", "chat", moving)
         assert not moving.kept_as_is and len(routes) == 0
+
+    @pytest.mark.parametrize("source", ["calibrated", "estimate"])
+    async def test_an_estimate_is_read_back_until_calibration_learns_something(self, gateway_parts, source):
+        """A calibrated estimate's factor moves with what is learned: once the table learned
+        anything, the route read back has its choice made anew, and nothing else worked out again."""
+        models, backends, _ = gateway_parts
+        route, _ = await route_of(gateway_parts, "gpt-4o")
+        choice = Choice(route.profile, CharEstimateTokenizer(4.0), source)
+        estimated = ModelRoute(**{**_fields(route), "choice": choice})
+        routes = ModelRoutes()
+        routes.put("gpt-4o", "chat", estimated)
+        assert routes.get("gpt-4o", "chat", backends) is estimated
+        looked_up = models.looked_up
+        backends.calibration.observe("openai", "gpt-4o-mini", 1_300, 1_000)  # any model's: the table moved
+        again = routes.get("gpt-4o", "chat", backends)
+        assert again is not None and again.choice is not None and again.choice is not choice
+        assert again.choice.source == "model" and again.routed.chosen is not None  # gpt-4o's own tokenizer
+        assert again.counted is not None and again.counted.tokenizer is again.choice.tokenizer
+        assert (again.profile, again.target, models.looked_up) == (route.profile, route.target, looked_up)
+        assert routes.get("gpt-4o", "chat", backends) is again
+
+    async def test_a_claude_route_s_choice_follows_what_calibration_learns(self, gateway_parts):
+        models, backends, _ = gateway_parts
+        backends.calibration.observe("openai", "claude-sonnet-4-5", 1_300, 1_000)
+        route, _ = await route_of(gateway_parts, "claude-sonnet-4-5")
+        assert route.choice is not None and route.choice.source == "calibrated"
+        routes = ModelRoutes()
+        routes.put("claude-sonnet-4-5", "messages", route)
+        assert routes.get("claude-sonnet-4-5", "messages", backends) is route
+        backends.calibration.observe("openai", "claude-sonnet-4-5", 1_600, 1_000)
+        looked_up = models.looked_up
+        again = routes.get("claude-sonnet-4-5", "messages", backends)
+        assert again is not None and again.choice is not None and models.looked_up == looked_up
+        text = "word " * 200
+        assert again.choice.tokenizer.count(text) > route.choice.tokenizer.count(text)
+        assert again.counted is not None and again.counted.tokenizer is again.choice.tokenizer
 
     async def test_how_many_models_are_remembered_is_bounded_whatever_names_clients_send(self, gateway_parts):
         _, backends, _ = gateway_parts
@@ -118,8 +151,8 @@ class TestKeeping:
         for i in range(MAX_ROUTES + 10):
             routes.put(f"gpt-4o-{i}", "chat", route)
         assert len(routes) == MAX_ROUTES
-        assert routes.get("gpt-4o-5", "chat", backends.discoveries) is None  # the oldest went
-        assert routes.get(f"gpt-4o-{MAX_ROUTES + 5}", "chat", backends.discoveries) is route  # the newest are kept
+        assert routes.get("gpt-4o-5", "chat", backends) is None  # the oldest went
+        assert routes.get(f"gpt-4o-{MAX_ROUTES + 5}", "chat", backends) is route  # the newest are kept
 
 
 def _fields(route: ModelRoute) -> dict[str, Any]:
