@@ -29,10 +29,7 @@ def text(turn: int, words: int) -> str:
 
 @pytest.fixture
 async def provider(aiohttp_server: Any) -> FakeUpstream:
-    fake = FakeUpstream(every_shape=True)
-    server = await aiohttp_server(fake.app())
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream(every_shape=True).served(aiohttp_server)
 
 
 async def call(proxy: Any, key: str, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:

@@ -24,10 +24,7 @@ from tests.support.upstream import FakeUpstream
 
 @pytest.fixture
 async def upstream(aiohttp_server: Any) -> FakeUpstream:
-    fake = FakeUpstream()
-    server = await aiohttp_server(fake.app())  # TestServer cancels handlers of clients that leave
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream().served(aiohttp_server)
 
 
 class _Written(io.StringIO):

@@ -135,6 +135,13 @@ class FakeUpstream:
     # it in `context_management.applied_edits`, as Anthropic's API does (`_context_edits`).
     edits_context: bool = False
 
+    async def served(self, aiohttp_server: Any) -> FakeUpstream:
+        """This upstream served by pytest-aiohttp's `aiohttp_server` (which cancels the handlers of
+        clients that leave), its `url` the server's `/v1`."""
+        server = await aiohttp_server(self.app())
+        self.url = str(server.make_url("/v1"))
+        return self
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat)

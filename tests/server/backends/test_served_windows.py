@@ -36,10 +36,7 @@ def plain_count(body: dict[str, Any]) -> int:
 
 @pytest.fixture
 async def anthropic_upstream(aiohttp_server: Any) -> FakeUpstream:
-    fake = FakeUpstream(every_shape=True, provider_factor=1.0)
-    server = await aiohttp_server(fake.app())
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream(every_shape=True, provider_factor=1.0).served(aiohttp_server)
 
 
 async def guard_for(start_proxy: Proxy, upstream: FakeUpstream, **sections: Any) -> anthropic.AsyncAnthropic:

@@ -57,10 +57,7 @@ CLAUDE_CODE_COMPACT = (
 
 @pytest.fixture
 async def provider(aiohttp_server: Any) -> FakeUpstream:
-    fake = FakeUpstream(every_shape=True)
-    server = await aiohttp_server(fake.app())
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream(every_shape=True).served(aiohttp_server)
 
 
 @pytest.fixture

@@ -30,10 +30,7 @@ PROMPT = {"role": "user", "content": "Fix the failing test in the parser."}
 
 @pytest.fixture
 async def provider(aiohttp_server: Any) -> FakeUpstream:
-    fake = FakeUpstream(every_shape=True)
-    server = await aiohttp_server(fake.app())
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream(every_shape=True).served(aiohttp_server)
 
 
 async def guard_url(start_proxy: Any, provider: FakeUpstream, window: int) -> str:

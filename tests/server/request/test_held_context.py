@@ -45,10 +45,7 @@ def settings(provider: FakeUpstream, window: int | None = None) -> Any:
 
 @pytest.fixture
 async def provider(aiohttp_server: Any) -> FakeUpstream:
-    fake = FakeUpstream(every_shape=True)
-    server = await aiohttp_server(fake.app())
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream(every_shape=True).served(aiohttp_server)
 
 
 async def guard(aiohttp_server: Any, model_map: Any, provider: FakeUpstream, **options: Any) -> Any:

@@ -49,10 +49,7 @@ def tool_loop(results: int = 24, words_each: int = 700) -> list[dict[str, Any]]:
 @pytest.fixture
 async def provider(aiohttp_server: Any) -> FakeUpstream:
     """A fake Anthropic that applies clear_tool_uses and refuses prompts over the window, by its own count."""
-    fake = FakeUpstream(every_shape=True, limit=WINDOW)
-    server = await aiohttp_server(fake.app())
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream(every_shape=True, limit=WINDOW).served(aiohttp_server)
 
 
 async def guarded(start_proxy: Proxy, fake: FakeUpstream, kind: str) -> anthropic.AsyncAnthropic:

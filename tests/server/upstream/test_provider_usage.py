@@ -20,10 +20,7 @@ QUESTION = "What is the tallest mountain in the Alps, and how tall is it?"
 
 @pytest.fixture
 async def provider(aiohttp_server: Any) -> FakeUpstream:
-    fake = FakeUpstream(every_shape=True)
-    server = await aiohttp_server(fake.app())
-    fake.url = str(server.make_url("/v1"))
-    return fake
+    return await FakeUpstream(every_shape=True).served(aiohttp_server)
 
 
 def shaped(api: str, stream: bool) -> tuple[str, dict[str, Any]]:
