@@ -103,10 +103,6 @@ class Decision:
             self._fold()
 
     @classmethod
-    def from_record(cls, record: RequestRecord) -> Decision:
-        return cls(record)
-
-    @classmethod
     def from_dict(cls, data: Mapping[str, Any], worker: int) -> Decision:
         """A decision another worker kept, from its `to_dict()` (`proxy.server.observation.peers`)."""
         made = cls.__new__(cls)
