@@ -10,19 +10,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-import boto3
 import botocore.exceptions
 import pytest
-from botocore.config import Config
 
-from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
-from proxy.server.process.app import create_app
 from tests.support.bedrock_upstream import (
     GUARD_AWS_ENV,
     GUARD_TOKEN,
-    REGION,
     FakeBedrock,
+    boto3_client,
+    guard_before,
     prompt_tokens,
 )
 
@@ -41,22 +37,6 @@ def guard_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK"):
         monkeypatch.delenv(name, raising=False)
-
-
-async def _serve(aiohttp_server: Any, model_map: Any, fake: FakeBedrock, **sections: Any) -> str:
-    fake_url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
-    upstream = {"kind": "bedrock", "base_url": fake_url, "region": REGION, "read_timeout": 10, "connect_timeout": 2}
-    upstream |= sections.pop("upstream", {"auth": "sigv4"})
-    data = {"upstreams": {"bedrock": upstream}, "routes": [{"match": "*", "upstream": "bedrock"}], **sections}
-    settings = settings_from_dict(data, "test.yaml", {"BEDROCK_KEY": "guard-bedrock-key"})
-    server = await aiohttp_server(create_app(settings, Models(settings, model_map)), **sections.pop("listen", {}))
-    return str(server.make_url("")).rstrip("/")
-
-
-def _client(url: str, **given: Any) -> Any:
-    credentials = {"aws_access_key_id": "AKIDCLIENTDUMMY", "aws_secret_access_key": "client-dummy-secret"}
-    return boto3.client("bedrock-runtime", region_name=REGION, endpoint_url=url,
-                        config=Config(retries={"max_attempts": 1}), **(credentials | given))  # fmt: skip
 
 
 def _history(turns: int, size: int) -> list[dict[str, Any]]:
@@ -107,11 +87,11 @@ class TestConverse:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
+        guard = await guard_before(aiohttp_server, model_map, fake, sections={"models": WINDOW})
         messages = _history(12, 1500)
         assert prompt_tokens({"messages": messages}) > 2 * fake.window  # the provider alone would refuse it
         answer = await asyncio.to_thread(
-            _client(guard).converse, modelId=SONNET, system=[{"text": SYSTEM}], messages=messages,
+            boto3_client(guard).converse, modelId=SONNET, system=[{"text": SYSTEM}], messages=messages,
             inferenceConfig={"maxTokens": 512}, toolConfig={"tools": [TOOL]},
         )  # fmt: skip
         sent = fake.last("converse").json()
@@ -125,10 +105,10 @@ class TestConverse:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
+        guard = await guard_before(aiohttp_server, model_map, fake, sections={"models": WINDOW})
 
         def events() -> list[str]:
-            answer = _client(guard).converse_stream(
+            answer = boto3_client(guard).converse_stream(
                 modelId=SONNET, system=[{"text": SYSTEM}], messages=_history(12, 1500)
             )
             return [next(iter(event)) for event in answer["stream"]]
@@ -142,10 +122,10 @@ class TestConverse:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
+        guard = await guard_before(aiohttp_server, model_map, fake, sections={"models": WINDOW})
         with pytest.raises(botocore.exceptions.ClientError) as refused:
             await asyncio.to_thread(
-                _client(guard).converse, modelId=SONNET, system=[{"text": " ".join(["huge"] * 20_000)}],
+                boto3_client(guard).converse, modelId=SONNET, system=[{"text": " ".join(["huge"] * 20_000)}],
                 messages=[{"role": "user", "content": [{"text": "hi"}]}],
             )  # fmt: skip
         error = refused.value.response["Error"]
@@ -160,9 +140,9 @@ class TestConverse:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
+        guard = await guard_before(aiohttp_server, model_map, fake, sections={"models": WINDOW})
         messages = _history(2, 50)
-        await asyncio.to_thread(_client(guard).converse, modelId=SONNET, system=[{"text": SYSTEM}], messages=messages)
+        await asyncio.to_thread(boto3_client(guard).converse, modelId=SONNET, system=[{"text": SYSTEM}], messages=messages)
         assert fake.last("converse").json() == {"system": [{"text": SYSTEM}], "messages": messages}
 
 
@@ -171,9 +151,9 @@ class TestInvokeModel:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
+        guard = await guard_before(aiohttp_server, model_map, fake, sections={"models": WINDOW})
         body = _claude_body(_claude_history(12, 1500))
-        client = _client(guard)
+        client = boto3_client(guard)
         answer = await asyncio.to_thread(
             lambda: json.loads(client.invoke_model(modelId=SONNET, body=json.dumps(body))["body"].read())
         )
@@ -190,10 +170,10 @@ class TestInvokeModel:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
+        guard = await guard_before(aiohttp_server, model_map, fake, sections={"models": WINDOW})
 
         def kinds() -> list[str]:
-            answer = _client(guard).invoke_model_with_response_stream(
+            answer = boto3_client(guard).invoke_model_with_response_stream(
                 modelId=SONNET, body=json.dumps(_claude_body(_claude_history(12, 1500)))
             )
             return [json.loads(event["chunk"]["bytes"])["type"] for event in answer["body"]]
@@ -208,19 +188,19 @@ class TestInvokeModel:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake, models=WINDOW)
+        guard = await guard_before(aiohttp_server, model_map, fake, sections={"models": WINDOW})
         body = json.dumps(_claude_body(_claude_history(2, 50)), indent=1).encode()
-        await asyncio.to_thread(_client(guard).invoke_model, modelId=SONNET, body=body)
+        await asyncio.to_thread(boto3_client(guard).invoke_model, modelId=SONNET, body=body)
         assert fake.last("invoke").body == body and fake.refused == []
 
     async def test_another_models_native_body_is_refused_naming_converse(
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake)
+        guard = await guard_before(aiohttp_server, model_map, fake)
         body = json.dumps({"prompt": "<|begin_of_text|>hi", "max_gen_len": 64})
         with pytest.raises(botocore.exceptions.ClientError) as refused:
-            await asyncio.to_thread(_client(guard).invoke_model, modelId="meta.llama3-1-70b-instruct-v1:0", body=body)
+            await asyncio.to_thread(boto3_client(guard).invoke_model, modelId="meta.llama3-1-70b-instruct-v1:0", body=body)
         assert refused.value.response["Error"]["Code"] == "ValidationException"
         assert "Converse" in refused.value.response["Error"]["Message"] and fake.received == []
 
@@ -230,11 +210,11 @@ class TestCountTokens:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake)
+        guard = await guard_before(aiohttp_server, model_map, fake)
         converse = {"system": [{"text": SYSTEM}], "messages": _history(3, 200)}
-        counted = await asyncio.to_thread(_client(guard).count_tokens, modelId=SONNET, input={"converse": converse})
+        counted = await asyncio.to_thread(boto3_client(guard).count_tokens, modelId=SONNET, input={"converse": converse})
         invoke = {"invokeModel": {"body": json.dumps(_claude_body(_claude_history(3, 200)))}}
-        counted_invoke = await asyncio.to_thread(_client(guard).count_tokens, modelId=SONNET, input=invoke)
+        counted_invoke = await asyncio.to_thread(boto3_client(guard).count_tokens, modelId=SONNET, input=invoke)
         assert counted["inputTokens"] >= prompt_tokens(converse) and fake.received == []
         assert counted_invoke["inputTokens"] >= prompt_tokens(json.loads(invoke["invokeModel"]["body"]))
 
@@ -246,9 +226,9 @@ class TestModelIds:
     ) -> None:
         """A 25k-token conversation fits Claude Sonnet 4.5's 200k window whole (and the path keeps the id)."""
         fake = FakeBedrock(window=200_000)
-        guard = await _serve(aiohttp_server, model_map, fake)
+        guard = await guard_before(aiohttp_server, model_map, fake)
         messages = _history(4, 3000)
-        answer = await asyncio.to_thread(_client(guard).converse, modelId=model, messages=messages)
+        answer = await asyncio.to_thread(boto3_client(guard).converse, modelId=model, messages=messages)
         headers = answer["ResponseMetadata"]["HTTPHeaders"]
         assert 150_000 < int(headers["x-context-guard-budget"]) < 200_000 and headers["x-context-guard-removed"] == "0"
         assert fake.last("converse").json()["messages"] == messages and prompt_tokens({"messages": messages}) > 20_000
@@ -263,7 +243,7 @@ class TestAuthentication:
         url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
         with pytest.raises(botocore.exceptions.ClientError) as refused:
             await asyncio.to_thread(
-                _client(url).converse, modelId=SONNET, messages=[{"role": "user", "content": [{"text": "hi"}]}]
+                boto3_client(url).converse, modelId=SONNET, messages=[{"role": "user", "content": [{"text": "hi"}]}]
             )
         assert refused.value.response["Error"]["Code"] == "InvalidSignatureException" and fake.received == []
 
@@ -271,9 +251,9 @@ class TestAuthentication:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None
     ) -> None:
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake)
+        guard = await guard_before(aiohttp_server, model_map, fake)
         await asyncio.to_thread(
-            _client(guard, aws_session_token="client-token").converse,
+            boto3_client(guard, aws_session_token="client-token").converse,
             modelId=SONNET, messages=[{"role": "user", "content": [{"text": "hi"}]}],
         )  # fmt: skip
         headers = fake.last("converse").headers
@@ -288,7 +268,7 @@ class TestNothingUncounted:
         """StartAsyncInvoke would run a model uncounted on the guard's credentials: pass-through
         sends nothing to a Bedrock upstream."""
         fake = FakeBedrock()
-        guard = await _serve(aiohttp_server, model_map, fake)
+        guard = await guard_before(aiohttp_server, model_map, fake)
         async with aiohttp.ClientSession() as session, session.post(guard + path, json={"modelId": SONNET}) as answer:
             assert answer.status == 404
         assert fake.arrived == []

@@ -13,14 +13,13 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
-from proxy.server.process.app import create_app
 from tests.server.conftest import Logs
 from tests.support.bedrock_upstream import (
     GUARD_AWS_ENV,
     REGION,
     FakeBedrock,
+    boto3_client,
+    guard_before,
     prompt_tokens,
     self_signed,
 )
@@ -39,29 +38,12 @@ def guard_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-async def _guard(aiohttp_server: Any, model_map: Any, fake: FakeBedrock, **options: Any) -> str:
-    fake_url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
-    upstream = {"kind": "bedrock", "base_url": fake_url, "region": REGION, "auth": "sigv4", "read_timeout": 10}
-    upstream |= options.pop("upstream", {})
-    upstream = {k: v for k, v in upstream.items() if v is not None}
-    data = {"upstreams": {"bedrock": upstream}, **options.pop("sections", {})}
-    settings = settings_from_dict(data, "test.yaml", {"BEDROCK_KEY": "guard-bedrock-key"})
-    server = await aiohttp_server(create_app(settings, Models(settings, model_map)), **options)
-    return str(server.make_url("")).rstrip("/")
-
-
-def _client(url: str, **given: Any) -> Any:
-    credentials = {"aws_access_key_id": "AKIDCLIENTDUMMY", "aws_secret_access_key": "client-dummy-secret"}
-    return boto3.client("bedrock-runtime", region_name=REGION, endpoint_url=url,
-                        config=Config(retries={"max_attempts": 1}), **(credentials | given))  # fmt: skip
-
-
 class TestUsage:
     async def test_the_providers_usage_is_logged_from_a_whole_answer_and_from_both_streams(
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None, logs: Logs
     ) -> None:
         fake = FakeBedrock()
-        client = _client(await _guard(aiohttp_server, model_map, fake))
+        client = boto3_client(await guard_before(aiohttp_server, model_map, fake))
         await asyncio.to_thread(client.converse, modelId=SONNET, messages=HELLO)
         answer = await asyncio.to_thread(client.converse_stream, modelId=SONNET, messages=HELLO)
         await asyncio.to_thread(lambda: list(answer["stream"]))
@@ -81,7 +63,7 @@ class TestBrokenStreams:
         self, aiohttp_server: Any, model_map: Any, guard_credentials: None, operation: str
     ) -> None:
         fake = FakeBedrock(break_after=2)
-        client = _client(await _guard(aiohttp_server, model_map, fake))
+        client = boto3_client(await guard_before(aiohttp_server, model_map, fake))
 
         def read() -> list[Any]:
             if operation == "converse_stream":
@@ -101,7 +83,7 @@ class TestTheProvidersOverflow:
         """The guard believes in 64k; Bedrock says 16k in Claude's words, relayed by Bedrock."""
         fake = FakeBedrock()
         window = {"overrides": [{"match": "*claude-sonnet-4-5*", "context_window": 64_000}]}
-        client = _client(await _guard(aiohttp_server, model_map, fake, sections={"models": window}))
+        client = boto3_client(await guard_before(aiohttp_server, model_map, fake, sections={"models": window}))
         messages = [*[{"role": r, "content": [{"text": " ".join([f"w{k}"] * 1500)}]}
                       for k, r in enumerate(["user", "assistant"] * 8)], *HELLO]  # fmt: skip
         await asyncio.to_thread(client.converse, modelId=SONNET, messages=messages)
@@ -122,7 +104,7 @@ class TestBedrockApiKeys:
         upstream = {"auth": None, "api_key_env": "BEDROCK_KEY"}
         sections = {"server": {"client_keys": ["team-key-1"]}, "models": {
             "overrides": [{"match": "*claude-sonnet-4-5*", "context_window": 16_000}]}}  # fmt: skip
-        guard = await _guard(aiohttp_server, model_map, fake, upstream=upstream, sections=sections, ssl=context)
+        guard = await guard_before(aiohttp_server, model_map, fake, upstream=upstream, sections=sections, ssl=context)
         assert guard.startswith("https://")
         monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "team-key-1")
         client = boto3.client("bedrock-runtime", region_name=REGION, endpoint_url=guard, verify=certificate,
@@ -149,7 +131,7 @@ class TestTheProvidersCountAtTheEdge:
         signed with the guard's credentials, and the request goes whole."""
         fake = FakeBedrock()
         window = {"overrides": [{"match": "*claude-sonnet-4-5*", "context_window": 16_000}]}
-        client = _client(await _guard(aiohttp_server, model_map, fake, sections={"models": window}))
+        client = boto3_client(await guard_before(aiohttp_server, model_map, fake, sections={"models": window}))
         messages = [*[{"role": r, "content": [{"text": " ".join([f"w{k}"] * 1150)}]}
                       for k, r in enumerate(["user", "assistant"] * 3)], *HELLO]  # fmt: skip
         answer = await asyncio.to_thread(

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import boto3
 from aiohttp import web
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.config import Config
 from botocore.credentials import Credentials
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -39,6 +41,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from proxy.apis.bedrock.aws_event_stream import encode_message
+from proxy.config.settings import settings_from_dict
+from proxy.server.backends.model_counting import Models
+from proxy.server.process.app import create_app
 from tests.support.cookbook import encoding
 
 REGION = "us-east-1"
@@ -316,3 +321,36 @@ def self_signed(folder: Path) -> tuple[ssl.SSLContext, str]:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_file, key_file)
     return context, str(cert_file)
+
+
+async def guard_before(
+    aiohttp_server: Any,
+    model_map: Any,
+    fake: FakeBedrock,
+    upstream: Mapping[str, Any] | None = None,
+    sections: Mapping[str, Any] | None = None,
+    **listen: Any,
+) -> str:
+    """The guard's root URL, served by pytest-aiohttp's `aiohttp_server` (with `listen`, e.g. its
+    `ssl`) in front of `fake` as a bedrock upstream signing with SigV4 (an `upstream` entry set to
+    None drops that key: `auth` for an API key) with every model routed to it, and the settings'
+    other `sections`; `BEDROCK_KEY` is the guard's own API key."""
+    fake_url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
+    entry = {"kind": "bedrock", "base_url": fake_url, "region": REGION, "auth": "sigv4", "read_timeout": 10,
+             "connect_timeout": 2} | dict(upstream or {})  # fmt: skip
+    data = {
+        "upstreams": {"bedrock": {k: v for k, v in entry.items() if v is not None}},
+        "routes": [{"match": "*", "upstream": "bedrock"}],
+        **(sections or {}),
+    }
+    settings = settings_from_dict(data, "test.yaml", {"BEDROCK_KEY": "guard-bedrock-key"})
+    server = await aiohttp_server(create_app(settings, Models(settings, model_map)), **listen)
+    return str(server.make_url("")).rstrip("/")
+
+
+def boto3_client(url: str, **given: Any) -> Any:
+    """boto3's bedrock-runtime client for the guard at `url`, with its own dummy credentials unless
+    `given` says otherwise, never retrying."""
+    credentials = {"aws_access_key_id": "AKIDCLIENTDUMMY", "aws_secret_access_key": "client-dummy-secret"}
+    return boto3.client("bedrock-runtime", region_name=REGION, endpoint_url=url,
+                        config=Config(retries={"max_attempts": 1}), **(credentials | given))  # fmt: skip
