@@ -295,12 +295,6 @@ class Settings:
             budget=self.budget.policy, pipeline=pipeline, overflow=self.trim.overflow, compaction=compaction
         )
 
-    def mode_for_override(self, override: ModelOverride | None) -> Mode:
-        for entry in self.models.overrides:
-            if entry.mode is not None and override is entry.override:
-                return entry.mode
-        return self.trim.mode
-
     def with_upstream_url(self, url: str) -> Settings:
         """The `--upstream` flag: every route goes to one upstream at `url`, whose kind is unknown."""
         upstream = UpstreamSettings(name="cli", base_url=url, kind="auto")

@@ -92,7 +92,12 @@ class Models:
         return override.pattern if override is not None else None
 
     def mode_for(self, model: str) -> Mode:
-        return self.settings.mode_for_override(self.registry.override_for(model))
+        """The mode `model`'s requests run in: its override's, else `trim.mode`."""
+        override = self.registry.override_for(model)
+        for entry in self.settings.models.overrides:
+            if entry.mode is not None and override is entry.override:
+                return entry.mode
+        return self.settings.trim.mode
 
     def model_label(self, model: str | None) -> str:
         """A bounded name for metrics: the override pattern or model-map key `model` resolved to,
