@@ -104,7 +104,7 @@ def serve_traced(config: str, port: int, folder: Path) -> int:
                 seen.add(name)
             else:
                 outside.add(name)
-        if name == "proxy.server.process.drain" and frame.f_code.co_name in ("started", "finished"):
+        if name == "proxy.server.process.app" and frame.f_code.co_qualname in ("Drain.started", "Drain.finished"):
             flight["in"] += 1 if frame.f_code.co_name == "started" else -1
             if flight["in"] == 0 and flight["stop"]:
                 finish()
