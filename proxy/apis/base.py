@@ -31,7 +31,8 @@ from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import InvalidBody
-from proxy.core.trimming.trim import Removal, Strategy, TrimResult
+from proxy.core.trimming.budget import Removal, TrimResult
+from proxy.core.trimming.trim import Strategy
 from proxy.errors import GuardError
 
 

@@ -36,7 +36,7 @@ from proxy.core.learning.calibration import CalibrationPolicy
 from proxy.core.learning.corrections import CorrectionPolicy
 from proxy.core.models.model_registry import ModelOverride, TokenizerSpec
 from proxy.core.plan import TrimPolicy
-from proxy.core.trimming.budget import CompactionPolicy
+from proxy.core.trimming.compaction import CompactionPolicy
 from proxy.core.trimming.strategies import build_pipeline
 from proxy.errors import ConfigError
 

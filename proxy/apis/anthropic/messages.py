@@ -71,7 +71,7 @@ from proxy.core.costs.images import AreaCost
 from proxy.core.counting.edge import bound_ratio_of, lower_bound
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.errors import GuardError
 
 EDITS = "context_edits"  # `Parsed.private`: the context edits a request asks for

@@ -52,7 +52,7 @@ from proxy.apis.cut_positions import alternating, dropped_origins, inserted_text
 from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.stream_errors import StreamFraming
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.errors import GuardError
 
 CONVERSE_FIELDS = frozenset(

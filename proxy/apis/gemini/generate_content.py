@@ -50,7 +50,7 @@ from proxy.apis.gemini.gemini_parts import Turns, field, google_overflow, read_s
 from proxy.apis.gemini.google_paths import generation_method
 from proxy.apis.stream_errors import google_broken
 from proxy.core.models.model_names import url_model_name
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.errors import GuardError
 
 API = "generate_content"

@@ -30,7 +30,7 @@ from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache, ScopedCountCache
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile, ModelRegistry, TokenizerSpec
-from proxy.core.trimming.budget import CompactionPolicy
+from proxy.core.trimming.compaction import CompactionPolicy
 from proxy.errors import ConfigError
 from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND
 from proxy.tokenizers.model_map import load_model_map
