@@ -142,7 +142,7 @@ def trim(
     if before.fits:
         return TrimResult(body, "unchanged", count.total, count.total, before)
     note_room = counter.message(LONGEST_NOTE, 0).tokens if compaction.budget_note else 0
-    summary_room = compaction.summary_room(before.input_budget)
+    summary_room = compaction.summary_room(before.input_budget) if compaction.summarize_dropped else 0
     state.reserve = note_room + summary_room
     applied: list[str] = []
     for strategy in policy.pipeline:
