@@ -103,7 +103,6 @@ class RequestCount:
                 {"index": m.index, "role": m.role, "tokens": m.tokens, **({"notes": list(m.notes)} if m.notes else {})}
                 for m in self.messages
             ],
-            "notes": list(self.notes),
         }
 
 
