@@ -129,7 +129,7 @@ class Models:
             profile = self.profile(model)
             return profile, self.tokenizer(profile), self.count_cache(client)
         profile, tokenizer = counted.profile, counted.tokenizer
-        own = tokenizer is self.tokenizers.loaded_tokenizer(profile.tokenizer)
+        own = tokenizer is self.tokenizers.loaded_by_spec.get(profile.tokenizer)
         return profile, tokenizer, self.count_cache(client) if own else None
 
     def fit(
