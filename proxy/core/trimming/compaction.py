@@ -140,6 +140,8 @@ def _transcript_line(message: Mapping[str, Any]) -> str:
 
 
 SUMMARY_HEADER = "[Summary of {count:,} earlier messages, removed to fit the context window]"
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionPolicy:
     """`budget_note`: insert the budget note. `summarize_dropped`: leave room for a summary of the

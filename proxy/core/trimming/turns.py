@@ -251,5 +251,3 @@ def cut_point(turn_tokens: Sequence[int], room: int, step: int, droppable: int) 
             return None  # the position lies past a turn the history guarantee keeps
         start = end
     return CutPoint(position, len(turn_tokens), 0) if len(turn_tokens) <= droppable else None
-
-
