@@ -7,6 +7,14 @@ module of every Python function called. The parent starts the echo upstream in i
 (so none of its modules count), warms each scenario up with a few requests, then records exactly
 one request: SIGUSR1 starts the recording, SIGUSR2 stops it and writes the modules to a file.
 
+What counts as the request's: every call on a thread of the guard's pools, and every call on the
+event loop's thread in the request's own context (marked when the `records` middleware takes the
+request; the tasks and callbacks it schedules inherit it). A timer the process set before the
+request (the loop-lag tick) that fires during the recording runs outside that context: its
+modules, when the request itself did not enter them, are printed apart on their own line, never
+dropped from view. A callback a pool's thread schedules back onto the loop also runs outside the
+context; its module (`proxy.server.threads.placement`) is the request's through its other calls.
+
 Scenarios, each a conversation that grows by one turn a request unless it says otherwise:
 
     chat, same body      a fitting chat request re-sent as it was (the prefix reader's fast path)
@@ -21,6 +29,7 @@ Scenarios, each a conversation that grows by one turn a request unless it says o
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
 import os
 import signal
@@ -62,19 +71,24 @@ def serve_traced(config: str, port: int, folder: Path) -> int:
     effect when the last one in flight finishes, so the recording holds exactly the one request
     (not the end of the warm-up request before it, nor less than its own end)."""
     recording = threading.Event()
-    seen: set[str] = set()
+    seen: set[str] = set()  # the request's modules
+    outside: set[str] = set()  # modules run on the loop's thread outside the request's context
+    loop_thread = {"id": -1}  # the event loop's thread: the one the `records` middleware runs on
+    in_request: contextvars.ContextVar[bool] = contextvars.ContextVar("in_request", default=False)
     flight = {"in": 0, "start": False, "stop": False}
 
     def start() -> None:
         flight["start"] = False
         seen.clear()
+        outside.clear()
         recording.set()
         (folder / "recording").touch()
 
     def finish() -> None:
         flight["stop"] = False
         recording.clear()
-        (folder / "modules.json").write_text(json.dumps(sorted(seen)))
+        modules = {"request": sorted(seen), "outside": sorted(outside - seen)}
+        (folder / "modules.json").write_text(json.dumps(modules))
 
     def hook(frame: FrameType, event: str, _: Any) -> None:
         if event != "call":
@@ -82,9 +96,15 @@ def serve_traced(config: str, port: int, folder: Path) -> int:
         name = frame.f_globals.get("__name__", "")
         if not name.startswith("proxy"):
             return
+        if name == "proxy.server.process.app" and frame.f_code.co_name == "records":
+            in_request.set(True)  # in the request's task: what it schedules inherits the mark
+            loop_thread["id"] = threading.get_ident()
         if recording.is_set():
-            seen.add(name)
-        if name == "proxy.server.process.drain" and frame.f_code.co_name in ("started", "finished"):
+            if in_request.get() or threading.get_ident() != loop_thread["id"]:
+                seen.add(name)
+            else:
+                outside.add(name)
+        if name == "proxy.server.process.app" and frame.f_code.co_qualname in ("Drain.started", "Drain.finished"):
             flight["in"] += 1 if frame.f_code.co_name == "started" else -1
             if flight["in"] == 0 and flight["stop"]:
                 finish()
@@ -158,7 +178,7 @@ def _wait_for(path: Path, deadline: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def measure() -> Iterator[tuple[str, list[str]]]:
+def measure() -> Iterator[tuple[str, dict[str, list[str]]]]:
     from proxy.demo.echo import echo_in_thread
 
     with echo_in_thread() as echo_url, tempfile.TemporaryDirectory() as tmp:
@@ -196,14 +216,15 @@ def main() -> None:
     if args.serve:
         config, port, folder = args.serve
         sys.exit(serve_traced(config, int(port), Path(folder)))
-    print("| request | modules of the guard run |\n| --- | --- |")
+    print("| request | modules of the guard run | run outside the request meanwhile (not counted) |")
+    print("| --- | --- | --- |")
     listed = []
     for name, modules in measure():
-        print(f"| {name} | {len(modules)} |", flush=True)
-        listed.append((name, modules))
+        print(f"| {name} | {len(modules['request'])} | {', '.join(modules['outside']) or '-'} |", flush=True)
+        listed.append((name, modules["request"]))
     if args.list:
-        for name, modules in listed:
-            print(f"\n{name}:\n  " + "\n  ".join(modules))
+        for name, request in listed:
+            print(f"\n{name}:\n  " + "\n  ".join(request))
 
 
 if __name__ == "__main__":

@@ -63,11 +63,18 @@ from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile, ModelRegistry
 from proxy.core.plan import TrimPolicy, trim
-from proxy.core.trimming.budget import BudgetPolicy, CompactionPolicy, SummaryStatus, default_reserve, input_budget
-from proxy.core.trimming.compaction import SummaryRequest, summary_request, with_summary
+from proxy.core.trimming.budget import (
+    PINNED_ROLES,
+    BudgetPolicy,
+    SummaryStatus,
+    default_reserve,
+    input_budget,
+    latest_user_index,
+)
+from proxy.core.trimming.compaction import CompactionPolicy, SummaryRequest, summary_request, with_summary
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
 from proxy.core.trimming.trim import Strategy
-from proxy.core.trimming.turns import PINNED_ROLES, latest_user_index, validity_problems
+from proxy.core.trimming.turns import validity_problems
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

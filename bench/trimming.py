@@ -31,8 +31,8 @@ from bench.conversations import random_conversation
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelRegistry
 from proxy.core.plan import TrimPolicy, trim
-from proxy.core.trimming.budget import BudgetPolicy
-from proxy.core.trimming.turns import PINNED_ROLES, latest_user_index, split_conversation, validity_problems
+from proxy.core.trimming.budget import PINNED_ROLES, BudgetPolicy, latest_user_index
+from proxy.core.trimming.turns import split_conversation, validity_problems
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

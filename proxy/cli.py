@@ -234,16 +234,28 @@ def _demo(args: argparse.Namespace) -> int:
 
 @dataclass
 class _Request:
-    """What `count` and `trim` work on: the guard, the parsed request and its adapter, the model."""
+    """What `count` and `trim` work on: the guard, the parsed request and its adapter, the model,
+    and what reading the file came upon (`warnings`: a bare list of messages, unknown roles)."""
 
     guard: Any
     adapter: Any
     parsed: Any
     model: str
-    notes: list[str]
+    warnings: list[str]
 
     def fit(self) -> Any:
         return self.guard.fit(self.adapter, self.parsed, counted=self.guard.counted_as(self.model))
+
+    def notes(self, fitted: Any) -> list[str]:
+        """The request's notes, on its record as the server keeps them (`RequestRecord.note`, the
+        one channel): what its adapter noted reading it, then what its count did (a part bounded,
+        an estimate), each once."""
+        from proxy.server.observation.record import RequestRecord
+
+        record = RequestRecord(request_id="cli", method="POST", path="", kind=self.adapter.name, model=self.model)
+        for note in (*self.parsed.notes, *fitted.plan.count.notes):
+            record.note(note)
+        return record.notes
 
 
 def _load(args: argparse.Namespace) -> _Request:
@@ -251,11 +263,11 @@ def _load(args: argparse.Namespace) -> _Request:
     from proxy.server.backends.model_counting import Models
 
     settings: Settings = load_settings(args.config)
-    notes: list[str] = []
+    warnings: list[str] = []
     data = _read_json(args.file, sys.stdin)
     if isinstance(data, list):
         data = {"messages": data}
-        notes.append('the file holds a list of messages; read as {"messages": [...]}')
+        warnings.append('the file holds a list of messages; read as {"messages": [...]}')
     registry = AdapterRegistry(settings.apis.completions.options)
     adapter = registry.by_name(args.api) if args.api else registry.detect(data)
     with _reading(f"not a valid {adapter.name} request"):
@@ -265,14 +277,14 @@ def _load(args: argparse.Namespace) -> _Request:
         raise InputError("no model: pass --model or put `model` in the body")
     roles = sorted({str(m.get("role")) for m in parsed.messages if isinstance(m, dict)} - KNOWN_ROLES)
     if roles:
-        notes.append(f"unknown role(s) {', '.join(map(repr, roles))}: counted as given; the API may refuse them")
+        warnings.append(f"unknown role(s) {', '.join(map(repr, roles))}: counted as given; the API may refuse them")
     if args.context_window is not None:
         if args.context_window < 256:
             raise InputError("--context-window must be at least 256")
         pinned = {"match": model, "context_window": args.context_window}
         models = build(ModelsSettings, {**shallow(settings.models), "overrides": [pinned, *settings.models.overrides]})
         settings = dataclasses.replace(settings, models=models)
-    return _Request(Models(settings), adapter, parsed, model, notes)
+    return _Request(Models(settings), adapter, parsed, model, warnings)
 
 
 def _count(args: argparse.Namespace) -> int:
@@ -304,7 +316,8 @@ def _count(args: argparse.Namespace) -> int:
             "removed": len(result.removals),
             "is_constrained": result.budget.is_constrained(guard.policy.budget),
         },
-        "warnings": [*request.notes, *request.parsed.notes, *_vocabulary_missing(guard, profile)],
+        "notes": request.notes(fitted),
+        "warnings": [*request.warnings, *_vocabulary_missing(guard, profile)],
     }
     _print(report)
     return EXIT_OK
@@ -329,7 +342,7 @@ def _trim(args: argparse.Namespace) -> int:
     result = fitted.plan.result
     report = result.report(request.guard.policy.budget)
     report.update(fitted.report())
-    report["warnings"] = [*request.notes, *request.parsed.notes]
+    report["notes"], report["warnings"] = request.notes(fitted), list(request.warnings)
     if result.outcome == "rejected":
         report["error"] = result.rejection_message()
     _print({"body": fitted.body, "report": report})

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from proxy.core.trimming.trim import TrimResult
+    from proxy.core.trimming.budget import TrimResult
 
 
 class ConfigError(Exception):

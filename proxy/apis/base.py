@@ -25,14 +25,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
-from proxy.apis.fields import unread_fields
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix, unread_fields
 from proxy.apis.stream_errors import StreamFraming, openai_broken
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.plan import InvalidBody
-from proxy.core.trimming.trim import Removal, Strategy, TrimResult
+from proxy.core.trimming.budget import Removal, TrimResult
+from proxy.core.trimming.trim import Strategy
 from proxy.errors import GuardError
 
 

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.apis.base import Adapter, InvalidRequest, Parsed
-from proxy.apis.fields import unseen_parts
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix, unseen_parts
 
 MAX_NAME_CHARS = 256
 

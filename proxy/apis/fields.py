@@ -11,15 +11,44 @@ request (a count in an overflow error, `usage.prompt_tokens`) is about that requ
 may correct that request's own retry, but it is never taken as a fact about the model for other
 clients' requests (a correction's count factor, a calibration ratio). A field missing from these
 lists costs only that: the lists err on the side of not learning.
+
+What a reading of a body already knew before its adapter parses it (`KnownPrefix`) is here too:
+the elements an earlier, accepted body with the same bytes already had checked, and looked through
+for unseen parts; the adapters skip those. The prefix reader (`proxy.wire.prefix_reader`) fills it
+in; the adapters only read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
 from proxy.errors import HTTPRefusal
+
+
+@dataclass(frozen=True)
+class KnownPrefix:
+    """What a reading knew of the body's array before parsing it: its first `checked` elements
+    came from an earlier body that the same adapter accepted, and `hashes[i]` identifies element
+    i by its bytes (every element, when the array was located; otherwise empty)."""
+
+    checked: int = 0
+    hashes: tuple[int, ...] = ()
+    # Every top-level key but the array's holds the value an earlier body held, read from the same
+    # bytes: an adapter that accepted that body need not check those keys again.
+    others_known: bool = False
+    # The body is byte for byte an earlier one, which this object stands for (an identity only):
+    # what was worked out for those bytes holds for these.
+    same: object | None = None
+    # Its first `seen_whole` elements hold no part whose content the guard cannot see: the earlier
+    # body's whole view had none (`unseen_parts`), so they are not looked through again.
+    seen_whole: int = 0
+
+
+NOTHING_KNOWN = KnownPrefix()
+
 
 UNREAD_SHOWN = 8  # names kept for the log; one is enough to say the request was not read whole
 

@@ -42,15 +42,14 @@ class Fitted:
         return self.plan.count.exact and self.parsed.exact and not self.parsed.server_state
 
     def report(self) -> dict[str, Any]:
-        """What a log line or a trim report says about this request beyond the core's plan: its
-        API, whether the count is exact, and where in the original body each removal was (the
-        core's indices are positions in the view). Never content."""
+        """What a trim report says about this request beyond the core's plan: its API, whether the
+        count is exact, and where in the original body each removal was (the core's indices are
+        positions in the view). Never content; its notes are the request record's."""
         parsed = self.parsed
         return {
             "api": parsed.api,
             "exact": self.exact,
             "server_state": parsed.server_state,
-            "notes": [*parsed.notes, *self.plan.count.notes],
             "removed": [
                 {**r.to_dict(), "origin": parsed.where(r.index) if r.index is not None else parsed.reserve_field}
                 for r in self.plan.result.removals

@@ -36,7 +36,7 @@ from proxy.core.learning.calibration import CalibrationPolicy
 from proxy.core.learning.corrections import CorrectionPolicy
 from proxy.core.models.model_registry import ModelOverride, TokenizerSpec
 from proxy.core.plan import TrimPolicy
-from proxy.core.trimming.budget import CompactionPolicy
+from proxy.core.trimming.compaction import CompactionPolicy
 from proxy.core.trimming.strategies import build_pipeline
 from proxy.errors import ConfigError
 
@@ -294,12 +294,6 @@ class Settings:
         return TrimPolicy(
             budget=self.budget.policy, pipeline=pipeline, overflow=self.trim.overflow, compaction=compaction
         )
-
-    def mode_for_override(self, override: ModelOverride | None) -> Mode:
-        for entry in self.models.overrides:
-            if entry.mode is not None and override is entry.override:
-                return entry.mode
-        return self.trim.mode
 
     def with_upstream_url(self, url: str) -> Settings:
         """The `--upstream` flag: every route goes to one upstream at `url`, whose kind is unknown."""

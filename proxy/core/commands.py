@@ -15,9 +15,8 @@ from typing import Any
 
 from proxy.core.learning.corrections import Correction
 from proxy.core.plan import Plan
-from proxy.core.trimming.budget import SummaryStatus
+from proxy.core.trimming.budget import SummaryStatus, TrimResult
 from proxy.core.trimming.compaction import SummaryRequest
-from proxy.core.trimming.trim import TrimResult
 
 
 @dataclass(frozen=True, slots=True)

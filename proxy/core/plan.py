@@ -30,10 +30,10 @@ from typing import Any, Literal
 
 from proxy.core.counting.count_rules import RequestCount
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.trimming.budget import LONGEST_NOTE, BudgetPolicy, CompactionPolicy, budget_note, input_budget
+from proxy.core.trimming.budget import PINNED_ROLES, BudgetPolicy, Outcome, TrimResult, input_budget, protected_start
+from proxy.core.trimming.compaction import LONGEST_NOTE, CompactionPolicy, budget_note
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
-from proxy.core.trimming.trim import Outcome, Strategy, TrimResult, TrimState
-from proxy.core.trimming.turns import PINNED_ROLES, protected_start
+from proxy.core.trimming.trim import Strategy, TrimState
 
 
 class BodyError(ValueError):
@@ -142,7 +142,7 @@ def trim(
     if before.fits:
         return TrimResult(body, "unchanged", count.total, count.total, before)
     note_room = counter.message(LONGEST_NOTE, 0).tokens if compaction.budget_note else 0
-    summary_room = compaction.summary_room(before.input_budget)
+    summary_room = compaction.summary_room(before.input_budget) if compaction.summarize_dropped else 0
     state.reserve = note_room + summary_room
     applied: list[str] = []
     for strategy in policy.pipeline:

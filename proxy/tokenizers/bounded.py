@@ -39,9 +39,11 @@ def bound_tokenizer(
     multiplier: float,
     encoding: tiktoken.Encoding,
     batch: Callable[[list[str]], list[list[int]]],
+    batch_from_chars: int = 0,
 ) -> BoundTokenizer:
-    """Bound `name` over `encoding` (`batch` encodes many texts at once, as the shell spreads them)."""
-    base = EncoderTokenizer(BOUND_BASE, encoding.encode_ordinary, encode_batch=batch)
+    """Bound `name` over `encoding` (`batch` encodes many texts at once, as the shell spreads them,
+    from `batch_from_chars` characters on: `EncoderTokenizer`)."""
+    base = EncoderTokenizer(BOUND_BASE, encoding.encode_ordinary, encode_batch=batch, batch_from_chars=batch_from_chars)
     return BoundTokenizer(
         BOUND_BASE,
         base.count,

@@ -27,10 +27,12 @@ import contextlib
 import hashlib
 import os
 import struct
+import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from proxy.core.counting.tokenizer import CharEstimateTokenizer, EncoderTokenizer, Tokenizer
@@ -79,6 +81,9 @@ class Tokenizers:
             dirs.append(bundled)
         self.encodings_dirs = tuple(dirs)
         self._loaded: dict[TokenizerSpec, Tokenizer] = {}
+        # The tokenizers loaded so far, by spec, to read (never loads): what a request's counting
+        # looks up on the loop, a plain mapping lookup.
+        self.loaded_by_spec: Mapping[TokenizerSpec, Tokenizer] = MappingProxyType(self._loaded)
         self._lock = threading.Lock()
         self._missing: dict[TokenizerSpec, str] = {}  # vocabularies counted with the bound: their package
 
@@ -91,10 +96,6 @@ class Tokenizers:
                     tokenizer = self._load(spec)
                     self._loaded[spec] = tokenizer
         return tokenizer
-
-    def loaded_tokenizer(self, spec: TokenizerSpec) -> Tokenizer | None:
-        """The tokenizer for `spec` if it is loaded already; never loads."""
-        return self._loaded.get(spec)
 
     def available_encodings(self) -> list[str]:
         """The tiktoken encodings whose files are on disk in the folders searched."""
@@ -164,16 +165,17 @@ class Tokenizers:
                     raise TokenizerUnavailable(str(exc)) from None
                 self._missing[spec] = exc.distribution
                 return self._load(TokenizerSpec("bound", FALLBACK_BOUND, spec.multiplier))
-            return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode))
+            return EncoderTokenizer(spec.source, encode, spec.multiplier, _chunked(encode), batch_from_chars=_PARALLEL)
         if spec.kind == "bound":  # an upper bound over cl100k_base (proxy.core.counting.bound)
             base = self._tiktoken_encoding(BOUND_BASE)
             try:
-                return bound_tokenizer(spec.source, spec.multiplier, base, _chunked(base.encode_ordinary))
+                return bound_tokenizer(spec.source, spec.multiplier, base, _chunked(base.encode_ordinary), _PARALLEL)
             except UnknownBound as exc:
                 raise TokenizerUnavailable(str(exc)) from None
         encoding = self._tiktoken_encoding(spec.source)
+        encode_all = _chunked(encoding.encode_ordinary)
         return EncoderTokenizer(
-            spec.source, encoding.encode_ordinary, spec.multiplier, _chunked(encoding.encode_ordinary)
+            spec.source, encoding.encode_ordinary, spec.multiplier, encode_all, batch_from_chars=_PARALLEL
         )
 
     def _encoding_folder(self, name: str) -> Path:
@@ -271,13 +273,15 @@ _WORKERS = max(1, min(4, os.cpu_count() or 1))
 _POOL = ThreadPoolExecutor(
     max_workers=_WORKERS, thread_name_prefix="context-guard-encode", initializer=lower_thread_priority
 )
-_PARALLEL_MIN_CHARS = 256 * 1024  # below this, threads cost more than they save
+# Below this many characters, threads cost more than they save: the tokenizer encodes such a batch
+# text by text itself (`EncoderTokenizer.batch_from_chars`), and never with one thread.
+_PARALLEL = 256 * 1024 if _WORKERS > 1 else sys.maxsize
 
 
 def _chunked(encode: Callable[[str], list[int]]) -> Callable[[list[str]], list[list[int]]]:
+    """`encode` over many texts at once, in one contiguous chunk per thread of the pool."""
+
     def encode_all(texts: list[str]) -> list[list[int]]:
-        if _WORKERS == 1 or sum(map(len, texts)) < _PARALLEL_MIN_CHARS:
-            return [encode(t) for t in texts]
         size = -(-len(texts) // _WORKERS)
         chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
         return [ids for chunk in _POOL.map(lambda c: [encode(t) for t in c], chunks) for ids in chunk]

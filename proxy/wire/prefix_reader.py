@@ -52,7 +52,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.wire.array_bytes import LocatedBody, element_spans, located_body, shared_elements
 from proxy.wire.codec import DEFAULT_LIMITS, JsonLimits, read_json
 

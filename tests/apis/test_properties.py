@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from proxy.apis.anthropic.messages import MessagesAdapter
 from proxy.apis.base import Adapter
 from proxy.apis.openai.responses import ResponsesAdapter
+from proxy.core.trimming.budget import TrimResult
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, STRATEGIES
-from proxy.core.trimming.trim import TrimResult
 from tests.apis.fitting import fit_body
 from tests.conftest import png_data_url
 from tests.support.validity import messages_problems, responses_problems

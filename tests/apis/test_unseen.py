@@ -9,8 +9,7 @@ import orjson
 import pytest
 
 from proxy.apis.base import Parsed
-from proxy.apis.fields import NAMED_AT_MOST, unseen_parts
-from proxy.apis.known import KnownPrefix
+from proxy.apis.fields import NAMED_AT_MOST, KnownPrefix, unseen_parts
 from proxy.apis.registry import AdapterRegistry
 from proxy.wire.readers import BodyReaders
 

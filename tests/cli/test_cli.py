@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -89,6 +90,28 @@ class TestCount:
     def test_a_missing_file_is_exit_2(self, capsys, monkeypatch, tmp_path):
         code, _, err = _run(capsys, monkeypatch, ["count", str(tmp_path / "nope.json")])
         assert code == 2 and "cannot read" in err
+
+
+class TestTheRequestsNotes:
+    """The notes of a request (what its adapter noted reading it, what its count bounded) reach the
+    `count` and `trim` reports by one list, `notes`, each once; `warnings` says only how the file
+    was read."""
+
+    @pytest.mark.parametrize("command", ["count", "trim"])
+    def test_the_adapters_and_the_counts_notes_are_in_notes_once(self, capsys, monkeypatch, command):
+        letters = "".join(random.Random(1).choices("abcdefghijklmnopqrstuvwxyz", k=40_000))  # no word boundary
+        body = {"model": "gpt-4o", "input": [{"role": "user", "content": letters}], "truncation": "auto"}
+        code, out, _ = _run(capsys, monkeypatch, [command, "-"], json.dumps(body))
+        report = json.loads(out) if command == "count" else json.loads(out)["report"]
+        truncation = [n for n in report["notes"] if n.startswith("truncation: auto")]
+        bounded = [n for n in report["notes"] if "40000 characters (no word boundary)" in n and "upper bound" in n]
+        assert code == 0 and len(truncation) == 1 and len(bounded) == 1 and len(report["notes"]) == 2
+        assert report["warnings"] == []
+
+    def test_a_request_with_nothing_to_note_has_no_notes(self, capsys, monkeypatch):
+        body = {"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}
+        code, out, _ = _run(capsys, monkeypatch, ["count", "-"], json.dumps(body))
+        assert code == 0 and json.loads(out)["notes"] == []
 
 
 class TestEveryApiShape:

@@ -10,9 +10,9 @@ from proxy.core.counting.request_count import RequestCounter
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile, ModelRegistry
 from proxy.core.plan import Plan, TrimPolicy, plan_request
-from proxy.core.trimming.budget import BudgetPolicy, CompactionPolicy
+from proxy.core.trimming.budget import PINNED_ROLES, BudgetPolicy, protected_start
+from proxy.core.trimming.compaction import CompactionPolicy
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE, build_pipeline
-from proxy.core.trimming.turns import PINNED_ROLES, protected_start
 from proxy.tokenizers.model_map import load_model_map
 from proxy.tokenizers.vocabularies import Tokenizers
 

@@ -65,13 +65,13 @@ from proxy.apis.base import (
 )
 from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.stream_errors import anthropic_broken
 from proxy.core.costs.images import AreaCost
 from proxy.core.counting.edge import bound_ratio_of, lower_bound
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.errors import GuardError
 
 EDITS = "context_edits"  # `Parsed.private`: the context edits a request asks for

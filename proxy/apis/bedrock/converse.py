@@ -49,10 +49,10 @@ from proxy.apis.base import (
 )
 from proxy.apis.bedrock.event_streams import CONTENT_TYPE, EventStreamFraming, broken_frame, converse_usage
 from proxy.apis.cut_positions import alternating, dropped_origins, inserted_texts
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.stream_errors import StreamFraming
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.errors import GuardError
 
 CONVERSE_FIELDS = frozenset(

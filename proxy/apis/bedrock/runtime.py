@@ -40,7 +40,7 @@ from proxy.apis.anthropic.messages import MessagesAdapter
 from proxy.apis.base import Adapter, InvalidRequest, Parsed, require_object
 from proxy.apis.bedrock.converse import BedrockWays, ConverseAdapter, foundation_model
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.core.models.model_registry import ModelProfile
 
 OPERATIONS = ("converse", "converse-stream", "invoke", "invoke-with-response-stream", "count-tokens")

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.apis.base import InvalidRequest, Origin, ViewBuilder, opaque_part, text_part
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 ROLES = frozenset({"user", "model", "function"})  # `function`: the v1beta name of a user turn answering calls

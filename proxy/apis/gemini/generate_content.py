@@ -45,12 +45,12 @@ from proxy.apis.base import (
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.gemini.gemini_parts import Turns, field, google_overflow, read_system, with_output_reserve
 from proxy.apis.gemini.google_paths import generation_method
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.stream_errors import google_broken
 from proxy.core.models.model_names import url_model_name
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.errors import GuardError
 
 API = "generate_content"

@@ -43,11 +43,11 @@ from proxy.apis.base import (
 )
 from proxy.apis.cut_positions import dropped_origins, inserted_texts
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.gemini.gemini_parts import field, google_overflow, with_output_reserve
 from proxy.apis.gemini.interaction_steps import Steps, chat_tools, content_parts, is_content
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.stream_errors import interactions_broken
-from proxy.core.trimming.trim import TrimResult
+from proxy.core.trimming.budget import TrimResult
 from proxy.errors import GuardError
 
 API = "interactions"

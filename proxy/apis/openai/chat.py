@@ -26,10 +26,9 @@ from typing import Any, ClassVar
 from proxy.apis import fields
 from proxy.apis.base import Adapter, InvalidRequest, Origin, Parsed, Source, optional_model, stream_flag
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
-from proxy.apis.fields import unread_fields
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix, unread_fields
 from proxy.core.plan import InvalidBody, validate_body
-from proxy.core.trimming.trim import Removal
+from proxy.core.trimming.budget import Removal
 from proxy.core.work_budget import BLOCK_UNITS, spend
 
 # Every chat request of n messages has the same n sources: built once for the first few thousand

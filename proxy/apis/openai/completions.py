@@ -35,8 +35,7 @@ from proxy.apis.base import (
     stream_flag,
 )
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
-from proxy.apis.fields import unread_fields
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix, unread_fields
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile
 from proxy.core.trimming.strategies import build_pipeline

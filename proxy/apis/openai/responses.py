@@ -55,7 +55,7 @@ from proxy.apis.base import (
 )
 from proxy.apis.cut_positions import inserted_texts
 from proxy.apis.endpoints import Endpoint, Shape, ShapeOptions
-from proxy.apis.known import NOTHING_KNOWN, KnownPrefix
+from proxy.apis.fields import NOTHING_KNOWN, KnownPrefix
 from proxy.apis.openai.responses_items import (
     OUTPUT_TYPES,
     TEXT_PART_TYPES,

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.core.costs.tool_calls import ResultContext
-from proxy.core.trimming.turns import PINNED_ROLES, TOOL_RESULT_ROLES
+from proxy.core.trimming.budget import PINNED_ROLES, TOOL_RESULT_ROLES
 
 
 class Tokenizer(Protocol):

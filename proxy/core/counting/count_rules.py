@@ -41,7 +41,7 @@ from proxy.core.counting.bound import CIPHERTEXT_TOKENS
 from proxy.core.counting.count_cache import SHORT_ENTRIES, SHORT_TEXT, CountCache, Tally, count_text
 from proxy.core.counting.tokenizer import BoundedText, Tokenizer, bounded_text
 from proxy.core.models.model_registry import ModelProfile
-from proxy.core.trimming.turns import latest_user_index
+from proxy.core.trimming.budget import latest_user_index
 
 COMPONENTS = (
     "system",
@@ -103,7 +103,6 @@ class RequestCount:
                 {"index": m.index, "role": m.role, "tokens": m.tokens, **({"notes": list(m.notes)} if m.notes else {})}
                 for m in self.messages
             ],
-            "notes": list(self.notes),
         }
 
 

@@ -126,6 +126,9 @@ class EncoderTokenizer:
     sliceable: bool = True
     # An upper bound of the count of a text, without encoding it (UTF-8 bytes by default).
     bound: Callable[[str], int] = utf8_bytes
+    # From how many characters a batch goes to `encode_batch` (whose threads cost more than they
+    # save on less); a smaller batch is encoded text by text here.
+    batch_from_chars: int = 0
 
     @property
     def name(self) -> str:
@@ -171,6 +174,8 @@ class EncoderTokenizer:
     def _batch_lengths(self, texts: list[str]) -> list[int]:
         assert self.encode_batch is not None
         try:
+            if sum(map(len, texts)) < self.batch_from_chars:
+                return [len(self.encode(t)) for t in texts]  # type: ignore[arg-type]  # both encoders return sized sequences
             return [len(ids) for ids in self.encode_batch(texts)]
         except _PASSED_ON:
             raise

@@ -17,7 +17,7 @@ case.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from proxy.core.costs.images import AreaCost, FixedTileCost, ImageCostScheme, ResolutionCost
 
@@ -178,9 +178,10 @@ CLAUDE_FORMAT = TEMPLATE_FORMAT
 TokenizerKind = Literal["tiktoken", "huggingface", "estimate", "vocab", "bound"]
 
 
-@dataclass(frozen=True, slots=True)
-class TokenizerSpec:
-    """Which tokenizer counts a model's text: `kind`, an encoding name or file path, a multiplier."""
+class TokenizerSpec(NamedTuple):
+    """Which tokenizer counts a model's text: `kind`, an encoding name or file path, a multiplier.
+    A named tuple, not a dataclass: it keys the loaded tokenizers (`proxy.tokenizers.vocabularies`),
+    looked up on every request, hashed at C speed."""
 
     kind: TokenizerKind
     source: str = ""

@@ -1,5 +1,5 @@
-"""The input budget (context window - output reserve - safety margin), and what a request trimmed
-to it is told about the history it lost, with the policy that asks for that.
+"""The input budget (context window - output reserve - safety margin) a request must fit, and
+what fitting it came to.
 
 The output reserve is what the request itself asks for (`max_completion_tokens`, else
 `max_tokens`) when it asks; otherwise a share of the window (15%) clamped to [500, 4096]. The
@@ -11,29 +11,25 @@ reserve is what the server will really leave, `min(requested, window - margin - 
 below `min_output` (or the requested output, when that is smaller): a 7-token prompt with
 `max_tokens` 4096 fits a 2,048-token window, and a long one is cut to leave `min_output` free.
 
-What a trimmed request is told:
-
-- The **budget note** (opt-in, `budget_note`): one short system message of plain fact, "12 earlier
-  messages, 8,412 tokens, were removed to fit the context window.", so that the model knows its
-  history is partial. The client always learns the same from the response headers and the log.
-- The **summary** (opt-in, `summarize_dropped`): one marked system message holding a summary of
-  the messages dropped whole, produced by a configured model (see `proxy.core.trimming.compaction` and
-  `proxy.server.request.summariser`).
-
-Both go in right after the leading system messages, where they stay unchanged for as long as the
-cut does, so they do not cost the prompt cache anything after the cut. Their tokens are counted
-inside the budget: when either is asked for, a trimmed request leaves room for it.
+What fitting came to, `TrimResult` (with one `Removal` per message dropped or shortened, and
+`HistoryCut`, where the history was cut and why), is here too, with what decides that a request
+fits before any trim runs: which messages are never cut (`PINNED_ROLES`; the protected tail from
+the latest user message, `protected_start`). A request that fits needs nothing else from
+`proxy.core.trimming`; the strategies and what they work on (`proxy.core.trimming.trim`) run
+only for one that does not.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from proxy.core.record_fields import field_dict
-from proxy.core.trimming.turns import PINNED_ROLES
+
+PINNED_ROLES = frozenset({"system", "developer"})
+TOOL_RESULT_ROLES = frozenset({"tool", "function"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,59 +150,7 @@ def lowered_output(requested: int, room: int, context_window: int, policy: Budge
     return min(requested, max(floor, room))
 
 
-SUMMARY_HEADER = "[Summary of {count:,} earlier messages, removed to fit the context window]"
 SummaryStatus = Literal["produced", "reused", "timeout", "oversize", "failed"]
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionPolicy:
-    """`budget_note`: insert the budget note. `summarize_dropped`: leave room for a summary of the
-    dropped messages, `summary_share` of the input budget and at most `summary_max_tokens`."""
-
-    budget_note: bool = False
-    summarize_dropped: bool = False
-    summary_share: float = 0.1
-    summary_max_tokens: int = 1000
-
-    def __post_init__(self) -> None:
-        if not 0 < self.summary_share < 0.5:
-            raise ValueError(f"summary_share must be in (0, 0.5), not {self.summary_share!r}")
-        if self.summary_max_tokens < 50:
-            raise ValueError(f"summary_max_tokens must be at least 50, not {self.summary_max_tokens!r}")
-
-    def summary_room(self, input_budget: int) -> int:
-        """Tokens a trimmed request keeps free for the summary message (framing included)."""
-        if not self.summarize_dropped:
-            return 0
-        return max(0, min(self.summary_max_tokens, int(input_budget * self.summary_share)))
-
-
-def budget_note(dropped: int, shortened: int, tokens: int) -> dict[str, Any]:
-    """The note for `dropped` messages removed and `shortened` messages cut, `tokens` in all."""
-
-    def messages(n: int) -> str:
-        return f"{n:,} earlier message" + ("" if n == 1 else "s")
-
-    if not shortened:
-        verb = "was" if dropped == 1 else "were"
-        text = f"{messages(dropped)}, {tokens:,} tokens, {verb} removed to fit the context window."
-    elif not dropped:
-        verb = "was" if shortened == 1 else "were"
-        text = f"{messages(shortened)} {verb} shortened by {tokens:,} tokens to fit the context window."
-    else:
-        verb = "was" if dropped == 1 else "were"
-        text = (
-            f"{messages(dropped)} {verb} removed and {shortened:,} shortened, {tokens:,} tokens in all,"
-            " to fit the context window."
-        )
-    return {"role": "system", "content": text}
-
-
-LONGEST_NOTE = budget_note(10**6, 10**6, 10**9)  # the room a note may need
-
-
-def summary_message(summary: str, messages: int) -> dict[str, Any]:
-    return {"role": "system", "content": SUMMARY_HEADER.format(count=messages) + "\n" + summary}
 
 
 def insertion_point(messages: Sequence[Any]) -> int:
@@ -233,3 +177,180 @@ class SummaryReport:
 
     def to_dict(self) -> dict[str, Any]:
         return field_dict(self)
+
+
+RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
+Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    index: int | None  # position in the original `messages`; None for a request field
+    role: str | None
+    kind: RemovalKind
+    tokens: int
+    hash: str  # short content hash of what was removed, to match log lines without logging content
+    strategy: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return field_dict(self)
+
+
+@dataclass(frozen=True)
+class TrimResult:
+    body: Mapping[str, Any]
+    outcome: Outcome
+    tokens_before: int
+    tokens_after: int
+    budget: Budget  # as it stands for the body returned (after any max_tokens clamp)
+    removals: tuple[Removal, ...] = ()
+    strategies: tuple[str, ...] = ()  # the strategies that changed something, in order
+    cut: HistoryCut | None = None  # where drop_oldest_turns cut the history, and why
+    note_tokens: int = 0  # tokens of the inserted budget note; 0 when none
+    summary_room: int = 0  # tokens kept free for a summary of the dropped messages; 0 when none is due
+    insert_at: int = 0  # where in the returned messages a summary goes (where the dropped history was)
+    summary: SummaryReport | None = None  # what became of the summary, once the server has tried
+    inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
+    # Tokens the returned request starts with that are the received request's own (tools, system,
+    # messages before the first change): what a prompt cache of the conversation still serves.
+    prefix_tokens: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome == "trimmed"
+
+    @property
+    def fits(self) -> bool:
+        return self.tokens_after <= self.budget.input_budget
+
+    def rejection_message(self, opening: str = "") -> str:
+        """Why the request is refused, after `opening`: the sentence the provider words its own
+        overflow error with (the adapter of the request's API shape picks it, `openai_overflow`,
+        `anthropic_overflow`; clients act on it: litellm's ContextWindowExceededError; Claude Code
+        lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too long")."""
+        explanation = self._explanation()
+        return f"{opening} {explanation}" if opening else explanation
+
+    def openai_overflow(self) -> str:
+        """OpenAI's overflow sentence, with the code in the text too: langchain-openai, among
+        others, looks for it in the message."""
+        return f"{self._openai_sentence()} (context-guard, context_length_exceeded)"
+
+    def anthropic_overflow(self) -> str:
+        """Anthropic's overflow sentence."""
+        return self._anthropic_sentence()
+
+    def _openai_sentence(self) -> str:
+        # OpenAI's own wording (numbers without separators, as it writes them), for the case it fits.
+        b, prompt = self.budget, self.tokens_after
+        window, asked = b.context_window, self.tokens_after + b.output_reserve
+        if prompt > window:
+            return (
+                f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+                f"{prompt} tokens. Please reduce the length of the messages."
+            )
+        stated = f"{window} tokens"
+        if asked <= window:  # over only by the guard's safety margin: the length that counts is the smaller one
+            window = window - b.safety_margin
+            margin = f"the guard keeps {b.safety_margin} of the model's {b.context_window} as a safety margin"
+            stated = f"{window} tokens ({margin})"
+        return (
+            f"This model's maximum context length is {stated}. However, you requested {asked} tokens "
+            f"({prompt} in the messages, {b.output_reserve} in the completion). Please reduce the length of the "
+            f"messages or completion."
+        )
+
+    def _anthropic_sentence(self) -> str:
+        b, limit = self.budget, self.budget.context_window - self.budget.safety_margin
+        if b.input_budget <= 0 or (b.reserve_source != "default" and self.tokens_after <= limit):
+            return (
+                f"input length and `max_tokens` exceed context limit: {self.tokens_after} + {b.output_reserve} > "
+                f"{limit}, decrease input length or `max_tokens` and try again."
+            )
+        return f"prompt is too long: {self.tokens_after} tokens > {b.input_budget} maximum."
+
+    def _explanation(self) -> str:
+        b = self.budget
+        if b.input_budget <= 0:
+            room = (
+                f"The model's window of {b.context_window:,} tokens leaves no room for input once the "
+                f"output reserve ({b.output_reserve:,}, {b.reserve_source.replace('_', ' ')}) and the safety "
+                f"margin ({b.safety_margin:,}) are set aside. Lower max_tokens."
+            )
+            return f"This request has {self.tokens_before:,} input tokens. {room}"
+        cut = ""
+        if self.removals:
+            removed = sum(r.tokens for r in self.removals)
+            cut = f" (it cut {len(self.removals):,} items, {removed:,} tokens, by {', '.join(self.strategies)})"
+        return (
+            f"This request has {self.tokens_before:,} input tokens; after every cut the guard may make{cut} it "
+            f"still has {self.tokens_after:,}, and the model's input budget is {b.input_budget:,} tokens "
+            f"(context window {b.context_window:,} - output reserve {b.output_reserve:,} "
+            f"- safety margin {b.safety_margin:,}). Shorten the system prompt or the latest message, "
+            f"or lower max_tokens."
+        )
+
+    def report(self, policy: BudgetPolicy) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "budget": self.budget.to_dict(policy),
+            "removed": [r.to_dict() for r in self.removals],
+            "strategies": list(self.strategies),
+            "cut": self.cut.to_dict() if self.cut is not None else None,
+            "note_tokens": self.note_tokens,
+            "summary": self.summary.to_dict() if self.summary is not None else None,
+        }
+
+
+def latest_user_index(messages: Sequence[Any]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return i
+    return None
+
+
+def protected_start(messages: Sequence[Any]) -> int | None:
+    """Where `split_conversation(messages)`'s protected tail starts (the latest user message), or
+    None when finding that needs the full split.
+
+    It does not when a user message exists and no tool result follows it: a unit only reaches past
+    its first message through tool results, so then no unit can reach across the latest user
+    message, and the protected tail starts exactly there. This is the common shape of a request,
+    and deciding that a request fits needs only this and the pinned messages' tokens.
+    """
+    latest = latest_user_index(messages)
+    if latest is None:
+        return None
+    for message in messages[latest + 1 :]:
+        if isinstance(message, (dict, Mapping)) and message.get("role") in TOOL_RESULT_ROLES:
+            return None
+    return latest
+
+
+CutReason = Literal["low_water", "minimal"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryCut:
+    """Where `drop_oldest_turns` cut the history, and why: `low_water` on a cut position (cache
+    stable, down to the low-water mark), or `minimal` (only what was needed: the cut position
+    fell inside the turns the history guarantee keeps, or the low-water mark is off). Positions
+    count from the end of the opening kept before the cut (`head_tokens`; 0 when none is)."""
+
+    reason: CutReason
+    position: int  # history tokens before the cut, counted from the history's start
+    step: int  # the distance between cut positions, in tokens (1 for a minimal cut)
+    dropped_turns: int
+    first_kept: int | None  # index in the original messages of the first history message kept
+    partial_index: int | None  # index of the message shortened to keep the straddling turn in part
+    partial_tokens: int  # tokens that turn keeps (0 when it went whole)
+    head_tokens: int = 0  # tokens of the opening kept before the cut (`head_share`)
+    head_turns: int = 0  # opening turns kept, the one straddling its end included
+    head_partial_index: int | None = None  # index of the message shortened to end the opening
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cut as the log line shows it: its fields, all plain values, by their names."""
+        return asdict(self)

@@ -63,9 +63,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from proxy.core.trimming.budget import TOOL_RESULT_ROLES
 from proxy.core.trimming.history import shorten_message
 from proxy.core.trimming.trim import TrimState
-from proxy.core.trimming.turns import TOOL_RESULT_ROLES, TRIGGER, Unit, is_flagged
+from proxy.core.trimming.turns import TRIGGER, Unit, is_flagged
 
 BUILT_IN = (
     r"create a detailed summary of (?:the conversation so far|this conversation|the recent portion of the conv)",

@@ -15,6 +15,19 @@ provider's prompt cache warm). The summary goes in as one marked system message 
 leading system messages, in the room the trim kept free for it (`TrimResult.summary_room`); a
 summary that does not fit that room, or that did not come, leaves the plain cut as it was, and
 `TrimResult.summary` says which happened.
+
+What a trimmed request is told:
+
+- The **budget note** (opt-in, `budget_note`): one short system message of plain fact, "12 earlier
+  messages, 8,412 tokens, were removed to fit the context window.", so that the model knows its
+  history is partial. The client always learns the same from the response headers and the log.
+- The **summary** (opt-in, `summarize_dropped`): one marked system message holding a summary of
+  the messages dropped whole, produced by a configured model (above, and
+  `proxy.server.request.summariser`).
+
+Both go in right after the leading system messages, where they stay unchanged for as long as the
+cut does, so they do not cost the prompt cache anything after the cut. Their tokens are counted
+inside the budget: when either is asked for, a trimmed request leaves room for it.
 """
 
 from __future__ import annotations
@@ -25,8 +38,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.trimming.budget import SummaryReport, SummaryStatus, summary_message
-from proxy.core.trimming.trim import TrimResult, content_digest
+from proxy.core.trimming.budget import SummaryReport, SummaryStatus, TrimResult
+from proxy.core.trimming.trim import content_digest
 
 SUMMARISER_INSTRUCTIONS = (
     "You compress the earlier part of a conversation between a user and an assistant, which no "
@@ -124,3 +137,57 @@ def _transcript_line(message: Mapping[str, Any]) -> str:
     if not parts and content is not None:
         parts.append(json.dumps(content, ensure_ascii=False, default=str))
     return f"{role}: " + "\n".join(parts)
+
+
+SUMMARY_HEADER = "[Summary of {count:,} earlier messages, removed to fit the context window]"
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPolicy:
+    """`budget_note`: insert the budget note. `summarize_dropped`: leave room for a summary of the
+    dropped messages, `summary_share` of the input budget and at most `summary_max_tokens`."""
+
+    budget_note: bool = False
+    summarize_dropped: bool = False
+    summary_share: float = 0.1
+    summary_max_tokens: int = 1000
+
+    def __post_init__(self) -> None:
+        if not 0 < self.summary_share < 0.5:
+            raise ValueError(f"summary_share must be in (0, 0.5), not {self.summary_share!r}")
+        if self.summary_max_tokens < 50:
+            raise ValueError(f"summary_max_tokens must be at least 50, not {self.summary_max_tokens!r}")
+
+    def summary_room(self, input_budget: int) -> int:
+        """Tokens a trimmed request keeps free for the summary message (framing included)."""
+        if not self.summarize_dropped:
+            return 0
+        return max(0, min(self.summary_max_tokens, int(input_budget * self.summary_share)))
+
+
+def budget_note(dropped: int, shortened: int, tokens: int) -> dict[str, Any]:
+    """The note for `dropped` messages removed and `shortened` messages cut, `tokens` in all."""
+
+    def messages(n: int) -> str:
+        return f"{n:,} earlier message" + ("" if n == 1 else "s")
+
+    if not shortened:
+        verb = "was" if dropped == 1 else "were"
+        text = f"{messages(dropped)}, {tokens:,} tokens, {verb} removed to fit the context window."
+    elif not dropped:
+        verb = "was" if shortened == 1 else "were"
+        text = f"{messages(shortened)} {verb} shortened by {tokens:,} tokens to fit the context window."
+    else:
+        verb = "was" if dropped == 1 else "were"
+        text = (
+            f"{messages(dropped)} {verb} removed and {shortened:,} shortened, {tokens:,} tokens in all,"
+            " to fit the context window."
+        )
+    return {"role": "system", "content": text}
+
+
+LONGEST_NOTE = budget_note(10**6, 10**6, 10**9)  # the room a note may need
+
+
+def summary_message(summary: str, messages: int) -> dict[str, Any]:
+    return {"role": "system", "content": SUMMARY_HEADER.format(count=messages) + "\n" + summary}

@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.trimming.budget import CutReason, HistoryCut
 from proxy.core.trimming.trim import TrimState
-from proxy.core.trimming.turns import MARKER, CutReason, HistoryCut, Turn, Unit, cut_point, is_flagged
+from proxy.core.trimming.turns import MARKER, Turn, Unit, cut_point, is_flagged
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
-"""What fitting a counted request to its budget works on and says: `TrimState`, `Removal`, `TrimResult`.
+"""What fitting a counted request that does not fit its budget works on: `TrimState`.
 
 `proxy.core.plan.trim()` runs the configured strategies in order on a `TrimState` and returns a
-`TrimResult`: the body to forward, the tokens before and after, the budget, and one `Removal` per
-message dropped or shortened. A request that already fits comes back as the very same object.
+`TrimResult` (`proxy.core.trimming.budget`): the body to forward, the tokens before and after, the
+budget, and one `Removal` per message dropped or shortened. A request that already fits never gets
+here: it comes back as the very same object, decided from the budget alone.
 
 The strategies work on a `TrimState` that keeps a running total: a strategy that drops a message
 subtracts its known count, one that shortens a message recounts that message alone. Nothing
@@ -20,146 +21,23 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from proxy.core.counting.count_rules import RequestCount
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.record_fields import field_dict
 from proxy.core.trimming.budget import (
     Budget,
     BudgetPolicy,
-    SummaryReport,
+    HistoryCut,
+    Removal,
+    RemovalKind,
     input_budget,
     insertion_point,
     requested_output,
 )
-from proxy.core.trimming.turns import Conversation, HistoryCut, split_conversation
-
-RemovalKind = Literal["dropped", "truncated", "cleared", "image_dropped", "max_tokens_clamped"]
-Outcome = Literal["unchanged", "trimmed", "rejected", "forwarded_over_budget"]
-
-
-@dataclass(frozen=True, slots=True)
-class Removal:
-    index: int | None  # position in the original `messages`; None for a request field
-    role: str | None
-    kind: RemovalKind
-    tokens: int
-    hash: str  # short content hash of what was removed, to match log lines without logging content
-    strategy: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return field_dict(self)
-
-
-@dataclass(frozen=True)
-class TrimResult:
-    body: Mapping[str, Any]
-    outcome: Outcome
-    tokens_before: int
-    tokens_after: int
-    budget: Budget  # as it stands for the body returned (after any max_tokens clamp)
-    removals: tuple[Removal, ...] = ()
-    strategies: tuple[str, ...] = ()  # the strategies that changed something, in order
-    cut: HistoryCut | None = None  # where drop_oldest_turns cut the history, and why
-    note_tokens: int = 0  # tokens of the inserted budget note; 0 when none
-    summary_room: int = 0  # tokens kept free for a summary of the dropped messages; 0 when none is due
-    insert_at: int = 0  # where in the returned messages a summary goes (where the dropped history was)
-    summary: SummaryReport | None = None  # what became of the summary, once the server has tried
-    inserted: tuple[int, ...] = ()  # positions in the returned messages of messages the trim added
-    # Tokens the returned request starts with that are the received request's own (tools, system,
-    # messages before the first change): what a prompt cache of the conversation still serves.
-    prefix_tokens: int = 0
-
-    @property
-    def changed(self) -> bool:
-        return self.outcome == "trimmed"
-
-    @property
-    def fits(self) -> bool:
-        return self.tokens_after <= self.budget.input_budget
-
-    def rejection_message(self, opening: str = "") -> str:
-        """Why the request is refused, after `opening`: the sentence the provider words its own
-        overflow error with (the adapter of the request's API shape picks it, `openai_overflow`,
-        `anthropic_overflow`; clients act on it: litellm's ContextWindowExceededError; Claude Code
-        lowers max_tokens on Anthropic's max_tokens sentence, stops on "prompt is too long")."""
-        explanation = self._explanation()
-        return f"{opening} {explanation}" if opening else explanation
-
-    def openai_overflow(self) -> str:
-        """OpenAI's overflow sentence, with the code in the text too: langchain-openai, among
-        others, looks for it in the message."""
-        return f"{self._openai_sentence()} (context-guard, context_length_exceeded)"
-
-    def anthropic_overflow(self) -> str:
-        """Anthropic's overflow sentence."""
-        return self._anthropic_sentence()
-
-    def _openai_sentence(self) -> str:
-        # OpenAI's own wording (numbers without separators, as it writes them), for the case it fits.
-        b, prompt = self.budget, self.tokens_after
-        window, asked = b.context_window, self.tokens_after + b.output_reserve
-        if prompt > window:
-            return (
-                f"This model's maximum context length is {window} tokens. However, your messages resulted in "
-                f"{prompt} tokens. Please reduce the length of the messages."
-            )
-        stated = f"{window} tokens"
-        if asked <= window:  # over only by the guard's safety margin: the length that counts is the smaller one
-            window = window - b.safety_margin
-            margin = f"the guard keeps {b.safety_margin} of the model's {b.context_window} as a safety margin"
-            stated = f"{window} tokens ({margin})"
-        return (
-            f"This model's maximum context length is {stated}. However, you requested {asked} tokens "
-            f"({prompt} in the messages, {b.output_reserve} in the completion). Please reduce the length of the "
-            f"messages or completion."
-        )
-
-    def _anthropic_sentence(self) -> str:
-        b, limit = self.budget, self.budget.context_window - self.budget.safety_margin
-        if b.input_budget <= 0 or (b.reserve_source != "default" and self.tokens_after <= limit):
-            return (
-                f"input length and `max_tokens` exceed context limit: {self.tokens_after} + {b.output_reserve} > "
-                f"{limit}, decrease input length or `max_tokens` and try again."
-            )
-        return f"prompt is too long: {self.tokens_after} tokens > {b.input_budget} maximum."
-
-    def _explanation(self) -> str:
-        b = self.budget
-        if b.input_budget <= 0:
-            room = (
-                f"The model's window of {b.context_window:,} tokens leaves no room for input once the "
-                f"output reserve ({b.output_reserve:,}, {b.reserve_source.replace('_', ' ')}) and the safety "
-                f"margin ({b.safety_margin:,}) are set aside. Lower max_tokens."
-            )
-            return f"This request has {self.tokens_before:,} input tokens. {room}"
-        cut = ""
-        if self.removals:
-            removed = sum(r.tokens for r in self.removals)
-            cut = f" (it cut {len(self.removals):,} items, {removed:,} tokens, by {', '.join(self.strategies)})"
-        return (
-            f"This request has {self.tokens_before:,} input tokens; after every cut the guard may make{cut} it "
-            f"still has {self.tokens_after:,}, and the model's input budget is {b.input_budget:,} tokens "
-            f"(context window {b.context_window:,} - output reserve {b.output_reserve:,} "
-            f"- safety margin {b.safety_margin:,}). Shorten the system prompt or the latest message, "
-            f"or lower max_tokens."
-        )
-
-    def report(self, policy: BudgetPolicy) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "tokens_before": self.tokens_before,
-            "tokens_after": self.tokens_after,
-            "budget": self.budget.to_dict(policy),
-            "removed": [r.to_dict() for r in self.removals],
-            "strategies": list(self.strategies),
-            "cut": self.cut.to_dict() if self.cut is not None else None,
-            "note_tokens": self.note_tokens,
-            "summary": self.summary.to_dict() if self.summary is not None else None,
-        }
+from proxy.core.trimming.turns import Conversation, split_conversation
 
 
 class Strategy(Protocol):

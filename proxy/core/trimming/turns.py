@@ -1,6 +1,7 @@
 """Splits a conversation into what may be cut and what may not, by its messages' roles as counting
 and trimming see them (which are pinned, never cut; which are tool results; which user message is
-the latest), and where its history is cut.
+the latest: `proxy.core.trimming.budget`, which decides from them alone that a request fits), and
+where its history is cut (`HistoryCut`, there too: it is part of what a trim returns).
 
 - **Pinned**: system and developer messages, wherever they stand. Never dropped.
 - **Protected**: the latest user message and everything after it (an agent's tool loop still in
@@ -49,11 +50,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-PINNED_ROLES = frozenset({"system", "developer"})
-TOOL_RESULT_ROLES = frozenset({"tool", "function"})
+from proxy.core.trimming.budget import PINNED_ROLES, TOOL_RESULT_ROLES, latest_user_index
+
 MARKER = "context_guard_compaction_marker"
 TRIGGER = "context_guard_compaction_trigger"
 
@@ -61,14 +62,6 @@ TRIGGER = "context_guard_compaction_trigger"
 def is_flagged(message: object, flag: str) -> bool:
     """Whether a view message carries `flag` (`MARKER`, `TRIGGER`)."""
     return isinstance(message, Mapping) and message.get(flag) is True
-
-
-def latest_user_index(messages: Sequence[Any]) -> int | None:
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            return i
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,24 +133,6 @@ def split_conversation(messages: Sequence[Any]) -> Conversation:
             turns.append([])
         turns[-1].append(unit)
     return Conversation(pinned, protected, tuple(Turn(tuple(t)) for t in turns), tuple(tail))
-
-
-def protected_start(messages: Sequence[Any]) -> int | None:
-    """Where `split_conversation(messages)`'s protected tail starts (the latest user message), or
-    None when finding that needs the full split.
-
-    It does not when a user message exists and no tool result follows it: a unit only reaches past
-    its first message through tool results, so then no unit can reach across the latest user
-    message, and the protected tail starts exactly there. This is the common shape of a request,
-    and deciding that a request fits needs only this and the pinned messages' tokens.
-    """
-    latest = latest_user_index(messages)
-    if latest is None:
-        return None
-    for message in messages[latest + 1 :]:
-        if isinstance(message, (dict, Mapping)) and message.get("role") in TOOL_RESULT_ROLES:
-            return None
-    return latest
 
 
 def _units(messages: Sequence[Any], roles: Sequence[object]) -> list[Unit]:
@@ -276,29 +251,3 @@ def cut_point(turn_tokens: Sequence[int], room: int, step: int, droppable: int) 
             return None  # the position lies past a turn the history guarantee keeps
         start = end
     return CutPoint(position, len(turn_tokens), 0) if len(turn_tokens) <= droppable else None
-
-
-CutReason = Literal["low_water", "minimal"]
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryCut:
-    """Where `drop_oldest_turns` cut the history, and why: `low_water` on a cut position (cache
-    stable, down to the low-water mark), or `minimal` (only what was needed: the cut position
-    fell inside the turns the history guarantee keeps, or the low-water mark is off). Positions
-    count from the end of the opening kept before the cut (`head_tokens`; 0 when none is)."""
-
-    reason: CutReason
-    position: int  # history tokens before the cut, counted from the history's start
-    step: int  # the distance between cut positions, in tokens (1 for a minimal cut)
-    dropped_turns: int
-    first_kept: int | None  # index in the original messages of the first history message kept
-    partial_index: int | None  # index of the message shortened to keep the straddling turn in part
-    partial_tokens: int  # tokens that turn keeps (0 when it went whole)
-    head_tokens: int = 0  # tokens of the opening kept before the cut (`head_share`)
-    head_turns: int = 0  # opening turns kept, the one straddling its end included
-    head_partial_index: int | None = None  # index of the message shortened to end the opening
-
-    def to_dict(self) -> dict[str, Any]:
-        """The cut as the log line shows it: its fields, all plain values, by their names."""
-        return asdict(self)

@@ -30,7 +30,7 @@ from proxy.config.settings import Settings
 from proxy.core.counting.count_cache import CountCache, ScopedCountCache
 from proxy.core.counting.tokenizer import Tokenizer
 from proxy.core.models.model_registry import ModelProfile, ModelRegistry, TokenizerSpec
-from proxy.core.trimming.budget import CompactionPolicy
+from proxy.core.trimming.compaction import CompactionPolicy
 from proxy.errors import ConfigError
 from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND
 from proxy.tokenizers.model_map import load_model_map
@@ -92,7 +92,12 @@ class Models:
         return override.pattern if override is not None else None
 
     def mode_for(self, model: str) -> Mode:
-        return self.settings.mode_for_override(self.registry.override_for(model))
+        """The mode `model`'s requests run in: its override's, else `trim.mode`."""
+        override = self.registry.override_for(model)
+        for entry in self.settings.models.overrides:
+            if entry.mode is not None and override is entry.override:
+                return entry.mode
+        return self.settings.trim.mode
 
     def model_label(self, model: str | None) -> str:
         """A bounded name for metrics: the override pattern or model-map key `model` resolved to,
@@ -124,7 +129,7 @@ class Models:
             profile = self.profile(model)
             return profile, self.tokenizer(profile), self.count_cache(client)
         profile, tokenizer = counted.profile, counted.tokenizer
-        own = tokenizer is self.tokenizers.loaded_tokenizer(profile.tokenizer)
+        own = tokenizer is self.tokenizers.loaded_by_spec.get(profile.tokenizer)
         return profile, tokenizer, self.count_cache(client) if own else None
 
     def fit(

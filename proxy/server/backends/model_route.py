@@ -175,7 +175,7 @@ async def model_route(
     asked = False
     if stated:  # the window the server itself runs the model with (vLLM, llama.cpp, Ollama)
         profile, window_source = dataclasses.replace(profile, context_window=stated), "backend"
-    local = models.tokenizers.loaded_tokenizer(profile.tokenizer)
+    local = models.tokenizers.loaded_by_spec.get(profile.tokenizer)
     if local is None:  # a vocabulary not loaded yet (about a second) loads off the loop
         local, asked = await asyncio.to_thread(models.tokenizer, profile), True
     backend = counting.profile_of(upstream.name)

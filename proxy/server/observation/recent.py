@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.core.trimming.trim import Removal
+from proxy.core.trimming.budget import Removal
 from proxy.server.observation.record import (
     ANSWERED_LOCALLY,
     RequestRecord,

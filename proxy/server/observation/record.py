@@ -26,7 +26,7 @@ import orjson
 
 from proxy.core.learning.corrections import Correction
 from proxy.core.plan import Plan
-from proxy.core.trimming.trim import Removal
+from proxy.core.trimming.budget import Removal
 
 REPORT_PREFIX = "x-context-guard-"
 # The outcome of a request the guard answers itself (Anthropic's count_tokens, Gemini's countTokens).

@@ -1,8 +1,10 @@
-"""`create_app(settings) -> web.Application`: middlewares, the one dispatching route, and the
-upstream session.
+"""`create_app(settings) -> web.Application`: middlewares, the one dispatching route, the
+upstream session, and the drain state (`Drain`: the requests in flight, and `Connection: close` on
+every answer once the process is stopping, so clients and load balancers take their next request
+elsewhere; `proxy.server.process.lifecycle` drives the steps).
 
 One middleware, `records`, does in order what every request needs before its handler:
-- it counts the request in flight until it ends, for a graceful drain (`proxy.server.process.lifecycle`);
+- it counts the request in flight until it ends, for a graceful drain (`Drain`);
 - it opens the request's `Flow`, which is its record (with a request id it can trust), turns every failure
   into an error in the API's own shape (no traceback ever reaches a client), and when the
   request ends, however it ends, writes its one log line and its metrics;
@@ -57,11 +59,10 @@ from proxy.server.observation.health import Health, Reachability, install_health
 from proxy.server.observation.metrics import Metrics
 from proxy.server.observation.recent import RECENT, RecentDecisions, install_page
 from proxy.server.observation.record import RequestRecord, log_event
-from proxy.server.process.drain import DRAIN, install_drain
-from proxy.server.request.flow import FLOW, Flow, new_request_id
+from proxy.server.request.flow import FLOW, Flow, request_id_of
 from proxy.server.request.gateway import GATEWAY, Gateway
 from proxy.server.request.handlers import guarded
-from proxy.server.request.summariser import Summariser, SummariserOptions
+from proxy.server.request.summariser import open_summariser
 from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, upstream_session
 from proxy.server.upstream.forwarding import passthrough
 from proxy.state import open_store
@@ -71,6 +72,57 @@ from proxy.wire.readers import BodyReaders
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTES_KEPT = 256  # distinct paths and methods whose routes a gateway keeps
 CLIENT_CLOSED = 499  # nginx's code for a client that went away before its answer
+
+
+class Drain:
+    """Requests in flight, and what happened to them while the process was stopping."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.draining = False
+        self.served_while_draining = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def started(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+        if self.draining:
+            self.served_while_draining += 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """True when nothing is in flight any more; False if `timeout` ran out first."""
+        if self._idle.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+DRAIN = web.AppKey("drain", Drain)
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    # Before the headers go out, so clients and load balancers read `Connection: close` and open
+    # their next connection elsewhere instead of reusing this one.
+    # aiohttp has already chosen its headers when this hook runs, hence the header set here too.
+    if request.app[DRAIN].draining:
+        response.force_close()
+        response.headers["Connection"] = "close"
+
+
+def install_drain(app: web.Application) -> None:
+    """The drain state. The app's middleware calls `Drain.started()` before anything else a
+    request does and `Drain.finished()` after everything (its log line included)."""
+    app[DRAIN] = Drain()
+    app.on_response_prepare.append(_close_when_draining)
 
 
 def build_gateway(settings: Settings, guard: Models | None = None, previous: Gateway | None = None) -> Gateway:
@@ -189,35 +241,6 @@ async def _credential(gateway: Gateway, upstream: UpstreamSettings) -> str | Non
         return await gateway.auths[upstream.name].header(None, False)
     except GuardError:
         return None
-
-
-def open_summariser(settings: Settings, session: aiohttp.ClientSession) -> Summariser | None:
-    """The summariser `trim.summariser` names, calling its upstream's chat endpoint (credentials are
-    added per call, from that upstream's own auth); None when summaries are off."""
-    options = settings.trim.summariser
-    if not settings.trim.summarize_dropped or options is None:
-        return None
-    upstream = settings.upstreams[options.upstream]
-    return Summariser(
-        SummariserOptions(
-            url=f"{upstream.base_url}/chat/completions",
-            model=options.model,
-            deadline_seconds=options.deadline_seconds,
-            max_response_bytes=options.max_response_bytes,
-            max_input_chars=options.max_input_chars,
-            cache_entries=options.cache_entries,
-        ),
-        session,
-        upstream=upstream.name,
-    )
-
-
-def request_id_of(given: str | None) -> str:
-    """The client's request id when it is at most 128 printable ASCII characters without spaces;
-    else a fresh one (a log line or response header must never carry what a client smuggled in)."""
-    if given and len(given) <= 128 and given.isascii() and given.isprintable() and " " not in given:
-        return given
-    return new_request_id()
 
 
 @web.middleware

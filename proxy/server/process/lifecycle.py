@@ -44,8 +44,7 @@ from proxy.server.backends.model_counting import Models
 from proxy.server.observation.health import HEALTH, os_error_reason
 from proxy.server.observation.peers import Peers, serve_own
 from proxy.server.observation.recent import GATHER, RECENT
-from proxy.server.process.app import build_gateway, create_app
-from proxy.server.process.drain import DRAIN
+from proxy.server.process.app import DRAIN, build_gateway, create_app
 from proxy.server.process.loop_lag import LoopWatch
 from proxy.server.request.gateway import GATEWAY
 from proxy.server.threads.collector import collect_young_less_often

@@ -182,3 +182,10 @@ os.register_at_fork(after_in_child=REQUEST_IDS._reseed)
 # method itself, not a function calling it: one call per request.
 new_request_id = REQUEST_IDS.next
 
+
+def request_id_of(given: str | None) -> str:
+    """The client's request id when it is at most 128 printable ASCII characters without spaces;
+    else a fresh one (a log line or response header must never carry what a client smuggled in)."""
+    if given and len(given) <= 128 and given.isascii() and given.isprintable() and " " not in given:
+        return given
+    return new_request_id()

@@ -329,9 +329,9 @@ class Performer:
         if usage is None:
             return
         flow.usage = usage
-        cut_short = flow.client_disconnected or flow.stream_broken
-        if not flow.endpoint.adapter.body_is_view or cut_short or not parsed.read_whole:
-            return
+        whole = flow.endpoint.adapter.body_is_view and parsed.read_whole
+        if not whole or flow.client_disconnected or flow.stream_broken or self.choice.learning is None:
+            return  # only an estimate learns (`Choice.learning`), and from a request counted whole
         gw = self.flow.gw
         learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.flow.scope))
         if learned is not None:

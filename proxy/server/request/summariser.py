@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from proxy.config.settings import Settings
 from proxy.core.trimming.budget import SummaryStatus
 from proxy.core.trimming.compaction import SummaryRequest, summariser_messages
 
@@ -131,3 +132,24 @@ def _summary_text(raw: bytes) -> str | None:
     except (ValueError, KeyError, IndexError, TypeError):
         return None
     return text.strip() if isinstance(text, str) and text.strip() else None
+
+
+def open_summariser(settings: Settings, session: aiohttp.ClientSession) -> Summariser | None:
+    """The summariser `trim.summariser` names, calling its upstream's chat endpoint (credentials are
+    added per call, from that upstream's own auth); None when summaries are off."""
+    options = settings.trim.summariser
+    if not settings.trim.summarize_dropped or options is None:
+        return None
+    upstream = settings.upstreams[options.upstream]
+    return Summariser(
+        SummariserOptions(
+            url=f"{upstream.base_url}/chat/completions",
+            model=options.model,
+            deadline_seconds=options.deadline_seconds,
+            max_response_bytes=options.max_response_bytes,
+            max_input_chars=options.max_input_chars,
+            cache_entries=options.cache_entries,
+        ),
+        session,
+        upstream=upstream.name,
+    )

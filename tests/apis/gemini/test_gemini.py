@@ -20,7 +20,7 @@ from proxy.apis.gemini.generate_content import (
 from proxy.apis.registry import AdapterRegistry, endpoint_api
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.learning.corrections import parse_overflow
-from proxy.core.trimming.trim import Removal
+from proxy.core.trimming.budget import Removal
 from proxy.core.trimming.turns import split_conversation
 from proxy.errors import HTTPRefusal
 from tests.apis.fitting import fit_body, words

@@ -10,7 +10,7 @@ import pytest
 from proxy.apis.base import HeldContext, InvalidRequest
 from proxy.apis.gemini.interactions import InteractionsAdapter, interactions_error
 from proxy.apis.registry import AdapterRegistry
-from proxy.core.trimming.trim import Removal
+from proxy.core.trimming.budget import Removal
 from proxy.errors import ContextLengthExceeded, HTTPRefusal
 from tests.apis.fitting import fit_body, words
 from tests.support.cookbook import encoding

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.counting.request_count import RequestCounter
-from proxy.core.trimming.turns import PINNED_ROLES, protected_start, split_conversation, validity_problems
+from proxy.core.trimming.budget import PINNED_ROLES, protected_start
+from proxy.core.trimming.turns import split_conversation, validity_problems
 from tests.conftest import png_data_url
 from tests.support.trimming import WORDS, fit, profile, quick_split, tokenizer
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.core.trimming.turns import protected_start, split_conversation, validity_problems
+from proxy.core.trimming.budget import protected_start
+from proxy.core.trimming.turns import split_conversation, validity_problems
 from tests.support.trimming import call, quick_split
 
 

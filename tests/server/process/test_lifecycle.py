@@ -12,7 +12,7 @@ from proxy.config.settings import Settings
 from proxy.config.source import SettingsSource
 from proxy.core.models.model_registry import TokenizerSpec
 from proxy.errors import ConfigError
-from proxy.server.process.drain import DRAIN, Drain
+from proxy.server.process.app import DRAIN, Drain
 from proxy.server.process.lifecycle import ServerOptions, available_cores, load_models, load_vocabularies, reload_config
 from proxy.server.request.gateway import GATEWAY
 from tests.server.conftest import gateway_settings

@@ -8,7 +8,7 @@ import random
 
 import aiohttp
 
-from proxy.server.process.drain import DRAIN
+from proxy.server.process.app import DRAIN
 from proxy.server.request.gateway import GATEWAY
 from tests.server.conftest import gateway_settings, long_conversation
 

@@ -13,7 +13,8 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from proxy.server.backends.model_counting import Models
-from proxy.server.process.app import create_app, request_id_of
+from proxy.server.process.app import create_app
+from proxy.server.request.flow import request_id_of
 from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, UpstreamRequest, connection_named
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import RawUpstream, raw_request, read_response
