@@ -35,7 +35,7 @@ class Metrics:
         r = self.registry
         ProcessCollector(registry=r)
         # Written for every request: kept by the event loop itself, rendered when scraped (below).
-        self.requests = RequestCounts(
+        self.requests = LoopCounter(
             "context_guard_requests",
             "Requests handled, by kind (API, passthrough, local), outcome and status.",
             ("kind", "outcome", "status"),
@@ -62,18 +62,19 @@ class Metrics:
         )
         # The provider's count beside the guard's, over the requests whose answer reported usage:
         # their ratio is how close the guard's count runs to the provider's.
-        self.provider_prompt_tokens = Counter(
+        # Written on most answers, so kept by the loop itself like `requests` (see `LoopCounter`).
+        self.provider_prompt_tokens = LoopCounter(
             "context_guard_provider_prompt_tokens",
             "Prompt tokens the upstreams' usage reported, for requests whose answers carried it.",
             ["model"],
-            registry=r,
         )
-        self.counted_prompt_tokens = Counter(
+        self.counted_prompt_tokens = LoopCounter(
             "context_guard_counted_prompt_tokens",
             "Prompt tokens the guard counted (as sent) for the same requests.",
             ["model"],
-            registry=r,
         )
+        r.register(self.provider_prompt_tokens)
+        r.register(self.counted_prompt_tokens)
         self.upstream_overflows = Counter(
             "context_guard_upstream_overflows",
             "Upstream context-length errors, by whether the error said the provider's count.",
@@ -123,8 +124,8 @@ class Metrics:
         if record.correction_note:
             self.corrections.labels(model, record.correction_note).inc()
         if record.provider_prompt_tokens is not None:
-            self.provider_prompt_tokens.labels(model).inc(record.provider_prompt_tokens)
-            self.counted_prompt_tokens.labels(model).inc(result.tokens_after)
+            self.provider_prompt_tokens.inc((model,), record.provider_prompt_tokens)
+            self.counted_prompt_tokens.inc((model,), result.tokens_after)
         if record.upstream_overflow is not None:
             numbers = "yes" if record.upstream_overflow.get("prompt_tokens") is not None else "no"
             self.upstream_overflows.labels(model, numbers).inc()
@@ -133,18 +134,18 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class RequestCounts:
+class LoopCounter:
     """A counter by label values, as `prometheus_client.Counter` renders it (`_total`), counted
-    without its per-value lock: only the event loop writes it, once per request. Label values are
-    bounded by the caller (see the module's docstring)."""
+    without its per-value lock and label lookup: only the event loop writes it, once per request.
+    Label values are bounded by the caller (see the module's docstring)."""
 
     def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
         self.name, self.documentation, self.labels = name, documentation, list(labels)
         self.counts: dict[tuple[str, ...], int] = {}
 
-    def inc(self, values: tuple[str, ...]) -> None:
+    def inc(self, values: tuple[str, ...], amount: int = 1) -> None:
         counts = self.counts
-        counts[values] = counts.get(values, 0) + 1
+        counts[values] = counts.get(values, 0) + amount
 
     def value(self, *values: str) -> int:
         return self.counts.get(values, 0)

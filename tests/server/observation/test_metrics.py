@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from proxy.server.observation.metrics import PhaseDurations, RequestCounts
+from proxy.server.observation.metrics import LoopCounter, PhaseDurations
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 PHASES = ("total", "upstream", "count", "trim")
@@ -17,9 +17,9 @@ def exposed(collector: object) -> bytes:
     return generate_latest(registry)
 
 
-class TestRequestCounts:
+class TestLoopCounter:
     def test_it_is_exposed_as_a_prometheus_counter_with_the_same_labels_and_counts(self):
-        ours = RequestCounts("requests", "Requests.", ("kind", "status"))
+        ours = LoopCounter("requests", "Requests.", ("kind", "status"))
         registry = CollectorRegistry()
         theirs = Counter("requests", "Requests.", ["kind", "status"], registry=registry)
         for labels in [("chat", "2xx"), ("chat", "2xx"), ("local", "4xx"), ("chat", "499")]:
@@ -27,8 +27,17 @@ class TestRequestCounts:
             theirs.labels(*labels).inc()
         assert exposed(ours) == generate_latest(registry)
 
+    def test_it_adds_amounts_as_a_prometheus_counter_does(self):
+        ours = LoopCounter("prompt_tokens", "Tokens.", ("model",))
+        registry = CollectorRegistry()
+        theirs = Counter("prompt_tokens", "Tokens.", ["model"], registry=registry)
+        for model, amount in [("gpt-4o", 1200), ("other", 7), ("gpt-4o", 35)]:
+            ours.inc((model,), amount)
+            theirs.labels(model).inc(amount)
+        assert exposed(ours) == generate_latest(registry)
+
     def test_it_reads_back_a_count_by_its_label_values(self):
-        counts = RequestCounts("requests", "Requests.", ("kind",))
+        counts = LoopCounter("requests", "Requests.", ("kind",))
         counts.inc(("chat",))
         counts.inc(("chat",))
         assert (counts.value("chat"), counts.value("local")) == (2, 0)
