@@ -61,7 +61,7 @@ from proxy.server.observation.recent import RECENT, RecentDecisions, install_pag
 from proxy.server.observation.record import RequestRecord, log_event
 from proxy.server.request.flow import FLOW, Flow, request_id_of
 from proxy.server.request.gateway import GATEWAY, Gateway
-from proxy.server.request.handlers import guarded
+from proxy.server.request.perform import guarded
 from proxy.server.request.summariser import open_summariser
 from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, upstream_session
 from proxy.server.upstream.forwarding import passthrough
