@@ -35,7 +35,7 @@ def measure(config: str) -> dict[str, float]:
     from bench.load import Bodies
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import load_settings
-    from proxy.server.backends.model_counting import Models
+    from proxy.server.backends.models import Models
     try:  # an older checkout kept the strict reader apart from the codec
         from proxy.wire import strict_json as strict_reader
     except ImportError:

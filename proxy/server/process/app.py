@@ -31,8 +31,7 @@ from proxy.core.learning.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.logging import get_logger, log_request_line
 from proxy.server.backends.catalogue import Backends
-from proxy.server.backends.model_counting import Models
-from proxy.server.backends.model_route import Router
+from proxy.server.backends.models import Models, Router
 from proxy.server.backends.profiles import Discovery
 from proxy.server.edge.body import (
     BODY_BUDGET,

@@ -33,7 +33,7 @@ from proxy.apis.registry import Endpoint
 from proxy.core.exchange import Exchange
 from proxy.core.record_fields import field_dict
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_route import ModelRoute, Target
+from proxy.server.backends.models import ModelRoute, Target
 from proxy.server.observation.recent import removed_tool_names
 from proxy.server.observation.record import RequestRecord
 from proxy.server.request.gateway import Gateway

@@ -21,8 +21,8 @@ from proxy.core.learning.corrections import CorrectionPolicy
 from proxy.core.trimming.compaction import SummaryRequest
 from proxy.errors import GuardError
 from proxy.server.backends.catalogue import Backends, Reach
-from proxy.server.backends.model_counting import Models
-from proxy.server.backends.model_route import ModelRoute, ModelRoutes, Router, Target, model_route
+from proxy.server.backends.model_route import model_route
+from proxy.server.backends.models import ModelRoute, ModelRoutes, Models, Router, Target
 from proxy.server.backends.provider_count import ProviderCounts
 from proxy.server.edge.credentials import UpstreamAuth
 from proxy.server.edge.paths import PathRoute
@@ -58,7 +58,7 @@ class Gateway:
     _service: dict[str, tuple[str | None, Mapping[str, str]]] = field(default_factory=dict, init=False, repr=False)
     # The route each (canonical path, method) took: the same few recur on every request.
     routes: dict[tuple[str, str], PathRoute] = field(default_factory=dict, init=False, repr=False)
-    # What each model's requests are counted and sent with (`proxy.server.backends.model_route`).
+    # What each model's requests are counted and sent with (`proxy.server.backends.models`).
     model_routes: ModelRoutes = field(default_factory=ModelRoutes, init=False, repr=False)
 
     @functools.cached_property

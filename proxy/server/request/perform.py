@@ -58,7 +58,7 @@ from proxy.core.models.opt_in_windows import correction_key, opted_in
 from proxy.core.plan import BodyError, Plan
 from proxy.errors import BadRequest, ContextLengthExceeded, HTTPRefusal
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_route import ModelRoute, chosen_of
+from proxy.server.backends.models import ModelRoute, chosen_of
 from proxy.server.edge.body import bad_request, read_body
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.edge.paths import PATH_ROUTE

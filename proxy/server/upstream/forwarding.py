@@ -18,7 +18,7 @@ from proxy.apis.gemini.google_paths import GooglePath, google_path, passes
 from proxy.config.upstreams import UpstreamSettings
 from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound, UpstreamUnavailable
 from proxy.providers.provider import OutgoingCall
-from proxy.server.backends.model_route import Target
+from proxy.server.backends.models import Target
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
 from proxy.server.edge.credentials import (

@@ -53,7 +53,7 @@ from aiohttp.test_utils import TestServer
 from bench.conversations import agent_conversation
 from bench.servers import upstream_app
 from proxy.logging import configure_logging
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.server.conftest import gateway_settings
 
