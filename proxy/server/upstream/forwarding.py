@@ -101,7 +101,7 @@ class UpstreamCall:
             url = URL(upstream.base_url + tail, encoded=True)
         elif endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
             # Google's paths carry their own version and project: at the host's root, as written.
-            segments = route.path.segments
+            segments = route.segments
             if endpoint is not None:
                 segments = endpoint.upstream_segments(segments, flow.target.model)
             url = host_root_url(upstream.base_url, segments, query)
@@ -314,7 +314,7 @@ def native_google(upstream: UpstreamSettings, request: web.Request) -> bool:
     under the path as written): always to a Gemini upstream, and to a Vertex AI upstream for a
     path of Google's own; an OpenAI-shaped path (`/v1/embeddings`) goes to Vertex AI's
     OpenAI-compatible endpoint under the base URL, as to any OpenAI upstream."""
-    return upstream.provider.native_path(_asks_google(google_path(request[PATH_ROUTE].path.segments), request))
+    return upstream.provider.native_path(_asks_google(google_path(request[PATH_ROUTE].segments), request))
 
 
 def _asks_google(google: GooglePath | None, request: web.Request) -> bool:
