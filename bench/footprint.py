@@ -152,7 +152,7 @@ def _job_runner(bodies: Bodies) -> Any:
     from proxy.apis.fitting import Counting
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import settings_from_dict
-    from proxy.server.backends.model_counting import Models
+    from proxy.server.backends.models import Models
     from proxy.wire.readers import BodyReaders
 
     upstreams = {"fake": {"base_url": "http://127.0.0.1:9/v1"}}

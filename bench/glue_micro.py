@@ -24,7 +24,7 @@ ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
 from proxy.config.settings import settings_from_dict  # noqa: E402
-from proxy.server.backends.model_route import Router, Target  # noqa: E402
+from proxy.server.backends.models import Router, Target  # noqa: E402
 from proxy.server.request.flow import new_request_id  # noqa: E402
 
 ROUTES = [

@@ -38,7 +38,7 @@ from proxy.core.exchange import BACKEND_ROUNDS
 from proxy.core.learning.calibration import Calibration, CalibrationPolicy, calibrated
 from proxy.core.models.model_registry import ModelProfile, TokenizerSpec
 from proxy.core.plan import Plan
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.backends.tokenize import BackendCounter
 from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls
 from proxy.server.upstream.usage import usage_from_body

@@ -35,7 +35,10 @@ def measure(config: str) -> dict[str, float]:
     from bench.load import Bodies
     from proxy.apis.registry import AdapterRegistry
     from proxy.config.settings import load_settings
-    from proxy.server.backends.model_counting import Models
+    try:  # an older checkout named the module after its counting
+        from proxy.server.backends.models import Models
+    except ImportError:
+        from proxy.server.backends.model_counting import Models
     try:  # an older checkout kept the strict reader apart from the codec
         from proxy.wire import strict_json as strict_reader
     except ImportError:

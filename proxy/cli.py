@@ -260,7 +260,7 @@ class _Request:
 
 def _load(args: argparse.Namespace) -> _Request:
     from proxy.apis.registry import AdapterRegistry
-    from proxy.server.backends.model_counting import Models
+    from proxy.server.backends.models import Models
 
     settings: Settings = load_settings(args.config)
     warnings: list[str] = []

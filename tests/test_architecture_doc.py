@@ -77,7 +77,7 @@ class TestTheArchitecturePage:
     def test_the_rule_counts_a_package_init_with_code_and_skips_one_with_only_a_docstring(self):
         tree = modules_in_tree()
         assert "proxy/state/__init__.py" in tree and "proxy/apis/__init__.py" not in tree
-        assert "proxy/core/counting/request_count.py" in tree and "proxy/server/request/handlers.py" in tree
+        assert "proxy/core/counting/request_count.py" in tree and "proxy/server/request/perform.py" in tree
 
 
 class TestTheDocumentationsLinks:

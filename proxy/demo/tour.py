@@ -34,7 +34,7 @@ from proxy.demo.anthropic_request import sdk_installed, send_messages
 from proxy.demo.echo import running_echo, with_echo_upstream
 from proxy.demo.native_shapes import GEMINI, as_anthropic, send_gemini, send_interaction
 from proxy.logging import configure_logging
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 
 MODEL = "gpt-4o-mini"

@@ -21,16 +21,21 @@ upstream's provider says (`Provider.vocabularies_at_start`):
 cl100k_base is always among them: an unknown model name is counted with the bound over it.
 `all` loads every family's (about 440 MB more than `auto`), so that no model's first request stalls the loop
 whatever name a client sends; a list of model names loads theirs besides `auto`'s. The models the
-config names (overrides, routes) load at start in every case (`Models.load_configured`).
+config names (overrides, routes) load at start in every case (`configured_tokenizers`, loaded by
+`Models.load_configured`); a configured model whose vocabulary package is not installed is counted
+with its family's bound, and said so (`missing_vocabularies`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from proxy.config.settings import Settings
 from proxy.core.models.families import OPEN_FAMILIES, UNKNOWN_FAMILY
-from proxy.core.models.model_registry import FAMILIES, TokenizerSpec
+from proxy.core.models.model_registry import FAMILIES, ModelRegistry, TokenizerSpec
 from proxy.providers.provider import Provider
+from proxy.tokenizers.family_vocabularies import FALLBACK_BOUND
+from proxy.tokenizers.vocabularies import Tokenizers
 
 
 def every_family() -> list[TokenizerSpec]:
@@ -52,4 +57,35 @@ def vocabularies_at_start(
         specs.update(dict.fromkeys(provider.vocabularies_at_start))
     if isinstance(preload, tuple):
         specs.update(dict.fromkeys(tokenizer_of(model) for model in preload))
+    return list(specs)
+
+
+def _named_models(settings: Settings) -> list[str]:
+    """The models the config names one by one (overrides and routes that are not globs)."""
+    patterns = [m.override.pattern for m in settings.models.overrides] + [r.match for r in settings.routes]
+    return [pattern for pattern in dict.fromkeys(patterns) if not any(ch in pattern for ch in "*?[")]
+
+
+def missing_vocabularies(settings: Settings, registry: ModelRegistry, tokenizers: Tokenizers) -> list[dict[str, str]]:
+    """For each model the config names whose family's vocabulary package is not installed: the
+    model, the vocabulary, the package, and what counts it instead (the family's bound)."""
+    missing = []
+    for model in _named_models(settings):
+        spec = registry.profile(model).tokenizer
+        package = tokenizers.vocabulary_missing(spec)
+        if package is not None:
+            fallback = f"bound:{FALLBACK_BOUND}"
+            missing.append({"model": model, "vocabulary": spec.source, "package": package, "counted_with": fallback})
+    return missing
+
+
+def configured_tokenizers(settings: Settings, registry: ModelRegistry) -> list[TokenizerSpec]:
+    """The tokenizers of the models the config names: an override's own tokenizer, and the
+    looked-up one of every override or route that names one model rather than a glob."""
+    specs: dict[TokenizerSpec, None] = {}
+    for model in settings.models.overrides:
+        if model.override.tokenizer is not None:
+            specs[model.override.tokenizer] = None
+    for name in _named_models(settings):
+        specs[registry.profile(name).tokenizer] = None
     return list(specs)

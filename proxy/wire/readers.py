@@ -1,8 +1,9 @@
 """The readers of the bodies each adapter receives, and what is kept for a body sent again as it
 was: strict JSON (`proxy.wire.codec`), a conversation sent again parsed only where it is new
 (`proxy.wire.prefix_reader`, keeping `prefix_memory_bytes` of earlier bodies per adapter, 0 for
-none), and a chat-completions body read and type-checked in one call (`read_chat_body`: the echo
-upstream and the tools).
+none), a request's body read and parsed by its endpoint's adapter (`parsed_request`), and a
+chat-completions body read and type-checked in one call (`read_chat_body`: the echo upstream and
+the tools).
 
 A retry, or a regenerated answer, sends the very bytes of an earlier request. The prefix reader
 knows when it does before reading any of them (the match's `same`, the reading's
@@ -38,6 +39,7 @@ from typing import Any, Generic, TypeVar
 from proxy.apis.base import Adapter, Parsed
 from proxy.apis.fitting import Fitted
 from proxy.apis.openai.chat import check_chat_body
+from proxy.apis.registry import Endpoint
 from proxy.core.plan import Plan
 from proxy.wire.codec import DEFAULT_LIMITS, JsonLimits, read_json
 from proxy.wire.prefix_reader import Match, PrefixReader, Reading
@@ -53,6 +55,26 @@ V = TypeVar("V")
 
 PARSES_PER_BODY = 4  # endpoints per body: a path or two that name the model
 PLANS_PER_BODY = 8  # plans per body: a few clients, windows or tokenizers
+
+
+def parsed_request(
+    readers: BodyReaders, parses: KeptPerBody[Parsed], endpoint: Endpoint, raw: bytes, match: Match | None = None
+) -> Parsed:
+    """The body read strictly (duplicate keys, depth, encoding) and parsed by its endpoint's
+    adapter (the chat adapter type-checks every field the core reads); a conversation re-sent with
+    a new turn is read and checked only where it is new (`match`: the prefix reader's), and a body
+    sent again as it was is the request parsed the last time (`parses`). A bad body raises the
+    layer's own error (`BodyError`), which the server turns into its 400."""
+    if match is not None and match.same:
+        kept = parses.get(match.earlier, endpoint)
+        if kept is not None:
+            readers.used_again(endpoint.adapter, match)
+            return kept
+    reading = readers.read(endpoint.adapter, raw, match)
+    parsed = endpoint.parse(reading.value, reading.known)
+    readers.accepted(endpoint.adapter, reading, seen_whole=not parsed.unseen)
+    parses.put(earlier_body(parsed), endpoint, parsed)  # a body sent again: its request, for the next time
+    return parsed
 
 
 def earlier_body(parsed: Parsed) -> object | None:

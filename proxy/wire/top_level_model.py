@@ -209,3 +209,14 @@ def _last_model_value(text: bytes) -> int | None:
         else:
             fresh = False
     return value_at if _END.match(text, pos) else None
+
+
+_NAMED_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,256})"')
+_MODEL_PEEK_BYTES = 4096
+
+
+def named_model(raw: bytes) -> str | None:
+    """The model a body that could not be parsed names near its start, for its log line and row
+    (bounded: the first 4 KiB only, never a second parse of a refused body)."""
+    found = _NAMED_MODEL.search(raw[:_MODEL_PEEK_BYTES])
+    return found.group(1).decode("utf-8", "replace") if found else None

@@ -61,7 +61,7 @@ import pytest
 from aiohttp import web
 
 from proxy.config.settings import Settings, settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.support.upstream import FakeUpstream
 

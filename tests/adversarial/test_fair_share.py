@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from proxy.core.work_budget import current_event
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.threads.placement import large_body_slots
 from tests.adversarial.conftest import GuardServer, anthropic_body_of, body_of, post, prose
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from proxy.logging import configure_logging
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from tests.adversarial.conftest import anthropic_body_of, body_of, post
 
 TRIGGER = "\t" * 64

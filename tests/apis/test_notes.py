@@ -14,7 +14,7 @@ from proxy.apis.fitting import Fitted
 from proxy.apis.openai.completions import CompletionsAdapter
 from proxy.apis.openai.responses import ResponsesAdapter
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.tokenizers.model_map import load_model_map
 from tests.apis.fitting import words
 from tests.support.validity import messages_problems, responses_problems

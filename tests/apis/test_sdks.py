@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestServer
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import settings_from_dict
 from proxy.core.trimming.turns import split_conversation
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.apis.fitting import words
 from tests.support.trimming import profile, tokenizer

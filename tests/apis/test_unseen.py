@@ -82,7 +82,7 @@ class TestAConversationSentAgain:
 
     @staticmethod
     def parse(readers: BodyReaders, messages: list[dict[str, object]]) -> tuple[Parsed, KnownPrefix]:
-        """As the gateway parses a body (proxy.server.request.handlers): read, parse, then accepted."""
+        """As a request's body is parsed (proxy.wire.readers.parsed_request): read, parse, then accepted."""
         endpoint = AdapterRegistry().endpoint_for("/v1/chat/completions")
         reading = readers.read(endpoint.adapter, orjson.dumps({"model": "gpt-4o", "messages": messages}))
         parsed = endpoint.parse(reading.value, reading.known)

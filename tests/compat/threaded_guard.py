@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 
 

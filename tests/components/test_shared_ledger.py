@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.components.conftest import RedisServer
 from tests.support.upstream import FakeUpstream

@@ -17,7 +17,7 @@ from proxy.core.counting.count_cache import CountCache
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.learning.calibration import Calibration, CalibrationPolicy, calibrated
 from proxy.core.models.model_registry import TokenizerSpec
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.backends.profiles import BackendOptions, discover
 from proxy.server.backends.tokenize import BackendCounter
 from proxy.server.backends.tokenize_calls import LlamaCppPythonCalls

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.config.settings import settings_from_dict
 from proxy.core.trimming.strategies import DEFAULT_PIPELINE
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.real.corpus import KINDS, body, over_window, oversized_system
 from tests.real.llama import MODEL, LlamaServer

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.logging import configure_logging
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.support.upstream import FakeUpstream
 

@@ -10,7 +10,7 @@ import anthropic
 import pytest
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.support.bedrock_upstream import FakeBedrock, prompt_tokens
 

@@ -16,7 +16,7 @@ from google.genai import errors, types
 from google.oauth2.credentials import Credentials
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.support.gemini_upstream import FakeGemini
 

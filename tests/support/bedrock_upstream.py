@@ -42,7 +42,7 @@ from cryptography.x509.oid import NameOID
 
 from proxy.apis.bedrock.aws_event_stream import encode_message
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.support.cookbook import encoding
 

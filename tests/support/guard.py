@@ -11,7 +11,7 @@ from typing import Any
 from proxy.apis.fitting import Counting
 from proxy.core.counting.request_count import RequestCounter
 from proxy.core.plan import Plan, plan_request
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 
 
 def plan_with(

@@ -12,7 +12,7 @@ import pytest
 from proxy.config.settings import Settings, settings_from_dict
 from proxy.core.models.model_registry import TokenizerSpec
 from proxy.errors import ConfigError
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.tokenizers.vocabularies import Tokenizers, TokenizerUnavailable, encoding_file_name
 
 _NO_NETWORK = (
@@ -24,7 +24,7 @@ _NO_NETWORK = (
 
 def test_a_fresh_process_loads_both_encodings_and_the_model_map_with_the_network_cut_off():
     code = _NO_NETWORK + (
-        "from proxy.server.backends.model_counting import Models\nfrom proxy.config.settings import Settings\n"
+        "from proxy.server.backends.models import Models\nfrom proxy.config.settings import Settings\n"
         "g = Models(Settings())\n"
         "p = g.profile('gpt-4o'); print(g.tokenizer(p).count('hello world'), p.context_window)\n"
         "print(g.tokenizer(g.profile('gpt-4')).count('hello world'))\n"

@@ -12,8 +12,7 @@ import pytest
 
 from bench.conversations import agent_conversation
 from proxy.apis.registry import AdapterRegistry, Endpoint
-from proxy.server.request import handlers
-from proxy.wire.readers import PARSES_PER_BODY, BodyReaders, KeptPerBody
+from proxy.wire.readers import PARSES_PER_BODY, BodyReaders, KeptPerBody, parsed_request
 
 REGISTRY = AdapterRegistry()
 CHAT = REGISTRY.endpoint_for("/v1/chat/completions")
@@ -29,7 +28,7 @@ def conversation(question: str = "And now?") -> bytes:
 
 @pytest.fixture
 def gateway() -> Any:
-    """What `_parse` uses of the gateway: the readers and the parses kept."""
+    """What `parsed_request` is given of the gateway: the readers and the parses kept."""
     return SimpleNamespace(
         readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=8 * 1024 * 1024), parses=KeptPerBody(PARSES_PER_BODY)
     )
@@ -52,7 +51,7 @@ def parses_made(monkeypatch: pytest.MonkeyPatch) -> list[Endpoint]:
 def sent(gateway: Any, endpoint: Endpoint, raw: bytes) -> Any:
     """The handler's parse of `raw`, from its own copy of the bytes (as each request has)."""
     raw = bytes(bytearray(raw))
-    return handlers._parse(gateway, endpoint, raw, gateway.readers.match(endpoint.adapter, raw))
+    return parsed_request(gateway.readers, gateway.parses, endpoint, raw, gateway.readers.match(endpoint.adapter, raw))
 
 
 class TestResentParses:
@@ -89,7 +88,8 @@ class TestResentParses:
 
     def test_a_kept_request_goes_when_the_reader_lets_its_body_go(self):
         gateway = SimpleNamespace(
-            readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=4 * len(conversation())), parses=KeptPerBody(PARSES_PER_BODY)
+            readers=BodyReaders(REGISTRY.adapters, prefix_memory_bytes=4 * len(conversation())),
+            parses=KeptPerBody(PARSES_PER_BODY),
         )
         for _ in range(2):
             sent(gateway, CHAT, conversation())

@@ -17,8 +17,8 @@ from proxy.apis.fitting import Counting, fit
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
 from proxy.core.plan import TrimPolicy
-from proxy.server.backends import model_counting
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends import models as models_module
+from proxy.server.backends.models import Models
 from proxy.wire.readers import BodyReaders, ResentPlans
 from tests.support.trimming import profile, tokenizer
 
@@ -35,13 +35,13 @@ def models(model_map: dict[str, Any]) -> Models:
 def plans_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many plans were made from scratch (the core's count and trim)."""
     made: list[int] = []
-    real = model_counting.fit
+    real = models_module.fit
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         made.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(model_counting, "fit", counted)
+    monkeypatch.setattr(models_module, "fit", counted)
     return made
 
 

@@ -86,18 +86,6 @@ def scan_calls(
                 calls[call_id] = ResultContext(_name(entry), group)
 
 
-def no_tool_traffic(messages: Sequence[Any], start: int, end: int) -> bool:
-    """Whether `scan_calls` would read nothing from `messages[start:end]`: none of them is a tool
-    result or makes a tool call."""
-    for index in range(start, end):
-        message = messages[index]
-        if type(message) is not dict and not isinstance(message, Mapping):  # as scan_calls passes it over
-            continue
-        if message.get("role") == "tool" or message.get("tool_calls"):
-            return False
-    return True
-
-
 def flag_groups(contexts: Mapping[int, ResultContext]) -> dict[int, ResultContext]:
     """`contexts` with the first and last result of each parallel call's group marked."""
     flagged = dict(contexts)

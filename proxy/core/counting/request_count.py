@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.costs.tool_calls import ResultContext, flag_groups, no_tool_traffic, result_contexts, scan_calls
+from proxy.core.costs.tool_calls import ResultContext, flag_groups, result_contexts, scan_calls
 from proxy.core.costs.tools import ToolsCount, first_system_text, tool_definitions_tokens
 from proxy.core.counting.count_cache import (
     NO_TALLY,
@@ -178,7 +178,7 @@ class RequestCounter(CountRules):
         openings are kept for the next."""
         cache, n = self.cache, len(messages)
         if cache is None or len(hashes) != n or n == 0:
-            self._results = result_contexts(messages)
+            self._results = {} if no_tool_traffic(messages, 0, n) else result_contexts(messages)
             counts = self._count_messages(messages, hashes)
             return counts, NO_TALLY.plus(counts)
         keys: dict[int, Hashable] = {}  # each hashes a prefix of `hashes`: made only as far as looked
@@ -191,7 +191,7 @@ class RequestCounter(CountRules):
         if opening is not None and opening.flagged is not None and no_tool_traffic(messages, opening.size, n):
             return self._extended(opening, messages, hashes, shared, keys)
         if opening is not None and opening.size == n:  # the very messages of a request before: a retry
-            results = flag_groups(opening.contexts)
+            results = flag_groups(opening.contexts) if opening.contexts else {}
             if still_marked_alike(opening, results):  # its counts were made with these marks
                 self._results = results
                 return opening.counts, opening.tally
@@ -200,13 +200,15 @@ class RequestCounter(CountRules):
         contexts: dict[int, ResultContext] = dict(opening.contexts) if opening is not None else {}
         keep = sizes_to_keep(n, shared, opening.size if opening is not None else 0)
         states: dict[int, tuple[dict[str, ResultContext], dict[int, ResultContext]]] = {}
-        at = start
+        at, walk = start, not no_tool_traffic(messages, start, n)  # no call nor result: nothing to read
         for size in sorted(s for s in keep if s > start):  # the walk, paused where an opening is kept
-            scan_calls(messages, at, size, calls, contexts)
+            if walk:
+                scan_calls(messages, at, size, calls, contexts)
             # The walk's own dicts at its end (nothing changes them after); copies where it goes on.
             states[size], at = ((calls, contexts) if size == n else (dict(calls), dict(contexts))), size
-        scan_calls(messages, at, n, calls, contexts)
-        self._results = flag_groups(contexts)
+        if walk:
+            scan_calls(messages, at, n, calls, contexts)
+        self._results = flag_groups(contexts) if contexts else {}  # no result, no group to mark
         if opening is not None and not still_marked_alike(opening, self._results):
             opening, start = None, 0  # a result joined a parallel call of the opening: its marks moved
         carried = opening.counts if opening is not None else ()
@@ -269,3 +271,16 @@ class RequestCounter(CountRules):
         finally:
             self._prefetched = {}
         return tuple(c for c in counts if c is not None)
+
+
+def no_tool_traffic(messages: Sequence[Any], start: int, end: int) -> bool:
+    """Whether `scan_calls` would read nothing from `messages[start:end]`: none of them is a tool
+    result or makes a tool call. Asked here, before the walk, so that a conversation without tool
+    traffic (most of them) does not enter the calls' code at all."""
+    for index in range(start, end):
+        message = messages[index]
+        if type(message) is not dict and not isinstance(message, Mapping):  # as scan_calls passes it over
+            continue
+        if message.get("role") == "tool" or message.get("tool_calls"):
+            return False
+    return True

@@ -22,8 +22,7 @@ from proxy.core.trimming.turns import call_ids, validity_problems
 from proxy.demo.echo import bedrock_answer, gemini_answer, messages_answer, openai_shapes, responses_answer
 from proxy.demo.echo.report import EchoReport, EchoSettings, Reply, ToolCallSeen, call_names, text_of
 from proxy.errors import BadRequest, GuardError
-from proxy.server.edge.body import bad_body_errors
-from proxy.server.request.handlers import parse_chat
+from proxy.server.edge.body import bad_body_errors, parse_chat
 from proxy.tokenizers.vocabularies import Tokenizers
 from proxy.wire.codec import loads
 

@@ -53,6 +53,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from aiohttp import web
 
@@ -61,6 +62,7 @@ from proxy.core.work_budget import checkpoint
 from proxy.errors import BadRequest, Overloaded, PayloadTooLarge, RequestTimeout, TooManyRequests, UnsupportedEncoding
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.threads.placement import client_key, large_body_slots
+from proxy.wire.readers import read_chat_body
 
 MIB = 1024 * 1024
 
@@ -276,6 +278,12 @@ _MAPPING = _BadBodyErrors()
 def bad_body_errors() -> _BadBodyErrors:
     """Inside, a body error of any layer is raised as its `BadRequest`; other errors pass untouched."""
     return _MAPPING
+
+
+def parse_chat(raw: bytes) -> dict[str, Any]:
+    """A chat-completions body read as the guard reads it, a bad one its 400 (for the echo upstream and tools)."""
+    with bad_body_errors():
+        return read_chat_body(raw)
 
 
 # After an answer to a request whose body was not read (401, 408, 413), aiohttp keeps reading and

@@ -21,10 +21,16 @@ from aiohttp import web
 
 from proxy.server.observation.health import healthz, livez, readyz
 from proxy.server.observation.page import JSON_PATH, PAGE_PATH, recent_json, recent_page
-from proxy.server.request.handlers import metrics
+from proxy.server.request.gateway import GATEWAY
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Access = Literal["probe", "metrics", "own"]
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The gateway's metrics in Prometheus' text format."""
+    body = request.app[GATEWAY].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
 @dataclass(frozen=True, slots=True)

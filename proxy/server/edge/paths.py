@@ -178,6 +178,9 @@ class PathRoute:
     path: CanonicalPath
     api: str | None = None
     endpoint: Endpoint | None = None  # for a counted path: its adapter, and the model the path names
+    # A counted or forwarded path's segments, split once (the route is kept per path): what the
+    # upstream's URL is made of where the path goes to the host's root as written (Google's).
+    segments: tuple[str, ...] = ()
 
 
 PASSTHROUGH = web.AppKey("passthrough", PassthroughPolicy)
@@ -200,20 +203,21 @@ def route_for(
     `none`, and then only those on Google's allow-list (`proxy.apis.gemini.google_paths`)."""
     if (endpoint := guarded(path.value)) is not None:
         _check_method(method, GUARDED_METHODS, path)
-        return PathRoute("guarded", path, endpoint_api(endpoint), endpoint)
+        return PathRoute("guarded", path, endpoint_api(endpoint), endpoint, path.segments)
     if (name := local(path.value)) is not None:
         _check_method(method, LOCAL_METHODS, path)
         return PathRoute("local", path, name)
-    if (generating := generation_method(path.segments)) is not None:
+    segments = path.segments
+    if (generating := generation_method(segments)) is not None:
         raise PathNotFound(
             f"context-guard does not forward {path.value}: :{generating} runs a model in a way the guard does "
             "not count; use :generateContent or :streamGenerateContent on the model's own path"
         )
-    google = google_path(path.segments)
+    google = google_path(segments)
     if policy.mode != "none" and google is not None and google.google_only:
-        return PathRoute("forward", path)
+        return PathRoute("forward", path, segments=segments)
     if policy.allows(path):
-        return PathRoute("forward", path)
+        return PathRoute("forward", path, segments=segments)
     raise PathNotFound(f"context-guard does not serve or forward {path.value}")
 
 

@@ -31,8 +31,7 @@ from proxy.core.learning.calibration import CalibrationTable
 from proxy.errors import GuardError, HTTPRefusal, PayloadTooLarge, Unauthorized
 from proxy.logging import get_logger, log_request_line
 from proxy.server.backends.catalogue import Backends
-from proxy.server.backends.model_counting import Models
-from proxy.server.backends.model_route import Router
+from proxy.server.backends.models import Models, Router
 from proxy.server.backends.profiles import Discovery
 from proxy.server.edge.body import (
     BODY_BUDGET,
@@ -61,7 +60,7 @@ from proxy.server.observation.recent import RECENT, RecentDecisions, install_pag
 from proxy.server.observation.record import RequestRecord, log_event
 from proxy.server.request.flow import FLOW, Flow, request_id_of
 from proxy.server.request.gateway import GATEWAY, Gateway
-from proxy.server.request.handlers import guarded
+from proxy.server.request.perform import guarded
 from proxy.server.request.summariser import open_summariser
 from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, upstream_session
 from proxy.server.upstream.forwarding import passthrough

@@ -40,7 +40,7 @@ from aiohttp import web
 from proxy.config.settings import Settings
 from proxy.errors import ConfigError
 from proxy.logging import get_logger
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.observation.health import HEALTH, os_error_reason
 from proxy.server.observation.peers import Peers, serve_own
 from proxy.server.observation.recent import GATHER, RECENT

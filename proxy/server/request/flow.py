@@ -3,13 +3,13 @@
 The `records` middleware opens a `Flow` for every request that reaches the app, with its request
 id; the flow is the request's record (`proxy.server.observation.record.RequestRecord`): the log
 line, the metrics, the `x-context-guard-*` headers and the recent-decisions page read it. Each step
-writes what it works out on the flow: the handler the client, its scope and the parsed body;
-`proxy.server.request.perform.prepared` the upstream target, the mode and the exchange;
-`Performer` the model's route, the tokenizer's choice, the outcome and what it noted; the upstream
-call its status, time and what the relay saw. What the core's `Exchange` decided (the window and
-where it came from, a correction applied or learned, what the provider holds, the plan that was
-sent) is read off it once, when the request closes (`Flow.close`), so that nothing is copied from
-one holder to another while the request runs.
+writes what it works out on the flow (`proxy.server.request.perform`): `guarded` the client, its
+scope and the parsed body; `prepared` the upstream target, the mode and the exchange; `Performer`
+the model's route, the tokenizer's choice, the outcome and what it noted; the upstream call its
+status, time and what the relay saw; the answer's usage, from which an estimate learns (`learn`).
+What the core's `Exchange` decided (the window and where it came from, a correction applied or
+learned, what the provider holds, the plan that was sent) is read off it once, when the request
+closes (`Flow.close`), so that nothing is copied from one holder to another while the request runs.
 
 A request id is made without a system call: `secrets.token_hex(16)` asks the kernel for 16 random
 bytes on every request (a `getrandom` call), while an id needs to be unique, not secret. 64 random
@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Hashable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -32,7 +33,7 @@ from proxy.apis.registry import Endpoint
 from proxy.core.exchange import Exchange
 from proxy.core.record_fields import field_dict
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_route import ModelRoute, Target
+from proxy.server.backends.models import ModelRoute, Target
 from proxy.server.observation.recent import removed_tool_names
 from proxy.server.observation.record import RequestRecord
 from proxy.server.request.gateway import Gateway
@@ -134,6 +135,22 @@ class Flow(RequestRecord):
         if exchange.attempt == 2 and self.window_source != "correction":  # a retry planned for the corrected window
             self.window_source = "correction"
             self.note("fallback_window", present=False)
+
+    def learn(self, usage: Usage | None, sent: Mapping[str, Any]) -> None:
+        """The usage the upstream reports is the record's, whatever the API; an estimate learns
+        from its prompt tokens (chat completions), when everything the upstream may have put in
+        the prompt was counted: a field the guard does not read (vLLM's `documents`) would
+        otherwise teach every other request its size."""
+        if usage is None:
+            return
+        self.usage, choice = usage, self.choice
+        whole = self.endpoint.adapter.body_is_view and self.parsed.read_whole
+        if not whole or self.client_disconnected or self.stream_broken or choice is None or choice.learning is None:
+            return  # only an estimate learns (`Choice.learning`), and from a request counted whole
+        gw = self.gw
+        learned = gw.backends.observe(choice, usage.prompt_tokens, sent, gw.models.count_cache(self.scope))
+        if learned is not None:
+            self.calibration = learned.factor  # the estimate's factor its usage taught
 
     def keep_previews(self, chars: int) -> None:
         """With `log.content_preview_chars` set, the start of each message the sent plan removed

@@ -16,11 +16,13 @@ from proxy.apis.base import Parsed
 from proxy.apis.registry import AdapterRegistry
 from proxy.config.settings import Settings
 from proxy.config.upstreams import UpstreamSettings
+from proxy.core.commands import Summary
 from proxy.core.learning.corrections import CorrectionPolicy
+from proxy.core.trimming.compaction import SummaryRequest
 from proxy.errors import GuardError
 from proxy.server.backends.catalogue import Backends, Reach
-from proxy.server.backends.model_counting import Models
-from proxy.server.backends.model_route import ModelRoutes, Router
+from proxy.server.backends.model_route import model_route
+from proxy.server.backends.models import ModelRoute, ModelRoutes, Models, Router, Target
 from proxy.server.backends.provider_count import ProviderCounts
 from proxy.server.edge.credentials import UpstreamAuth
 from proxy.server.edge.paths import PathRoute
@@ -56,7 +58,7 @@ class Gateway:
     _service: dict[str, tuple[str | None, Mapping[str, str]]] = field(default_factory=dict, init=False, repr=False)
     # The route each (canonical path, method) took: the same few recur on every request.
     routes: dict[tuple[str, str], PathRoute] = field(default_factory=dict, init=False, repr=False)
-    # What each model's requests are counted and sent with (`proxy.server.backends.model_route`).
+    # What each model's requests are counted and sent with (`proxy.server.backends.models`).
     model_routes: ModelRoutes = field(default_factory=ModelRoutes, init=False, repr=False)
 
     @functools.cached_property
@@ -93,6 +95,26 @@ class Gateway:
         except GuardError:  # a token that cannot be had now: the calls go without it, and fall back
             auth = None
         return Reach(session, upstream.name, upstream.base_url, self.service_headers(upstream, auth))
+
+    async def route_of(self, model: str, target: Target) -> tuple[ModelRoute, bool]:
+        """`model`'s route worked out (`model_route`), after asking the upstream for the served
+        model's window when it was not asked yet (with the guard's own credential); and whether
+        anyone was asked (the route is not kept then)."""
+        upstream, served = target.upstream, target.model or model
+        known, stated = self.backends.known_window(upstream.name, served)
+        if not known:
+            stated = await self.backends.window(await self.reach(upstream), served)
+        route, loaded = await model_route(self.models, self.backends, model, target, stated)
+        return route, loaded or not known
+
+    async def summary(self, request: SummaryRequest) -> Summary:
+        """The summariser's summary of what a trim dropped, asked with its upstream's credential."""
+        summariser = self.summariser
+        assert summariser is not None, "the exchange asks for summaries only when a summariser is set"
+        upstream = self.settings.upstreams[summariser.upstream]
+        auth = await self.auths[upstream.name].header(None, False)
+        outcome = await summariser.summarise(request, dict(request_headers({}, upstream, auth)))
+        return Summary(outcome.text, outcome.status)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

@@ -9,6 +9,10 @@ interaction, a cached prompt). What it weighs comes, in order, from:
 - else it is unknown, and the request is counted as sent, flagged.
 Both calls carry the forwarded request's own credential, so a client learns nothing through them
 that the provider would not tell it. `learned()` keeps what a relayed answer reports as held.
+
+The same count call, with the same credential, serves a request whose bounds straddle its budget
+(`provider_plan`), and a count endpoint answered locally adds the held context it names
+(`count_answer`: Anthropic's count_tokens, Gemini's countTokens).
 """
 
 from __future__ import annotations
@@ -23,12 +27,23 @@ from aiohttp import web
 from proxy.apis.base import HeldContext
 from proxy.config.upstreams import UpstreamSettings
 from proxy.core.commands import Held
+from proxy.core.counting.tokenizer import Tokenizer
+from proxy.core.plan import Plan
 from proxy.errors import ContextLengthExceeded, GuardError
 from proxy.server.backends.profiles import BackendDown, answered_json
-from proxy.server.backends.provider_count import EdgeRequest, Placed, count_call_headers, provider_counted
+from proxy.server.backends.provider_count import (
+    EdgeRequest,
+    Placed,
+    count_call_headers,
+    edge_budget,
+    provider_counted,
+    settled,
+)
 from proxy.server.edge.paths import host_root_url
+from proxy.server.observation.record import ANSWERED_LOCALLY, COUNT_HEADER, OUTCOME_HEADER
 from proxy.server.request.flow import Flow
 from proxy.server.request.gateway import Gateway
+from proxy.server.threads.placement import planned
 from proxy.server.upstream.usage import Reported, held_of
 from proxy.state.store import client_of
 
@@ -74,12 +89,32 @@ async def _whole_count(flow: Flow, headers: Mapping[str, str], placed: Placed) -
     gw, route = flow.gw, flow.route
     if route is None or gw.session is None:  # a count endpoint answered locally: no route was worked out
         return None
-    view = flow.endpoint.adapter.body_is_view
-    upstream = flow.target.upstream
-    edge = EdgeRequest.of(upstream, route.served, flow.parsed, gw.backends.discoveries, view)
-    if upstream.provider.signs:
-        edge = replace(edge, finish=gw.auths[upstream.name].finished)
-    return await provider_counted(gw.provider_counts, gw.session, headers, edge, placed)
+    return await provider_counted(gw.provider_counts, gw.session, headers, _edge_request(flow, route.served), placed)
+
+
+def _edge_request(flow: Flow, served: str) -> EdgeRequest:
+    """The provider count call for `flow`'s request, to the model that serves it; signed as the
+    forwarded request is, where the provider signs."""
+    gw, upstream, view = flow.gw, flow.target.upstream, flow.endpoint.adapter.body_is_view
+    edge = EdgeRequest.of(upstream, served, flow.parsed, gw.backends.discoveries, view)
+    return replace(edge, finish=gw.auths[upstream.name].finished) if upstream.provider.signs else edge
+
+
+async def provider_plan(flow: Flow, plan: Plan, tokenizer: Tokenizer, placed: Placed) -> Plan | None:
+    """The upstream's own count of a request whose plan's bounds may straddle its budget
+    (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
+    gw, route = flow.gw, flow.route
+    assert route is not None and gw.session is not None, "a plan follows the route; the session opens at startup"
+    edge = _edge_request(flow, route.served)
+    budget = edge_budget(edge, plan, tokenizer)
+    if budget is None:
+        return None
+    headers = await count_call_headers_for(flow.request, gw, flow.target.upstream)
+    counted = await provider_counted(gw.provider_counts, gw.session, headers, edge, placed)
+    made = settled(plan, edge, budget, counted, flow.note)
+    if made is not None:
+        flow.provider_counted = True
+    return made
 
 
 async def _held_size(flow: Flow, held: HeldContext, path: tuple[str, ...], headers: Mapping[str, str]) -> int | None:
@@ -121,8 +156,6 @@ async def count_call_headers_for(request: web.Request, gw: Gateway, upstream: Up
     return count_call_headers(request.headers, upstream, auth, keys)
 
 
-
-
 def held_refusal(refusal: ContextLengthExceeded, held: int) -> ContextLengthExceeded:
     """The guard's refusal of a request, saying how much of its count the provider holds: what
     the client can do differs, since the held part is not in its body."""
@@ -151,3 +184,24 @@ async def counted_with_held(flow: Flow, total: int, exact: bool) -> tuple[int, s
 
 async def _inline(work: Callable[[], Any]) -> Any:
     return work()
+
+
+async def count_answer(flow: Flow) -> web.Response:
+    """A count endpoint (Anthropic's count_tokens, Gemini's countTokens), counted where a request
+    is planned (sized by the whole body, within the client's share of the threads; its scope: its
+    part of the count cache)."""
+    gw, endpoint, parsed = flow.gw, flow.endpoint, flow.parsed
+    fit, adapter, scope = gw.models.fit, endpoint.adapter, flow.scope
+    size, client = len(flow.raw), flow.client
+    fitted = await planned(flow.large, fit, adapter, parsed, None, None, scope, size=size, client=client)
+    flow.plan, flow.outcome = fitted.plan, ANSWERED_LOCALLY  # counted, never cut nor forwarded
+    assert endpoint.answer is not None, "a local endpoint says how it answers"
+    total, kind = fitted.plan.count.total, "exact" if fitted.exact else "upper-bound"
+    if parsed.held:  # a cache it names: added as the provider counts it
+        total, kind = await counted_with_held(flow, total, fitted.plan.count.exact)
+    response = web.json_response(adapter.count_answer(endpoint.answer(total), fitted.original_tokens))
+    response.headers["x-request-id"] = flow.request_id
+    # The body has no field for it: what kind of count this is (an upper bound where no tokenizer of the model ships).
+    response.headers[COUNT_HEADER] = kind
+    response.headers[OUTCOME_HEADER] = ANSWERED_LOCALLY
+    return response

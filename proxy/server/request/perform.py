@@ -1,14 +1,16 @@
-"""What the exchange asks, performed: one guarded request's I/O, one method per command.
+"""A guarded request performed: read and parsed, then what its exchange asks, one method per command.
 
-`proxy.core.exchange.Exchange` decides (route, tokenizer, correction, plan, recount, summarise,
-send, correct, re-plan) and yields commands; `Performer.perform(command)` does each one for this
-request (the gateway's route table and backends, the guard, the adapter, the summariser, the
-upstream) and answers it, keeping what it learns on the request's `Flow` (which is its record);
-the `Performer` holds only what its commands pass to each other. `prepared()` checks what needs
-no command (the upstream serves the API, a client's template) and opens the exchange.
+A guarded request (any API shape an adapter in `proxy.apis` understands) is read and parsed by
+the adapter its route names into the chat view the core counts (`guarded`); `prepared()` checks
+what needs no command (the upstream serves the API, a client's template) and opens its exchange.
+`proxy.core.exchange.Exchange` then decides (route, tokenizer, correction, plan, recount,
+summarise, send, correct, re-plan) and yields commands; `Performer.perform(command)` does each one
+for this request (the gateway's route table and backends, the guard, the adapter, the summariser,
+the upstream) and answers it, until the exchange is over. What each step works out is kept on the
+request's `Flow`, which is its record (the `records` middleware closes, logs and counts it when
+the request ends); the `Performer` holds only what its commands pass to each other.
 
-How a command's work runs, inline on the loop, in the medium-body threads or in the large-body
-threads, each within the client's fair share of them, is decided in one place: `performed()`.
+Where a command's work runs (on the loop, or in the client's share of the threads): `proxy.server.threads.placement`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from aiohttp import web
 
 from proxy.apis.fields import refuse_client_template
 from proxy.apis.fitting import Counting, count_kind
-from proxy.config.budget_and_trim import Mode
+from proxy.config.budget_and_trim import MODES, Mode
 from proxy.core.commands import (
     DELIVERED,
     DELIVERED_IN_PART,
@@ -53,27 +55,82 @@ from proxy.core.counting.bound import CIPHERTEXT_NOTE
 from proxy.core.exchange import Exchange
 from proxy.core.learning.corrections import Correction
 from proxy.core.models.opt_in_windows import correction_key, opted_in
-from proxy.core.plan import Plan
-from proxy.errors import ContextLengthExceeded, HTTPRefusal, UpstreamUnavailable
+from proxy.core.plan import BodyError, Plan
+from proxy.errors import BadRequest, ContextLengthExceeded, HTTPRefusal
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.model_route import ModelRoute, Target, chosen_of, model_route
-from proxy.server.backends.provider_count import (
-    EdgeRequest,
-    edge_budget,
-    provider_counted,
-    settled,
-)
+from proxy.server.backends.models import ModelRoute, chosen_of
+from proxy.server.edge.body import bad_request, read_body
+from proxy.server.edge.credentials import credential_digest
+from proxy.server.edge.paths import PATH_ROUTE
 from proxy.server.observation.record import count_headers, report_headers
-from proxy.server.request.flow import Flow
-from proxy.server.request.gateway import Gateway
-from proxy.server.request.held import count_call_headers_for, held_refusal, learned, looked_up
-from proxy.server.threads.placement import performed, planned
-from proxy.server.upstream.connection import decoded, json_message, overflow_told, read_error_body, request_headers
-from proxy.server.upstream.forwarding import buffered, outgoing, probe_overflow, relay_answer, upstream_call
+from proxy.server.request.flow import FLOW, Flow
+from proxy.server.request.gateway import MODE_HEADER, Gateway
+from proxy.server.request.held import (
+    count_answer,
+    count_call_headers_for,
+    held_refusal,
+    learned,
+    looked_up,
+    provider_plan,
+)
+from proxy.server.threads.placement import client_key, client_scope, performed, planned
+from proxy.server.upstream.connection import decoded, read_error_body
+from proxy.server.upstream.forwarding import (
+    Failed,
+    error_relayed,
+    outgoing,
+    probe_overflow,
+    relay_answer,
+    upstream_call,
+)
 from proxy.server.upstream.relay import UsageReader, ask_for_usage, first_event
 from proxy.server.upstream.relay import error_body as first_error_body
+from proxy.wire.readers import parsed_request
+from proxy.wire.top_level_model import named_model
 
 T = TypeVar("T")
+
+
+async def guarded(request: web.Request) -> web.StreamResponse:
+    """Every counted API shape: read, parse, then perform the exchange's commands until it is over."""
+    flow, endpoint = request[FLOW], request[PATH_ROUTE].endpoint
+    gw = flow.gw
+    assert endpoint is not None, "the canonical-path middleware routed here only paths an adapter counts"
+    flow.endpoint = endpoint
+    digest = credential_digest(request.headers, request.query)  # who the client is, for its share and its counts
+    client = flow.client = client_key(digest, request.remote)  # its share of bodies held, threads and upstream calls
+    raw = flow.raw = await read_body(request, gw.settings.server.max_body_bytes, client)
+    # What is new in the body is read and counted: a conversation re-sent with a turn is small work.
+    match = gw.readers.match(endpoint.adapter, raw)
+    large = flow.large = match.new_bytes > gw.settings.server.offload_bytes
+    try:
+        args = (gw.readers, gw.parses, endpoint, raw, match)
+        parsed = await performed(large, parsed_request, *args, size=match.new_bytes, client=client)
+    except (BodyError, BadRequest) as error:
+        flow.model = endpoint.path_model or named_model(raw)  # a refused request's row still names its model
+        if isinstance(error, BodyError):  # a body error, whichever layer found it: the client's 400
+            raise bad_request(error) from None
+        raise
+    flow.parsed, model = parsed, parsed.model or ""
+    flow.model = model
+    flow.scope = client_scope(request, digest)  # whose part of the count cache this request reads and fills
+    if endpoint.local:  # Anthropic's count_tokens, Gemini's countTokens: answered from the same count, never forwarded
+        return await count_answer(flow)
+    performer, exchange = prepared(flow, select_mode(request, gw, model))
+    command: Command | None = exchange.start()
+    while command is not None:
+        command = exchange.send(await performer.perform(command))
+    assert performer.response is not None, "an exchange ends with an answer relayed, or raises"
+    return performer.response
+
+
+def select_mode(request: web.Request, gw: Gateway, model: str) -> Mode:
+    """The mode the request runs in: its `MODE_HEADER` where the operator allows one, else its model's."""
+    if gw.settings.server.allow_mode_header and (value := request.headers.get(MODE_HEADER)):
+        if value not in MODES:
+            raise BadRequest(f"{MODE_HEADER} must be one of {', '.join(MODES)}", param=MODE_HEADER)
+        return value  # type: ignore[return-value,unused-ignore]  # checked against MODES above
+    return gw.models.mode_for(model)
 
 
 class Performer:
@@ -86,7 +143,7 @@ class Performer:
         self._counted: Counting | None = None  # what the plans count the request as, once chosen
         self._rendered = flow.parsed  # what a plan's view is written into: the request after its context edits
         self._learns = False  # a stream is asked for its usage, to teach an estimate (the client does not see it)
-        self._failed: tuple[Any, bytes, bytes, dict[str, str]] | None = None  # the answer a Relay relays
+        self._failed: Failed | None = None  # the answer a Relay relays
         self.count_kind = "exact"  # what kind of count the latest plan's is (`COUNT_HEADER`)
         self._learned_as = ""  # the name corrections are kept under (`correction_key`), once routed
 
@@ -114,7 +171,7 @@ class Performer:
         flow, gw, model, api = self.flow, self.flow.gw, self.flow.model or "", self.flow.endpoint.api
         route = gw.model_routes.get(model, api, gw.backends)
         if route is None:  # the model's first request, or one that had to ask
-            route, asked = await _route_of(gw, model, self.flow.target)
+            route, asked = await gw.route_of(model, self.flow.target)
             if not asked:
                 gw.model_routes.put(model, api, route)
         flow.route = route
@@ -226,34 +283,15 @@ class Performer:
         return Recounted(await self._performed(choice.recount, command.body))
 
     async def provider_count(self, command: ProviderCount) -> Plan | None:
-        """The upstream's own count, asked when the plan's bounds straddle its budget
-        (`proxy.server.backends.provider_count`); its plan when that count decided (`count_source: provider`)."""
-        gw, upstream, plan = self.flow.gw, self.flow.target.upstream, command.plan
+        """The upstream's own count, asked when the plan's bounds may straddle its budget
+        (`proxy.server.request.held.provider_plan`); its plan when that count decided."""
+        plan = command.plan
         if not plan.result.removals and plan.count.total <= plan.result.budget.input_budget:
             return None  # its upper bound fits a budget nothing lowered: the bounds cannot straddle it
-        view = self.flow.endpoint.adapter.body_is_view
-        edge = EdgeRequest.of(upstream, self.route.served, self.flow.parsed, gw.backends.discoveries, view)
-        if upstream.provider.signs:  # the count call is signed as the forwarded request is
-            edge = replace(edge, finish=gw.auths[upstream.name].finished)
-        budget = edge_budget(edge, plan, self.choice.tokenizer)
-        if budget is None:
-            return None
-        session = gw.session
-        assert session is not None, "the app's upstream session is opened at startup"
-        headers = await count_call_headers_for(self.flow.request, gw, upstream)
-        counted = await provider_counted(gw.provider_counts, session, headers, edge, self._placed)
-        made = settled(plan, edge, budget, counted, self.flow.note)
-        if made is not None:
-            self.flow.provider_counted = True
-        return made
+        return await provider_plan(self.flow, plan, self.choice.tokenizer, self._placed)
 
     async def summarise(self, command: Summarise) -> Summary:
-        summariser = self.flow.gw.summariser
-        assert summariser is not None, "the exchange asks for summaries only when a summariser is set"
-        upstream = self.flow.gw.settings.upstreams[summariser.upstream]
-        auth = await self.flow.gw.auths[upstream.name].header(None, False)
-        outcome = await summariser.summarise(command.request, dict(request_headers({}, upstream, auth)))
-        return Summary(outcome.text, outcome.status)
+        return await self.flow.gw.summary(command.request)
 
     async def send(self, command: Send) -> Delivered | Answered:
         """Forward, and relay the answer when it is one; else say what came back, for a correction."""
@@ -282,7 +320,7 @@ class Performer:
                     finally:
                         if reader.delivered:  # a client that had the whole answer (a stream's [DONE]) and then left
                             flow.delivered, flow.client_disconnected = True, False
-                    self._learn(reader, sent)
+                    flow.learn(reader.usage, sent)
                     if reader.reported.held:  # what the provider now holds, kept for later requests
                         await learned(flow, reader.reported)
                     chars = gw.settings.log.content_preview_chars
@@ -301,41 +339,14 @@ class Performer:
         return Answered(status, error_body, payload)
 
     async def relay(self, command: Relay) -> None:
-        """The upstream's own error, as it came; a 200 with no answer in it is the guard's 502."""
         assert self._failed is not None, "a relay follows an answer that was not accepted"
-        response, raw_error, error_body, extra = self._failed
-        if response.status < 400:  # an empty or error stream the guard cannot fix
-            raise UpstreamUnavailable(f"upstream {self.flow.target.upstream.name!r}: {json_message(error_body)}")
-        exchange = self.flow.exchange
-        told = overflow_told(error_body, exchange.overflow, exchange.plan) if exchange is not None else None
-        if told is not None:  # the body as inflated: its encoding header no longer applies
-            self.response = buffered(response, told, extra)
-            self.response.headers.popall("Content-Encoding", None)
-            return
-        self.response = buffered(response, raw_error, extra)
+        self.response = error_relayed(self.flow, self._failed)
 
     async def remember(self, command: Remember) -> None:
         """A retry the upstream accepted: its correction is now trusted, for this upstream and model."""
         gw, name, served = self.flow.gw, self.flow.target.upstream.name, self.route.served
         kept = await gw.corrections.remember(name, self._learned_as, command.correction)
         gw.metrics.corrected_window.labels(name, gw.models.model_label(served)).set(kept.window)
-
-    def _learn(self, reader: UsageReader, sent: Mapping[str, Any]) -> None:
-        """The usage the upstream reports is the record's, whatever the API; an estimate learns
-        from its prompt tokens (chat completions), when everything the upstream may have put in
-        the prompt was counted: a field the guard does not read (vLLM's `documents`) would
-        otherwise teach every other request its size."""
-        flow, parsed, usage = self.flow, self.flow.parsed, reader.usage
-        if usage is None:
-            return
-        flow.usage = usage
-        whole = flow.endpoint.adapter.body_is_view and parsed.read_whole
-        if not whole or flow.client_disconnected or flow.stream_broken or self.choice.learning is None:
-            return  # only an estimate learns (`Choice.learning`), and from a request counted whole
-        gw = self.flow.gw
-        learned = gw.backends.observe(self.choice, usage.prompt_tokens, sent, gw.models.count_cache(self.flow.scope))
-        if learned is not None:
-            flow.calibration = learned.factor  # the estimate's factor its usage taught
 
     def _count_headers(self) -> dict[str, str]:
         """What kind of count the guard's is, and the held context it includes (`count_headers`)."""
@@ -369,17 +380,6 @@ def prepared(flow: Flow, mode: Mode) -> tuple[Performer, Exchange]:
         holds=(bool(parsed.held), parsed.body.get("truncation") == "auto"),
     )
     return performer, exchange
-
-
-async def _route_of(gw: Gateway, model: str, target: Target) -> tuple[ModelRoute, bool]:
-    """`model_route`, after asking the upstream for the served model's window when it was not
-    asked yet (with the guard's own credential); and whether anyone was asked (not kept then)."""
-    upstream, served = target.upstream, target.model or model
-    known, stated = gw.backends.known_window(upstream.name, served)
-    if not known:
-        stated = await gw.backends.window(await gw.reach(upstream), served)
-    route, loaded = await model_route(gw.models, gw.backends, model, target, stated)
-    return route, loaded or not known
 
 
 _PERFORMED: dict[type, Callable[[Performer, Any], Awaitable[Reply]]] = {

@@ -16,9 +16,9 @@ from yarl import URL
 from proxy.apis.endpoints import MAX_NAME_CHARS
 from proxy.apis.gemini.google_paths import GooglePath, google_path, passes
 from proxy.config.upstreams import UpstreamSettings
-from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound
+from proxy.errors import BadRequest, GuardError, HTTPRefusal, ModelNotRouted, PathNotFound, UpstreamUnavailable
 from proxy.providers.provider import OutgoingCall
-from proxy.server.backends.model_route import Target
+from proxy.server.backends.models import Target
 from proxy.server.backends.profiles import forwardable_request_id
 from proxy.server.edge.body import read_body
 from proxy.server.edge.credentials import (
@@ -44,6 +44,8 @@ from proxy.server.upstream.connection import (
     UPSTREAM_POOL,
     client_timeout,
     decoded,
+    json_message,
+    overflow_told,
     read_error_body,
     request_headers,
     response_headers,
@@ -55,6 +57,10 @@ from proxy.server.upstream.relay import overflow_probe, relay
 from proxy.server.upstream.usage import reported_from_body
 from proxy.wire.codec import check_density, dumps
 from proxy.wire.top_level_model import top_level_model
+
+# An answer the exchange did not accept: the upstream's response, its error body as it came and
+# decoded, and the headers the guard adds to whatever it answers.
+Failed = tuple[aiohttp.ClientResponse, bytes, bytes, dict[str, str]]
 
 
 def outgoing(target: Target, model: str, body: Mapping[str, Any], raw: bytes, changed: Any) -> bytes:
@@ -95,7 +101,7 @@ class UpstreamCall:
             url = URL(upstream.base_url + tail, encoded=True)
         elif endpoint.at_host_root if endpoint is not None else native_google(upstream, request):
             # Google's paths carry their own version and project: at the host's root, as written.
-            segments = route.path.segments
+            segments = route.segments
             if endpoint is not None:
                 segments = endpoint.upstream_segments(segments, flow.target.model)
             url = host_root_url(upstream.base_url, segments, query)
@@ -197,6 +203,21 @@ def buffered(response: aiohttp.ClientResponse, body: bytes, extra: dict[str, str
     return out
 
 
+def error_relayed(flow: Flow, failed: Failed) -> web.Response:
+    """The upstream's own error, as it came (an overflow the provider gave without its count said
+    with the guard's); a 200 with no answer in it is the guard's 502."""
+    response, raw_error, error_body, extra = failed
+    if response.status < 400:  # an empty or error stream the guard cannot fix
+        raise UpstreamUnavailable(f"upstream {flow.target.upstream.name!r}: {json_message(error_body)}")
+    exchange = flow.exchange
+    told = overflow_told(error_body, exchange.overflow, exchange.plan) if exchange is not None else None
+    if told is None:
+        return buffered(response, raw_error, extra)
+    answer = buffered(response, told, extra)
+    answer.headers.popall("Content-Encoding", None)  # the body as inflated: its encoding header no longer applies
+    return answer
+
+
 async def probe_overflow(flow: Flow, sent: Mapping[str, Any]) -> tuple[int, bytes]:
     """A server that answers an over-window stream with an empty 200 is asked the same prompt, not
     streamed, for one token: its error then says the window and its count."""
@@ -293,7 +314,7 @@ def native_google(upstream: UpstreamSettings, request: web.Request) -> bool:
     under the path as written): always to a Gemini upstream, and to a Vertex AI upstream for a
     path of Google's own; an OpenAI-shaped path (`/v1/embeddings`) goes to Vertex AI's
     OpenAI-compatible endpoint under the base URL, as to any OpenAI upstream."""
-    return upstream.provider.native_path(_asks_google(google_path(request[PATH_ROUTE].path.segments), request))
+    return upstream.provider.native_path(_asks_google(google_path(request[PATH_ROUTE].segments), request))
 
 
 def _asks_google(google: GooglePath | None, request: web.Request) -> bool:

@@ -203,6 +203,25 @@ class TestWorkFollowsWhatIsNew:
         assert walked == [] and marked == []  # the last turn: no table read
         assert counts == [RequestCounter(profile, CountingTokenizer()).request({"messages": m}) for m in turns]
 
+    def test_a_conversation_without_tool_traffic_never_reads_the_calls(self, registry, monkeypatch):
+        """Most conversations make no tool call: counted from nothing, in a new turn, after an
+        edited question, sent again or without the reader's hashes, none of them walks the
+        messages for calls or marks groups, and each count is the count made from nothing."""
+        import proxy.core.counting.request_count as request_count
+
+        read: list[str] = []
+        for name in ("scan_calls", "flag_groups", "result_contexts"):
+            monkeypatch.setattr(request_count, name, lambda *args, name=name: read.append(name))
+        profile, cache = registry.profile("gpt-4o"), CountCache()
+        first = [SYSTEM, user("one"), assistant("two"), user("three")]
+        later = [*first, assistant("four"), user("five")]
+        edited = [*later[:-1], user("six")]
+        for earlier, messages in zip([[], first, later, edited], [first, later, edited, edited], strict=True):
+            counter = RequestCounter(profile, CountingTokenizer(), cache, hashes(messages), shared(earlier, messages))
+            expected = RequestCounter(profile, CountingTokenizer(), CountCache()).request({"messages": messages})
+            assert counter.request({"messages": messages}) == expected
+        assert read == []
+
     def test_the_marks_kept_with_an_opening_cost_the_cache_only_where_a_call_was_parallel(self, registry):
         """Where the request ended, its opening keeps the marks its counts were made with; with
         no parallel call those are its contexts as they are, held and weighed once."""

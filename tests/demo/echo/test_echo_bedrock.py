@@ -15,7 +15,7 @@ from botocore.config import Config
 from proxy.config.settings import settings_from_dict
 from proxy.demo.echo import running_echo
 from proxy.demo.echo.echo_app import with_echo_upstream
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 
 SONNET = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"

@@ -240,7 +240,7 @@ class TestSharedCountCache:
     async def test_a_calibrated_estimate_counts_without_the_shared_cache(self, model_map):
         from proxy.apis.fitting import Counting
         from proxy.config.settings import Settings
-        from proxy.server.backends.model_counting import Models
+        from proxy.server.backends.models import Models
 
         guard = Models(Settings(), model_map)
         profile = guard.profile("gpt-4o")
@@ -251,7 +251,7 @@ class TestSharedCountCache:
 
     async def test_the_shared_cache_holds_to_the_configured_memory(self, model_map):
         from proxy.config.settings import Settings
-        from proxy.server.backends.model_counting import Models
+        from proxy.server.backends.models import Models
 
         guard = Models(Settings.of({"tokenizers": {"cache_bytes": 8192}}), model_map)
         for n in range(20):

@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.tokenizers.vocabularies import bundled_encodings_dir
 from tests.support.guard import plan_with
 

@@ -1,5 +1,5 @@
 """What a model's requests are counted and sent with is worked out once per model and API, and
-kept only while nothing it came from can have changed (proxy/server/backends/model_route.py)."""
+kept only while nothing it came from can have changed (proxy/server/backends/models.py, worked out by model_route.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from proxy.config.settings import load_settings
 from proxy.core.counting.tokenizer import CharEstimateTokenizer
 from proxy.server.backends.catalogue import Backends, Choice
-from proxy.server.backends.model_counting import Models
-from proxy.server.backends.model_route import MAX_ROUTES, ModelRoute, ModelRoutes, Router, model_route
+from proxy.server.backends.model_route import model_route
+from proxy.server.backends.models import MAX_ROUTES, ModelRoute, ModelRoutes, Models, Router
 from proxy.server.backends.profiles import Discovery
 
 CONFIG = """\

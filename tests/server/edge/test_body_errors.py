@@ -7,8 +7,7 @@ import pytest
 from proxy.apis.base import InvalidRequest
 from proxy.core.plan import InvalidBody
 from proxy.errors import BadRequest
-from proxy.server.edge.body import bad_body_errors
-from proxy.server.request.handlers import parse_chat
+from proxy.server.edge.body import bad_body_errors, parse_chat
 from proxy.wire.codec import UnreadableJson
 from tests.server.raw_http import raw_request
 

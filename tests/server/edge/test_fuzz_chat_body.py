@@ -20,7 +20,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 
 from proxy.logging import configure_logging
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.server.conftest import gateway_settings
 from tests.support.fuzz_bodies import fuzzed_bodies

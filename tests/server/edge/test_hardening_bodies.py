@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from proxy.errors import BadRequest, PayloadTooLarge, UnsupportedEncoding
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.edge import body as body_module
 from proxy.server.edge.body import BodyPolicy, content_encoding, inflate
 from proxy.server.process.app import create_app

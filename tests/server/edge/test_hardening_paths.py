@@ -9,7 +9,7 @@ import re
 import pytest
 
 from proxy.apis.registry import AdapterRegistry
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.edge.paths import (
     CanonicalPath,
     InvalidPath,

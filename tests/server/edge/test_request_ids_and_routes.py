@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import ModelNotRouted
-from proxy.server.backends.model_route import Router
+from proxy.server.backends.models import Router
 from proxy.server.backends.profiles import forwardable_request_id, profile_for
 from proxy.server.request.flow import RequestIds, new_request_id, request_id_of
 from tests.server.conftest import gateway_settings

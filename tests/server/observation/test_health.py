@@ -49,7 +49,7 @@ class TestReadiness:
     async def test_upstream_reachability_can_be_left_out(self, start_proxy, model_map):
         from aiohttp.test_utils import TestServer
 
-        from proxy.server.backends.model_counting import Models
+        from proxy.server.backends.models import Models
         from proxy.server.process.app import create_app
 
         settings = gateway_settings(f"http://127.0.0.1:{free_port()}/v1", readiness={"require_upstreams": False})

@@ -23,7 +23,7 @@ import pytest
 
 from proxy.config.settings import settings_from_dict
 from proxy.logging import configure_logging
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.server.conftest import long_conversation
 from tests.support.upstream import FakeUpstream

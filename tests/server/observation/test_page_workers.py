@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from proxy.core.learning.corrections import Correction
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.observation.page import JSON_PATH, PAGE_PATH
 from proxy.server.observation.peers import Peers, serve_own
 from proxy.server.observation.recent import GATHER, RECENT, Decision, PageQuery, RecentDecisions

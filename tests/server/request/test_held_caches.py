@@ -14,7 +14,7 @@ from google import genai
 from google.genai import types
 
 from proxy.config.settings import settings_from_dict
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from tests.support.gemini_upstream import FakeGemini, independent_count
 

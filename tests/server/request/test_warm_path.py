@@ -115,4 +115,4 @@ class TestWhereLargeBodiesAreRead:
         self, start_proxy, upstream, monkeypatch
     ):
         long_turn = [{"role": "user", "content": "why " * 5000}]
-        assert await self.offloaded(start_proxy, upstream, monkeypatch, long_turn) == ["_parse", "plan"]
+        assert await self.offloaded(start_proxy, upstream, monkeypatch, long_turn) == ["parsed_request", "plan"]

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
 from proxy.server.request.flow import request_id_of
 from proxy.server.upstream.connection import UPSTREAM_POOL, PoolPolicy, UpstreamPool, UpstreamRequest, connection_named

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.server.backends.model_counting import Models
+from proxy.server.backends.models import Models
 from proxy.server.process.app import build_gateway, create_app
 from tests.server.conftest import gateway_settings
 from tests.server.raw_http import raw_request
