@@ -25,6 +25,7 @@ A port that is taken is one log line and exit status 2.
 from __future__ import annotations
 
 import asyncio
+import asyncio.selector_events
 import contextlib
 import os
 import signal
@@ -58,6 +59,21 @@ EXIT_OK, EXIT_CANNOT_START = 0, 2
 # close what is left; this bounds that step.
 _FINAL_CLOSE_SECONDS = 1.0
 _SWITCH_INTERVAL_SECONDS = 0.0005
+# Bytes the event loop reads from one socket each time it turns. asyncio reads up to 256 KiB from
+# every socket that has data, all in one turn: a hundred clients sending 2 MB at once made turns of
+# 70-90 ms of the loop's own work (`context_guard_event_loop_busy_max_seconds`), and `/livez`, which
+# needs three turns (accept, read, answer), took 210-400 ms. At 16 KiB a turn stays near 20 ms and
+# `/livez` under 50 ms (bench/hardening.md, "flood"); a 32 MiB upload takes 2,000 reads instead of 128.
+SOCKET_READ_BYTES = 16 * 1024
+
+
+def short_socket_reads(size: int = SOCKET_READ_BYTES) -> None:
+    """Make the event loop read at most `size` bytes from a socket per turn. The size is the class
+    attribute `max_size` of asyncio's socket transport (no public setting exists); where that
+    transport is not the one in use (another loop), nothing changes."""
+    transport = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)
+    if transport is not None and isinstance(getattr(transport, "max_size", None), int):
+        transport.max_size = size
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +132,7 @@ async def serve_process(
     # small request. At 0.5 ms, its p99 while 10 MB bodies are counted fell from 100-120 ms to
     # 40-45 ms on the shared 2-core machine (bench/changes.md).
     sys.setswitchinterval(_SWITCH_INTERVAL_SECONDS)
+    short_socket_reads()
     one_arena()  # before the first thread: the vocabularies load on one (proxy.tokenizers.malloc)
     log = get_logger()
     loop = asyncio.get_running_loop()
