@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.slices import SLICE_BYTES, contains
+from proxy.core.slices import SLICE_BYTES, contains, count
 
 LONG_STRING_BYTES = 256 * 1024  # a string at least this long is decoded in pieces
 PIECE_BYTES = SLICE_BYTES
@@ -79,8 +79,9 @@ def sliced_loads(raw: bytes) -> tuple[Any, bool]:
     nonce = os.urandom(8).hex().encode()
     if not spans or contains(raw, nonce):  # none (or not JSON), or a placeholder could be taken for a string of it
         value = orjson.loads(raw)
-        return value, raw.count(b":") == orjson.dumps(value).count(b":")
-    parts, at = [], 0
+        return value, count(raw, b":") == orjson.dumps(value).count(b":")
+    parts: list[bytes] = []
+    at = 0
     for i, (start, end) in enumerate(spans):
         parts += (raw[at:start], b'"\\u0000' + nonce + b'%d"' % i)
         at = end
@@ -96,13 +97,24 @@ def _decoded(raw: bytes, start: int, end: int) -> str:
     """The JSON string whose text (quotes left out) is `raw[start:end]`, a piece at a time."""
     pieces = []
     while end - start > PIECE_BYTES:
-        cut = _CUT.search(raw, start + PIECE_BYTES - 7, end)
+        cut = _cut(raw, start + PIECE_BYTES - 7, end)
         if cut is None:
             break
-        pieces.append(orjson.loads(b'"' + raw[start : cut.end() - 1] + b'"'))
-        start = cut.end() - 1
+        pieces.append(orjson.loads(b'"' + raw[start:cut] + b'"'))
+        start = cut
     pieces.append(orjson.loads(b'"' + raw[start:end] + b'"'))
     return "".join(pieces)
+
+
+def _cut(raw: bytes, start: int, end: int) -> int | None:
+    """The first place from `start` on where a piece of a string ending at `end` may end, each
+    search over at most a piece's length (windows overlap so a match across two is found)."""
+    while start < end:
+        found = _CUT.search(raw, start, min(end, start + PIECE_BYTES))
+        if found is not None:
+            return found.end() - 1
+        start += PIECE_BYTES - 6
+    return None
 
 
 def _put_back(value: Any, strings: dict[str, str]) -> Any:
