@@ -11,9 +11,12 @@ placeholders are. orjson checks every piece as it would the whole string (UTF-8,
 control characters, surrogates): the value is `orjson.loads(raw)`'s, and a body it would refuse
 is refused too (the caller's exact pass says why).
 
-Only string values are taken out (never a key: a key stays in the skeleton, so that a duplicate
-is seen as before). A body of many small values has no long string and is parsed whole, as is
-a string no cut fits in (all escapes): there a single call remains.
+Only ASCII string values are taken out (never a key: a key stays in the skeleton, so that a
+duplicate is seen as before). Memory sets that bound: while its pieces are joined a string is held
+twice, which the per-body bound of docs/security.md allows for ASCII (a 30 MB prose body peaked
+at 92 MB, bound 106) but not for text of two or three bytes a character, whose counting holds
+more (CJK: 112 MB, bound 106). A body of many small values, a non-ASCII long string and a string
+no cut fits in (all escapes) are parsed in one call, as before.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def sliced_loads(raw: bytes) -> tuple[Any, bool]:
     kept every key it read: as many colons written outside the long strings as in its writing
     back of what it read (a colon inside a string is in both, unless escaped: the caller looks for
     `\\u003` itself). Raises `orjson.JSONDecodeError` where `orjson.loads` would."""
-    spans = long_strings(raw)
+    spans = [(start, end) for start, end in long_strings(raw) or () if _ascii(raw, start, end)]
     nonce = os.urandom(8).hex().encode()
     if not spans or contains(raw, nonce):  # none (or not JSON), or a placeholder could be taken for a string of it
         value = orjson.loads(raw)
@@ -91,6 +94,11 @@ def sliced_loads(raw: bytes) -> tuple[Any, bool]:
     keys_kept = skeleton.count(b":") == orjson.dumps(value).count(b":")
     strings = {f"\x00{nonce.decode()}{i}": _decoded(raw, start + 1, end - 1) for i, (start, end) in enumerate(spans)}
     return _put_back(value, strings), keys_kept
+
+
+def _ascii(raw: bytes, start: int, end: int) -> bool:
+    """Whether `raw[start:end]` is ASCII, a slice at a time."""
+    return all(raw[at : min(end, at + SLICE_BYTES)].isascii() for at in range(start, end, SLICE_BYTES))
 
 
 def _decoded(raw: bytes, start: int, end: int) -> str:

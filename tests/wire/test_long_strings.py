@@ -97,6 +97,21 @@ class TestSlicedLoads:
         assert max(pieces) <= long_strings.PIECE_BYTES + 2 + 7
 
 
+    def test_a_long_string_that_is_not_ascii_is_decoded_whole(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Pieced, it would be held twice while they are joined: more than the memory bound allows
+        for text of two or three bytes a character."""
+        sizes: list[int] = []
+
+        def loads(data: bytes) -> Any:
+            sizes.append(len(data))
+            return orjson.loads(data)
+
+        monkeypatch.setattr(long_strings, "orjson", SimpleNamespace(loads=loads, dumps=orjson.dumps))
+        raw = json.dumps({"content": "中文字符, " * 40}, ensure_ascii=False).encode()
+        assert sliced_loads(raw)[0] == orjson.loads(raw)
+        assert sizes == [len(raw)]
+
+
 class TestLoadsStrictSliced:
     """`loads_strict` on a body above `SLICED_BODY_BYTES` answers as on a smaller one."""
 
