@@ -25,7 +25,6 @@ A port that is taken is one log line and exit status 2.
 from __future__ import annotations
 
 import asyncio
-import asyncio.selector_events
 import contextlib
 import os
 import signal
@@ -47,7 +46,7 @@ from proxy.server.observation.peers import Peers, serve_own
 from proxy.server.observation.recent import GATHER, RECENT
 from proxy.server.process.app import build_gateway, create_app
 from proxy.server.process.drain import DRAIN
-from proxy.server.process.loop_lag import LoopWatch
+from proxy.server.process.loop_lag import LoopWatch, sized_reads_on_connect
 from proxy.server.request.gateway import GATEWAY
 from proxy.server.threads.collector import collect_young_less_often
 from proxy.tokenizers.at_start import vocabularies_at_start
@@ -59,21 +58,6 @@ EXIT_OK, EXIT_CANNOT_START = 0, 2
 # close what is left; this bounds that step.
 _FINAL_CLOSE_SECONDS = 1.0
 _SWITCH_INTERVAL_SECONDS = 0.0005
-# Bytes the event loop reads from one socket each time it turns. asyncio reads up to 256 KiB from
-# every socket that has data, all in one turn: a hundred clients sending 2 MB at once made turns of
-# 70-90 ms of the loop's own work (`context_guard_event_loop_busy_max_seconds`), and `/livez`, which
-# needs three turns (accept, read, answer), took 210-400 ms. At 16 KiB a turn stays near 20 ms and
-# `/livez` under 50 ms (bench/hardening.md, "flood"); a 32 MiB upload takes 2,000 reads instead of 128.
-SOCKET_READ_BYTES = 16 * 1024
-
-
-def short_socket_reads(size: int = SOCKET_READ_BYTES) -> None:
-    """Make the event loop read at most `size` bytes from a socket per turn. The size is the class
-    attribute `max_size` of asyncio's socket transport (no public setting exists); where that
-    transport is not the one in use (another loop), nothing changes."""
-    transport = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)
-    if transport is not None and isinstance(getattr(transport, "max_size", None), int):
-        transport.max_size = size
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +116,6 @@ async def serve_process(
     # small request. At 0.5 ms, its p99 while 10 MB bodies are counted fell from 100-120 ms to
     # 40-45 ms on the shared 2-core machine (bench/changes.md).
     sys.setswitchinterval(_SWITCH_INTERVAL_SECONDS)
-    short_socket_reads()
     one_arena()  # before the first thread: the vocabularies load on one (proxy.tokenizers.malloc)
     log = get_logger()
     loop = asyncio.get_running_loop()
@@ -169,6 +152,10 @@ async def serve_process(
         app, handle_signals=False, handler_cancellation=True, access_log=None, shutdown_timeout=_FINAL_CLOSE_SECONDS
     )
     await runner.setup()
+    server = runner.server
+    if server is not None:  # the loop's reads sized by how many connections share its turns
+        watch.connections = lambda: len(server.connections)
+        server.connection_made = sized_reads_on_connect(server.connection_made, watch.connections)  # type: ignore[method-assign]
     site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_port=supervised is not None or None)
     try:
         await site.start()

@@ -1,15 +1,35 @@
-"""The serving process's event loop reads a socket a short piece at a time
-(`proxy.server.process.lifecycle.short_socket_reads`), so one turn of it stays short however many
-clients are sending large bodies at once."""
+"""How much the serving process's event loop reads from a socket per turn
+(`proxy.server.process.loop_lag`: `read_size`, `set_socket_read_size`, `sized_reads_on_connect`):
+asyncio's own 256 KiB with a few connections, shorter reads shared among many, so that one turn
+stays short however many clients are sending large bodies at once."""
 
 from __future__ import annotations
 
 import asyncio
 import asyncio.selector_events
+from collections.abc import Iterator
 
 import pytest
 
-from proxy.server.process.lifecycle import SOCKET_READ_BYTES, short_socket_reads
+from proxy.server.process.loop_lag import (
+    MAX_READ_BYTES,
+    MIN_READ_BYTES,
+    TURN_READ_BYTES,
+    LoopLag,
+    LoopWatch,
+    read_size,
+    set_socket_read_size,
+    sized_reads_on_connect,
+)
+
+TRANSPORT = asyncio.selector_events._SelectorSocketTransport
+
+
+@pytest.fixture(autouse=True)
+def restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """asyncio's read size as it was, after each test."""
+    monkeypatch.setattr(TRANSPORT, "max_size", TRANSPORT.max_size)
+    yield
 
 
 class Chunks(asyncio.Protocol):
@@ -48,20 +68,70 @@ async def received_sizes(size: int) -> list[int]:
     return protocol.sizes
 
 
-class TestShortSocketReads:
-    async def test_a_large_body_reaches_the_loop_in_pieces_of_at_most_the_read_size(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        transport = asyncio.selector_events._SelectorSocketTransport
-        monkeypatch.setattr(transport, "max_size", transport.max_size)  # put back after the test
-        short_socket_reads()
+class TestReadSize:
+    def test_a_few_connections_read_as_asyncio_does(self) -> None:
+        assert read_size(0) == read_size(1) == read_size(4) == MAX_READ_BYTES == 256 * 1024
+
+    def test_many_connections_share_one_turn_s_reads(self) -> None:
+        assert read_size(8) == TURN_READ_BYTES // 8
+        assert 8 * read_size(8) <= TURN_READ_BYTES
+
+    def test_a_read_is_never_below_the_floor(self) -> None:
+        """A hundred clients sending at once: 16 KiB each, not a few bytes."""
+        assert read_size(100) == read_size(10_000) == MIN_READ_BYTES == 16 * 1024
+
+
+class TestSetSocketReadSize:
+    async def test_a_large_body_reaches_the_loop_in_pieces_of_at_most_the_read_size(self) -> None:
+        set_socket_read_size(MIN_READ_BYTES)
         sizes = await received_sizes(2 * 1024 * 1024)
         assert sum(sizes) == 2 * 1024 * 1024
-        assert max(sizes) <= SOCKET_READ_BYTES
+        assert max(sizes) <= MIN_READ_BYTES
 
-    async def test_without_it_a_turn_reads_far_more(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The control: asyncio's own read size lets one turn take many times the setting."""
-        transport = asyncio.selector_events._SelectorSocketTransport
-        monkeypatch.setattr(transport, "max_size", 256 * 1024)
+    async def test_at_asyncio_s_size_a_turn_reads_far_more(self) -> None:
+        """The control: asyncio's own read size lets one read take many times the floor."""
+        set_socket_read_size(MAX_READ_BYTES)
         sizes = await received_sizes(2 * 1024 * 1024)
-        assert max(sizes) > SOCKET_READ_BYTES
+        assert max(sizes) > MIN_READ_BYTES
+
+
+class TestSizedReadsOnConnect:
+    def test_a_new_connection_resizes_the_reads_after_the_server_has_noted_it(self) -> None:
+        open_connections: list[object] = []
+        hook = sized_reads_on_connect(open_connections.append, lambda: len(open_connections) * 50)
+        hook("a connection")
+        assert open_connections == ["a connection"]
+        assert TRANSPORT.max_size == read_size(50)
+
+
+class Clock:
+    """The two calls `LoopWatch` makes of an event loop; what it schedules is kept, never run by itself."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.callbacks: list[object] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: object) -> Clock:
+        self.callbacks.append(callback)
+        return self  # the handle: only its cancel() is called
+
+    def cancel(self) -> None:
+        self.callbacks.clear()
+
+
+class TestEachTick:
+    def test_a_tick_sizes_the_reads_for_the_connections_open_now(self) -> None:
+        """Connections that closed give the next tick asyncio's own size back."""
+        clock = Clock()
+        watch = LoopWatch(LoopLag(), clock)  # type: ignore[arg-type]  # the two calls it makes
+        open_now = [120]
+        watch.connections = lambda: open_now[0]
+        watch.start()
+        clock.callbacks.pop()()  # type: ignore[operator]
+        assert TRANSPORT.max_size == MIN_READ_BYTES
+        open_now[0] = 2
+        clock.callbacks.pop()()  # type: ignore[operator]
+        assert TRANSPORT.max_size == MAX_READ_BYTES
