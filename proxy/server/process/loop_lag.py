@@ -120,7 +120,7 @@ class LoopLag:
         )
 
 
-TURN_READ_BYTES = 1024 * 1024
+TURN_READ_BYTES = 2 * 1024 * 1024
 MIN_READ_BYTES = 16 * 1024
 MAX_READ_BYTES = 256 * 1024  # asyncio's own
 
