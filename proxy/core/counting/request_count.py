@@ -137,7 +137,7 @@ class RequestCounter(CountRules):
         scope, dumps, results = self._scope, orjson.dumps, self._results
         if len(hashes) == len(messages):
             return [(scope, hashes[i], results.get(i)) for i in range(start, len(messages))]
-        try:  # one loop with no call of ours per message: this runs for every message of every request
+        try:  # one loop, and `digest` the one call of ours per message: this runs for every message of every request
             return [(scope, digest(dumps(messages[i])), results.get(i)) for i in range(start, len(messages))]
         except TypeError:
             return [self._message_key(messages[i], i) for i in range(start, len(messages))]
