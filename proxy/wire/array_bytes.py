@@ -6,7 +6,9 @@ A body read in full is located once (`located_body`): where its array opens unde
 key, where each element ends and a hash of each element's bytes. A new body is then compared with
 a located one in place (`shared_elements`), element by element from the end back, so that the
 common case (the same conversation with a turn added) costs a few comparisons of bytes whatever
-the body's size. The element hashes key the count cache: equal bytes read as equal messages.
+the body's size. The element hashes key the count cache: equal bytes read as equal messages
+(`proxy.core.slices.digest`, which `proxy.core.counting.request_count` takes of a message's
+compact JSON too, so that one written compactly has one key either way).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from proxy.core.slices import digest
 
 # Brackets outside strings, each with where it is; strings and everything else are skipped in C.
 _BRACKET = re.compile(rb'(?:[^"{}\[\]]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([{}\[\]])', re.S)
@@ -141,7 +145,7 @@ def element_spans(raw: bytes, position: int, elements: list[Any]) -> Spans | Non
                 return _scanned(raw, position, elements)
             position = separator.end() + len(text)
             ends.append(position)
-            hashes.append(hash(text))
+            hashes.append(digest(text))
     except TypeError:  # an integer beyond 64 bits: orjson cannot write it
         return _scanned(raw, position, elements)
     closed = _CLOSE.match(raw, position)
@@ -171,4 +175,4 @@ def _scanned(raw: bytes, position: int, elements: list[Any]) -> Spans | None:
             break
     if len(spans) != len(elements) or close is None:  # a scalar element leaves no bracket
         return None
-    return tuple(e for _, e in spans), tuple(hash(raw[s:e]) for s, e in spans), close
+    return tuple(e for _, e in spans), tuple(digest(raw[s:e]) for s, e in spans), close

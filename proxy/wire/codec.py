@@ -62,7 +62,9 @@ from typing import Any
 
 import orjson
 
+from proxy.core import slices
 from proxy.core.plan import BodyError
+from proxy.wire.long_strings import sliced_loads
 
 _INT64_LIMIT = 2.0**63
 
@@ -161,7 +163,7 @@ def dense_units(raw: bytes, strings_out: bool = False, stop_past: int | None = N
     only those outside strings (exact, weighing stops once past `stop_past`), else every
     bracket and comma (an upper bound)."""
     if not strings_out:
-        return 3 * raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+        return 3 * slices.count(raw, b"{") + slices.count(raw, b"[") + slices.count(raw, b",")
     units, pos = 0, 0
     while (stretch := _STRETCH.match(raw, pos)) is not None:  # None at an unterminated string: the rest is in it
         units += dense_units(_STRING.sub(b"", stretch.group()))
@@ -205,6 +207,8 @@ def loads_strict(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     take too much memory for its size."""
     if 3 * len(raw) > MAX_UNITS_FLOOR:  # three units a byte at most: a smaller body is under the floor
         check_density(raw)
+    if len(raw) > SLICED_BODY_BYTES:
+        return _loads_strict_sliced(raw, limits)
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:  # not JSON to orjson: the exact pass says why, or accepts NaN
@@ -216,6 +220,26 @@ def loads_strict(raw: bytes, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     # Within the depth bound orjson can write it back (its own bound is 254).
     if raw.count(b":") != orjson.dumps(value).count(b":") or b"\\u003" in raw:
         return _loads_exact(raw, limits)  # a key may have been dropped (or a colon escaped)
+    return value
+
+
+# A body larger than this is read with no whole-body call that holds the GIL long: its long strings
+# decoded a piece at a time (`proxy.wire.long_strings`), its bytes counted and searched a slice at a
+# time (`proxy.core.slices`). The checks are `loads_strict`'s, in the same order.
+SLICED_BODY_BYTES = 4 * 1024 * 1024
+
+
+def _loads_strict_sliced(raw: bytes, limits: JsonLimits) -> Any:
+    try:
+        value, keys_kept = sliced_loads(raw)
+    except orjson.JSONDecodeError:
+        return _loads_exact(raw, limits)
+    if slices.count(raw, b"{") + slices.count(raw, b"[") > limits.max_depth or has_long_number(raw):
+        depth, big_integer = _shape(value, limits.max_depth)
+        if depth > limits.max_depth or big_integer:
+            return _loads_exact(raw, limits)
+    if not keys_kept or slices.contains(raw, b"\\u003"):
+        return _loads_exact(raw, limits)
     return value
 
 

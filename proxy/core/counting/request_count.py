@@ -41,6 +41,7 @@ from proxy.core.counting.count_cache import (
 from proxy.core.counting.count_rules import CountRules, MessageCount, RequestCount
 from proxy.core.counting.tokenizer import Tokenizer, note_bounded_text
 from proxy.core.models.model_registry import ModelProfile
+from proxy.core.slices import digest
 from proxy.core.work_budget import BLOCK_UNITS, ITEM_UNITS, content_blocks, spend
 
 _last_definitions: tuple[tuple[Any, ...], int] = ((), 0)  # the fields `definitions_hash` saw last, and theirs
@@ -53,12 +54,12 @@ def definitions_hash(fields: tuple[Any, ...]) -> int:
     changed in place), and an agent sends the same tools with every request. Raises TypeError
     for what orjson cannot render."""
     global _last_definitions
-    last, digest = _last_definitions  # one read: a thread replacing the pair meanwhile is harmless
+    last, found = _last_definitions  # one read: a thread replacing the pair meanwhile is harmless
     if len(last) == len(fields) and all(map(operator.is_, last, fields)):
-        return digest
-    digest = hash(orjson.dumps(fields))
-    _last_definitions = (fields, digest)
-    return digest
+        return found
+    found = digest(orjson.dumps(fields))
+    _last_definitions = (fields, found)
+    return found
 
 
 class RequestCounter(CountRules):
@@ -125,7 +126,7 @@ class RequestCounter(CountRules):
         return count
 
     def _message_keys(self, messages: list[Any], hashes: Sequence[int] = (), start: int = 0) -> list[Hashable | None]:
-        """A cache key per message from `start` on: the hash of its compact JSON (which tells `1`, `1.0` and
+        """A cache key per message from `start` on: the digest of its compact JSON (which tells `1`, `1.0` and
         `true` apart), scoped to this tokenizer, chat format and image pricing, and for a tool
         result to the call it answers. None without a cache, or for a message orjson cannot
         render (integers beyond 64 bits). `hashes`, when there is one per message, are hashes of
@@ -136,14 +137,14 @@ class RequestCounter(CountRules):
         scope, dumps, results = self._scope, orjson.dumps, self._results
         if len(hashes) == len(messages):
             return [(scope, hashes[i], results.get(i)) for i in range(start, len(messages))]
-        try:  # one loop with no call of ours per message: this runs for every message of every request
-            return [(scope, hash(dumps(messages[i])), results.get(i)) for i in range(start, len(messages))]
+        try:  # one loop, and `digest` the one call of ours per message: this runs for every message of every request
+            return [(scope, digest(dumps(messages[i])), results.get(i)) for i in range(start, len(messages))]
         except TypeError:
             return [self._message_key(messages[i], i) for i in range(start, len(messages))]
 
     def _message_key(self, message: object, index: int) -> Hashable | None:
         try:
-            return (self._scope, hash(orjson.dumps(message)), self._results.get(index))
+            return (self._scope, digest(orjson.dumps(message)), self._results.get(index))
         except TypeError:
             return None
 

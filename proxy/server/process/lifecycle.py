@@ -45,7 +45,7 @@ from proxy.server.observation.health import HEALTH, os_error_reason
 from proxy.server.observation.peers import Peers, serve_own
 from proxy.server.observation.recent import GATHER, RECENT
 from proxy.server.process.app import DRAIN, build_gateway, create_app
-from proxy.server.process.loop_lag import LoopWatch
+from proxy.server.process.loop_lag import LoopWatch, sized_reads_on_connect
 from proxy.server.request.gateway import GATEWAY
 from proxy.server.threads.collector import collect_young_less_often
 from proxy.tokenizers.at_start import vocabularies_at_start
@@ -151,6 +151,10 @@ async def serve_process(
         app, handle_signals=False, handler_cancellation=True, access_log=None, shutdown_timeout=_FINAL_CLOSE_SECONDS
     )
     await runner.setup()
+    server = runner.server
+    if server is not None:  # the loop's reads sized by how many connections share its turns
+        watch.connections = lambda: len(server.connections)
+        server.connection_made = sized_reads_on_connect(server.connection_made, watch.connections)  # type: ignore[method-assign]
     site = web.TCPSite(runner, settings.server.host, settings.server.port, reuse_port=supervised is not None or None)
     try:
         await site.start()
