@@ -8,15 +8,11 @@ step between them, the loop waits at most one slice (well under a millisecond) o
 interpreter asks the thread to let go. The answers are the whole-buffer ones; below
 `SLICE_BYTES` the whole-buffer call is made as it is (no added work for small bodies).
 
-`digest` is the one hash of bytes that keys the count cache and the prefix reader's elements
-(`proxy.wire.array_bytes`, `proxy.core.counting.request_count`): `hash()` up to `SLICE_BYTES`, as
-before; above, BLAKE2b (which lets go of the GIL while it hashes a large buffer) read as an integer.
-Equal bytes give equal digests whichever module takes them, which is all the keys need.
+The hash of large bytes that keys the count cache is `proxy.core.counting.request_count.digest`
+(BLAKE2b, which lets go of the GIL while it hashes a large buffer).
 """
 
 from __future__ import annotations
-
-import hashlib
 
 SLICE_BYTES = 1024 * 1024
 
@@ -37,9 +33,3 @@ def contains(data: bytes, pattern: bytes) -> bool:
     reach = SLICE_BYTES + len(pattern) - 1
     return any(data.find(pattern, start, start + reach) >= 0 for start in range(0, len(data), SLICE_BYTES))
 
-
-def digest(data: bytes) -> int:
-    """A hash of `data` for keys: `hash(data)` up to `SLICE_BYTES`, BLAKE2b's 8 bytes above it."""
-    if len(data) <= SLICE_BYTES:
-        return hash(data)
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)

@@ -7,7 +7,7 @@ key, where each element ends and a hash of each element's bytes. A new body is t
 a located one in place (`shared_elements`), element by element from the end back, so that the
 common case (the same conversation with a turn added) costs a few comparisons of bytes whatever
 the body's size. The element hashes key the count cache: equal bytes read as equal messages
-(`proxy.core.slices.digest`, which `proxy.core.counting.request_count` takes of a message's
+(`proxy.core.counting.request_count.digest`, which `proxy.core.counting.request_count` takes of a message's
 compact JSON too, so that one written compactly has one key either way).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.slices import digest
+from proxy.core.counting.request_count import digest
 
 # Brackets outside strings, each with where it is; strings and everything else are skipped in C.
 _BRACKET = re.compile(rb'(?:[^"{}\[\]]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([{}\[\]])', re.S)

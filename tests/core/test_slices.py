@@ -77,18 +77,3 @@ class TestContains:
     def test_the_empty_pattern_is_in_any_buffer(self) -> None:
         assert slices.contains(b"a" * (SLICE_BYTES + 1), b"") is True
 
-
-class TestDigest:
-    def test_a_small_buffer_keeps_its_hash(self) -> None:
-        """Keys of small bodies are what they were before slicing existed."""
-        data = b'{"role":"user","content":"hi"}'
-        assert slices.digest(data) == hash(data)
-        assert slices.digest(b"a" * SLICE_BYTES) == hash(b"a" * SLICE_BYTES)
-
-    def test_equal_large_buffers_share_a_digest_and_a_changed_byte_changes_it(self) -> None:
-        first = b"a" * (3 * MiB)
-        second = bytes(bytearray(first))  # another object, the same bytes
-        changed = first[:-1] + b"b"
-        assert slices.digest(first) == slices.digest(second)
-        assert slices.digest(first) != slices.digest(changed)
-        assert isinstance(slices.digest(first), int)
