@@ -4,8 +4,8 @@ a real `context-guard serve` with its default limits (docs/security.md, "The mem
 the guard's resident memory stays within the documented bound; and every body of a client that
 left is given back (the descriptors return to what they were). How fast `/livez` answers, and
 how long the guard's loop was held (its `context_guard_event_loop_*` metrics), is the bench's to
-measure (bench/load_hardening.py, phase `flood`: 57-66 ms at the slowest, the loop's own work
-between two ticks 24-27 ms); a wall-clock bound is not asserted on a shared machine."""
+measure (bench/load_hardening.py, phase `flood`, whose figures docs/security.md quotes); a
+wall-clock bound is not asserted on a shared machine."""
 
 from __future__ import annotations
 
