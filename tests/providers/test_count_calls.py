@@ -10,26 +10,7 @@ import pytest
 
 from proxy.core.counting.edge import CountCall
 from proxy.providers.kinds import provider_for
-
-CHAT: dict[str, Any] = {
-    "model": "m",
-    "max_tokens": 100,
-    "temperature": 0.2,
-    "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "rain"},
-    ],
-    "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
-    "tool_choice": {"type": "function", "function": {"name": "weather"}},
-}
+from tests.support.tool_chat import CHAT
 
 
 def count_call(kind: str, base_url: str, model: str, api: str, body: Mapping[str, Any]) -> CountCall | None:

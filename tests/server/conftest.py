@@ -19,7 +19,18 @@ from proxy.config.settings import Settings, settings_from_dict
 from proxy.logging import configure_logging
 from proxy.server.backends.models import Models
 from proxy.server.process.app import create_app
+from tests.support.bedrock_upstream import GUARD_AWS_ENV
 from tests.support.upstream import FakeUpstream
+
+
+@pytest.fixture
+def guard_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard's AWS credentials for a Bedrock upstream, from its environment (botocore's chain
+    reads them first), with no profile or API key of the machine's own in the way."""
+    for name, value in GUARD_AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

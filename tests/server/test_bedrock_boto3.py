@@ -14,7 +14,6 @@ import botocore.exceptions
 import pytest
 
 from tests.support.bedrock_upstream import (
-    GUARD_AWS_ENV,
     GUARD_TOKEN,
     FakeBedrock,
     boto3_client,
@@ -28,15 +27,6 @@ SYSTEM = "You are a careful coding agent. Keep every answer short."
 TOOL = {"toolSpec": {"name": "read_file", "description": "Read a file.",
                      "inputSchema": {"json": {"type": "object", "properties": {"path": {"type": "string"}}}}}}  # fmt: skip
 WINDOW = {"overrides": [{"match": "*claude-sonnet-4-5*", "context_window": 16_000}]}
-
-
-@pytest.fixture
-def guard_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guard's AWS credentials, from its environment (botocore's chain reads them first)."""
-    for name, value in GUARD_AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _history(turns: int, size: int) -> list[dict[str, Any]]:

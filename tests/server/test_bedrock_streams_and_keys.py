@@ -15,7 +15,6 @@ from botocore.config import Config
 
 from tests.server.conftest import Logs
 from tests.support.bedrock_upstream import (
-    GUARD_AWS_ENV,
     REGION,
     FakeBedrock,
     boto3_client,
@@ -28,14 +27,6 @@ SONNET = "anthropic.claude-sonnet-4-5-20250929-v1:0"
 HELLO = [{"role": "user", "content": [{"text": "Say hello in five words."}]}]
 CLAUDE_HELLO = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64,
                 "messages": [{"role": "user", "content": "Say hello in five words."}]}  # fmt: skip
-
-
-@pytest.fixture
-def guard_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in GUARD_AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK"):
-        monkeypatch.delenv(name, raising=False)
 
 
 class TestUsage:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from proxy.core.counting.edge import (
@@ -16,26 +14,7 @@ from proxy.core.counting.edge import (
     straddles,
     vertex_body,
 )
-
-CHAT: dict[str, Any] = {
-    "model": "m",
-    "max_tokens": 100,
-    "temperature": 0.2,
-    "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "rain"},
-    ],
-    "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
-    "tool_choice": {"type": "function", "function": {"name": "weather"}},
-}
+from tests.support.tool_chat import CHAT
 
 
 class _BoundTokenizer:
