@@ -82,7 +82,7 @@ def sliced_loads(raw: bytes) -> tuple[Any, bool]:
     nonce = os.urandom(8).hex().encode()
     if not spans or contains(raw, nonce):  # none (or not JSON), or a placeholder could be taken for a string of it
         value = orjson.loads(raw)
-        return value, count(raw, b":") == orjson.dumps(value).count(b":")
+        return value, _keys_kept(raw, value)
     parts: list[bytes] = []
     at = 0
     for i, (start, end) in enumerate(spans):
@@ -91,9 +91,19 @@ def sliced_loads(raw: bytes) -> tuple[Any, bool]:
     parts.append(raw[at:])
     skeleton = b"".join(parts)
     value = orjson.loads(skeleton)
-    keys_kept = skeleton.count(b":") == orjson.dumps(value).count(b":")
+    keys_kept = _keys_kept(skeleton, value)
     strings = {f"\x00{nonce.decode()}{i}": _decoded(raw, start + 1, end - 1) for i, (start, end) in enumerate(spans)}
     return _put_back(value, strings), keys_kept
+
+
+def _keys_kept(read: bytes, value: Any) -> bool:
+    """Whether orjson kept every key of `read` in `value`: as many colons in `read` as in `value`
+    written back. False when `value` nests past what orjson writes back (254 levels, deeper than
+    any body is allowed): the caller's depth check refuses such a body anyway."""
+    try:
+        return count(read, b":") == orjson.dumps(value).count(b":")
+    except orjson.JSONEncodeError:
+        return False
 
 
 def _ascii(raw: bytes, start: int, end: int) -> bool:

@@ -122,6 +122,9 @@ class TestLoadsStrictSliced:
             b'{"a": "a long text with an escaped \\u003a colon", "a": 2}',
             b'{"model": "m", "x": 123456789012345678901234567890, "t": "a long text beside it"}',
             b'{"a": "a long text", "deep": ' + b"[" * 70 + b"]" * 70 + b"}",
+            # past orjson's own bound for writing back (254): read, but not written back
+            b'{"a": "a long text", "deep": ' + b"[" * 300 + b"]" * 300 + b"}",
+            b'{"a": "short", "deep": ' + b"[" * 300 + b"]" * 300 + b"}",
         ],
     )
     def test_the_same_value_or_the_same_refusal(self, raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
