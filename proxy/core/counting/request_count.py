@@ -201,19 +201,20 @@ class RequestCounter(CountRules):
             opening = cache.get(key)
             if opening is not None:
                 break
-        if opening is not None and opening.flagged is not None and no_tool_traffic(messages, opening.size, n):
+        start = opening.size if opening is not None else 0
+        quiet = no_tool_traffic(messages, start, n)  # no call nor result after the opening: nothing to read
+        if opening is not None and opening.flagged is not None and quiet:
             return self._extended(opening, messages, hashes, shared, keys)
         if opening is not None and opening.size == n:  # the very messages of a request before: a retry
             results = flag_groups(opening.contexts) if opening.contexts else {}
             if still_marked_alike(opening, results):  # its counts were made with these marks
                 self._results = results
                 return opening.counts, opening.tally
-        start = opening.size if opening is not None else 0
         calls: dict[str, ResultContext] = dict(opening.calls) if opening is not None else {}
         contexts: dict[int, ResultContext] = dict(opening.contexts) if opening is not None else {}
         keep = sizes_to_keep(n, shared, opening.size if opening is not None else 0)
         states: dict[int, tuple[dict[str, ResultContext], dict[int, ResultContext]]] = {}
-        at, walk = start, not no_tool_traffic(messages, start, n)  # no call nor result: nothing to read
+        at, walk = start, not quiet
         for size in sorted(s for s in keep if s > start):  # the walk, paused where an opening is kept
             if walk:
                 scan_calls(messages, at, size, calls, contexts)
