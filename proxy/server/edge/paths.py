@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
@@ -178,9 +178,12 @@ class PathRoute:
     path: CanonicalPath
     api: str | None = None
     endpoint: Endpoint | None = None  # for a counted path: its adapter, and the model the path names
-    # A counted or forwarded path's segments, split once (the route is kept per path): what the
-    # upstream's URL is made of where the path goes to the host's root as written (Google's).
-    segments: tuple[str, ...] = ()
+    # The path's segments, split once with the route (which is kept per path), not on every request:
+    # what the upstream's URL is made of where the path goes to the host's root as written (Google's).
+    segments: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "segments", self.path.segments)
 
 
 PASSTHROUGH = web.AppKey("passthrough", PassthroughPolicy)
@@ -203,21 +206,20 @@ def route_for(
     `none`, and then only those on Google's allow-list (`proxy.apis.gemini.google_paths`)."""
     if (endpoint := guarded(path.value)) is not None:
         _check_method(method, GUARDED_METHODS, path)
-        return PathRoute("guarded", path, endpoint_api(endpoint), endpoint, path.segments)
+        return PathRoute("guarded", path, endpoint_api(endpoint), endpoint)
     if (name := local(path.value)) is not None:
         _check_method(method, LOCAL_METHODS, path)
         return PathRoute("local", path, name)
-    segments = path.segments
-    if (generating := generation_method(segments)) is not None:
+    if (generating := generation_method(path.segments)) is not None:
         raise PathNotFound(
             f"context-guard does not forward {path.value}: :{generating} runs a model in a way the guard does "
             "not count; use :generateContent or :streamGenerateContent on the model's own path"
         )
-    google = google_path(segments)
+    google = google_path(path.segments)
     if policy.mode != "none" and google is not None and google.google_only:
-        return PathRoute("forward", path, segments=segments)
+        return PathRoute("forward", path)
     if policy.allows(path):
-        return PathRoute("forward", path, segments=segments)
+        return PathRoute("forward", path)
     raise PathNotFound(f"context-guard does not serve or forward {path.value}")
 
 

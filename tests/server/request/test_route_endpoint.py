@@ -9,8 +9,8 @@ from proxy.server.edge.paths import PassthroughPolicy, canonical_path, route_for
 REGISTRY = AdapterRegistry()
 
 
-def route(path: str):
-    return route_for(canonical_path(path), "POST", PassthroughPolicy(), REGISTRY.endpoint_for, local_name)
+def route(path: str, method: str = "POST"):
+    return route_for(canonical_path(path), method, PassthroughPolicy(), REGISTRY.endpoint_for, local_name)
 
 
 class TestRouteEndpoint:
@@ -30,3 +30,10 @@ class TestRouteEndpoint:
     def test_a_path_no_adapter_counts_carries_no_endpoint(self):
         forwarded = route("/v1/models")
         assert forwarded.kind == "forward" and forwarded.endpoint is None
+
+    def test_every_route_carries_its_paths_segments_whatever_its_kind(self):
+        """Counted, answered here or forwarded, a route's segments are its path's, split once."""
+        for path, kind in [("/v1beta/models/gemini-2.5-flash:generateContent", "guarded"), ("/healthz", "local"),
+                           ("/v1/models", "forward")]:  # fmt: skip
+            found = route(path, "GET" if kind == "local" else "POST")
+            assert found.kind == kind and found.segments == tuple(s for s in path.split("/") if s)
