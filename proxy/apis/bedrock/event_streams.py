@@ -96,7 +96,7 @@ class EventStreamFraming:
             return []
         try:
             event = json.loads(base64.b64decode(encoded, validate=True))
-        except (binascii.Error, ValueError):
+        except (binascii.Error, ValueError, RecursionError):
             return []
         if isinstance(event, dict) and event.get("type") == "message_stop":
             self.ended = True
@@ -106,6 +106,6 @@ class EventStreamFraming:
 def _json(payload: bytes) -> dict[str, object]:
     try:
         value = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}

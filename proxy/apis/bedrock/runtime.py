@@ -147,11 +147,11 @@ def _invoke_body(text: str) -> object:
     JSON written as a string is read too."""
     try:
         return json.loads(base64.b64decode(text, validate=True))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):  # nested past the interpreter's limit too
         pass
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InvalidRequest(
             "input.invokeModel.body: must be the request body (JSON), base64-encoded", param="input.invokeModel.body"
         ) from None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from proxy.apis.base import InvalidRequest
-from proxy.apis.bedrock.runtime import InvokeAdapter, bedrock_path, routed_model, upstream_path
+from proxy.apis.bedrock.runtime import CountTokensAdapter, InvokeAdapter, bedrock_path, routed_model, upstream_path
 from proxy.apis.registry import AdapterRegistry
 
 SONNET = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -62,6 +64,15 @@ class TestModels:
     def test_an_application_profile_names_no_model_and_is_routed_as_its_arn(self) -> None:
         arn = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3"
         assert routed_model(arn) == arn
+
+
+class TestCountTokens:
+    @pytest.mark.parametrize("encode", [True, False], ids=["base64", "as a string"])
+    def test_an_invoke_body_nested_past_the_interpreters_limit_is_refused_as_unreadable(self, encode: bool) -> None:
+        nested = "[" * 200_000 + "]" * 200_000
+        text = base64.b64encode(nested.encode()).decode() if encode else nested
+        with pytest.raises(InvalidRequest, match="must be the request body"):
+            CountTokensAdapter().parse({"input": {"invokeModel": {"body": text}}})
 
 
 class TestInvoke:
