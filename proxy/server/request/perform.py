@@ -58,7 +58,7 @@ from proxy.core.models.opt_in_windows import correction_key, opted_in
 from proxy.core.plan import BodyError, Plan
 from proxy.errors import BadRequest, ContextLengthExceeded, HTTPRefusal
 from proxy.server.backends.catalogue import Choice
-from proxy.server.backends.models import ModelRoute, chosen_of
+from proxy.server.backends.models import ModelRoute, chosen_of, counted_with
 from proxy.server.edge.body import bad_request, read_body
 from proxy.server.edge.credentials import credential_digest
 from proxy.server.edge.paths import PATH_ROUTE
@@ -204,8 +204,7 @@ class Performer:
             self.flow.note(choice.note)
         counted = route.counted
         if counted is None or choice is not route.choice:  # chosen for this request
-            by_guard, served, budget = self.flow.target.upstream.edits_by_guard, route.served, route.budget
-            counted = Counting(choice.profile, choice.tokenizer, edits_by_guard=by_guard, model=served, budget=budget)
+            counted = counted_with(choice, self.flow.target.upstream, route.served, route.budget)
         self._counted = counted
         self._learns = (
             self.flow.endpoint.adapter.body_is_view
