@@ -332,7 +332,7 @@ async def reload_config(app: web.Application, load: Callable[[], Settings]) -> b
     log, old = get_logger(), app[GATEWAY]
     try:
         settings = await asyncio.to_thread(load)
-        guard = await asyncio.to_thread(Models, settings, None)
+        guard = await asyncio.to_thread(load_models, settings)
         await asyncio.to_thread(load_vocabularies, guard)  # those loaded already are kept: milliseconds
     except Exception as exc:  # whatever stops the new config from loading, the running one stays
         reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
