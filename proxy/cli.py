@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from proxy import package_version
+from proxy.apis.registry import API_NAMES
 from proxy.config.schema import build, shallow
 from proxy.config.settings import ModelsSettings, Settings, load_settings, masked
 from proxy.errors import BadRequest, ConfigError
@@ -118,9 +119,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--context-window", type=int, help="override the model's context window")
         sub.add_argument(
             "--api",
-            choices=(
-                "chat", "responses", "completions", "messages", "generate_content", "interactions", "converse", "invoke"
-            ),
+            choices=API_NAMES,
             help="the request's API shape (default: detected from the body)",
         )
         sub.set_defaults(run=run)

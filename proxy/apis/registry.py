@@ -72,8 +72,9 @@ SHAPES: tuple[Callable[[ShapeOptions], Shape], ...] = (
     runtime.converse_shape,
     runtime.invoke_shape,
 )
-API_NAMES: tuple[str, ...] = tuple(make({}).name for make in SHAPES)
-_PATH_READERS = tuple(dict.fromkeys(r for make in SHAPES if (r := make({}).reads_path) is not None))
+_DEFAULT_SHAPES = tuple(make({}) for make in SHAPES)  # each shape built once, with no settings
+API_NAMES: tuple[str, ...] = tuple(shape.name for shape in _DEFAULT_SHAPES)
+_PATH_READERS = tuple(dict.fromkeys(r for shape in _DEFAULT_SHAPES if (r := shape.reads_path) is not None))
 
 
 def shape_path(raw: str) -> str | None:
