@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.core.record_fields import field_dict
@@ -236,10 +236,6 @@ class TrimResult:
         others, looks for it in the message."""
         return f"{self._openai_sentence()} (context-guard, context_length_exceeded)"
 
-    def anthropic_overflow(self) -> str:
-        """Anthropic's overflow sentence."""
-        return self._anthropic_sentence()
-
     def _openai_sentence(self) -> str:
         # OpenAI's own wording (numbers without separators, as it writes them), for the case it fits.
         b, prompt = self.budget, self.tokens_after
@@ -260,7 +256,8 @@ class TrimResult:
             f"messages or completion."
         )
 
-    def _anthropic_sentence(self) -> str:
+    def anthropic_overflow(self) -> str:
+        """Anthropic's overflow sentence."""
         b, limit = self.budget, self.budget.context_window - self.budget.safety_margin
         if b.input_budget <= 0 or (b.reserve_source != "default" and self.tokens_after <= limit):
             return (
@@ -353,4 +350,4 @@ class HistoryCut:
 
     def to_dict(self) -> dict[str, Any]:
         """The cut as the log line shows it: its fields, all plain values, by their names."""
-        return asdict(self)
+        return field_dict(self)
