@@ -21,15 +21,13 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from proxy.core.counting.edge import CountCall
-from proxy.core.models.model_registry import TokenizerSpec
+from proxy.core.models.model_registry import BEDROCK_PROFILE, TokenizerSpec
 from proxy.providers.anthropic import CLAUDE_BOUND
 from proxy.providers.bedrock_sigv4 import AwsKeys, signed_headers, without_client_signing
 from proxy.providers.provider import OutgoingCall, Provider, SettingsRefused, SigningKeys
 
 _HOST = re.compile(r"^https?://bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?::\d+)?/?$")
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d")
-# Regional and global inference profiles prefix the foundation model's id with where they route.
-_GEOGRAPHY = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z0-9-]+\.[a-z0-9])")
 # What CountTokens reads of a Converse request.
 _CONVERSE_FIELDS = ("messages", "system", "toolConfig", "additionalModelRequestFields")
 
@@ -77,7 +75,7 @@ class Bedrock(Provider):
         if api not in self.shapes:
             return None
         # `:` unescaped: the HTTP client sends it so, and the signature must cover the path as sent.
-        foundation = quote(_GEOGRAPHY.sub("", model), safe=":")
+        foundation = quote(BEDROCK_PROFILE.sub("", model), safe=":")
         if api == "converse":
             counted: dict[str, Any] = {"converse": {k: body[k] for k in _CONVERSE_FIELDS if k in body}}
         else:

@@ -190,7 +190,8 @@ _DATE_SUFFIXES = (
     re.compile(r"-\d{3}$"),  # gemini-1.5-pro-002
     re.compile(r"-v\d+(:\d+)?$"),  # bedrock style -v1:0
 )
-_BEDROCK_PROFILE = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z0-9-]+\.[a-z0-9])")  # us.anthropic.
+# A Bedrock inference profile's region prefix on its foundation model's id (`us.anthropic.`).
+BEDROCK_PROFILE = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z0-9-]+\.[a-z0-9])")
 
 
 def name_candidates(name: str) -> list[str]:
@@ -205,7 +206,7 @@ def name_candidates(name: str) -> list[str]:
             bases.append(base)
     if "/" in lowered:
         bases += [lowered.split("/", 1)[1], lowered.rsplit("/", 1)[1]]
-    bases += [_BEDROCK_PROFILE.sub("", b) for b in bases if _BEDROCK_PROFILE.match(b)]
+    bases += [BEDROCK_PROFILE.sub("", b) for b in bases if BEDROCK_PROFILE.match(b)]
     for base in bases:
         seen.setdefault(base, None)
     for base in list(seen):
